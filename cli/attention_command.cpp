@@ -1,0 +1,150 @@
+#include "cli/attention_command.h"
+
+#include <CLI/CLI.hpp>
+#include <charconv>
+#include <cstdint>
+#include <vector>
+
+#include "core/error.h"
+#include "core/problem.h"
+#include "io/npy.h"
+#include "reference/reference.h"
+
+namespace attune::cli {
+
+namespace {
+
+[[noreturn]] void bad_flag(const std::string& flag, const std::string& seen, const std::string& expected) {
+  throw InvalidArgument(flag + ": got '" + seen + "'; expected " + expected);
+}
+
+DType parse_dtype_flag(const std::string& text) {
+  if (auto dtype = parse_dtype(text)) return *dtype;
+  bad_flag("--dtype", text, "fp16 or bf16");
+}
+
+int64_t parse_window_side(const std::string& flag, const std::string& whole, std::string_view text) {
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < -1) {
+    bad_flag(flag, whole, "LEFT,RIGHT with each an integer >= 0, or -1 for unbounded");
+  }
+  return value;
+}
+
+// --causal and --window together make one mask of the contract.
+Mask parse_mask(const AttentionOptions& options) {
+  if (!options.causal.empty() && options.causal != "bottom-right" && options.causal != "top-left") {
+    bad_flag("--causal", options.causal, "bottom-right or top-left");
+  }
+  if (options.window.empty()) {
+    if (options.causal == "bottom-right") return Mask::causal_bottom_right();
+    if (options.causal == "top-left") return Mask::causal_top_left();
+    return Mask::none();
+  }
+  const std::size_t comma = options.window.find(',');
+  if (comma == std::string::npos) {
+    bad_flag("--window", options.window, "LEFT,RIGHT (two integers, -1 for unbounded)");
+  }
+  const std::string_view text = options.window;
+  const int64_t left = parse_window_side("--window", options.window, text.substr(0, comma));
+  int64_t right = parse_window_side("--window", options.window, text.substr(comma + 1));
+  if (options.causal == "top-left") {
+    bad_flag("--causal", "top-left with --window",
+             "--window alone or with --causal bottom-right (windows are bottom-right aligned)");
+  }
+  if (options.causal == "bottom-right" && (right < 0 || right > 0)) right = 0;  // causal caps the right side
+  return Mask::window(left, right);
+}
+
+npy::Array read_floats(const std::string& path, const char* name) {
+  npy::Array array = npy::read(path);
+  if (array.type == npy::ElementType::kInt32 || array.type == npy::ElementType::kInt64) {
+    throw InvalidArgument(path + ": " + name + " has dtype " + std::string(npy::to_string(array.type)) +
+                          "; expected a float32 or float16 array");
+  }
+  return array;
+}
+
+std::vector<int32_t> read_lengths(const std::string& path, const char* name) {
+  if (path.empty()) return {};
+  const npy::Array array = npy::read(path);
+  if (array.shape.size() != 1) {
+    throw InvalidArgument(path + ": " + name + " has " + std::to_string(array.shape.size()) +
+                          " dimensions; expected a 1-D integer array");
+  }
+  return array.to_int32(path + " (" + name + ")");
+}
+
+// Rounds float inputs to the storage dtype (round to nearest even).
+std::vector<std::uint16_t> to_storage(const npy::Array& array, DType dtype) {
+  const std::vector<float> values = array.to_float32();
+  std::vector<std::uint16_t> bits(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) bits[i] = float_to_bits(dtype, values[i]);
+  return bits;
+}
+
+std::vector<float> to_float32(const std::vector<double>& values) {
+  return {values.begin(), values.end()};
+}
+
+}  // namespace
+
+CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
+  CLI::App* cmd = app.add_subcommand("attention", "Run one attention call on .npy inputs and write O (and LSE)");
+  cmd->add_option("--backend", o.backend, "Backend that computes: reference (fp64 oracle)")
+      ->capture_default_str();
+  cmd->add_option("--q", o.q_path, "Q: float32/float16 [B,Sq,Hq,Dk], or [Tq,Hq,Dk] with cu_seqlens")->required();
+  cmd->add_option("--k", o.k_path, "K: [B,Sk,Hkv,Dk], or [Tk,Hkv,Dk]")->required();
+  cmd->add_option("--v", o.v_path, "V: [B,Sk,Hkv,Dv], or [Tk,Hkv,Dv]")->required();
+  cmd->add_option("--out", o.out_path, "O output: float32 [B,Sq,Hq,Dv] (packed: [Tq,Hq,Dv])")->required();
+  cmd->add_option("--lse", o.lse_path, "LSE output: float32 [B,Hq,Sq] (packed: [Hq,Tq])");
+  cmd->add_option("--dtype", o.dtype, "Storage dtype the inputs are rounded to: fp16 or bf16")
+      ->capture_default_str();
+  cmd->add_option("--causal", o.causal, "Causal mask: bottom-right (j <= i + Sk - Sq) or top-left (j <= i)");
+  cmd->add_option("--window", o.window, "Sliding window LEFT,RIGHT around the bottom-right diagonal (-1: unbounded)");
+  cmd->add_option("--scale", o.scale, "Softmax scale (default 1/sqrt(Dk))");
+  cmd->add_option("--seqlens-k", o.seqlens_k_path, "int32 [B]: keys per batch entry (key padding)");
+  cmd->add_option("--cu-seqlens-q", o.cu_seqlens_q_path, "int32 [B+1]: packed query offsets");
+  cmd->add_option("--cu-seqlens-k", o.cu_seqlens_k_path, "int32 [B+1]: packed key offsets");
+  cmd->add_option("--variant", o.variant, "Kernel variant id (emu and cuda backends)");
+  return cmd;
+}
+
+void run_attention(const AttentionOptions& o) {
+  if (o.backend != "reference") {
+    bad_flag("--backend", o.backend, "reference (the emu and cuda backends are not built into this attune yet)");
+  }
+  if (!o.variant.empty()) {
+    bad_flag("--variant", o.variant, "no --variant with --backend reference (it has no kernel variants)");
+  }
+  ProblemOptions options;
+  options.dtype = parse_dtype_flag(o.dtype);
+  options.mask = parse_mask(o);
+  options.scale = o.scale;
+  options.seqlens_k = read_lengths(o.seqlens_k_path, "seqlens_k");
+  options.cu_seqlens_q = read_lengths(o.cu_seqlens_q_path, "cu_seqlens_q");
+  options.cu_seqlens_k = read_lengths(o.cu_seqlens_k_path, "cu_seqlens_k");
+  const DType dtype = options.dtype;
+
+  const npy::Array q = read_floats(o.q_path, "Q");
+  const npy::Array k = read_floats(o.k_path, "K");
+  const npy::Array v = read_floats(o.v_path, "V");
+  const AttentionProblem problem = make_problem(q.shape, k.shape, v.shape, std::move(options));
+
+  const std::vector<std::uint16_t> q_bits = to_storage(q, dtype);
+  const std::vector<std::uint16_t> k_bits = to_storage(k, dtype);
+  const std::vector<std::uint16_t> v_bits = to_storage(v, dtype);
+  const ReferenceOutput out = reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data());
+
+  std::vector<int64_t> o_shape = {problem.seqlen_q, problem.heads_q, problem.head_dim_v};
+  std::vector<int64_t> lse_shape = {problem.heads_q, problem.seqlen_q};
+  if (!problem.is_packed()) {
+    o_shape.insert(o_shape.begin(), problem.batch);
+    lse_shape.insert(lse_shape.begin(), problem.batch);
+  }
+  npy::write(o.out_path, o_shape, to_float32(out.o));
+  if (!o.lse_path.empty()) npy::write(o.lse_path, lse_shape, to_float32(out.lse));
+}
+
+}  // namespace attune::cli

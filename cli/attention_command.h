@@ -1,0 +1,31 @@
+// `attune attention`: run one attention call on files written by NumPy.
+#pragma once
+
+#include <optional>
+#include <string>
+
+namespace CLI {
+class App;
+}
+
+namespace attune::cli {
+
+struct AttentionOptions {
+  std::string backend = "reference";
+  std::string q_path, k_path, v_path, out_path;
+  std::string lse_path;  // empty: LSE not written
+  std::string dtype = "bf16";
+  std::string causal;  // "", "bottom-right" or "top-left"
+  std::string window;  // "", or "LEFT,RIGHT"
+  std::optional<double> scale;
+  std::string seqlens_k_path, cu_seqlens_q_path, cu_seqlens_k_path;
+  std::string variant;
+};
+
+// Registers the subcommand and its flags on `app`, bound to `options`.
+CLI::App* add_attention_command(CLI::App& app, AttentionOptions& options);
+
+// Runs the call and writes the outputs; throws attune::Error on bad input.
+void run_attention(const AttentionOptions& options);
+
+}  // namespace attune::cli

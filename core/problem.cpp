@@ -1,0 +1,360 @@
+#include "core/problem.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstddef>
+#include <limits>
+#include <sstream>
+#include <string>
+
+#include "core/error.h"
+
+namespace attune {
+
+namespace {
+
+// One message shape for every contract violation: what, seen, expected.
+[[noreturn]] void reject(const std::string& what, const std::string& seen, const std::string& expected) {
+  throw InvalidArgument(what + ": got " + seen + "; expected " + expected);
+}
+
+std::string shape_string(std::span<const int64_t> shape) {
+  std::ostringstream out;
+  out << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) out << (i != 0 ? ", " : "") << shape[i];
+  out << ']';
+  return out.str();
+}
+
+std::string str(int64_t value) { return std::to_string(value); }
+
+void check_lengths(const std::vector<int32_t>& cu, const char* name, int64_t batch, int64_t total,
+                   const char* total_name) {
+  if (static_cast<int64_t>(cu.size()) != batch + 1) {
+    reject(std::string(name) + " length", str(static_cast<int64_t>(cu.size())),
+           str(batch + 1) + " (number of sequences + 1)");
+  }
+  if (cu.front() != 0) reject(std::string(name) + "[0]", str(cu.front()), "0 (offsets start at 0)");
+  for (std::size_t b = 1; b < cu.size(); ++b) {
+    if (cu[b] < cu[b - 1]) {
+      reject(std::string(name) + "[" + str(static_cast<int64_t>(b)) + "] = " + str(cu[b]) +
+                 " is below " + name + "[" + str(static_cast<int64_t>(b) - 1) + "]",
+             str(cu[b]), "non-decreasing offsets");
+    }
+  }
+  if (cu.back() > total) {
+    reject(std::string(name) + " last entry", str(cu.back()),
+           "at most " + str(total) + " (" + total_name + ", the packed rows)");
+  }
+}
+
+// Elements spanned by a tensor of `rows` x `heads` x `dim` with the given
+// strides over `batches` batches.
+int64_t extent(const TensorStrides& s, int64_t batches, int64_t rows, int64_t heads, int64_t dim) {
+  if (batches <= 0 || rows <= 0 || heads <= 0 || dim <= 0) return 0;
+  return (batches - 1) * s.batch + (rows - 1) * s.seq + (heads - 1) * s.head + dim;
+}
+
+int64_t batches_of(const AttentionProblem& p) { return p.is_packed() ? 1 : p.batch; }
+
+void check_strides(const TensorStrides& s, const char* name) {
+  if (s.batch < 0 || s.seq < 0 || s.head < 0) {
+    reject(std::string(name) + " strides", "[" + str(s.batch) + ", " + str(s.seq) + ", " + str(s.head) + "]",
+           "non-negative element strides");
+  }
+}
+
+// An output must not write one element twice: ordered by stride, every axis
+// must step over the whole extent of the axes below it.
+void check_no_self_overlap(const char* name, std::array<std::pair<int64_t, int64_t>, 4> stride_and_size) {
+  for (const auto& axis : stride_and_size) {
+    if (axis.second == 0) return;  // no elements, nothing to collide
+  }
+  std::sort(stride_and_size.begin(), stride_and_size.end());
+  int64_t span = 1;
+  for (const auto& [stride, size] : stride_and_size) {
+    if (size <= 1) continue;
+    if (stride < span) {
+      reject(std::string(name) + " strides", "an axis of stride " + str(stride) + " inside a span of " + str(span),
+             "output strides that never map two elements to one address");
+    }
+    span = stride * (size - 1) + span;
+  }
+}
+
+struct ByteSpan {
+  const char* name;
+  std::uintptr_t begin;
+  std::uintptr_t end;
+};
+
+ByteSpan span_of(const char* name, const void* ptr, int64_t elements, int64_t element_size) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(ptr);
+  return {name, begin, begin + static_cast<std::uintptr_t>(elements * element_size)};
+}
+
+bool overlaps(const ByteSpan& a, const ByteSpan& b) {
+  return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end;
+}
+
+}  // namespace
+
+std::string_view to_string(MaskKind kind) {
+  switch (kind) {
+    case MaskKind::kNone:
+      return "none";
+    case MaskKind::kCausalBottomRight:
+      return "causal-bottom-right";
+    case MaskKind::kCausalTopLeft:
+      return "causal-top-left";
+    case MaskKind::kSlidingWindow:
+      return "window";
+  }
+  return "?";
+}
+
+KeyRange visible_keys(const Mask& mask, int64_t row, int64_t seqlen_q, int64_t seqlen_k) {
+  const int64_t diagonal = row + seqlen_k - seqlen_q;  // bottom-right aligned
+  KeyRange range{0, seqlen_k};
+  switch (mask.kind) {
+    case MaskKind::kNone:
+      break;
+    case MaskKind::kCausalBottomRight:
+      range.end = std::min(seqlen_k, diagonal + 1);
+      break;
+    case MaskKind::kCausalTopLeft:
+      range.end = std::min(seqlen_k, row + 1);
+      break;
+    case MaskKind::kSlidingWindow:
+      if (mask.window_left >= 0) range.begin = std::max<int64_t>(0, diagonal - mask.window_left);
+      if (mask.window_right >= 0) range.end = std::min(seqlen_k, diagonal + mask.window_right + 1);
+      break;
+  }
+  if (range.end < range.begin) range.end = range.begin;
+  return range;
+}
+
+double AttentionProblem::softmax_scale() const {
+  return scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim_k)));
+}
+
+SequenceExtent AttentionProblem::sequence(int64_t b) const {
+  SequenceExtent e;
+  if (is_packed()) {
+    const auto i = static_cast<std::size_t>(b);
+    e.q_begin = cu_seqlens_q[i];
+    e.q_len = cu_seqlens_q[i + 1] - cu_seqlens_q[i];
+    e.k_begin = cu_seqlens_k[i];
+    e.k_len = cu_seqlens_k[i + 1] - cu_seqlens_k[i];
+  } else {
+    e.q_len = seqlen_q;
+    e.k_len = seqlen_k;
+  }
+  e.k_capacity = e.k_len;
+  if (!seqlens_k.empty()) e.k_len = seqlens_k[static_cast<std::size_t>(b)];
+  return e;
+}
+
+void set_contiguous_strides(AttentionProblem& p) {
+  const auto contiguous = [&](int64_t heads, int64_t dim, int64_t rows) {
+    const int64_t seq = heads * dim;
+    return TensorStrides{.batch = p.is_packed() ? 0 : rows * seq, .seq = seq, .head = dim};
+  };
+  p.q_strides = contiguous(p.heads_q, p.head_dim_k, p.seqlen_q);
+  p.k_strides = contiguous(p.heads_kv, p.head_dim_k, p.seqlen_k);
+  p.v_strides = contiguous(p.heads_kv, p.head_dim_v, p.seqlen_k);
+  p.o_strides = contiguous(p.heads_q, p.head_dim_v, p.seqlen_q);
+  p.lse_strides = {.batch = p.is_packed() ? 0 : p.heads_q * p.seqlen_q, .seq = 1, .head = p.seqlen_q};
+}
+
+AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const int64_t> k_shape,
+                              std::span<const int64_t> v_shape, ProblemOptions options) {
+  const bool packed = !options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty();
+  if (packed && (options.cu_seqlens_q.empty() || options.cu_seqlens_k.empty())) {
+    reject("cu_seqlens", options.cu_seqlens_q.empty() ? "only cu_seqlens_k" : "only cu_seqlens_q",
+           "both cu_seqlens_q and cu_seqlens_k for packed variable-length input");
+  }
+  const std::size_t rank = packed ? 3 : 4;
+  const char* layout = packed ? "[T, H, D] (packed, with cu_seqlens)" : "[B, S, H, D]";
+  const std::array<std::pair<const char*, std::span<const int64_t>>, 3> tensors = {
+      {{"Q", q_shape}, {"K", k_shape}, {"V", v_shape}}};
+  for (const auto& [name, shape] : tensors) {
+    if (shape.size() != rank) {
+      reject(std::string(name) + " shape", shape_string(shape) + " (rank " + str(static_cast<int64_t>(shape.size())) + ")",
+             std::string("rank ") + str(static_cast<int64_t>(rank)) + " " + layout);
+    }
+    for (int64_t d : shape) {
+      if (d < 0) reject(std::string(name) + " shape", shape_string(shape), "non-negative sizes");
+    }
+  }
+  const std::size_t o = packed ? 0 : 1;  // offset of the sequence axis
+  if (!packed && (k_shape[0] != q_shape[0] || v_shape[0] != q_shape[0])) {
+    reject("batch size", "Q " + str(q_shape[0]) + ", K " + str(k_shape[0]) + ", V " + str(v_shape[0]),
+           "Q, K and V to share B");
+  }
+  if (k_shape[o] != v_shape[o]) {
+    reject("key count", "K " + shape_string(k_shape) + " and V " + shape_string(v_shape),
+           "K and V with the same sequence length Sk");
+  }
+  if (k_shape[o + 1] != v_shape[o + 1]) {
+    reject("kv heads", "K " + str(k_shape[o + 1]) + " heads, V " + str(v_shape[o + 1]) + " heads",
+           "K and V with the same number of heads Hkv");
+  }
+  if (q_shape[o + 2] != k_shape[o + 2]) {
+    reject("head dim of Q and K", "Q " + shape_string(q_shape) + ", K " + shape_string(k_shape),
+           "Q and K with the same last dimension Dk");
+  }
+
+  AttentionProblem p;
+  p.dtype = options.dtype;
+  p.batch = packed ? static_cast<int64_t>(options.cu_seqlens_q.size()) - 1 : q_shape[0];
+  p.seqlen_q = q_shape[o];
+  p.seqlen_k = k_shape[o];
+  p.heads_q = q_shape[o + 1];
+  p.heads_kv = k_shape[o + 1];
+  p.head_dim_k = q_shape[o + 2];
+  p.head_dim_v = v_shape[o + 2];
+  p.scale = options.scale;
+  p.mask = options.mask;
+  p.seqlens_k = std::move(options.seqlens_k);
+  p.cu_seqlens_q = std::move(options.cu_seqlens_q);
+  p.cu_seqlens_k = std::move(options.cu_seqlens_k);
+  if (packed && p.cu_seqlens_k.size() != p.cu_seqlens_q.size()) {
+    reject("cu_seqlens_k length", str(static_cast<int64_t>(p.cu_seqlens_k.size())),
+           str(static_cast<int64_t>(p.cu_seqlens_q.size())) + ", the length of cu_seqlens_q");
+  }
+  set_contiguous_strides(p);
+  validate(p);
+  return p;
+}
+
+void validate(const AttentionProblem& p) {
+  if (p.dtype != DType::kF16 && p.dtype != DType::kBF16) {
+    reject("dtype", "enum value " + str(static_cast<int64_t>(p.dtype)), "fp16 or bf16");
+  }
+  if (p.batch < 0) reject("batch size B", str(p.batch), "B >= 0");
+  if (p.seqlen_q < 0) reject("query length Sq", str(p.seqlen_q), "Sq >= 0");
+  if (p.seqlen_k < 0) reject("key length Sk", str(p.seqlen_k), "Sk >= 0");
+  if (p.heads_q < 1) reject("query heads Hq", str(p.heads_q), "Hq >= 1");
+  if (p.heads_kv < 1) reject("kv heads Hkv", str(p.heads_kv), "Hkv >= 1");
+  if (p.heads_q % p.heads_kv != 0) {
+    reject("query heads Hq = " + str(p.heads_q) + " with kv heads Hkv = " + str(p.heads_kv),
+           "Hq % Hkv = " + str(p.heads_q % p.heads_kv), "Hq to be a multiple of Hkv (GQA/MQA)");
+  }
+  if (p.head_dim_k < 1 || p.head_dim_k > kMaxHeadDim) {
+    reject("head dim Dk", str(p.head_dim_k), "1 <= Dk <= " + str(kMaxHeadDim));
+  }
+  if (p.head_dim_v < 1 || p.head_dim_v > kMaxHeadDim) {
+    reject("head dim Dv", str(p.head_dim_v), "1 <= Dv <= " + str(kMaxHeadDim));
+  }
+  if (p.scale && !std::isfinite(*p.scale)) {
+    std::ostringstream seen;
+    seen << *p.scale;
+    reject("scale", seen.str(), "a finite number");
+  }
+  switch (p.mask.kind) {
+    case MaskKind::kNone:
+    case MaskKind::kCausalBottomRight:
+    case MaskKind::kCausalTopLeft:
+      break;
+    case MaskKind::kSlidingWindow:
+      if (p.mask.window_left < -1 || p.mask.window_right < -1) {
+        reject("window", str(p.mask.window_left) + "," + str(p.mask.window_right),
+               "LEFT,RIGHT key counts >= 0, or -1 for unbounded");
+      }
+      break;
+    default:
+      reject("mask kind", "enum value " + str(static_cast<int64_t>(p.mask.kind)),
+             "none, causal-bottom-right, causal-top-left or window");
+  }
+
+  if (!p.cu_seqlens_k.empty() && p.cu_seqlens_q.empty()) {
+    reject("cu_seqlens", "only cu_seqlens_k", "both cu_seqlens_q and cu_seqlens_k");
+  }
+  if (p.is_packed()) {
+    if (p.cu_seqlens_k.empty()) reject("cu_seqlens", "only cu_seqlens_q", "both cu_seqlens_q and cu_seqlens_k");
+    check_lengths(p.cu_seqlens_q, "cu_seqlens_q", p.batch, p.seqlen_q, "Tq");
+    check_lengths(p.cu_seqlens_k, "cu_seqlens_k", p.batch, p.seqlen_k, "Tk");
+  }
+  if (!p.seqlens_k.empty()) {
+    if (static_cast<int64_t>(p.seqlens_k.size()) != p.batch) {
+      reject("seqlens_k length", str(static_cast<int64_t>(p.seqlens_k.size())), str(p.batch) + " (one per batch)");
+    }
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const int64_t len = p.seqlens_k[static_cast<std::size_t>(b)];
+      const int64_t limit = p.is_packed() ? p.cu_seqlens_k[static_cast<std::size_t>(b) + 1] -
+                                                p.cu_seqlens_k[static_cast<std::size_t>(b)]
+                                          : p.seqlen_k;  // sequence(b).k_capacity, before it is valid
+      if (len < 0) reject("seqlens_k[" + str(b) + "]", str(len), "a non-negative key count");
+      if (len > limit) {
+        reject("seqlens_k[" + str(b) + "]", str(len),
+               "at most " + str(limit) + (p.is_packed() ? " (the sequence's packed keys)" : " (Sk)"));
+      }
+    }
+  }
+
+  check_strides(p.q_strides, "Q");
+  check_strides(p.k_strides, "K");
+  check_strides(p.v_strides, "V");
+  check_strides(p.o_strides, "O");
+  check_strides(p.lse_strides, "LSE");
+  if (p.is_packed()) {
+    for (const auto& [s, name] : {std::pair{&p.q_strides, "Q"}, std::pair{&p.k_strides, "K"},
+                                  std::pair{&p.v_strides, "V"}, std::pair{&p.o_strides, "O"},
+                                  std::pair{&p.lse_strides, "LSE"}}) {
+      if (s->batch != 0) reject(std::string(name) + " batch stride", str(s->batch), "0 for packed input");
+    }
+  }
+  const int64_t batches = batches_of(p);
+  check_no_self_overlap("O", {{{p.o_strides.batch, batches},
+                               {p.o_strides.seq, p.seqlen_q},
+                               {p.o_strides.head, p.heads_q},
+                               {1, p.head_dim_v}}});
+  check_no_self_overlap("LSE", {{{p.lse_strides.batch, batches},
+                                 {p.lse_strides.seq, p.seqlen_q},
+                                 {p.lse_strides.head, p.heads_q},
+                                 {std::numeric_limits<int64_t>::max(), 1}}});
+}
+
+void validate(const AttentionProblem& p, const AttentionBuffers& buffers) {
+  validate(p);
+  const std::array<std::pair<const void*, const char*>, 4> required = {
+      {{buffers.q, "Q"}, {buffers.k, "K"}, {buffers.v, "V"}, {buffers.o, "O"}}};
+  for (const auto& [ptr, name] : required) {
+    if (ptr == nullptr) reject(std::string(name) + " pointer", "null", "a valid pointer");
+  }
+  const int64_t elem = element_bytes(p.dtype);
+  const ByteSpan inputs[] = {span_of("Q", buffers.q, q_extent(p), elem), span_of("K", buffers.k, k_extent(p), elem),
+                             span_of("V", buffers.v, v_extent(p), elem)};
+  const ByteSpan o = span_of("O", buffers.o, o_extent(p), elem);
+  const ByteSpan lse = span_of("LSE", buffers.lse, buffers.lse != nullptr ? lse_extent(p) : 0,
+                               static_cast<int64_t>(sizeof(float)));
+  for (const ByteSpan& out : {o, lse}) {
+    for (const ByteSpan& in : inputs) {
+      if (overlaps(out, in)) {
+        reject(std::string("output ") + out.name + " memory",
+               std::string("overlap with input ") + in.name, "outputs in memory disjoint from every input");
+      }
+    }
+  }
+  if (overlaps(o, lse)) reject("output O memory", "overlap with output LSE", "O and LSE in disjoint memory");
+}
+
+int64_t q_extent(const AttentionProblem& p) {
+  return extent(p.q_strides, batches_of(p), p.seqlen_q, p.heads_q, p.head_dim_k);
+}
+int64_t k_extent(const AttentionProblem& p) {
+  return extent(p.k_strides, batches_of(p), p.seqlen_k, p.heads_kv, p.head_dim_k);
+}
+int64_t v_extent(const AttentionProblem& p) {
+  return extent(p.v_strides, batches_of(p), p.seqlen_k, p.heads_kv, p.head_dim_v);
+}
+int64_t o_extent(const AttentionProblem& p) {
+  return extent(p.o_strides, batches_of(p), p.seqlen_q, p.heads_q, p.head_dim_v);
+}
+int64_t lse_extent(const AttentionProblem& p) {
+  return extent(p.lse_strides, batches_of(p), p.seqlen_q, p.heads_q, 1);
+}
+
+}  // namespace attune

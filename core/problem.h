@@ -1,0 +1,158 @@
+// The operator contract as code: what every backend and variant computes.
+//
+//   Q [B, Sq, Hq, Dk], K [B, Sk, Hkv, Dk], V [B, Sk, Hkv, Dv] -> O [B, Sq, Hq, Dv],
+//   LSE [B, Hq, Sq] (float32). Packed variable length: Q [Tq, Hq, Dk],
+//   K [Tk, Hkv, Dk], V [Tk, Hkv, Dv], O [Tq, Hq, Dv], LSE [Hq, Tq], with
+//   sequence b owning rows cu_seqlens_q[b] .. cu_seqlens_q[b+1].
+//
+// Example:
+//   attune::AttentionProblem p = attune::make_problem(
+//       {{2, 128, 8, 64}}, {{2, 256, 2, 64}}, {{2, 256, 2, 64}},
+//       {.dtype = attune::DType::kBF16, .mask = attune::Mask::causal_bottom_right()});
+//   attune::validate(p, buffers);  // throws attune::InvalidArgument
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+
+namespace attune {
+
+inline constexpr int64_t kMaxHeadDim = 256;
+
+enum class MaskKind : std::uint8_t {
+  kNone,
+  kCausalBottomRight,  // key j visible to query i iff j <= i + Sk - Sq
+  kCausalTopLeft,      // key j visible to query i iff j <= i
+  kSlidingWindow,      // |window| around the bottom-right diagonal
+};
+
+// Canonical names: "none", "causal-bottom-right", "causal-top-left", "window".
+std::string_view to_string(MaskKind kind);
+
+struct Mask {
+  MaskKind kind = MaskKind::kNone;
+  // kSlidingWindow only: keys visible before / after the bottom-right
+  // diagonal i + Sk - Sq; -1 means unbounded on that side.
+  int64_t window_left = -1;
+  int64_t window_right = -1;
+
+  static Mask none() { return {}; }
+  static Mask causal_bottom_right() { return {.kind = MaskKind::kCausalBottomRight}; }
+  static Mask causal_top_left() { return {.kind = MaskKind::kCausalTopLeft}; }
+  static Mask window(int64_t left, int64_t right) {
+    return {.kind = MaskKind::kSlidingWindow, .window_left = left, .window_right = right};
+  }
+  bool operator==(const Mask&) const = default;
+};
+
+// Keys [begin, end) of one sequence visible to one query row. Every mask of
+// the contract yields one contiguous range, computed from global positions
+// within the sequence (never tile-local ones). Empty when begin >= end.
+struct KeyRange {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool empty() const { return begin >= end; }
+};
+KeyRange visible_keys(const Mask& mask, int64_t row, int64_t seqlen_q, int64_t seqlen_k);
+
+// Element strides of a [batch, seq, head, dim] tensor; dim is contiguous
+// (stride 1). For LSE the same struct holds [batch, head, seq] strides.
+// Packed (variable-length) problems have no batch axis: batch stride 0.
+struct TensorStrides {
+  int64_t batch = 0;
+  int64_t seq = 0;
+  int64_t head = 0;
+  bool operator==(const TensorStrides&) const = default;
+};
+
+// Where one sequence's rows are: rows q_begin .. q_begin + q_len of Q and
+// O, keys k_begin .. k_begin + k_len of K and V. The key axis holds
+// k_capacity rows; those past k_len are padding (seqlens_k). Dense problems
+// have q_begin = k_begin = 0 within batch b.
+struct SequenceExtent {
+  int64_t q_begin = 0;
+  int64_t q_len = 0;
+  int64_t k_begin = 0;
+  int64_t k_len = 0;
+  int64_t k_capacity = 0;
+};
+
+struct AttentionProblem {
+  DType dtype = DType::kBF16;  // storage dtype of Q, K, V and O
+  int64_t batch = 1;           // B; packed: number of sequences
+  int64_t seqlen_q = 0;        // Sq; packed: total query rows Tq
+  int64_t seqlen_k = 0;        // Sk; packed: total key rows Tk
+  int64_t heads_q = 1;         // Hq
+  int64_t heads_kv = 1;        // Hkv; Hq % Hkv == 0 (GQA / MQA)
+  int64_t head_dim_k = 0;      // Dk, 1..256
+  int64_t head_dim_v = 0;      // Dv, 1..256
+  std::optional<double> scale;  // softmax scale; default 1/sqrt(Dk)
+  Mask mask;
+  std::vector<int32_t> seqlens_k;     // [B] keys per sequence (key padding); empty: all
+  std::vector<int32_t> cu_seqlens_q;  // [B+1] packed query offsets; empty: dense
+  std::vector<int32_t> cu_seqlens_k;  // [B+1] packed key offsets; empty: dense
+  TensorStrides q_strides, k_strides, v_strides, o_strides;
+  TensorStrides lse_strides;  // [batch, head, seq] order of LSE
+
+  bool is_packed() const { return !cu_seqlens_q.empty(); }
+  double softmax_scale() const;
+  int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head
+  int64_t kv_head_of(int64_t q_head) const { return q_head / group_size(); }
+  SequenceExtent sequence(int64_t b) const;
+};
+
+// Data pointers of one call, in the memory space of the backend that runs
+// it. LSE may be null (not written).
+struct AttentionBuffers {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  void* o = nullptr;
+  float* lse = nullptr;
+};
+
+// What make_problem needs besides the tensor shapes.
+struct ProblemOptions {
+  DType dtype = DType::kBF16;
+  Mask mask = Mask::none();
+  std::optional<double> scale;
+  std::vector<int32_t> seqlens_k;
+  std::vector<int32_t> cu_seqlens_q;
+  std::vector<int32_t> cu_seqlens_k;
+};
+
+// Builds a problem with contiguous strides from tensor shapes: rank 4
+// ([B,S,H,D]) dense, or rank 3 ([T,H,D]) packed with cu_seqlens. Checks that
+// the shapes agree with each other, then validates the problem. Throws
+// InvalidArgument naming the tensor, the value seen and what was expected.
+AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const int64_t> k_shape,
+                              std::span<const int64_t> v_shape, ProblemOptions options);
+
+// Contiguous strides for the problem's sizes (dense or packed).
+void set_contiguous_strides(AttentionProblem& problem);
+
+// Checks the problem against the contract; throws InvalidArgument.
+void validate(const AttentionProblem& problem);
+// Also checks the pointers: non-null inputs and output, and outputs that
+// overlap neither an input nor each other.
+void validate(const AttentionProblem& problem, const AttentionBuffers& buffers);
+
+// Elements spanned by each tensor (highest offset + 1; 0 when empty).
+int64_t q_extent(const AttentionProblem& problem);
+int64_t k_extent(const AttentionProblem& problem);
+int64_t v_extent(const AttentionProblem& problem);
+int64_t o_extent(const AttentionProblem& problem);
+int64_t lse_extent(const AttentionProblem& problem);
+
+// Offset of element (b, row, head, 0) for [batch, seq, head, dim] strides;
+// `row` is the global row (SequenceExtent::q_begin / k_begin + local row).
+inline int64_t element_offset(const TensorStrides& s, int64_t b, int64_t row, int64_t head) {
+  return b * s.batch + row * s.seq + head * s.head;
+}
+
+}  // namespace attune

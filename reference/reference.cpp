@@ -1,0 +1,83 @@
+#include "reference/reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace attune {
+
+namespace {
+
+// The one algorithm, over any element loader: two passes per row (max, then
+// exponentials) in fp64.
+template <typename Load>
+ReferenceOutput forward(const AttentionProblem& p, Load load) {
+  validate(p);
+  const int64_t out_batches = p.is_packed() ? 1 : p.batch;
+  ReferenceOutput out;
+  out.o.assign(static_cast<std::size_t>(out_batches * p.seqlen_q * p.heads_q * p.head_dim_v), 0.0);
+  out.lse.assign(static_cast<std::size_t>(out_batches * p.heads_q * p.seqlen_q),
+                 -std::numeric_limits<double>::infinity());
+  const double scale = p.softmax_scale();
+  std::vector<double> logits;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const SequenceExtent seq = p.sequence(b);
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      const int64_t hk = p.kv_head_of(h);
+      for (int64_t i = 0; i < seq.q_len; ++i) {
+        const int64_t row = seq.q_begin + i;
+        const KeyRange keys = visible_keys(p.mask, i, seq.q_len, seq.k_len);
+        if (keys.empty()) continue;  // O stays 0, LSE stays -inf
+        const int64_t q_off = element_offset(p.q_strides, b, row, h);
+        logits.assign(static_cast<std::size_t>(keys.end - keys.begin), 0.0);
+        double max_logit = -std::numeric_limits<double>::infinity();
+        for (int64_t j = keys.begin; j < keys.end; ++j) {
+          const int64_t k_off = element_offset(p.k_strides, b, seq.k_begin + j, hk);
+          double dot = 0.0;
+          for (int64_t d = 0; d < p.head_dim_k; ++d) dot += load(0, q_off + d) * load(1, k_off + d);
+          const double s = scale * dot;
+          logits[static_cast<std::size_t>(j - keys.begin)] = s;
+          max_logit = std::max(max_logit, s);
+        }
+        double sum = 0.0;
+        double* o_row = &out.o[static_cast<std::size_t>(reference_o_index(p, b, row, h))];
+        for (int64_t j = keys.begin; j < keys.end; ++j) {
+          const double w = std::exp(logits[static_cast<std::size_t>(j - keys.begin)] - max_logit);
+          sum += w;
+          const int64_t v_off = element_offset(p.v_strides, b, seq.k_begin + j, hk);
+          for (int64_t d = 0; d < p.head_dim_v; ++d) o_row[d] += w * load(2, v_off + d);
+        }
+        for (int64_t d = 0; d < p.head_dim_v; ++d) o_row[d] /= sum;
+        out.lse[static_cast<std::size_t>(reference_lse_index(p, b, row, h))] = max_logit + std::log(sum);
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t reference_o_index(const AttentionProblem& p, int64_t b, int64_t row, int64_t head) {
+  const int64_t batch_rows = p.is_packed() ? 0 : b * p.seqlen_q;
+  return ((batch_rows + row) * p.heads_q + head) * p.head_dim_v;
+}
+
+int64_t reference_lse_index(const AttentionProblem& p, int64_t b, int64_t row, int64_t head) {
+  const int64_t batch_heads = p.is_packed() ? 0 : b * p.heads_q;
+  return (batch_heads + head) * p.seqlen_q + row;
+}
+
+ReferenceOutput reference_forward(const AttentionProblem& p, const std::uint16_t* q, const std::uint16_t* k,
+                                  const std::uint16_t* v) {
+  const std::uint16_t* tensors[] = {q, k, v};
+  return forward(p, [&](int which, int64_t offset) {
+    return static_cast<double>(bits_to_float(p.dtype, tensors[which][offset]));
+  });
+}
+
+ReferenceOutput reference_forward(const AttentionProblem& p, const double* q, const double* k, const double* v) {
+  const double* tensors[] = {q, k, v};
+  return forward(p, [&](int which, int64_t offset) { return tensors[which][offset]; });
+}
+
+}  // namespace attune

@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Installs attune's build and test dependencies from Debian packages.
+# Idempotent: packages already present are left alone. Run as root (or with sudo).
+set -euo pipefail
+
+packages=(
+  build-essential cmake ninja-build pkg-config
+  libsqlite3-dev sqlite3
+  libgtest-dev libgmock-dev googletest
+  libbenchmark-dev
+  libcli11-dev
+  libclang-16-dev libclang-cpp16-dev llvm-16-dev clang-16
+  clang-format clang-tidy
+  python3-numpy
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+    missing+=("$p")
+  fi
+done
+
+if ((${#missing[@]})); then
+  echo "setup: installing ${missing[*]}"
+  sudo_cmd=()
+  if [ "$(id -u)" -ne 0 ]; then sudo_cmd=(sudo); fi
+  export DEBIAN_FRONTEND=noninteractive
+  "${sudo_cmd[@]}" apt-get update -qq
+  "${sudo_cmd[@]}" apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+else
+  echo "setup: all Debian packages present"
+fi
+
+# The CUDA toolkit is not a Debian package here: it must already be installed.
+cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+problems=()
+[ -f "$cuda_home/include/nvrtc.h" ] || problems+=("NVRTC header $cuda_home/include/nvrtc.h")
+[ -f "$cuda_home/include/cuda_fp16.h" ] || problems+=("fp16 header $cuda_home/include/cuda_fp16.h")
+[ -f "$cuda_home/include/cuda_bf16.h" ] || problems+=("bf16 header $cuda_home/include/cuda_bf16.h")
+ls "$cuda_home"/lib64/libnvrtc.so* >/dev/null 2>&1 || problems+=("NVRTC library $cuda_home/lib64/libnvrtc.so")
+if ((${#problems[@]})); then
+  echo "setup: the CUDA toolkit at $cuda_home (set CUDA_HOME to change) is missing:" >&2
+  for p in "${problems[@]}"; do echo "  - $p" >&2; done
+  echo "setup: install the CUDA toolkit (13.x) so that these files exist" >&2
+  exit 1
+fi
+echo "setup: CUDA toolkit found at $cuda_home"
