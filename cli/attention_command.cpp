@@ -84,23 +84,19 @@ std::vector<std::uint16_t> to_storage(const npy::Array& array, DType dtype) {
   return bits;
 }
 
-std::vector<float> to_float32(const std::vector<double>& values) {
-  return {values.begin(), values.end()};
-}
+std::vector<float> to_float32(const std::vector<double>& values) { return {values.begin(), values.end()}; }
 
 }  // namespace
 
 CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
   CLI::App* cmd = app.add_subcommand("attention", "Run one attention call on .npy inputs and write O (and LSE)");
-  cmd->add_option("--backend", o.backend, "Backend that computes: reference (fp64 oracle)")
-      ->capture_default_str();
+  cmd->add_option("--backend", o.backend, "Backend that computes: reference (fp64 oracle)")->capture_default_str();
   cmd->add_option("--q", o.q_path, "Q: float32/float16 [B,Sq,Hq,Dk], or [Tq,Hq,Dk] with cu_seqlens")->required();
   cmd->add_option("--k", o.k_path, "K: [B,Sk,Hkv,Dk], or [Tk,Hkv,Dk]")->required();
   cmd->add_option("--v", o.v_path, "V: [B,Sk,Hkv,Dv], or [Tk,Hkv,Dv]")->required();
   cmd->add_option("--out", o.out_path, "O output: float32 [B,Sq,Hq,Dv] (packed: [Tq,Hq,Dv])")->required();
   cmd->add_option("--lse", o.lse_path, "LSE output: float32 [B,Hq,Sq] (packed: [Hq,Tq])");
-  cmd->add_option("--dtype", o.dtype, "Storage dtype the inputs are rounded to: fp16 or bf16")
-      ->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "Storage dtype the inputs are rounded to: fp16 or bf16")->capture_default_str();
   cmd->add_option("--causal", o.causal, "Causal mask: bottom-right (j <= i + Sk - Sq) or top-left (j <= i)");
   cmd->add_option("--window", o.window, "Sliding window LEFT,RIGHT around the bottom-right diagonal (-1: unbounded)");
   cmd->add_option("--scale", o.scale, "Softmax scale (default 1/sqrt(Dk))");

@@ -1,12 +1,9 @@
 // `attune attention`: run one attention call on files written by NumPy.
 #pragma once
 
+#include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
-
-namespace CLI {
-class App;
-}
 
 namespace attune::cli {
 

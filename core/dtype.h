@@ -31,8 +31,6 @@ std::uint16_t float_to_bits(DType dtype, float value);
 float bits_to_float(DType dtype, std::uint16_t bits);
 
 // Rounds `value` to the nearest representable value of `dtype`.
-inline float round_to(DType dtype, float value) {
-  return bits_to_float(dtype, float_to_bits(dtype, value));
-}
+inline float round_to(DType dtype, float value) { return bits_to_float(dtype, float_to_bits(dtype, value)); }
 
 }  // namespace attune

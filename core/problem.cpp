@@ -38,8 +38,8 @@ void check_lengths(const std::vector<int32_t>& cu, const char* name, int64_t bat
   if (cu.front() != 0) reject(std::string(name) + "[0]", str(cu.front()), "0 (offsets start at 0)");
   for (std::size_t b = 1; b < cu.size(); ++b) {
     if (cu[b] < cu[b - 1]) {
-      reject(std::string(name) + "[" + str(static_cast<int64_t>(b)) + "] = " + str(cu[b]) +
-                 " is below " + name + "[" + str(static_cast<int64_t>(b) - 1) + "]",
+      reject(std::string(name) + "[" + str(static_cast<int64_t>(b)) + "] = " + str(cu[b]) + " is below " + name + "[" +
+                 str(static_cast<int64_t>(b) - 1) + "]",
              str(cu[b]), "non-decreasing offsets");
     }
   }
@@ -181,7 +181,8 @@ AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const 
       {{"Q", q_shape}, {"K", k_shape}, {"V", v_shape}}};
   for (const auto& [name, shape] : tensors) {
     if (shape.size() != rank) {
-      reject(std::string(name) + " shape", shape_string(shape) + " (rank " + str(static_cast<int64_t>(shape.size())) + ")",
+      reject(std::string(name) + " shape",
+             shape_string(shape) + " (rank " + str(static_cast<int64_t>(shape.size())) + ")",
              std::string("rank ") + str(static_cast<int64_t>(rank)) + " " + layout);
     }
     for (int64_t d : shape) {
@@ -283,9 +284,9 @@ void validate(const AttentionProblem& p) {
     }
     for (int64_t b = 0; b < p.batch; ++b) {
       const int64_t len = p.seqlens_k[static_cast<std::size_t>(b)];
-      const int64_t limit = p.is_packed() ? p.cu_seqlens_k[static_cast<std::size_t>(b) + 1] -
-                                                p.cu_seqlens_k[static_cast<std::size_t>(b)]
-                                          : p.seqlen_k;  // sequence(b).k_capacity, before it is valid
+      const int64_t limit =
+          p.is_packed() ? p.cu_seqlens_k[static_cast<std::size_t>(b) + 1] - p.cu_seqlens_k[static_cast<std::size_t>(b)]
+                        : p.seqlen_k;  // sequence(b).k_capacity, before it is valid
       if (len < 0) reject("seqlens_k[" + str(b) + "]", str(len), "a non-negative key count");
       if (len > limit) {
         reject("seqlens_k[" + str(b) + "]", str(len),
@@ -300,9 +301,9 @@ void validate(const AttentionProblem& p) {
   check_strides(p.o_strides, "O");
   check_strides(p.lse_strides, "LSE");
   if (p.is_packed()) {
-    for (const auto& [s, name] : {std::pair{&p.q_strides, "Q"}, std::pair{&p.k_strides, "K"},
-                                  std::pair{&p.v_strides, "V"}, std::pair{&p.o_strides, "O"},
-                                  std::pair{&p.lse_strides, "LSE"}}) {
+    for (const auto& [s, name] :
+         {std::pair{&p.q_strides, "Q"}, std::pair{&p.k_strides, "K"}, std::pair{&p.v_strides, "V"},
+          std::pair{&p.o_strides, "O"}, std::pair{&p.lse_strides, "LSE"}}) {
       if (s->batch != 0) reject(std::string(name) + " batch stride", str(s->batch), "0 for packed input");
     }
   }
@@ -328,13 +329,13 @@ void validate(const AttentionProblem& p, const AttentionBuffers& buffers) {
   const ByteSpan inputs[] = {span_of("Q", buffers.q, q_extent(p), elem), span_of("K", buffers.k, k_extent(p), elem),
                              span_of("V", buffers.v, v_extent(p), elem)};
   const ByteSpan o = span_of("O", buffers.o, o_extent(p), elem);
-  const ByteSpan lse = span_of("LSE", buffers.lse, buffers.lse != nullptr ? lse_extent(p) : 0,
-                               static_cast<int64_t>(sizeof(float)));
+  const ByteSpan lse =
+      span_of("LSE", buffers.lse, buffers.lse != nullptr ? lse_extent(p) : 0, static_cast<int64_t>(sizeof(float)));
   for (const ByteSpan& out : {o, lse}) {
     for (const ByteSpan& in : inputs) {
       if (overlaps(out, in)) {
-        reject(std::string("output ") + out.name + " memory",
-               std::string("overlap with input ") + in.name, "outputs in memory disjoint from every input");
+        reject(std::string("output ") + out.name + " memory", std::string("overlap with input ") + in.name,
+               "outputs in memory disjoint from every input");
       }
     }
   }
@@ -353,8 +354,6 @@ int64_t v_extent(const AttentionProblem& p) {
 int64_t o_extent(const AttentionProblem& p) {
   return extent(p.o_strides, batches_of(p), p.seqlen_q, p.heads_q, p.head_dim_v);
 }
-int64_t lse_extent(const AttentionProblem& p) {
-  return extent(p.lse_strides, batches_of(p), p.seqlen_q, p.heads_q, 1);
-}
+int64_t lse_extent(const AttentionProblem& p) { return extent(p.lse_strides, batches_of(p), p.seqlen_q, p.heads_q, 1); }
 
 }  // namespace attune

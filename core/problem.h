@@ -83,14 +83,14 @@ struct SequenceExtent {
 };
 
 struct AttentionProblem {
-  DType dtype = DType::kBF16;  // storage dtype of Q, K, V and O
-  int64_t batch = 1;           // B; packed: number of sequences
-  int64_t seqlen_q = 0;        // Sq; packed: total query rows Tq
-  int64_t seqlen_k = 0;        // Sk; packed: total key rows Tk
-  int64_t heads_q = 1;         // Hq
-  int64_t heads_kv = 1;        // Hkv; Hq % Hkv == 0 (GQA / MQA)
-  int64_t head_dim_k = 0;      // Dk, 1..256
-  int64_t head_dim_v = 0;      // Dv, 1..256
+  DType dtype = DType::kBF16;   // storage dtype of Q, K, V and O
+  int64_t batch = 1;            // B; packed: number of sequences
+  int64_t seqlen_q = 0;         // Sq; packed: total query rows Tq
+  int64_t seqlen_k = 0;         // Sk; packed: total key rows Tk
+  int64_t heads_q = 1;          // Hq
+  int64_t heads_kv = 1;         // Hkv; Hq % Hkv == 0 (GQA / MQA)
+  int64_t head_dim_k = 0;       // Dk, 1..256
+  int64_t head_dim_v = 0;       // Dv, 1..256
   std::optional<double> scale;  // softmax scale; default 1/sqrt(Dk)
   Mask mask;
   std::vector<int32_t> seqlens_k;     // [B] keys per sequence (key padding); empty: all

@@ -218,10 +218,10 @@ class HeaderParser {
 
  private:
   [[noreturn]] void malformed(const std::string& what) const {
-    const std::string got = pos_ < text_.size() ? "\"" + quote_bytes(text_.substr(pos_, 1), 1) + "\""
-                                                : std::string("end of header");
-    fail(path_, "malformed header: " + what + ", got " + got + " at offset " + std::to_string(pos_) +
-                    " in header \"" + quote_bytes(text_, kMaxQuotedHeader) + "\"");
+    const std::string got =
+        pos_ < text_.size() ? "\"" + quote_bytes(text_.substr(pos_, 1), 1) + "\"" : std::string("end of header");
+    fail(path_, "malformed header: " + what + ", got " + got + " at offset " + std::to_string(pos_) + " in header \"" +
+                    quote_bytes(text_, kMaxQuotedHeader) + "\"");
   }
 
   void mark_seen(bool& seen, const std::string& key) const {
@@ -321,8 +321,8 @@ struct Dtype {
 
 Dtype parse_dtype(const std::string& descr, const fs::path& path) {
   auto unsupported = [&]() -> Dtype {
-    fail(path, "unsupported dtype '" + quote_bytes(descr, kMaxQuotedHeader) + "': expected " +
-                   std::string(kSupportedDtypes));
+    fail(path,
+         "unsupported dtype '" + quote_bytes(descr, kMaxQuotedHeader) + "': expected " + std::string(kSupportedDtypes));
   };
   if (descr.size() != 3) return unsupported();
   bool big_endian = false;
@@ -609,8 +609,8 @@ std::vector<int32_t> Array::to_int32(std::string_view what) const {
     const auto value = load<int64_t>(bytes.data() + 8 * i);
     if (value < std::numeric_limits<int32_t>::min() || value > std::numeric_limits<int32_t>::max()) {
       throw IoError(std::string(what) + ": value " + std::to_string(value) + " at index " + std::to_string(i) +
-                    " is out of int32 range: expected " + std::to_string(std::numeric_limits<int32_t>::min()) +
-                    " to " + std::to_string(std::numeric_limits<int32_t>::max()));
+                    " is out of int32 range: expected " + std::to_string(std::numeric_limits<int32_t>::min()) + " to " +
+                    std::to_string(std::numeric_limits<int32_t>::max()));
     }
     out[i] = static_cast<int32_t>(value);
   }
@@ -648,8 +648,8 @@ Array read(const fs::path& path) {
   const std::size_t length_field = major == 1 ? 2 : 4;
   std::vector<std::byte> length_bytes;
   if (read_up_to(file.get(), path, length_field, length_bytes) < length_field) {
-    fail(path, "truncated preamble: expected a " + std::to_string(length_field) +
-                   "-byte header length, found " + std::to_string(length_bytes.size()) + " bytes");
+    fail(path, "truncated preamble: expected a " + std::to_string(length_field) + "-byte header length, found " +
+                   std::to_string(length_bytes.size()) + " bytes");
   }
   const std::size_t header_length = load_le(length_bytes);
   std::vector<std::byte> header_bytes;
@@ -677,9 +677,8 @@ Array read(const fs::path& path) {
                    " is too large: its byte size overflows int64");
   }
   const auto data_bytes = static_cast<uint64_t>(count) * element_bytes;
-  const std::string data_description =
-      std::to_string(data_bytes) + " bytes for shape " + format_shape(header.shape) + " " +
-      std::string(to_string(dtype.type));
+  const std::string data_description = std::to_string(data_bytes) + " bytes for shape " + format_shape(header.shape) +
+                                       " " + std::string(to_string(dtype.type));
   auto truncated = [&](uint64_t found) {
     fail(path, "truncated data: expected " + data_description + ", found " + std::to_string(found));
   };

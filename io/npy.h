@@ -50,9 +50,7 @@ Array read(const std::filesystem::path& path);
 // data.size() (else InvalidArgument). The file is written to a temporary file
 // in the same directory, fsync'ed and renamed over `path`, so readers never
 // see a partial file; on failure the temporary file is removed (IoError).
-void write(const std::filesystem::path& path, std::span<const int64_t> shape,
-           std::span<const float> data);
-void write(const std::filesystem::path& path, std::span<const int64_t> shape,
-           std::span<const int32_t> data);
+void write(const std::filesystem::path& path, std::span<const int64_t> shape, std::span<const float> data);
+void write(const std::filesystem::path& path, std::span<const int64_t> shape, std::span<const int32_t> data);
 
 }  // namespace attune::npy

@@ -85,9 +85,9 @@ std::vector<std::size_t> visiting_order(const TilePlan& plan, std::size_t count,
     std::vector<std::size_t> identity(count);
     std::iota(identity.begin(), identity.end(), std::size_t{0});
     if (sorted != identity) {
-      throw InvalidArgument("tile permutation: got " + std::to_string(plan.permutation.size()) +
-                            " entries for " + std::to_string(count) +
-                            " tiles; expected a permutation of 0.." + std::to_string(count) + "-1");
+      throw InvalidArgument("tile permutation: got " + std::to_string(plan.permutation.size()) + " entries for " +
+                            std::to_string(count) + " tiles; expected a permutation of 0.." + std::to_string(count) +
+                            "-1");
     }
     return plan.permutation;
   }

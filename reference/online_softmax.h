@@ -53,8 +53,8 @@ enum class TileOrder : std::uint8_t { kAscending, kDescending, kShuffled };
 struct TilePlan {
   std::vector<int64_t> tile_sizes = {64};  // cycled over the key axis; each > 0
   TileOrder order = TileOrder::kAscending;
-  std::uint64_t seed = 0;                   // for kShuffled
-  std::vector<std::size_t> permutation;     // explicit order; overrides `order`
+  std::uint64_t seed = 0;                // for kShuffled
+  std::vector<std::size_t> permutation;  // explicit order; overrides `order`
 };
 
 struct TiledStats {

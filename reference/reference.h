@@ -25,8 +25,7 @@ ReferenceOutput reference_forward(const AttentionProblem& problem, const std::ui
 
 // The same from fp64 values (problem.dtype is ignored): the exact
 // mathematical function, for tests that need values no 16-bit format holds.
-ReferenceOutput reference_forward(const AttentionProblem& problem, const double* q, const double* k,
-                                  const double* v);
+ReferenceOutput reference_forward(const AttentionProblem& problem, const double* q, const double* k, const double* v);
 
 // Index of O row (b, row, head) and of LSE entry (b, head, row) in a
 // ReferenceOutput; `row` is the global row (packed: offset by q_begin).

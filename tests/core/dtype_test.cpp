@@ -94,8 +94,8 @@ TEST(DTypeTest, FloatToHalfMatchesCudaAroundAllPatterns) {
       if (is_nan_half(theirs)) {
         EXPECT_TRUE(is_nan_half(ours)) << "probe " << probe;
       } else {
-        ASSERT_EQ(ours, theirs) << "probe " << probe << " (bits 0x" << std::hex
-                                << std::bit_cast<std::uint32_t>(probe) << ")";
+        ASSERT_EQ(ours, theirs) << "probe " << probe << " (bits 0x" << std::hex << std::bit_cast<std::uint32_t>(probe)
+                                << ")";
       }
     }
   }

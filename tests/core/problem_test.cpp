@@ -60,8 +60,7 @@ TEST(ProblemTest, RejectsMismatchedShapes) {
 }
 
 TEST(ProblemTest, RejectsHeadsNotAMultiple) {
-  expect_rejected([] { dense({1, 5, 3, 8}, {1, 7, 2, 8}, {1, 7, 2, 8}); },
-                  {"Hq = 3", "Hkv = 2", "multiple of Hkv"});
+  expect_rejected([] { dense({1, 5, 3, 8}, {1, 7, 2, 8}, {1, 7, 2, 8}); }, {"Hq = 3", "Hkv = 2", "multiple of Hkv"});
 }
 
 TEST(ProblemTest, RejectsHeadDimsOutsideRange) {
@@ -83,30 +82,57 @@ TEST(ProblemTest, RejectsNegativeLengths) {
 }
 
 TEST(ProblemTest, RejectsSeqlensKAboveSk) {
-  expect_rejected([] { dense({2, 5, 1, 8}, {2, 7, 1, 8}, {2, 7, 1, 8}, {.seqlens_k = {7, 8}}); },
-                  {"seqlens_k[1]", "got 8", "at most 7"});
-  expect_rejected([] { dense({2, 5, 1, 8}, {2, 7, 1, 8}, {2, 7, 1, 8}, {.seqlens_k = {7}}); },
-                  {"seqlens_k length", "got 1", "one per batch"});
+  expect_rejected(
+      [] {
+        dense({2, 5, 1, 8}, {2, 7, 1, 8}, {2, 7, 1, 8}, {.seqlens_k = {7, 8}});
+      },
+      {"seqlens_k[1]", "got 8", "at most 7"});
+  expect_rejected(
+      [] {
+        dense({2, 5, 1, 8}, {2, 7, 1, 8}, {2, 7, 1, 8}, {.seqlens_k = {7}});
+      },
+      {"seqlens_k length", "got 1", "one per batch"});
 }
 
 TEST(ProblemTest, RejectsBadCuSeqlens) {
   const Shape q = {10, 2, 8};
   const Shape k = {12, 2, 8};
-  expect_rejected([&] { dense(q, k, k, {.cu_seqlens_q = {1, 4, 10}, .cu_seqlens_k = {0, 6, 12}}); },
-                  {"cu_seqlens_q[0]", "got 1", "expected 0"});
-  expect_rejected([&] { dense(q, k, k, {.cu_seqlens_q = {0, 4, 10}, .cu_seqlens_k = {0, 6, 5}}); },
-                  {"cu_seqlens_k[2]", "non-decreasing"});
-  expect_rejected([&] { dense(q, k, k, {.cu_seqlens_q = {0, 4, 11}, .cu_seqlens_k = {0, 6, 12}}); },
-                  {"cu_seqlens_q last entry", "got 11", "at most 10"});
-  expect_rejected([&] { dense(q, k, k, {.cu_seqlens_q = {0, 4, 10}, .cu_seqlens_k = {0, 12}}); },
-                  {"cu_seqlens_k length", "got 2", "expected 3"});
-  expect_rejected([&] { dense(q, k, k, {.cu_seqlens_q = {0, 4, 10}}); },
-                  {"cu_seqlens", "both cu_seqlens_q and cu_seqlens_k"});
-  expect_rejected([&] { dense({1, 10, 2, 8}, {1, 12, 2, 8}, {1, 12, 2, 8}, {.cu_seqlens_q = {0, 10}, .cu_seqlens_k = {0, 12}}); },
-                  {"Q shape", "rank 4", "[T, H, D]"});
+  expect_rejected(
+      [&] {
+        dense(q, k, k, {.cu_seqlens_q = {1, 4, 10}, .cu_seqlens_k = {0, 6, 12}});
+      },
+      {"cu_seqlens_q[0]", "got 1", "expected 0"});
+  expect_rejected(
+      [&] {
+        dense(q, k, k, {.cu_seqlens_q = {0, 4, 10}, .cu_seqlens_k = {0, 6, 5}});
+      },
+      {"cu_seqlens_k[2]", "non-decreasing"});
+  expect_rejected(
+      [&] {
+        dense(q, k, k, {.cu_seqlens_q = {0, 4, 11}, .cu_seqlens_k = {0, 6, 12}});
+      },
+      {"cu_seqlens_q last entry", "got 11", "at most 10"});
+  expect_rejected(
+      [&] {
+        dense(q, k, k, {.cu_seqlens_q = {0, 4, 10}, .cu_seqlens_k = {0, 12}});
+      },
+      {"cu_seqlens_k length", "got 2", "expected 3"});
+  expect_rejected(
+      [&] {
+        dense(q, k, k, {.cu_seqlens_q = {0, 4, 10}});
+      },
+      {"cu_seqlens", "both cu_seqlens_q and cu_seqlens_k"});
+  expect_rejected(
+      [&] {
+        dense({1, 10, 2, 8}, {1, 12, 2, 8}, {1, 12, 2, 8}, {.cu_seqlens_q = {0, 10}, .cu_seqlens_k = {0, 12}});
+      },
+      {"Q shape", "rank 4", "[T, H, D]"});
   // Packed key padding is bounded by each sequence's own keys.
-  expect_rejected([&] { dense(q, k, k, {.seqlens_k = {6, 7}, .cu_seqlens_q = {0, 4, 10}, .cu_seqlens_k = {0, 6, 12}}); },
-                  {"seqlens_k[1]", "got 7", "at most 6"});
+  expect_rejected(
+      [&] {
+        dense(q, k, k, {.seqlens_k = {6, 7}, .cu_seqlens_q = {0, 4, 10}, .cu_seqlens_k = {0, 6, 12}});
+      },
+      {"seqlens_k[1]", "got 7", "at most 6"});
 }
 
 TEST(ProblemTest, PackedSequencesAreReadFromOffsets) {
@@ -169,10 +195,22 @@ TEST(ProblemTest, RejectsNullPointers) {
     AttentionBuffers b = s.buffers();
     const char* name = "";
     switch (which) {
-      case 0: b.q = nullptr; name = "Q pointer"; break;
-      case 1: b.k = nullptr; name = "K pointer"; break;
-      case 2: b.v = nullptr; name = "V pointer"; break;
-      default: b.o = nullptr; name = "O pointer"; break;
+      case 0:
+        b.q = nullptr;
+        name = "Q pointer";
+        break;
+      case 1:
+        b.k = nullptr;
+        name = "K pointer";
+        break;
+      case 2:
+        b.v = nullptr;
+        name = "V pointer";
+        break;
+      default:
+        b.o = nullptr;
+        name = "O pointer";
+        break;
     }
     expect_rejected([&] { validate(p, b); }, {name, "null"});
   }
@@ -219,7 +257,7 @@ TEST(MaskTest, VisibleKeysFollowGlobalPositions) {
   EXPECT_EQ(range(Mask::window(2, 1), 4, 9, 12), (R{5, 9}));  // d = 7
   EXPECT_EQ(range(Mask::window(-1, 0), 4, 9, 12), range(Mask::causal_bottom_right(), 4, 9, 12));
   EXPECT_EQ(range(Mask::window(0, 0), 0, 12, 9), (R{0, 0}));  // d = -3: nothing
-  EXPECT_EQ(range(Mask::none(), 0, 1, 0), (R{0, 0}));          // Sk = 0
+  EXPECT_EQ(range(Mask::none(), 0, 1, 0), (R{0, 0}));         // Sk = 0
 }
 
 }  // namespace

@@ -295,8 +295,7 @@ TEST_F(NpyTest, WriteShapeMismatchIsInvalidArgument) {
 
 TEST_F(NpyTest, WriteIntoMissingDirectoryIsIoError) {
   const fs::path path = dir_ / "no_such_dir" / "x.npy";
-  const std::string message =
-      io_error_message([&] { write(path, std::vector<int64_t>{1}, std::vector<float>{1.0f}); });
+  const std::string message = io_error_message([&] { write(path, std::vector<int64_t>{1}, std::vector<float>{1.0f}); });
   EXPECT_TRUE(contains_all(message, {path.string(), "No such file or directory"}));
   EXPECT_TRUE(directory_entries().empty());
 }
@@ -305,8 +304,9 @@ TEST_F(NpyTest, FailedRenameRemovesTemporaryFile) {
   // The target is a non-empty directory, so the final rename fails.
   fs::create_directories(dir_ / "target.npy" / "child");
   const fs::path path = dir_ / "target.npy";
-  const std::string message =
-      io_error_message([&] { write(path, std::vector<int64_t>{2}, std::vector<int32_t>{1, 2}); });
+  const std::string message = io_error_message([&] {
+    write(path, std::vector<int64_t>{2}, std::vector<int32_t>{1, 2});
+  });
   EXPECT_TRUE(contains_all(message, {path.string(), "rename"}));
   EXPECT_EQ(directory_entries(), std::vector<std::string>{"target.npy"});
 }
@@ -323,7 +323,9 @@ TEST_F(NpyTest, ReadsEveryDtype) {
   const std::vector<Case> cases = {
       {"<f2", raw_bytes<uint16_t>({0x3C00, 0xC000, 0x3800}), ElementType::kFloat16, {1.0f, -2.0f, 0.5f}},
       {"<f4", raw_bytes<float>({1.5f, -2.25f, 1e30f}), ElementType::kFloat32, {1.5f, -2.25f, 1e30f}},
-      {"<f8", raw_bytes<double>({0.1, -3.0, 1e300}), ElementType::kFloat64,
+      {"<f8",
+       raw_bytes<double>({0.1, -3.0, 1e300}),
+       ElementType::kFloat64,
        {0.1f, -3.0f, std::numeric_limits<float>::infinity()}},
       {"<i4", raw_bytes<int32_t>({-1, 0, 123456}), ElementType::kInt32, {-1.0f, 0.0f, 123456.0f}},
       {"<i8", raw_bytes<int64_t>({-5, int64_t{1} << 40, 7}), ElementType::kInt64, {-5.0f, 1099511627776.0f, 7.0f}},
@@ -359,8 +361,8 @@ TEST_F(NpyTest, Float16ValuesAreExact) {
   bits.push_back(0x8000);  // -0
   bits.push_back(0x7E00);  // quiet NaN
   bits.push_back(0xFE01);  // negative NaN with payload
-  const Array array = read(file_with(npy_file(dict_for("<f2", "(" + std::to_string(bits.size()) + ",)"),
-                                              raw_bytes<uint16_t>(bits))));
+  const Array array =
+      read(file_with(npy_file(dict_for("<f2", "(" + std::to_string(bits.size()) + ",)"), raw_bytes<uint16_t>(bits))));
   ASSERT_EQ(array.type, ElementType::kFloat16);
   const std::vector<float> values = array.to_float32();
   ASSERT_EQ(values.size(), bits.size());
@@ -376,7 +378,8 @@ TEST_F(NpyTest, Float16ValuesAreExact) {
 
 TEST_F(NpyTest, ReadsBigEndian) {
   {
-    const Array array = read(file_with(npy_file(dict_for(">f4", "(2, 2)"), raw_bytes<float>({1, -2, 3.5f, 1e-3f}, true))));
+    const Array array =
+        read(file_with(npy_file(dict_for(">f4", "(2, 2)"), raw_bytes<float>({1, -2, 3.5f, 1e-3f}, true))));
     EXPECT_EQ(array.type, ElementType::kFloat32);
     EXPECT_EQ(array.shape, (std::vector<int64_t>{2, 2}));
     EXPECT_EQ(array.to_float32(), (std::vector<float>{1, -2, 3.5f, 1e-3f}));
@@ -453,7 +456,8 @@ TEST_F(NpyTest, ParsesHeaderVariations) {
 // ---- conversions ----
 
 TEST_F(NpyTest, ToInt32ChecksRangeAndType) {
-  const std::string in_range = raw_bytes<int64_t>({std::numeric_limits<int32_t>::min(), 0, std::numeric_limits<int32_t>::max()});
+  const std::string in_range =
+      raw_bytes<int64_t>({std::numeric_limits<int32_t>::min(), 0, std::numeric_limits<int32_t>::max()});
   EXPECT_EQ(read(file_with(npy_file(dict_for("<i8", "(3,)"), in_range))).to_int32("ok"),
             (std::vector<int32_t>{std::numeric_limits<int32_t>::min(), 0, std::numeric_limits<int32_t>::max()}));
 
@@ -516,8 +520,8 @@ TEST_F(NpyTest, BadMagic) {
 }
 
 TEST_F(NpyTest, UnsupportedVersion) {
-  for (const auto& [major, minor, text] : std::vector<std::tuple<char, char, std::string>>{
-           {4, 0, "4.0"}, {1, 1, "1.1"}, {0, 0, "0.0"}}) {
+  for (const auto& [major, minor, text] :
+       std::vector<std::tuple<char, char, std::string>>{{4, 0, "4.0"}, {1, 1, "1.1"}, {0, 0, "0.0"}}) {
     std::string bytes = npy_file(dict_for("<f4", "()"), raw_bytes<float>({1}));
     bytes[6] = major;
     bytes[7] = minor;
@@ -564,8 +568,7 @@ TEST_F(NpyTest, MalformedHeader) {
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.header);
-    const std::string message =
-        io_error_message([&] { read(file_with(npy_file(c.header, raw_bytes<float>({1})))); });
+    const std::string message = io_error_message([&] { read(file_with(npy_file(c.header, raw_bytes<float>({1})))); });
     EXPECT_TRUE(contains_all(message, {"a.npy", "malformed header", c.key_words}));
   }
 }
@@ -603,30 +606,32 @@ TEST_F(NpyTest, AbsurdShapesAreErrorsNotAllocations) {
       io_error_message([&] { read(file_with(npy_file(dict_for("<f4", "(4294967296, 4294967296)"), ""))); }),
       {"a.npy", "(4294967296, 4294967296)", "too large"}));
   // Byte count overflows int64 though the element count does not.
-  EXPECT_TRUE(contains_all(
-      io_error_message([&] { read(file_with(npy_file(dict_for("<f8", "(2305843009213693952,)"), ""))); }),
-      {"a.npy", "too large"}));
+  EXPECT_TRUE(
+      contains_all(io_error_message([&] { read(file_with(npy_file(dict_for("<f8", "(2305843009213693952,)"), ""))); }),
+                   {"a.npy", "too large"}));
   // A dimension that does not fit int64 at all.
-  EXPECT_TRUE(contains_all(
-      io_error_message([&] { read(file_with(npy_file(dict_for("<f4", "(99999999999999999999,)"), ""))); }),
-      {"a.npy", "dimension 99999999999999999999", "too large"}));
+  EXPECT_TRUE(
+      contains_all(io_error_message([&] { read(file_with(npy_file(dict_for("<f4", "(99999999999999999999,)"), ""))); }),
+                   {"a.npy", "dimension 99999999999999999999", "too large"}));
   // Representable but far more than the file holds: a truncation error.
-  EXPECT_TRUE(contains_all(
-      io_error_message([&] { read(file_with(npy_file(dict_for("<f4", "(1099511627776,)"), "abcd"))); }),
-      {"a.npy", "truncated data", "expected 4398046511104 bytes", "found 4"}));
+  EXPECT_TRUE(
+      contains_all(io_error_message([&] { read(file_with(npy_file(dict_for("<f4", "(1099511627776,)"), "abcd"))); }),
+                   {"a.npy", "truncated data", "expected 4398046511104 bytes", "found 4"}));
 }
 
 TEST_F(NpyTest, TruncatedData) {
-  const std::string message = io_error_message(
-      [&] { read(file_with(npy_file(dict_for("<f4", "(2, 3)"), raw_bytes<float>({1, 2, 3}) ))); });
+  const std::string message = io_error_message([&] {
+    read(file_with(npy_file(dict_for("<f4", "(2, 3)"), raw_bytes<float>({1, 2, 3}))));
+  });
   EXPECT_TRUE(contains_all(message, {"a.npy", "truncated data", "expected 24 bytes", "(2, 3) float32", "found 12"}));
-  EXPECT_TRUE(contains_all(io_error_message([&] { read(file_with(npy_file(dict_for("<i8", "()"), "")));}),
+  EXPECT_TRUE(contains_all(io_error_message([&] { read(file_with(npy_file(dict_for("<i8", "()"), ""))); }),
                            {"truncated data", "expected 8 bytes", "found 0"}));
 }
 
 TEST_F(NpyTest, BytesAfterTheData) {
-  const std::string message = io_error_message(
-      [&] { read(file_with(npy_file(dict_for("<f4", "(2,)"), raw_bytes<float>({1, 2}) + "junk!"))); });
+  const std::string message = io_error_message([&] {
+    read(file_with(npy_file(dict_for("<f4", "(2,)"), raw_bytes<float>({1, 2}) + "junk!")));
+  });
   EXPECT_TRUE(contains_all(message, {"a.npy", "file has 5 bytes after the data", "8 bytes"}));
 }
 
@@ -684,7 +689,8 @@ for v in [(2, 0), (3, 0)]:
     int mismatches = 0;
     for (std::size_t i = 0; i < mine.size(); ++i) {
       const bool same = std::isnan(numpy[i]) ? std::isnan(mine[i]) : float_bits(mine[i]) == float_bits(numpy[i]);
-      if (!same && ++mismatches <= 5) ADD_FAILURE() << "half 0x" << std::hex << i << ": " << mine[i] << " vs " << numpy[i];
+      if (!same && ++mismatches <= 5)
+        ADD_FAILURE() << "half 0x" << std::hex << i << ": " << mine[i] << " vs " << numpy[i];
     }
     EXPECT_EQ(mismatches, 0);
   }
@@ -692,8 +698,8 @@ for v in [(2, 0), (3, 0)]:
     const Array array = read(dir_ / "i32.npy");
     EXPECT_EQ(array.type, ElementType::kInt32);
     EXPECT_EQ(array.shape, (std::vector<int64_t>{2, 2}));
-    EXPECT_EQ(array.to_int32("i32"), (std::vector<int32_t>{std::numeric_limits<int32_t>::min(), 0, 5,
-                                                           std::numeric_limits<int32_t>::max()}));
+    EXPECT_EQ(array.to_int32("i32"),
+              (std::vector<int32_t>{std::numeric_limits<int32_t>::min(), 0, 5, std::numeric_limits<int32_t>::max()}));
   }
   {
     const Array array = read(dir_ / "i64.npy");

@@ -175,8 +175,8 @@ TEST(OnlineSoftmaxTest, EntirelyMaskedTilesAreSkipped) {
   // come out as 0 and -inf.
   const testing::Inputs in = testing::make_inputs(testing::seed_families()[6]);
   TiledStats stats;
-  const auto got = tiled_forward<float>(in.problem, in.q.data(), in.k.data(), in.v.data(),
-                                        TilePlan{.tile_sizes = {2}}, &stats);
+  const auto got =
+      tiled_forward<float>(in.problem, in.q.data(), in.k.data(), in.v.data(), TilePlan{.tile_sizes = {2}}, &stats);
   // Per row: batch 0 visits 5 tiles; batch 1 visits 2, skips 3; batch 2 skips 5.
   const int64_t rows = in.problem.seqlen_q * in.problem.heads_q;
   EXPECT_EQ(stats.tiles_visited, rows * (5 + 2));

@@ -43,9 +43,9 @@ ReferenceOutput mask_matrix_attention(const testing::Inputs& in) {
   out.lse.assign(static_cast<std::size_t>(batches * p.heads_q * p.seqlen_q), -kInf);
   for (int64_t b = 0; b < p.batch; ++b) {
     const SequenceExtent s = p.sequence(b);
-    const int64_t sk_full = p.is_packed() ? p.cu_seqlens_k[static_cast<std::size_t>(b) + 1] -
-                                                p.cu_seqlens_k[static_cast<std::size_t>(b)]
-                                          : p.seqlen_k;
+    const int64_t sk_full =
+        p.is_packed() ? p.cu_seqlens_k[static_cast<std::size_t>(b) + 1] - p.cu_seqlens_k[static_cast<std::size_t>(b)]
+                      : p.seqlen_k;
     for (int64_t h = 0; h < p.heads_q; ++h) {
       for (int64_t i = 0; i < s.q_len; ++i) {
         std::vector<double> scores(static_cast<std::size_t>(sk_full), -kInf);
@@ -234,10 +234,9 @@ TEST(ReferenceTest, PackedEqualsEachSequenceAlone) {
       const AttentionProblem dense = make_problem(std::vector<int64_t>{1, s.q_len, p.heads_q, p.head_dim_k},
                                                   std::vector<int64_t>{1, s.k_len, p.heads_kv, p.head_dim_k},
                                                   std::vector<int64_t>{1, s.k_len, p.heads_kv, p.head_dim_v}, one);
-      const ReferenceOutput alone =
-          reference_forward(dense, in.q.data() + element_offset(p.q_strides, 0, s.q_begin, 0),
-                            in.k.data() + element_offset(p.k_strides, 0, s.k_begin, 0),
-                            in.v.data() + element_offset(p.v_strides, 0, s.k_begin, 0));
+      const ReferenceOutput alone = reference_forward(dense, in.q.data() + element_offset(p.q_strides, 0, s.q_begin, 0),
+                                                      in.k.data() + element_offset(p.k_strides, 0, s.k_begin, 0),
+                                                      in.v.data() + element_offset(p.v_strides, 0, s.k_begin, 0));
       for (int64_t i = 0; i < s.q_len; ++i)
         for (int64_t h = 0; h < p.heads_q; ++h) {
           EXPECT_EQ(packed.lse[static_cast<std::size_t>(reference_lse_index(p, b, s.q_begin + i, h))],

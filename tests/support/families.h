@@ -35,8 +35,8 @@ inline std::vector<Family> seed_families(DType dtype = DType::kBF16) {
   f.push_back({"noncausal_irregular", {1, 5, 1, 4}, {1, 9, 1, 4}, {1, 9, 1, 3}, opts(Mask::none())});
   f.push_back({"square_causal", {1, 7, 1, 5}, {1, 7, 1, 5}, {1, 7, 1, 2}, opts(Mask::causal_bottom_right())});
   f.push_back({"bottom_right_wide", {1, 2, 1, 1}, {1, 6, 1, 1}, {1, 6, 1, 1}, opts(Mask::causal_bottom_right())});
-  f.push_back({"bottom_right_empty_prefix", {1, 5, 1, 1}, {1, 2, 1, 1}, {1, 2, 1, 1},
-               opts(Mask::causal_bottom_right())});
+  f.push_back(
+      {"bottom_right_empty_prefix", {1, 5, 1, 1}, {1, 2, 1, 1}, {1, 2, 1, 1}, opts(Mask::causal_bottom_right())});
   f.push_back({"top_left_wide", {1, 5, 1, 3}, {1, 8, 1, 3}, {1, 8, 1, 2}, opts(Mask::causal_top_left())});
   f.push_back({"top_left_tall", {1, 8, 1, 3}, {1, 5, 1, 3}, {1, 5, 1, 2}, opts(Mask::causal_top_left())});
   {
@@ -108,10 +108,12 @@ inline double max_abs_logit(const Inputs& in) {
         for (int64_t j = 0; j < s.k_len; ++j) {
           double dot = 0;
           for (int64_t d = 0; d < p.head_dim_k; ++d) {
-            dot += static_cast<double>(bits_to_float(
-                       p.dtype, in.q[static_cast<std::size_t>(element_offset(p.q_strides, b, s.q_begin + i, h) + d)])) *
-                   bits_to_float(p.dtype, in.k[static_cast<std::size_t>(
-                                              element_offset(p.k_strides, b, s.k_begin + j, p.kv_head_of(h)) + d)]);
+            dot +=
+                static_cast<double>(bits_to_float(
+                    p.dtype, in.q[static_cast<std::size_t>(element_offset(p.q_strides, b, s.q_begin + i, h) + d)])) *
+                bits_to_float(
+                    p.dtype,
+                    in.k[static_cast<std::size_t>(element_offset(p.k_strides, b, s.k_begin + j, p.kv_head_of(h)) + d)]);
           }
           worst = std::max(worst, std::abs(p.softmax_scale() * dot));
         }

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Checks formatting (clang-format) and static rules (clang-tidy) of attune's
+# own sources. Usage: tools/lint.sh BUILD_DIR   (needs compile_commands.json)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build_dir="${1:-build/dev}"
+mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- '*.cpp' '*.h' '*.cuh' | grep -v '^build/')
+echo "lint: clang-format on ${#sources[@]} files"
+clang-format --dry-run --Werror "${sources[@]}"
+mapfile -t units < <(printf '%s\n' "${sources[@]}" | grep '\.cpp$' | grep -v '^tests/')
+echo "lint: clang-tidy on ${#units[@]} translation units"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+status=0
+printf '%s\n' "${units[@]}" | xargs -P 2 -n 4 clang-tidy --quiet -p "$build_dir" >"$log" 2>&1 || status=$?
+grep -v "warnings generated" "$log" || true
+if [ "$status" -ne 0 ]; then
+  echo "lint: clang-tidy found problems (see above)" >&2
+  exit 1
+fi
+echo "lint: clean"
