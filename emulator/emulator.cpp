@@ -1,0 +1,630 @@
+#include "emulator/emulator.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <vector>
+
+#include "core/dtype.h"
+#include "emulator/fiber.h"
+#include "emulator/shared_shadow.h"
+#include "emulator/warp_ops.h"
+#include "templates/primitives/emulated.h"
+
+namespace attune::emu {
+
+namespace {
+
+using Where = std::source_location;
+
+enum class State : std::uint8_t { kRunnable, kAtBarrier, kAtWarpOp, kDone };
+enum class WarpOp : std::uint8_t { kShuffle, kMma, kLdmatrix };
+
+std::string_view to_string(WarpOp op) {
+  switch (op) {
+    case WarpOp::kShuffle:
+      return "shfl.sync";
+    case WarpOp::kMma:
+      return "mma.sync";
+    case WarpOp::kLdmatrix:
+      return "ldmatrix";
+  }
+  return "?";
+}
+
+std::string site_of(const Where& where) {
+  std::string file = where.file_name();
+  // Trim to the project-relative part: templates/..., tests/...
+  for (const char* root : {"templates/", "tests/", "emulator/", "bench/"}) {
+    const std::size_t at = file.rfind(root);
+    if (at != std::string::npos) {
+      file = file.substr(at);
+      break;
+    }
+  }
+  return file + ":" + std::to_string(where.line());
+}
+
+bool same_site(const Where& a, const Where& b) {
+  return a.line() == b.line() && std::strcmp(a.file_name(), b.file_name()) == 0;
+}
+
+struct AsyncCopy {
+  std::uint64_t offset;  // in shared memory
+  std::array<unsigned char, 16> data;
+};
+
+struct Thread {
+  Dim3 index;
+  i32 linear = 0;
+  i32 warp = 0;
+  i32 lane = 0;
+  Fiber* fiber = nullptr;
+  State state = State::kRunnable;
+  Where site;
+  // Operands and results of the warp collective this thread waits at.
+  WarpOp op = WarpOp::kShuffle;
+  bool flag = false;  // shfl: xor mode; mma: bf16; ldmatrix: trans
+  i32 operand = 0;    // shfl: lane or mask; ldmatrix: matrices
+  std::array<u32, 4> words{};
+  std::array<float, 4> floats{};
+  const void* address = nullptr;
+  // cp.async groups: the open one, then committed ones oldest first.
+  std::vector<AsyncCopy> open_group;
+  std::deque<std::vector<AsyncCopy>> committed;
+};
+
+struct Buffer {
+  std::uintptr_t end;
+  std::string name;
+};
+
+std::string range_text(std::uint64_t begin, std::uint64_t bytes) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(begin + bytes) + ")";
+}
+
+std::string thread_text(const Thread& t) {
+  return "(" + std::to_string(t.index.x) + "," + std::to_string(t.index.y) + "," + std::to_string(t.index.z) + ")";
+}
+
+// "0-63, 96" from sorted linear ids.
+std::string id_ranges(const std::vector<i32>& ids) {
+  std::string text;
+  for (std::size_t i = 0; i < ids.size();) {
+    std::size_t j = i;
+    while (j + 1 < ids.size() && ids[j + 1] == ids[j] + 1) ++j;
+    if (!text.empty()) text += ", ";
+    text += std::to_string(ids[i]);
+    if (j > i) text += "-" + std::to_string(ids[j]);
+    i = j + 1;
+  }
+  return text;
+}
+
+// A hang or an exception ends the launch at once.
+struct AbortLaunch {};
+
+}  // namespace
+
+struct Emulator::Impl {
+  Options options;
+  std::map<std::uintptr_t, Buffer> buffers;  // by start address
+  std::vector<std::unique_ptr<Fiber>> fibers;
+
+  // The block being run.
+  LaunchConfig config;
+  Dim3 block_index;
+  std::vector<Thread> threads;
+  std::vector<unsigned char> shared;
+  SharedShadow shadow;
+  const std::function<void()>* body = nullptr;
+  Thread* current = nullptr;
+  std::exception_ptr kernel_exception;
+
+  std::vector<BugReport> reports;
+  std::size_t dropped = 0;
+
+  void report(BugKind kind, const Thread& t, const Where& where, std::string detail) {
+    if (reports.size() >= options.max_reports) {
+      ++dropped;
+      return;
+    }
+    reports.push_back(BugReport{kind, block_index, t.index, t.warp, t.lane, site_of(where), std::move(detail)});
+  }
+
+  // --- memory checks ---------------------------------------------------
+
+  bool check_global(const Thread& t, const void* p, u64 bytes, bool write, const Where& where) {
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    const char* verb = write ? "write" : "read";
+    auto it = buffers.upper_bound(addr);
+    if (it != buffers.begin()) {
+      --it;
+      const std::uintptr_t begin = it->first;
+      if (addr < it->second.end) {
+        if (addr + bytes <= it->second.end) {
+          if (bytes > 1 && addr % std::min<u64>(bytes, 16) != 0) {
+            report(BugKind::kGlobalOutOfBounds, t, where,
+                   std::string("misaligned ") + verb + " of " + std::to_string(bytes) + " bytes at byte " +
+                       std::to_string(addr - begin) + " of buffer '" + it->second.name + "'");
+            return false;
+          }
+          return true;
+        }
+        report(BugKind::kGlobalOutOfBounds, t, where,
+               std::string(verb) + " of bytes " + range_text(addr - begin, bytes) + " of buffer '" + it->second.name +
+                   "', which has " + std::to_string(it->second.end - begin) + " bytes");
+        return false;
+      }
+      report(BugKind::kGlobalOutOfBounds, t, where,
+             std::string(verb) + " of " + std::to_string(bytes) + " bytes at " + std::to_string(addr - it->second.end) +
+                 " bytes past the end of buffer '" + it->second.name + "'");
+      return false;
+    }
+    report(BugKind::kGlobalOutOfBounds, t, where,
+           std::string(verb) + " of " + std::to_string(bytes) + " bytes outside every registered buffer");
+    return false;
+  }
+
+  // Bounds and alignment of a shared access; the offset when it is valid.
+  std::optional<u64> shared_offset(const Thread& t, const void* p, u64 bytes, const char* verb, const Where& where) {
+    const auto addr = reinterpret_cast<std::uintptr_t>(p);
+    const auto base = reinterpret_cast<std::uintptr_t>(shared.data());
+    const auto size = static_cast<u64>(config.dynamic_shared_bytes);
+    if (addr < base || addr + bytes > base + size) {
+      const long long offset = static_cast<long long>(addr) - static_cast<long long>(base);
+      report(BugKind::kSharedOutOfBounds, t, where,
+             std::string(verb) + " of shared bytes [" + std::to_string(offset) + ", " +
+                 std::to_string(offset + static_cast<long long>(bytes)) + ") but the dynamic shared memory has " +
+                 std::to_string(size) + " bytes");
+      return std::nullopt;
+    }
+    const u64 offset = addr - base;
+    if (bytes > 1 && offset % std::min<u64>(bytes, 16) != 0) {
+      report(BugKind::kSharedOutOfBounds, t, where,
+             std::string("misaligned ") + verb + " of " + std::to_string(bytes) + " bytes at shared byte " +
+                 std::to_string(offset));
+      return std::nullopt;
+    }
+    return offset;
+  }
+
+  // Race and in-flight-copy checks of a valid shared access.
+  void track_shared(const Thread& t, u64 offset, u64 bytes, bool write, const Where& where) {
+    const auto conflict = shadow.access(t.linear, offset, bytes, write);
+    if (!conflict) return;
+    const Thread& other = threads[static_cast<std::size_t>(conflict->other_thread)];
+    const char* verb = write ? "write" : "read";
+    if (conflict->kind == SharedShadow::Conflict::Kind::kPendingAsyncCopy) {
+      report(BugKind::kAsyncCopyReadBeforeWait, t, where,
+             std::string(verb) + " of shared bytes " + range_text(offset, bytes) + ": byte " +
+                 std::to_string(conflict->offset) + " is the destination of a cp.async by thread " +
+                 thread_text(other) + " whose group has not been waited on (cp_async::wait)");
+      return;
+    }
+    report(BugKind::kSharedRace, t, where,
+           std::string(verb) + " of shared bytes " + range_text(offset, bytes) + " races with a " +
+               (conflict->other_wrote ? "write" : "read") + " of byte " + std::to_string(conflict->offset) +
+               " by thread " + thread_text(other) + " since the last barrier");
+  }
+
+  bool check_shared(const Thread& t, const void* p, u64 bytes, bool write, const Where& where) {
+    const auto offset = shared_offset(t, p, bytes, write ? "write" : "read", where);
+    if (!offset) return false;
+    track_shared(t, *offset, bytes, write, where);
+    return true;
+  }
+
+  // --- cp.async --------------------------------------------------------
+
+  void land(Thread& t, const std::vector<AsyncCopy>& group, const Where& where) {
+    for (const AsyncCopy& copy : group) {
+      shadow.clear_pending(copy.offset, copy.data.size());
+      track_shared(t, copy.offset, copy.data.size(), /*write=*/true, where);
+      std::memcpy(shared.data() + copy.offset, copy.data.data(), copy.data.size());
+    }
+  }
+
+  // --- scheduling --------------------------------------------------------
+
+  void wait_here(Thread& t, State state, const Where& where) {
+    t.state = state;
+    t.site = where;
+    t.fiber->yield();
+  }
+
+  static void thread_entry(void* arg) {
+    auto* self = static_cast<Emulator::Impl*>(arg);
+    Thread& t = *self->current;
+    try {
+      (*self->body)();
+    } catch (...) {
+      if (!self->kernel_exception) self->kernel_exception = std::current_exception();
+    }
+    t.state = State::kDone;
+  }
+
+  void run_block(const Dim3& index);
+  bool resolve_warps();
+  bool resolve_barrier();
+  [[noreturn]] void report_hang();
+};
+
+thread_local Emulator::Impl* g_emulator = nullptr;
+
+namespace {
+
+Emulator::Impl& emulator() {
+  if (g_emulator == nullptr || g_emulator->current == nullptr) {
+    throw Error("a device primitive was called outside an emulator launch");
+  }
+  return *g_emulator;
+}
+
+}  // namespace
+
+void Emulator::Impl::run_block(const Dim3& index) {
+  block_index = index;
+  std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xFF));  // NaN in every float format
+  shadow.reset(shared.size());
+  for (Thread& t : threads) {
+    t.state = State::kRunnable;
+    t.open_group.clear();
+    t.committed.clear();
+    t.fiber->reset(&Impl::thread_entry, this);
+  }
+  for (;;) {
+    bool all_done = true;
+    for (Thread& t : threads) {
+      if (t.state == State::kRunnable) {
+        current = &t;
+        t.fiber->resume();
+        current = nullptr;
+        if (kernel_exception) {
+          std::string what = "unknown exception";
+          try {
+            std::rethrow_exception(kernel_exception);
+          } catch (const std::exception& e) {
+            what = e.what();
+          } catch (...) {
+          }
+          report(BugKind::kKernelException, t, Where::current(), what);
+          throw AbortLaunch{};
+        }
+      }
+      all_done = all_done && t.state == State::kDone;
+    }
+    if (all_done) break;
+    if (resolve_warps()) continue;
+    if (resolve_barrier()) continue;
+    report_hang();
+  }
+  // Copies nobody waited for still land before the block ends.
+  for (Thread& t : threads) {
+    for (const auto& group : t.committed) {
+      for (const AsyncCopy& c : group) std::memcpy(shared.data() + c.offset, c.data.data(), c.data.size());
+    }
+  }
+}
+
+bool Emulator::Impl::resolve_warps() {
+  bool progressed = false;
+  const std::size_t warps = (threads.size() + kWarpSize - 1) / kWarpSize;
+  for (std::size_t w = 0; w < warps; ++w) {
+    Thread* lanes = &threads[w * kWarpSize];
+    const std::size_t count = std::min<std::size_t>(kWarpSize, threads.size() - w * kWarpSize);
+    if (!std::all_of(lanes, lanes + count, [](const Thread& t) { return t.state == State::kAtWarpOp; })) continue;
+    const Thread& first = lanes[0];
+    for (std::size_t l = 1; l < count; ++l) {
+      if (lanes[l].op != first.op || !same_site(lanes[l].site, first.site) || lanes[l].flag != first.flag ||
+          (first.op == WarpOp::kLdmatrix && lanes[l].operand != first.operand)) {
+        report(BugKind::kWarpDivergence, lanes[l], lanes[l].site,
+               std::string("lane ") + std::to_string(l) + " is at " + std::string(to_string(lanes[l].op)) + " (" +
+                   site_of(lanes[l].site) + ") while lane 0 is at " + std::string(to_string(first.op)) + " (" +
+                   site_of(first.site) + ")");
+        throw AbortLaunch{};
+      }
+    }
+    if (count != static_cast<std::size_t>(kWarpSize)) {
+      report(BugKind::kWarpDivergence, first, first.site,
+             std::string(to_string(first.op)) + " in a partial warp of " + std::to_string(count) +
+                 " threads: warp collectives need all 32 lanes");
+      throw AbortLaunch{};
+    }
+    switch (first.op) {
+      case WarpOp::kShuffle: {
+        std::array<u32, kWarpSize> values{};
+        std::array<i32, kWarpSize> operands{};
+        for (int l = 0; l < kWarpSize; ++l) {
+          values[l] = lanes[l].words[0];
+          operands[l] = lanes[l].operand;
+        }
+        const auto out = shuffle(values, operands, first.flag);
+        for (int l = 0; l < kWarpSize; ++l) lanes[l].words[0] = out[l];
+        break;
+      }
+      case WarpOp::kMma: {
+        LaneWords4 a{};
+        LaneWords2 b{};
+        LaneFloats4 c{};
+        for (int l = 0; l < kWarpSize; ++l) {
+          a[l] = {lanes[l].words[0], lanes[l].words[1], lanes[l].words[2], lanes[l].words[3]};
+          b[l] = {static_cast<u32>(lanes[l].operand), static_cast<u32>(reinterpret_cast<std::uintptr_t>(lanes[l].address))};
+          c[l] = lanes[l].floats;
+        }
+        const LaneFloats4 d = mma_m16n8k16(first.flag, a, b, c);
+        for (int l = 0; l < kWarpSize; ++l) lanes[l].floats = d[l];
+        break;
+      }
+      case WarpOp::kLdmatrix: {
+        std::array<Matrix8x8, 4> rows{};
+        const int matrices = first.operand;
+        for (int l = 0; l < 8 * matrices; ++l) {
+          Thread& t = lanes[l];
+          Matrix8x8& m = rows[static_cast<std::size_t>(l / 8)];
+          if (check_shared(t, t.address, 16, /*write=*/false, t.site)) {
+            std::memcpy(m[static_cast<std::size_t>(l % 8)].data(), t.address, 16);
+          }
+        }
+        const auto out = ldmatrix(matrices, first.flag, rows);
+        for (int l = 0; l < kWarpSize; ++l) {
+          for (int m = 0; m < 4; ++m) lanes[l].words[static_cast<std::size_t>(m)] = out[l][static_cast<std::size_t>(m)];
+        }
+        break;
+      }
+    }
+    for (std::size_t l = 0; l < count; ++l) lanes[l].state = State::kRunnable;
+    progressed = true;
+  }
+  return progressed;
+}
+
+bool Emulator::Impl::resolve_barrier() {
+  const Thread* first = nullptr;
+  for (const Thread& t : threads) {
+    if (t.state == State::kDone) continue;
+    if (t.state != State::kAtBarrier) return false;
+    if (first == nullptr) first = &t;
+    if (!same_site(t.site, first->site)) return false;  // diverged: report_hang explains
+  }
+  if (first == nullptr) return false;
+  if (std::any_of(threads.begin(), threads.end(), [](const Thread& t) { return t.state == State::kDone; })) {
+    return false;  // some threads exited: the barrier can never complete
+  }
+  shadow.next_epoch();
+  for (Thread& t : threads) t.state = State::kRunnable;
+  return true;
+}
+
+void Emulator::Impl::report_hang() {
+  // Group the stuck threads by where they wait.
+  std::vector<std::pair<std::string, std::vector<i32>>> groups;
+  const Thread* culprit = nullptr;
+  bool warp_problem = false;
+  for (const Thread& t : threads) {
+    std::string where;
+    switch (t.state) {
+      case State::kDone:
+        where = "exited";
+        break;
+      case State::kAtBarrier:
+        where = "waiting at block::sync (" + site_of(t.site) + ")";
+        if (culprit == nullptr) culprit = &t;
+        break;
+      case State::kAtWarpOp:
+        where = "waiting at " + std::string(to_string(t.op)) + " (" + site_of(t.site) + ")";
+        warp_problem = true;
+        culprit = &t;
+        break;
+      case State::kRunnable:
+        where = "runnable";
+        break;
+    }
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == where; });
+    if (it == groups.end()) {
+      groups.push_back({where, {}});
+      it = groups.end() - 1;
+    }
+    it->second.push_back(t.linear);
+  }
+  std::string detail = "the block can never continue:";
+  for (const auto& [where, ids] : groups) detail += " threads " + id_ranges(ids) + " " + where + ";";
+  detail.pop_back();
+  const Thread& t = culprit != nullptr ? *culprit : threads.front();
+  report(warp_problem ? BugKind::kWarpDivergence : BugKind::kBarrierDivergence, t, t.site, detail);
+  throw AbortLaunch{};
+}
+
+Emulator::Emulator() : Emulator(Options{}) {}
+
+Emulator::Emulator(Options options) : impl_(std::make_unique<Impl>()) { impl_->options = options; }
+
+Emulator::~Emulator() = default;
+
+void Emulator::register_buffer(std::string name, const void* data, std::size_t bytes) {
+  const auto begin = reinterpret_cast<std::uintptr_t>(data);
+  impl_->buffers[begin] = Buffer{begin + bytes, std::move(name)};
+}
+
+void Emulator::unregister_buffer(const void* data) { impl_->buffers.erase(reinterpret_cast<std::uintptr_t>(data)); }
+
+void Emulator::launch(const LaunchConfig& config, const std::function<void()>& thread_body) {
+  Impl& s = *impl_;
+  const std::int64_t block_threads = volume(config.block);
+  if (config.block.x < 1 || config.block.y < 1 || config.block.z < 1 || block_threads > 1024) {
+    throw InvalidArgument("block shape: got " + std::to_string(config.block.x) + "x" + std::to_string(config.block.y) +
+                          "x" + std::to_string(config.block.z) + "; expected positive sizes with at most 1024 threads");
+  }
+  if (config.grid.x < 1 || config.grid.y < 1 || config.grid.z < 1) {
+    throw InvalidArgument("grid shape: got " + std::to_string(config.grid.x) + "x" + std::to_string(config.grid.y) +
+                          "x" + std::to_string(config.grid.z) + "; expected positive sizes");
+  }
+  if (config.dynamic_shared_bytes < 0 || config.dynamic_shared_bytes > 256 * 1024) {
+    throw InvalidArgument("dynamic shared memory: got " + std::to_string(config.dynamic_shared_bytes) +
+                          " bytes; expected 0 to 262144");
+  }
+  if (g_emulator != nullptr) throw Error("emulator launches cannot nest");
+  s.config = config;
+  s.body = &thread_body;
+  s.reports.clear();
+  s.dropped = 0;
+  s.kernel_exception = nullptr;
+  s.shared.assign(static_cast<std::size_t>(config.dynamic_shared_bytes), 0);
+  while (s.fibers.size() < static_cast<std::size_t>(block_threads)) {
+    s.fibers.push_back(std::make_unique<Fiber>(s.options.stack_bytes));
+  }
+  s.threads.assign(static_cast<std::size_t>(block_threads), Thread{});
+  for (i32 i = 0; i < static_cast<i32>(block_threads); ++i) {
+    Thread& t = s.threads[static_cast<std::size_t>(i)];
+    t.linear = i;
+    t.index = {i % config.block.x, (i / config.block.x) % config.block.y, i / (config.block.x * config.block.y)};
+    t.warp = i / kWarpSize;
+    t.lane = i % kWarpSize;
+    t.fiber = s.fibers[static_cast<std::size_t>(i)].get();
+  }
+  g_emulator = &s;
+  try {
+    for (i32 z = 0; z < config.grid.z; ++z)
+      for (i32 y = 0; y < config.grid.y; ++y)
+        for (i32 x = 0; x < config.grid.x; ++x) s.run_block({x, y, z});
+  } catch (const AbortLaunch&) {
+  } catch (...) {
+    g_emulator = nullptr;
+    throw;
+  }
+  g_emulator = nullptr;
+  s.current = nullptr;
+  if (!s.reports.empty()) throw KernelFault(s.reports, s.dropped);
+}
+
+// --- the hooks the emulated primitives call ---------------------------------
+
+namespace hooks {
+
+Dim3 thread_index() { return emulator().current->index; }
+Dim3 block_index() { return emulator().block_index; }
+Dim3 block_dim() { return emulator().config.block; }
+Dim3 grid_dim() { return emulator().config.grid; }
+unsigned char* shared_base() { return emulator().shared.data(); }
+
+bool global_access(const void* p, u64 bytes, bool write, const Where& where) {
+  Emulator::Impl& e = emulator();
+  return e.check_global(*e.current, p, bytes, write, where);
+}
+
+bool shared_access(const void* p, u64 bytes, bool write, const Where& where) {
+  Emulator::Impl& e = emulator();
+  return e.check_shared(*e.current, p, bytes, write, where);
+}
+
+void barrier(const Where& where) {
+  Emulator::Impl& e = emulator();
+  e.wait_here(*e.current, State::kAtBarrier, where);
+}
+
+u32 shfl(u32 value, i32 operand, bool xor_mode, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  t.op = WarpOp::kShuffle;
+  t.flag = xor_mode;
+  t.operand = operand;
+  t.words[0] = value;
+  e.wait_here(t, State::kAtWarpOp, where);
+  return t.words[0];
+}
+
+void mma_m16n8k16(bool bf16, float* d, const u32* a, const u32* b, const float* c, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  t.op = WarpOp::kMma;
+  t.flag = bf16;
+  std::copy(a, a + 4, t.words.begin());
+  // B's two registers ride in the operand and address slots.
+  t.operand = static_cast<i32>(b[0]);
+  t.address = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(b[1]));
+  std::copy(c, c + 4, t.floats.begin());
+  e.wait_here(t, State::kAtWarpOp, where);
+  std::copy(t.floats.begin(), t.floats.end(), d);
+}
+
+void ldmatrix(i32 matrices, bool trans, u32* r, const void* row, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  t.op = WarpOp::kLdmatrix;
+  t.flag = trans;
+  t.operand = matrices;
+  t.address = row;
+  e.wait_here(t, State::kAtWarpOp, where);
+  std::copy(t.words.begin(), t.words.begin() + matrices, r);
+}
+
+void cp_async(void* shared_dst, const void* global_src, i32 src_bytes, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  const auto offset = e.shared_offset(t, shared_dst, 16, "cp.async write", where);
+  if (!offset) return;
+  AsyncCopy copy{*offset, {}};
+  if (src_bytes < 0 || src_bytes > 16) {
+    e.report(BugKind::kGlobalOutOfBounds, t, where,
+             "cp.async source size " + std::to_string(src_bytes) + " outside 0..16");
+    return;
+  }
+  if (src_bytes > 0 && e.check_global(t, global_src, static_cast<u64>(src_bytes), /*write=*/false, where)) {
+    if (reinterpret_cast<std::uintptr_t>(global_src) % 16 != 0) {
+      e.report(BugKind::kGlobalOutOfBounds, t, where, "cp.async source not 16-byte aligned");
+    }
+    std::memcpy(copy.data.data(), global_src, static_cast<std::size_t>(src_bytes));  // the rest is zero-fill
+  }
+  // A new copy onto bytes still in flight, or onto bytes others use, is a race.
+  e.track_shared(t, *offset, 16, /*write=*/true, where);
+  e.shadow.mark_pending(t.linear, *offset, 16);
+  t.open_group.push_back(copy);
+}
+
+void cp_async_commit(const Where& /*where*/) {
+  Thread& t = *emulator().current;
+  t.committed.push_back(std::move(t.open_group));
+  t.open_group.clear();
+}
+
+void cp_async_wait(i32 pending, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  // Land the oldest groups until at most `pending` remain in flight: copies
+  // land as late as the ISA allows.
+  while (t.committed.size() > static_cast<std::size_t>(pending)) {
+    e.land(t, t.committed.front(), where);
+    t.committed.pop_front();
+  }
+}
+
+void atomic_add(float* p, float value, const Where& where) {
+  Emulator::Impl& e = emulator();
+  if (!e.check_global(*e.current, p, sizeof(float), /*write=*/true, where)) return;
+  float old = 0;
+  std::memcpy(&old, p, sizeof(float));
+  old += value;
+  std::memcpy(p, &old, sizeof(float));
+}
+
+float half_to_float(u16 bits) { return half_bits_to_float(bits); }
+u16 float_to_half(float value) { return float_to_half_bits(value); }
+u16 float_to_bfloat16(float value) { return float_to_bfloat16_bits(value); }
+
+float exp2_approx(float value) {
+  // ex2.approx.ftz: subnormal inputs and results flush to zero.
+  if (std::fpclassify(value) == FP_SUBNORMAL) value = 0.0F;
+  const float result = std::exp2(value);
+  return std::fpclassify(result) == FP_SUBNORMAL ? 0.0F : result;
+}
+
+}  // namespace hooks
+
+}  // namespace attune::emu

@@ -1,0 +1,54 @@
+#include "emulator/report.h"
+
+#include <algorithm>
+
+namespace attune::emu {
+
+namespace {
+
+std::string coords(const Dim3& d) {
+  return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
+}
+
+std::string summarize(const std::vector<BugReport>& reports, std::size_t dropped) {
+  std::string text = "emulator found " + std::to_string(reports.size() + dropped) + " bug report(s)";
+  for (const BugReport& r : reports) text += "\n  " + r.to_string();
+  if (dropped != 0) text += "\n  ... and " + std::to_string(dropped) + " more";
+  return text;
+}
+
+}  // namespace
+
+std::string_view to_string(BugKind kind) {
+  switch (kind) {
+    case BugKind::kGlobalOutOfBounds:
+      return "global out-of-bounds access";
+    case BugKind::kSharedOutOfBounds:
+      return "shared out-of-bounds access";
+    case BugKind::kSharedRace:
+      return "shared-memory race";
+    case BugKind::kAsyncCopyReadBeforeWait:
+      return "cp.async data used before wait_group";
+    case BugKind::kBarrierDivergence:
+      return "barrier not reached by every thread";
+    case BugKind::kWarpDivergence:
+      return "warp collective not reached by every lane";
+    case BugKind::kKernelException:
+      return "kernel threw";
+  }
+  return "?";
+}
+
+std::string BugReport::to_string() const {
+  return std::string(emu::to_string(kind)) + ": block " + coords(block) + " thread " + coords(thread) + " (warp " +
+         std::to_string(warp) + " lane " + std::to_string(lane) + ") at " + site + ": " + detail;
+}
+
+KernelFault::KernelFault(std::vector<BugReport> reports, std::size_t dropped)
+    : Error(summarize(reports, dropped)), reports_(std::move(reports)) {}
+
+bool KernelFault::has(BugKind kind) const {
+  return std::any_of(reports_.begin(), reports_.end(), [kind](const BugReport& r) { return r.kind == kind; });
+}
+
+}  // namespace attune::emu

@@ -1,0 +1,48 @@
+// What the emulator finds: typed bug reports with block and thread
+// coordinates, the template line and the address or buffer.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/error.h"
+#include "templates/primitives/config.h"
+
+namespace attune::emu {
+
+enum class BugKind {
+  kGlobalOutOfBounds,        // global access outside every registered buffer
+  kSharedOutOfBounds,        // shared access beyond the dynamic size
+  kSharedRace,               // two threads, same bytes, no barrier between, one writes
+  kAsyncCopyReadBeforeWait,  // cp.async destination touched before its group was waited on
+  kBarrierDivergence,        // a block barrier not reached by every thread
+  kWarpDivergence,           // a warp collective not reached by every lane
+  kKernelException,          // the kernel body threw
+};
+
+std::string_view to_string(BugKind kind);
+
+struct BugReport {
+  BugKind kind;
+  Dim3 block;
+  Dim3 thread;
+  i32 warp = 0;
+  i32 lane = 0;
+  std::string site;    // file:line of the primitive call
+  std::string detail;  // addresses, buffers, other threads
+  std::string to_string() const;
+};
+
+// Thrown by a launch that found bugs; holds every report (up to a limit).
+class KernelFault : public Error {
+ public:
+  explicit KernelFault(std::vector<BugReport> reports, std::size_t dropped);
+  const std::vector<BugReport>& reports() const { return reports_; }
+  bool has(BugKind kind) const;
+
+ private:
+  std::vector<BugReport> reports_;
+};
+
+}  // namespace attune::emu

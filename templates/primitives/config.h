@@ -1,0 +1,48 @@
+// What every template sees first: which implementation of the primitives is
+// in use, the function qualifiers, and fixed-width types that need no
+// standard headers (NVRTC has none by default).
+//
+//   ATTUNE_CUDA       defined when compiling device code (NVRTC or nvcc)
+//   ATTUNE_EMULATOR   defined when compiling for the CPU emulator
+#pragma once
+
+#if defined(__CUDACC__) || defined(__CUDACC_RTC__)
+#define ATTUNE_CUDA 1
+#define ATTUNE_DEVICE __device__ __forceinline__
+#define ATTUNE_KERNEL extern "C" __global__
+#else
+#define ATTUNE_EMULATOR 1
+#define ATTUNE_DEVICE inline
+// The emulator calls the kernel body once per thread, as a plain function.
+#define ATTUNE_KERNEL inline
+#endif
+
+namespace attune {
+
+using i32 = int;
+using u16 = unsigned short;
+using u32 = unsigned int;
+using i64 = long long;
+using u64 = unsigned long long;
+
+static_assert(sizeof(u16) == 2 && sizeof(u32) == 4 && sizeof(u64) == 8, "fixed-width types");
+
+// Block and grid coordinates, as CUDA's dim3.
+struct Dim3 {
+  i32 x = 1;
+  i32 y = 1;
+  i32 z = 1;
+};
+
+// 16 bytes moved by one vectorized access or one cp.async.
+struct alignas(16) Vec16 {
+  u32 w[4];
+};
+
+// Storage dtype tags of the kernels' 16-bit inputs.
+struct Fp16 {};
+struct Bf16 {};
+
+inline constexpr i32 kWarpSize = 32;
+
+}  // namespace attune

@@ -1,0 +1,195 @@
+// CUDA implementation of the primitives (see primitives.h): inline PTX for
+// sm_80 and later. Included only when compiling device code.
+#pragma once
+
+#include "templates/primitives/config.h"
+
+// The one dynamic shared-memory array of every kernel.
+extern __shared__ __align__(16) unsigned char attune_dynamic_shared[];
+
+namespace attune::dev {
+
+ATTUNE_DEVICE Dim3 thread_index() {
+  return {static_cast<i32>(threadIdx.x), static_cast<i32>(threadIdx.y), static_cast<i32>(threadIdx.z)};
+}
+ATTUNE_DEVICE Dim3 block_index() {
+  return {static_cast<i32>(blockIdx.x), static_cast<i32>(blockIdx.y), static_cast<i32>(blockIdx.z)};
+}
+ATTUNE_DEVICE Dim3 block_dim() {
+  return {static_cast<i32>(blockDim.x), static_cast<i32>(blockDim.y), static_cast<i32>(blockDim.z)};
+}
+ATTUNE_DEVICE Dim3 grid_dim() {
+  return {static_cast<i32>(gridDim.x), static_cast<i32>(gridDim.y), static_cast<i32>(gridDim.z)};
+}
+ATTUNE_DEVICE i32 linear_thread() {
+  return static_cast<i32>(threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z));
+}
+ATTUNE_DEVICE i32 lane_id() { return linear_thread() % kWarpSize; }
+ATTUNE_DEVICE i32 warp_id() { return linear_thread() / kWarpSize; }
+
+template <class T>
+ATTUNE_DEVICE T* shared_memory() {
+  return reinterpret_cast<T*>(attune_dynamic_shared);
+}
+
+template <class T>
+ATTUNE_DEVICE T load_global(const T* p) {
+  return *p;
+}
+template <class T>
+ATTUNE_DEVICE void store_global(T* p, T value) {
+  *p = value;
+}
+template <class T>
+ATTUNE_DEVICE T load_shared(const T* p) {
+  return *p;
+}
+template <class T>
+ATTUNE_DEVICE void store_shared(T* p, T value) {
+  *p = value;
+}
+
+ATTUNE_DEVICE void atomic_add(float* p, float value) {
+  asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(value) : "memory");
+}
+
+ATTUNE_DEVICE float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+// Shared-state-space address of a generic pointer to shared memory.
+ATTUNE_DEVICE u32 shared_address(const void* p) {
+  u32 address;
+  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(address) : "l"(p));
+  return address;
+}
+
+template <class D>
+ATTUNE_DEVICE u32 pack2(float lo, float hi);
+template <>
+ATTUNE_DEVICE u32 pack2<Fp16>(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+template <>
+ATTUNE_DEVICE u32 pack2<Bf16>(float lo, float hi) {
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  return r;
+}
+
+template <class D>
+ATTUNE_DEVICE float to_float(u16 bits);
+template <>
+ATTUNE_DEVICE float to_float<Fp16>(u16 bits) {
+  float f;
+  asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(bits));
+  return f;
+}
+template <>
+ATTUNE_DEVICE float to_float<Bf16>(u16 bits) {
+  return __uint_as_float(static_cast<u32>(bits) << 16);
+}
+
+template <class D>
+ATTUNE_DEVICE u16 to_bits(float value) {
+  return static_cast<u16>(pack2<D>(value, 0.0f) & 0xFFFFu);
+}
+template <class D>
+ATTUNE_DEVICE float unpack_lo(u32 pair) {
+  return to_float<D>(static_cast<u16>(pair & 0xFFFFu));
+}
+template <class D>
+ATTUNE_DEVICE float unpack_hi(u32 pair) {
+  return to_float<D>(static_cast<u16>(pair >> 16));
+}
+
+namespace block {
+ATTUNE_DEVICE void sync() { __syncthreads(); }
+}  // namespace block
+
+namespace warp {
+
+constexpr u32 kFullMask = 0xFFFFFFFFu;
+
+template <class T>
+ATTUNE_DEVICE T shfl_xor(T value, i32 lane_mask) {
+  return __shfl_xor_sync(kFullMask, value, lane_mask);
+}
+template <class T>
+ATTUNE_DEVICE T shfl_idx(T value, i32 src_lane) {
+  return __shfl_sync(kFullMask, value, src_lane);
+}
+
+template <class D>
+ATTUNE_DEVICE void mma_m16n8k16(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2], const float (&c)[4]);
+template <>
+ATTUNE_DEVICE void mma_m16n8k16<Fp16>(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2], const float (&c)[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+        "f"(c[3]));
+}
+template <>
+ATTUNE_DEVICE void mma_m16n8k16<Bf16>(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2], const float (&c)[4]) {
+  asm volatile(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+      "{%10,%11,%12,%13};"
+      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
+        "f"(c[3]));
+}
+
+ATTUNE_DEVICE void ldmatrix_x1(u32 (&r)[1], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(shared_address(row)));
+}
+ATTUNE_DEVICE void ldmatrix_x2(u32 (&r)[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(shared_address(row)));
+}
+ATTUNE_DEVICE void ldmatrix_x4(u32 (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+ATTUNE_DEVICE void ldmatrix_x1_trans(u32 (&r)[1], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(shared_address(row)));
+}
+ATTUNE_DEVICE void ldmatrix_x2_trans(u32 (&r)[2], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
+               : "=r"(r[0]), "=r"(r[1])
+               : "r"(shared_address(row)));
+}
+ATTUNE_DEVICE void ldmatrix_x4_trans(u32 (&r)[4], const void* row) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(shared_address(row)));
+}
+
+}  // namespace warp
+
+namespace cp_async {
+
+// Copies 16 bytes from global to shared memory asynchronously; bytes at and
+// past src_bytes (0..16) are zero-filled and not read.
+ATTUNE_DEVICE void copy16(void* shared_dst, const void* global_src, i32 src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(shared_dst)), "l"(global_src),
+               "r"(src_bytes)
+               : "memory");
+}
+ATTUNE_DEVICE void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <i32 N>
+ATTUNE_DEVICE void wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+}  // namespace cp_async
+
+}  // namespace attune::dev

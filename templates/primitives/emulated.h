@@ -1,0 +1,174 @@
+// Emulator implementation of the primitives (see primitives.h): host C++ that
+// hands every memory access and every rendezvous to the CPU emulator
+// (emulator/), which checks it. Each call records its call site so that a
+// report points at the template line.
+#pragma once
+
+#include <bit>
+#include <cstring>
+#include <source_location>
+#include <type_traits>
+
+#include "templates/primitives/config.h"
+
+namespace attune::emu::hooks {
+
+using Where = std::source_location;
+
+// Implemented by the emulator library for the thread it is running.
+Dim3 thread_index();
+Dim3 block_index();
+Dim3 block_dim();
+Dim3 grid_dim();
+unsigned char* shared_base();
+// Checks an access; false means it is out of bounds and must be skipped.
+bool global_access(const void* p, u64 bytes, bool write, const Where& where);
+bool shared_access(const void* p, u64 bytes, bool write, const Where& where);
+void barrier(const Where& where);
+u32 shfl(u32 value, i32 operand, bool xor_mode, const Where& where);
+void mma_m16n8k16(bool bf16, float* d, const u32* a, const u32* b, const float* c, const Where& where);
+void ldmatrix(i32 matrices, bool trans, u32* r, const void* row, const Where& where);
+void cp_async(void* shared_dst, const void* global_src, i32 src_bytes, const Where& where);
+void cp_async_commit(const Where& where);
+void cp_async_wait(i32 pending, const Where& where);
+void atomic_add(float* p, float value, const Where& where);
+float half_to_float(u16 bits);
+u16 float_to_half(float value);
+u16 float_to_bfloat16(float value);
+float exp2_approx(float value);
+
+}  // namespace attune::emu::hooks
+
+namespace attune::dev {
+
+using Where = std::source_location;
+
+inline Dim3 thread_index() { return emu::hooks::thread_index(); }
+inline Dim3 block_index() { return emu::hooks::block_index(); }
+inline Dim3 block_dim() { return emu::hooks::block_dim(); }
+inline Dim3 grid_dim() { return emu::hooks::grid_dim(); }
+inline i32 linear_thread() {
+  const Dim3 t = thread_index();
+  const Dim3 b = block_dim();
+  return t.x + b.x * (t.y + b.y * t.z);
+}
+inline i32 lane_id() { return linear_thread() % kWarpSize; }
+inline i32 warp_id() { return linear_thread() / kWarpSize; }
+
+template <class T>
+T* shared_memory() {
+  return reinterpret_cast<T*>(emu::hooks::shared_base());
+}
+
+template <class T>
+T load_global(const T* p, const Where& where = Where::current()) {
+  T value{};
+  if (emu::hooks::global_access(p, sizeof(T), /*write=*/false, where)) std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+template <class T>
+void store_global(T* p, T value, const Where& where = Where::current()) {
+  if (emu::hooks::global_access(p, sizeof(T), /*write=*/true, where)) std::memcpy(p, &value, sizeof(T));
+}
+template <class T>
+T load_shared(const T* p, const Where& where = Where::current()) {
+  T value{};
+  if (emu::hooks::shared_access(p, sizeof(T), /*write=*/false, where)) std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+template <class T>
+void store_shared(T* p, T value, const Where& where = Where::current()) {
+  if (emu::hooks::shared_access(p, sizeof(T), /*write=*/true, where)) std::memcpy(p, &value, sizeof(T));
+}
+
+inline void atomic_add(float* p, float value, const Where& where = Where::current()) {
+  emu::hooks::atomic_add(p, value, where);
+}
+
+inline float exp2_approx(float x) { return emu::hooks::exp2_approx(x); }
+
+template <class D>
+float to_float(u16 bits) {
+  if constexpr (std::is_same_v<D, Fp16>) {
+    return emu::hooks::half_to_float(bits);
+  } else {
+    return std::bit_cast<float>(static_cast<u32>(bits) << 16);
+  }
+}
+template <class D>
+u16 to_bits(float value) {
+  if constexpr (std::is_same_v<D, Fp16>) {
+    return emu::hooks::float_to_half(value);
+  } else {
+    return emu::hooks::float_to_bfloat16(value);
+  }
+}
+template <class D>
+u32 pack2(float lo, float hi) {
+  return static_cast<u32>(to_bits<D>(lo)) | (static_cast<u32>(to_bits<D>(hi)) << 16);
+}
+template <class D>
+float unpack_lo(u32 pair) {
+  return to_float<D>(static_cast<u16>(pair & 0xFFFFU));
+}
+template <class D>
+float unpack_hi(u32 pair) {
+  return to_float<D>(static_cast<u16>(pair >> 16));
+}
+
+namespace block {
+inline void sync(const Where& where = Where::current()) { emu::hooks::barrier(where); }
+}  // namespace block
+
+namespace warp {
+
+template <class T>
+T shfl_xor(T value, i32 lane_mask, const Where& where = Where::current()) {
+  static_assert(sizeof(T) == 4, "shuffles move 32-bit values");
+  return std::bit_cast<T>(emu::hooks::shfl(std::bit_cast<u32>(value), lane_mask, /*xor_mode=*/true, where));
+}
+template <class T>
+T shfl_idx(T value, i32 src_lane, const Where& where = Where::current()) {
+  static_assert(sizeof(T) == 4, "shuffles move 32-bit values");
+  return std::bit_cast<T>(emu::hooks::shfl(std::bit_cast<u32>(value), src_lane, /*xor_mode=*/false, where));
+}
+
+template <class D>
+void mma_m16n8k16(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2], const float (&c)[4],
+                  const Where& where = Where::current()) {
+  emu::hooks::mma_m16n8k16(std::is_same_v<D, Bf16>, d, a, b, c, where);
+}
+
+inline void ldmatrix_x1(u32 (&r)[1], const void* row, const Where& where = Where::current()) {
+  emu::hooks::ldmatrix(1, false, r, row, where);
+}
+inline void ldmatrix_x2(u32 (&r)[2], const void* row, const Where& where = Where::current()) {
+  emu::hooks::ldmatrix(2, false, r, row, where);
+}
+inline void ldmatrix_x4(u32 (&r)[4], const void* row, const Where& where = Where::current()) {
+  emu::hooks::ldmatrix(4, false, r, row, where);
+}
+inline void ldmatrix_x1_trans(u32 (&r)[1], const void* row, const Where& where = Where::current()) {
+  emu::hooks::ldmatrix(1, true, r, row, where);
+}
+inline void ldmatrix_x2_trans(u32 (&r)[2], const void* row, const Where& where = Where::current()) {
+  emu::hooks::ldmatrix(2, true, r, row, where);
+}
+inline void ldmatrix_x4_trans(u32 (&r)[4], const void* row, const Where& where = Where::current()) {
+  emu::hooks::ldmatrix(4, true, r, row, where);
+}
+
+}  // namespace warp
+
+namespace cp_async {
+inline void copy16(void* shared_dst, const void* global_src, i32 src_bytes, const Where& where = Where::current()) {
+  emu::hooks::cp_async(shared_dst, global_src, src_bytes, where);
+}
+inline void commit(const Where& where = Where::current()) { emu::hooks::cp_async_commit(where); }
+template <i32 N>
+void wait(const Where& where = Where::current()) {
+  emu::hooks::cp_async_wait(N, where);
+}
+}  // namespace cp_async
+
+}  // namespace attune::dev
