@@ -148,24 +148,20 @@ struct Emulator::Impl {
     if (it != buffers.begin()) {
       --it;
       const std::uintptr_t begin = it->first;
-      if (addr < it->second.end) {
-        if (addr + bytes <= it->second.end) {
-          if (bytes > 1 && addr % std::min<u64>(bytes, 16) != 0) {
-            report(BugKind::kGlobalOutOfBounds, t, where,
-                   std::string("misaligned ") + verb + " of " + std::to_string(bytes) + " bytes at byte " +
-                       std::to_string(addr - begin) + " of buffer '" + it->second.name + "'");
-            return false;
-          }
-          return true;
+      const std::uintptr_t size = it->second.end - begin;
+      if (addr + bytes <= it->second.end) {
+        if (bytes > 1 && addr % std::min<u64>(bytes, 16) != 0) {
+          report(BugKind::kGlobalOutOfBounds, t, where,
+                 std::string("misaligned ") + verb + " of " + std::to_string(bytes) + " bytes at byte " +
+                     std::to_string(addr - begin) + " of buffer '" + it->second.name + "'");
+          return false;
         }
-        report(BugKind::kGlobalOutOfBounds, t, where,
-               std::string(verb) + " of bytes " + range_text(addr - begin, bytes) + " of buffer '" + it->second.name +
-                   "', which has " + std::to_string(it->second.end - begin) + " bytes");
-        return false;
+        return true;
       }
+      // Past the end of the nearest buffer below: say where, relative to it.
       report(BugKind::kGlobalOutOfBounds, t, where,
-             std::string(verb) + " of " + std::to_string(bytes) + " bytes at " + std::to_string(addr - it->second.end) +
-                 " bytes past the end of buffer '" + it->second.name + "'");
+             std::string(verb) + " of bytes " + range_text(addr - begin, bytes) + " of buffer '" + it->second.name +
+                 "', which has " + std::to_string(size) + " bytes");
       return false;
     }
     report(BugKind::kGlobalOutOfBounds, t, where,
