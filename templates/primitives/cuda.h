@@ -50,7 +50,7 @@ ATTUNE_DEVICE void store_shared(T* p, T value) {
 }
 
 ATTUNE_DEVICE void atomic_add(float* p, float value) {
-  asm volatile("red.global.add.f32 [%0], %1;" ::"l"(p), "f"(value) : "memory");
+  asm volatile("red.global.add.f32 [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "f"(value) : "memory");
 }
 
 ATTUNE_DEVICE float exp2_approx(float x) {
@@ -60,11 +60,7 @@ ATTUNE_DEVICE float exp2_approx(float x) {
 }
 
 // Shared-state-space address of a generic pointer to shared memory.
-ATTUNE_DEVICE u32 shared_address(const void* p) {
-  u32 address;
-  asm("{ .reg .u64 a; cvta.to.shared.u64 a, %1; cvt.u32.u64 %0, a; }" : "=r"(address) : "l"(p));
-  return address;
-}
+ATTUNE_DEVICE u32 shared_address(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
 
 template <class D>
 ATTUNE_DEVICE u32 pack2(float lo, float hi);
@@ -132,8 +128,7 @@ ATTUNE_DEVICE void mma_m16n8k16<Fp16>(float (&d)[4], const u32 (&a)[4], const u3
       "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%10,%11,%12,%13};"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
-        "f"(c[3]));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
 template <>
 ATTUNE_DEVICE void mma_m16n8k16<Bf16>(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2], const float (&c)[4]) {
@@ -141,8 +136,7 @@ ATTUNE_DEVICE void mma_m16n8k16<Bf16>(float (&d)[4], const u32 (&a)[4], const u3
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%10,%11,%12,%13};"
       : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]),
-        "f"(c[3]));
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
 }
 
 ATTUNE_DEVICE void ldmatrix_x1(u32 (&r)[1], const void* row) {
@@ -179,8 +173,8 @@ namespace cp_async {
 // Copies 16 bytes from global to shared memory asynchronously; bytes at and
 // past src_bytes (0..16) are zero-filled and not read.
 ATTUNE_DEVICE void copy16(void* shared_dst, const void* global_src, i32 src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(shared_dst)), "l"(global_src),
-               "r"(src_bytes)
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(shared_address(shared_dst)),
+               "l"(__cvta_generic_to_global(global_src)), "r"(src_bytes)
                : "memory");
 }
 ATTUNE_DEVICE void commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
