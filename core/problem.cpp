@@ -114,25 +114,23 @@ std::string_view to_string(MaskKind kind) {
   return "?";
 }
 
-KeyRange visible_keys(const Mask& mask, int64_t row, int64_t seqlen_q, int64_t seqlen_k) {
-  const int64_t diagonal = row + seqlen_k - seqlen_q;  // bottom-right aligned
-  KeyRange range{0, seqlen_k};
+MaskParams mask_params(const Mask& mask) {
   switch (mask.kind) {
     case MaskKind::kNone:
-      break;
+      return {};
     case MaskKind::kCausalBottomRight:
-      range.end = std::min(seqlen_k, diagonal + 1);
-      break;
+      return {.left = -1, .right = 0};
     case MaskKind::kCausalTopLeft:
-      range.end = std::min(seqlen_k, row + 1);
-      break;
+      return {.left = -1, .right = 0, .top_left = 1};
     case MaskKind::kSlidingWindow:
-      if (mask.window_left >= 0) range.begin = std::max<int64_t>(0, diagonal - mask.window_left);
-      if (mask.window_right >= 0) range.end = std::min(seqlen_k, diagonal + mask.window_right + 1);
-      break;
+      return {.left = static_cast<i32>(mask.window_left), .right = static_cast<i32>(mask.window_right)};
   }
-  if (range.end < range.begin) range.end = range.begin;
-  return range;
+  return {};
+}
+
+KeyRange visible_keys(const Mask& mask, int64_t row, int64_t seqlen_q, int64_t seqlen_k) {
+  const KeyBounds b = key_bounds(mask_params(mask), row, seqlen_q, seqlen_k);
+  return {b.begin, std::max(b.begin, b.end)};
 }
 
 double AttentionProblem::softmax_scale() const {
@@ -260,7 +258,9 @@ void validate(const AttentionProblem& p) {
     case MaskKind::kCausalTopLeft:
       break;
     case MaskKind::kSlidingWindow:
-      if (p.mask.window_left < -1 || p.mask.window_right < -1) {
+      if (p.mask.window_left < -1 || p.mask.window_right < -1 ||
+          p.mask.window_left > std::numeric_limits<int32_t>::max() ||
+          p.mask.window_right > std::numeric_limits<int32_t>::max()) {
         reject("window", str(p.mask.window_left) + "," + str(p.mask.window_right),
                "LEFT,RIGHT key counts >= 0, or -1 for unbounded");
       }

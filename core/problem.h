@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "templates/mask.h"
 
 namespace attune {
 
@@ -59,6 +60,9 @@ struct KeyRange {
   bool empty() const { return begin >= end; }
 };
 KeyRange visible_keys(const Mask& mask, int64_t row, int64_t seqlen_q, int64_t seqlen_k);
+
+// The same mask as the kernels take it (templates/mask.h).
+MaskParams mask_params(const Mask& mask);
 
 // Element strides of a [batch, seq, head, dim] tensor; dim is contiguous
 // (stride 1). For LSE the same struct holds [batch, head, seq] strides.

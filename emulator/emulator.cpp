@@ -621,6 +621,12 @@ float exp2_approx(float value) {
   return std::fpclassify(result) == FP_SUBNORMAL ? 0.0F : result;
 }
 
+float log2_approx(float value) {
+  // lg2.approx.ftz: a subnormal input counts as zero (result -inf).
+  if (std::fpclassify(value) == FP_SUBNORMAL) value = 0.0F;
+  return std::log2(value);
+}
+
 }  // namespace hooks
 
 }  // namespace attune::emu

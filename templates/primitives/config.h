@@ -9,12 +9,16 @@
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define ATTUNE_CUDA 1
 #define ATTUNE_DEVICE __device__ __forceinline__
-#define ATTUNE_KERNEL extern "C" __global__
+// C++ linkage, so kernels can be templates; the runtime finds the lowered
+// name of an instantiation through NVRTC name expressions.
+#define ATTUNE_KERNEL __global__
+#define ATTUNE_UNROLL _Pragma("unroll")
 #else
 #define ATTUNE_EMULATOR 1
 #define ATTUNE_DEVICE inline
 // The emulator calls the kernel body once per thread, as a plain function.
 #define ATTUNE_KERNEL inline
+#define ATTUNE_UNROLL
 #endif
 
 namespace attune {

@@ -59,6 +59,14 @@ ATTUNE_DEVICE float exp2_approx(float x) {
   return y;
 }
 
+ATTUNE_DEVICE float log2_approx(float x) {
+  float y;
+  asm("lg2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
+ATTUNE_DEVICE float infinity() { return __int_as_float(0x7F800000); }
+
 // Shared-state-space address of a generic pointer to shared memory.
 ATTUNE_DEVICE u32 shared_address(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
 

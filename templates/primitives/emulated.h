@@ -36,6 +36,7 @@ float half_to_float(u16 bits);
 u16 float_to_half(float value);
 u16 float_to_bfloat16(float value);
 float exp2_approx(float value);
+float log2_approx(float value);
 
 }  // namespace attune::emu::hooks
 
@@ -86,6 +87,8 @@ inline void atomic_add(float* p, float value, const Where& where = Where::curren
 }
 
 inline float exp2_approx(float x) { return emu::hooks::exp2_approx(x); }
+inline float log2_approx(float x) { return emu::hooks::log2_approx(x); }
+inline float infinity() { return std::bit_cast<float>(0x7F800000U); }
 
 template <class D>
 float to_float(u16 bits) {

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/problem.h"
@@ -74,6 +75,23 @@ inline std::vector<Family> seed_families(DType dtype = DType::kBF16) {
     packed.name = "packed_varlen_window";
     packed.options.mask = Mask::window(1, 1);
     f.push_back(packed);
+  }
+  return f;
+}
+
+// FlashAttention's odd sequence-length pairs (Sq x Sk), each without a mask
+// and with bottom-right causal, at head dims dk, dv; GQA 2:1.
+inline std::vector<Family> odd_length_families(DType dtype, int64_t dk, int64_t dv) {
+  const std::pair<int64_t, int64_t> pairs[] = {{113, 203}, {128, 217}, {108, 256}, {1, 239}, {3, 799}, {127, 512}};
+  std::vector<Family> f;
+  for (const auto& [sq, sk] : pairs) {
+    for (const Mask& mask : {Mask::none(), Mask::causal_bottom_right()}) {
+      f.push_back({std::to_string(sq) + "x" + std::to_string(sk) + "_" + std::string(to_string(mask.kind)),
+                   {1, sq, 2, dk},
+                   {1, sk, 1, dk},
+                   {1, sk, 1, dv},
+                   ProblemOptions{.dtype = dtype, .mask = mask}});
+    }
   }
   return f;
 }

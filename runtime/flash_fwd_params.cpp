@@ -1,0 +1,77 @@
+#include "runtime/flash_fwd_params.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+
+namespace attune {
+
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// cp.async moves 16 bytes: every row of the tensor must start on a 16-byte
+// boundary, so the base and every stride (in 2-byte elements) must allow it.
+bool rows_aligned(const void* base, const TensorStrides& s, bool packed) {
+  return aligned16(base) && (packed || s.batch % 8 == 0) && s.seq % 8 == 0 && s.head % 8 == 0;
+}
+
+}  // namespace
+
+FlashFwdParams flash_fwd_params(const AttentionProblem& p, const AttentionBuffers& b, const DeviceLengths& lengths) {
+  FlashFwdParams k{};
+  k.q = static_cast<const u16*>(b.q);
+  k.k = static_cast<const u16*>(b.k);
+  k.v = static_cast<const u16*>(b.v);
+  k.o = static_cast<u16*>(b.o);
+  k.lse = b.lse;
+  k.q_batch_stride = p.q_strides.batch;
+  k.q_row_stride = p.q_strides.seq;
+  k.q_head_stride = p.q_strides.head;
+  k.k_batch_stride = p.k_strides.batch;
+  k.k_row_stride = p.k_strides.seq;
+  k.k_head_stride = p.k_strides.head;
+  k.v_batch_stride = p.v_strides.batch;
+  k.v_row_stride = p.v_strides.seq;
+  k.v_head_stride = p.v_strides.head;
+  k.o_batch_stride = p.o_strides.batch;
+  k.o_row_stride = p.o_strides.seq;
+  k.o_head_stride = p.o_strides.head;
+  k.lse_batch_stride = p.lse_strides.batch;
+  k.lse_row_stride = p.lse_strides.seq;
+  k.lse_head_stride = p.lse_strides.head;
+  k.cu_seqlens_q = p.is_packed() ? lengths.cu_seqlens_q : nullptr;
+  k.cu_seqlens_k = p.is_packed() ? lengths.cu_seqlens_k : nullptr;
+  k.seqlens_k = p.seqlens_k.empty() ? nullptr : lengths.seqlens_k;
+  k.seqlen_q = static_cast<i32>(p.seqlen_q);
+  k.seqlen_k = static_cast<i32>(p.seqlen_k);
+  k.heads_q = static_cast<i32>(p.heads_q);
+  k.group_size = static_cast<i32>(p.group_size());
+  k.head_dim_k = static_cast<i32>(p.head_dim_k);
+  k.head_dim_v = static_cast<i32>(p.head_dim_v);
+  k.mask = mask_params(p.mask);
+  k.scale_log2 = static_cast<float>(p.softmax_scale() * std::numbers::log2e);
+  const bool packed = p.is_packed();
+  k.vectorized = rows_aligned(b.q, p.q_strides, packed) && rows_aligned(b.k, p.k_strides, packed) &&
+                         rows_aligned(b.v, p.v_strides, packed)
+                     ? 1
+                     : 0;
+  return k;
+}
+
+std::int64_t max_query_rows(const AttentionProblem& p) {
+  if (!p.is_packed()) return p.seqlen_q;
+  std::int64_t most = 0;
+  for (int64_t b = 0; b < p.batch; ++b) most = std::max(most, p.sequence(b).q_len);
+  return most;
+}
+
+LaunchConfig flash_fwd_launch(const AttentionProblem& p, int block_m, int threads, int shared_bytes) {
+  const std::int64_t blocks = (max_query_rows(p) + block_m - 1) / block_m;
+  return {.grid = {static_cast<i32>(std::max<std::int64_t>(blocks, 1)), static_cast<i32>(p.heads_q),
+                   static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
+          .block = {threads, 1, 1},
+          .dynamic_shared_bytes = shared_bytes};
+}
+
+}  // namespace attune

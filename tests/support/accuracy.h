@@ -1,0 +1,114 @@
+// FlashAttention's accuracy rule: a kernel's error against the fp64 oracle
+// may be at most a multiple of the error of the same attention computed
+// naively in the storage dtype, plus a small floor.
+#pragma once
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "reference/reference.h"
+#include "tests/support/families.h"
+
+namespace attune::testing {
+
+// Attention as a framework computes it in the storage dtype: S = q.k in fp32
+// rounded to the dtype, softmax in fp32 rounded to the dtype, O = P V in fp32
+// rounded to the dtype. LSE stays fp32.
+inline ReferenceOutput naive_storage_attention(const Inputs& in) {
+  const AttentionProblem& p = in.problem;
+  const auto round = [&](float x) { return round_to(p.dtype, x); };
+  const auto f = [&](const std::vector<std::uint16_t>& t, int64_t off) {
+    return bits_to_float(p.dtype, t[static_cast<std::size_t>(off)]);
+  };
+  ReferenceOutput out;
+  const int64_t batches = p.is_packed() ? 1 : p.batch;
+  out.o.assign(static_cast<std::size_t>(batches * p.seqlen_q * p.heads_q * p.head_dim_v), 0.0);
+  out.lse.assign(static_cast<std::size_t>(batches * p.heads_q * p.seqlen_q), -std::numeric_limits<double>::infinity());
+  const auto scale = static_cast<float>(p.softmax_scale());
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const SequenceExtent s = p.sequence(b);
+    for (int64_t h = 0; h < p.heads_q; ++h) {
+      for (int64_t i = 0; i < s.q_len; ++i) {
+        const KeyRange keys = visible_keys(p.mask, i, s.q_len, s.k_len);
+        if (keys.empty()) continue;
+        std::vector<float> logits;
+        float max_logit = -std::numeric_limits<float>::infinity();
+        for (int64_t j = keys.begin; j < keys.end; ++j) {
+          float dot = 0;
+          for (int64_t d = 0; d < p.head_dim_k; ++d) {
+            dot += f(in.q, element_offset(p.q_strides, b, s.q_begin + i, h) + d) *
+                   f(in.k, element_offset(p.k_strides, b, s.k_begin + j, p.kv_head_of(h)) + d);
+          }
+          logits.push_back(round(dot * scale));
+          max_logit = std::max(max_logit, logits.back());
+        }
+        float sum = 0;
+        for (float x : logits) sum += std::exp(x - max_logit);
+        const int64_t row = s.q_begin + i;
+        for (int64_t d = 0; d < p.head_dim_v; ++d) {
+          float acc = 0;
+          for (int64_t j = keys.begin; j < keys.end; ++j) {
+            const float prob = round(std::exp(logits[static_cast<std::size_t>(j - keys.begin)] - max_logit) / sum);
+            acc += prob * f(in.v, element_offset(p.v_strides, b, s.k_begin + j, p.kv_head_of(h)) + d);
+          }
+          out.o[static_cast<std::size_t>(reference_o_index(p, b, row, h) + d)] = round(acc);
+        }
+        out.lse[static_cast<std::size_t>(reference_lse_index(p, b, row, h))] = max_logit + std::log(sum);
+      }
+    }
+  }
+  return out;
+}
+
+struct Errors {
+  double o = 0;    // max |O - O_ref|
+  double lse = 0;  // max |LSE - LSE_ref| over finite entries
+  std::string mismatch;  // NaN, or -inf / zero rows that disagree; empty if none
+};
+
+inline Errors errors(const ReferenceOutput& got, const ReferenceOutput& want) {
+  Errors e;
+  for (std::size_t i = 0; i < got.o.size(); ++i) {
+    if (std::isnan(got.o[i])) {
+      e.mismatch = "O[" + std::to_string(i) + "] is NaN";
+      return e;
+    }
+    e.o = std::max(e.o, std::abs(got.o[i] - want.o[i]));
+  }
+  for (std::size_t i = 0; i < got.lse.size(); ++i) {
+    const bool got_empty = std::isinf(got.lse[i]) && got.lse[i] < 0;
+    const bool want_empty = std::isinf(want.lse[i]) && want.lse[i] < 0;
+    if (std::isnan(got.lse[i]) || got_empty != want_empty) {
+      e.mismatch = "LSE[" + std::to_string(i) + "] = " + std::to_string(got.lse[i]) + ", want " +
+                   std::to_string(want.lse[i]);
+      return e;
+    }
+    if (!want_empty) e.lse = std::max(e.lse, std::abs(got.lse[i] - want.lse[i]) / (1 + std::abs(want.lse[i])));
+  }
+  return e;
+}
+
+// True when `got` passes the rule: O error <= factor x naive + 1e-5 (LSE
+// relative, floor 1e-5), matching empty rows, no NaN. `why` explains a failure.
+inline bool within_accuracy_rule(const ReferenceOutput& got, const ReferenceOutput& want,
+                                 const ReferenceOutput& naive, double factor, std::string* why) {
+  const Errors g = errors(got, want);
+  const Errors n = errors(naive, want);
+  if (!g.mismatch.empty()) {
+    *why = g.mismatch;
+    return false;
+  }
+  const double o_limit = factor * n.o + 1e-5;
+  const double lse_limit = factor * n.lse + 1e-5;
+  if (g.o > o_limit || g.lse > lse_limit) {
+    *why = "O error " + std::to_string(g.o) + " (limit " + std::to_string(o_limit) + "), LSE error " +
+           std::to_string(g.lse) + " (limit " + std::to_string(lse_limit) + ")";
+    return false;
+  }
+  return true;
+}
+
+}  // namespace attune::testing
