@@ -43,16 +43,17 @@ void run(benchmark::State& state, bool barriers, bool mmas) {
     emulator.launch(&rounds_kernel, config, Params{out.data(), rounds, barriers, mmas});
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["rounds/s"] = benchmark::Counter(static_cast<double>(rounds), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["rounds/s"] =
+      benchmark::Counter(static_cast<double>(rounds), benchmark::Counter::kIsIterationInvariantRate);
 }
 
-void BM_BarrierRounds128Threads(benchmark::State& state) { run(state, true, false); }
-void BM_MmaPerWarp4Warps(benchmark::State& state) { run(state, false, true); }
-void BM_BarrierAndMma128Threads(benchmark::State& state) { run(state, true, true); }
+void barrier_rounds_128_threads(benchmark::State& state) { run(state, true, false); }
+void mma_per_warp_4_warps(benchmark::State& state) { run(state, false, true); }
+void barrier_and_mma_128_threads(benchmark::State& state) { run(state, true, true); }
 
-BENCHMARK(BM_BarrierRounds128Threads)->Arg(1000)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_MmaPerWarp4Warps)->Arg(1000)->Unit(benchmark::kMillisecond);
-BENCHMARK(BM_BarrierAndMma128Threads)->Arg(1000)->Unit(benchmark::kMillisecond);
+BENCHMARK(barrier_rounds_128_threads)->Arg(1000)->Unit(benchmark::kMillisecond);
+BENCHMARK(mma_per_warp_4_warps)->Arg(1000)->Unit(benchmark::kMillisecond);
+BENCHMARK(barrier_and_mma_128_threads)->Arg(1000)->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace attune

@@ -74,6 +74,7 @@ struct Thread {
   bool flag = false;  // shfl: xor mode; mma: bf16; ldmatrix: trans
   i32 operand = 0;    // shfl: lane or mask; ldmatrix: matrices
   std::array<u32, 4> words{};
+  std::array<u32, 2> b_words{};  // mma's B fragment
   std::array<float, 4> floats{};
   const void* address = nullptr;
   // cp.async groups: the open one, then committed ones oldest first.
@@ -141,7 +142,9 @@ struct Emulator::Impl {
 
   // --- memory checks ---------------------------------------------------
 
-  bool check_global(const Thread& t, const void* p, u64 bytes, bool write, const Where& where) {
+  // `alignment` is what the access needs (its size for plain loads and
+  // stores, 1 where the caller checks alignment itself).
+  bool check_global(const Thread& t, const void* p, u64 bytes, bool write, const Where& where, u64 alignment) {
     const auto addr = reinterpret_cast<std::uintptr_t>(p);
     const char* verb = write ? "write" : "read";
     auto it = buffers.upper_bound(addr);
@@ -150,7 +153,7 @@ struct Emulator::Impl {
       const std::uintptr_t begin = it->first;
       const std::uintptr_t size = it->second.end - begin;
       if (addr + bytes <= it->second.end) {
-        if (bytes > 1 && addr % std::min<u64>(bytes, 16) != 0) {
+        if (addr % alignment != 0) {
           report(BugKind::kGlobalOutOfBounds, t, where,
                  std::string("misaligned ") + verb + " of " + std::to_string(bytes) + " bytes at byte " +
                      std::to_string(addr - begin) + " of buffer '" + it->second.name + "'");
@@ -352,7 +355,7 @@ bool Emulator::Impl::resolve_warps() {
         LaneFloats4 c{};
         for (int l = 0; l < kWarpSize; ++l) {
           a[l] = {lanes[l].words[0], lanes[l].words[1], lanes[l].words[2], lanes[l].words[3]};
-          b[l] = {static_cast<u32>(lanes[l].operand), static_cast<u32>(reinterpret_cast<std::uintptr_t>(lanes[l].address))};
+          b[l] = lanes[l].b_words;
           c[l] = lanes[l].floats;
         }
         const LaneFloats4 d = mma_m16n8k16(first.flag, a, b, c);
@@ -462,7 +465,8 @@ void Emulator::launch(const LaunchConfig& config, const std::function<void()>& t
     throw InvalidArgument("grid shape: got " + std::to_string(config.grid.x) + "x" + std::to_string(config.grid.y) +
                           "x" + std::to_string(config.grid.z) + "; expected positive sizes");
   }
-  if (config.dynamic_shared_bytes < 0 || config.dynamic_shared_bytes > 256 * 1024) {
+  constexpr std::int64_t kMaxSharedBytes = std::int64_t{256} * 1024;
+  if (config.dynamic_shared_bytes < 0 || config.dynamic_shared_bytes > kMaxSharedBytes) {
     throw InvalidArgument("dynamic shared memory: got " + std::to_string(config.dynamic_shared_bytes) +
                           " bytes; expected 0 to 262144");
   }
@@ -512,7 +516,7 @@ unsigned char* shared_base() { return emulator().shared.data(); }
 
 bool global_access(const void* p, u64 bytes, bool write, const Where& where) {
   Emulator::Impl& e = emulator();
-  return e.check_global(*e.current, p, bytes, write, where);
+  return e.check_global(*e.current, p, bytes, write, where, std::min<u64>(bytes, 16));
 }
 
 bool shared_access(const void* p, u64 bytes, bool write, const Where& where) {
@@ -542,9 +546,7 @@ void mma_m16n8k16(bool bf16, float* d, const u32* a, const u32* b, const float* 
   t.op = WarpOp::kMma;
   t.flag = bf16;
   std::copy(a, a + 4, t.words.begin());
-  // B's two registers ride in the operand and address slots.
-  t.operand = static_cast<i32>(b[0]);
-  t.address = reinterpret_cast<const void*>(static_cast<std::uintptr_t>(b[1]));
+  t.b_words = {b[0], b[1]};
   std::copy(c, c + 4, t.floats.begin());
   e.wait_here(t, State::kAtWarpOp, where);
   std::copy(t.floats.begin(), t.floats.end(), d);
@@ -572,7 +574,7 @@ void cp_async(void* shared_dst, const void* global_src, i32 src_bytes, const Whe
              "cp.async source size " + std::to_string(src_bytes) + " outside 0..16");
     return;
   }
-  if (src_bytes > 0 && e.check_global(t, global_src, static_cast<u64>(src_bytes), /*write=*/false, where)) {
+  if (src_bytes > 0 && e.check_global(t, global_src, static_cast<u64>(src_bytes), /*write=*/false, where, 1)) {
     if (reinterpret_cast<std::uintptr_t>(global_src) % 16 != 0) {
       e.report(BugKind::kGlobalOutOfBounds, t, where, "cp.async source not 16-byte aligned");
     }
@@ -603,7 +605,7 @@ void cp_async_wait(i32 pending, const Where& where) {
 
 void atomic_add(float* p, float value, const Where& where) {
   Emulator::Impl& e = emulator();
-  if (!e.check_global(*e.current, p, sizeof(float), /*write=*/true, where)) return;
+  if (!e.check_global(*e.current, p, sizeof(float), /*write=*/true, where, sizeof(float))) return;
   float old = 0;
   std::memcpy(&old, p, sizeof(float));
   old += value;

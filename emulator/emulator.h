@@ -22,8 +22,8 @@ namespace attune::emu {
 class Emulator {
  public:
   struct Options {
-    std::size_t stack_bytes = 256 * 1024;  // per emulated thread
-    std::size_t max_reports = 32;          // kept in a KernelFault; the rest are counted
+    std::size_t stack_bytes = std::size_t{256} * 1024;  // per emulated thread
+    std::size_t max_reports = 32;                       // kept in a KernelFault; the rest are counted
   };
 
   Emulator();

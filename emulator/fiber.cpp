@@ -32,7 +32,9 @@ Fiber::~Fiber() {
 }
 
 void Fiber::trampoline(unsigned int high, unsigned int low) {
-  auto* self = reinterpret_cast<Fiber*>((static_cast<std::uintptr_t>(high) << 32) | low);
+  // makecontext passes int arguments only: the pointer arrives in two halves.
+  auto* self =
+      reinterpret_cast<Fiber*>((static_cast<std::uintptr_t>(high) << 32) | low);  // NOLINT(performance-no-int-to-ptr)
   self->entry_(self->arg_);
   self->finished_ = true;
   // Returning ends the context; uc_link brings control back to the caller.

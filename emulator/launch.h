@@ -9,13 +9,11 @@
 namespace attune {
 
 struct LaunchConfig {
-  Dim3 grid;                          // blocks
-  Dim3 block;                         // threads per block
+  Dim3 grid;                              // blocks
+  Dim3 block;                             // threads per block
   std::int64_t dynamic_shared_bytes = 0;  // size of shared_memory<T>()
 };
 
-inline std::int64_t volume(const Dim3& d) {
-  return static_cast<std::int64_t>(d.x) * d.y * d.z;
-}
+inline std::int64_t volume(const Dim3& d) { return static_cast<std::int64_t>(d.x) * d.y * d.z; }
 
 }  // namespace attune

@@ -69,15 +69,16 @@ std::array<std::array<u32, 4>, kWarpSize> ldmatrix(int matrices, bool trans, con
   return out;
 }
 
-std::array<u32, kWarpSize> shuffle(const std::array<u32, kWarpSize>& values,
-                                   const std::array<i32, kWarpSize>& operands, bool xor_mode) {
+std::array<u32, kWarpSize> shuffle(const std::array<u32, kWarpSize>& values, const std::array<i32, kWarpSize>& operands,
+                                   bool xor_mode) {
   std::array<u32, kWarpSize> out{};
   for (int lane = 0; lane < kWarpSize; ++lane) {
     const i32 op = operands[lane];
-    // With width 32 (c = 0x1f): .idx takes the source lane modulo 32; .bfly
-    // reads the lane's own value when lane ^ mask leaves the warp.
-    const int src = xor_mode ? (lane ^ op) : (op & (kWarpSize - 1));
-    out[lane] = (src >= 0 && src < kWarpSize) ? values[src] : values[lane];
+    // With width 32 (c = 0x1f) both modes use the low five bits of the
+    // operand (bval[4:0]), so every source lane is inside the warp.
+    const int bits = op & (kWarpSize - 1);
+    const int src = xor_mode ? (lane ^ bits) : bits;
+    out[lane] = values[src];
   }
   return out;
 }

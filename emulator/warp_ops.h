@@ -26,7 +26,7 @@ using Matrix8x8 = std::array<std::array<u16, 8>, 8>;
 std::array<std::array<u32, 4>, kWarpSize> ldmatrix(int matrices, bool trans, const std::array<Matrix8x8, 4>& rows);
 
 // shfl.sync.bfly / .idx over a full warp (width 32, all lanes active).
-std::array<u32, kWarpSize> shuffle(const std::array<u32, kWarpSize>& values,
-                                   const std::array<i32, kWarpSize>& operands, bool xor_mode);
+std::array<u32, kWarpSize> shuffle(const std::array<u32, kWarpSize>& values, const std::array<i32, kWarpSize>& operands,
+                                   bool xor_mode);
 
 }  // namespace attune::emu

@@ -73,8 +73,8 @@ struct FlashFwdConfig {
   static constexpr int kMergeBytes = 4 * (kWarpsN - 1) * kBlockM * (kHeadDim + 2);
   static constexpr int kSharedBytes = kPipelineBytes > kMergeBytes ? kPipelineBytes : kMergeBytes;
 
-  static constexpr bool kValid = kWarpRows % 16 == 0 && kWarpKeys % 16 == 0 && kHeadDim % 16 == 0 &&
-                                 kStages >= 1 && kStages <= 4 && kThreads <= 1024;
+  static constexpr bool kValid = kWarpRows % 16 == 0 && kWarpKeys % 16 == 0 && kHeadDim % 16 == 0 && kStages >= 1 &&
+                                 kStages <= 4 && kThreads <= 1024;
   static_assert(kValid, "FlashFwdConfig: warp tiles must be multiples of 16 rows and 16 keys");
 };
 
@@ -121,9 +121,9 @@ ATTUNE_DEVICE float max2(float a, float b) { return a > b ? a : b; }
 
 // One K/V tile: S = Q K^T, mask, online softmax, O += P V.
 template <class Config, bool kMasked>
-ATTUNE_DEVICE void attend_tile(const u16* q_s, const u16* k_s, const u16* v_s, float (&acc)[Config::kMTiles][Config::kDTiles][4],
-                               RowState<Config>& state, const FlashFwdParams& p, i64 row0, i64 key0, i64 q_len,
-                               i64 k_len) {
+ATTUNE_DEVICE void attend_tile(const u16* q_s, const u16* k_s, const u16* v_s,
+                               float (&acc)[Config::kMTiles][Config::kDTiles][4], RowState<Config>& state,
+                               const FlashFwdParams& p, i64 row0, i64 key0, i64 q_len, i64 k_len) {
   using D = typename Config::DType;
   const i32 lane = dev::lane_id();
   const i32 warp = dev::warp_id();
@@ -131,43 +131,45 @@ ATTUNE_DEVICE void attend_tile(const u16* q_s, const u16* k_s, const u16* v_s, f
   const i32 warp_key0 = (warp % Config::kWarpsN) * Config::kWarpKeys;
 
   float s[Config::kMTiles][Config::kNTiles][4];
-ATTUNE_UNROLL
-  for (int mt = 0; mt < Config::kMTiles; ++mt)
-ATTUNE_UNROLL
-    for (int nt = 0; nt < Config::kNTiles; ++nt)
-ATTUNE_UNROLL
+  ATTUNE_UNROLL
+  for (int mt = 0; mt < Config::kMTiles; ++mt) {
+    ATTUNE_UNROLL
+    for (int nt = 0; nt < Config::kNTiles; ++nt) {
+      ATTUNE_UNROLL
       for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
+    }
+  }
 
   // S = Q K^T over the head dimension, 16 at a time.
-ATTUNE_UNROLL
+  ATTUNE_UNROLL
   for (int ks = 0; ks < Config::kKSteps; ++ks) {
     u32 a[Config::kMTiles][4];
-ATTUNE_UNROLL
+    ATTUNE_UNROLL
     for (int mt = 0; mt < Config::kMTiles; ++mt) {
       const i32 row = warp_row0 + mt * 16 + lane % 8 + 8 * ((lane / 8) % 2);
       dev::warp::ldmatrix_x4(a[mt], q_s + row * Config::kHeadDim + ks * 16 + 8 * (lane / 16));
     }
-ATTUNE_UNROLL
+    ATTUNE_UNROLL
     for (int nt = 0; nt < Config::kNTiles; ++nt) {
       u32 b[2];
       const i32 key = warp_key0 + nt * 8 + lane % 8;
       dev::warp::ldmatrix_x2(b, k_s + key * Config::kHeadDim + ks * 16 + 8 * ((lane / 8) % 2));
-ATTUNE_UNROLL
+      ATTUNE_UNROLL
       for (int mt = 0; mt < Config::kMTiles; ++mt) dev::warp::mma_m16n8k16<D>(s[mt][nt], a[mt], b, s[mt][nt]);
     }
   }
 
   // Scale to base 2, mask by global positions, and update the row states.
-ATTUNE_UNROLL
+  ATTUNE_UNROLL
   for (int mt = 0; mt < Config::kMTiles; ++mt) {
-ATTUNE_UNROLL
+    ATTUNE_UNROLL
     for (int half = 0; half < 2; ++half) {
       const i64 row = row0 + warp_row0 + mt * 16 + lane / 4 + 8 * half;
       const KeyBounds bounds = key_bounds(p.mask, row, q_len, k_len);
       float tile_max = -dev::infinity();
-ATTUNE_UNROLL
+      ATTUNE_UNROLL
       for (int nt = 0; nt < Config::kNTiles; ++nt) {
-ATTUNE_UNROLL
+        ATTUNE_UNROLL
         for (int e = 0; e < 2; ++e) {
           float x = s[mt][nt][2 * half + e] * p.scale_log2;
           if (kMasked) {
@@ -186,9 +188,9 @@ ATTUNE_UNROLL
       // Rescale BOTH the normalizer and the accumulated output.
       const float factor = dev::exp2_approx(state.m[mt][half] - ref);
       float sum = 0.0f;
-ATTUNE_UNROLL
+      ATTUNE_UNROLL
       for (int nt = 0; nt < Config::kNTiles; ++nt) {
-ATTUNE_UNROLL
+        ATTUNE_UNROLL
         for (int e = 0; e < 2; ++e) {
           const float prob = dev::exp2_approx(s[mt][nt][2 * half + e] - ref);
           s[mt][nt][2 * half + e] = prob;
@@ -197,7 +199,7 @@ ATTUNE_UNROLL
       }
       state.l[mt][half] = state.l[mt][half] * factor + sum;
       state.m[mt][half] = new_max;
-ATTUNE_UNROLL
+      ATTUNE_UNROLL
       for (int dt = 0; dt < Config::kDTiles; ++dt) {
         acc[mt][dt][2 * half] *= factor;
         acc[mt][dt][2 * half + 1] *= factor;
@@ -207,22 +209,22 @@ ATTUNE_UNROLL
 
   // O += P V: the S accumulators of two adjacent key tiles are exactly the A
   // fragment of one 16-key step.
-ATTUNE_UNROLL
+  ATTUNE_UNROLL
   for (int ps = 0; ps < Config::kPSteps; ++ps) {
     u32 a[Config::kMTiles][4];
-ATTUNE_UNROLL
+    ATTUNE_UNROLL
     for (int mt = 0; mt < Config::kMTiles; ++mt) {
       a[mt][0] = dev::pack2<D>(s[mt][2 * ps][0], s[mt][2 * ps][1]);
       a[mt][1] = dev::pack2<D>(s[mt][2 * ps][2], s[mt][2 * ps][3]);
       a[mt][2] = dev::pack2<D>(s[mt][2 * ps + 1][0], s[mt][2 * ps + 1][1]);
       a[mt][3] = dev::pack2<D>(s[mt][2 * ps + 1][2], s[mt][2 * ps + 1][3]);
     }
-ATTUNE_UNROLL
+    ATTUNE_UNROLL
     for (int dt = 0; dt < Config::kDTiles; ++dt) {
       u32 b[2];
       const i32 key = warp_key0 + ps * 16 + lane % 8 + 8 * ((lane / 8) % 2);
       dev::warp::ldmatrix_x2_trans(b, v_s + key * Config::kHeadDim + dt * 8);
-ATTUNE_UNROLL
+      ATTUNE_UNROLL
       for (int mt = 0; mt < Config::kMTiles; ++mt) dev::warp::mma_m16n8k16<D>(acc[mt][dt], a[mt], b, acc[mt][dt]);
     }
   }
@@ -286,17 +288,18 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
 
   float acc[Config::kMTiles][Config::kDTiles][4];
   RowState<Config> state;
-ATTUNE_UNROLL
+  ATTUNE_UNROLL
   for (int mt = 0; mt < Config::kMTiles; ++mt) {
-ATTUNE_UNROLL
+    ATTUNE_UNROLL
     for (int half = 0; half < 2; ++half) {
       state.m[mt][half] = -dev::infinity();
       state.l[mt][half] = 0.0f;
     }
-ATTUNE_UNROLL
-    for (int dt = 0; dt < Config::kDTiles; ++dt)
-ATTUNE_UNROLL
+    ATTUNE_UNROLL
+    for (int dt = 0; dt < Config::kDTiles; ++dt) {
+      ATTUNE_UNROLL
       for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.0f;
+    }
   }
 
   if (n_begin < n_end) {
@@ -317,9 +320,8 @@ ATTUNE_UNROLL
                                                  v_s + stage * Config::kTileElems, acc, state, p, row0, key0, q_len,
                                                  k_len);
       } else {
-        flash_detail::attend_tile<Config, true>(q_s, k_s + stage * Config::kTileElems,
-                                                v_s + stage * Config::kTileElems, acc, state, p, row0, key0, q_len,
-                                                k_len);
+        flash_detail::attend_tile<Config, true>(q_s, k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems,
+                                                acc, state, p, row0, key0, q_len, k_len);
       }
       dev::block::sync();  // the stage is overwritten next
     }
@@ -331,95 +333,95 @@ ATTUNE_UNROLL
   const i32 warp_row0 = (warp / Config::kWarpsN) * Config::kWarpRows;
 
   // Complete the normalizers over the quad.
-ATTUNE_UNROLL
-  for (int mt = 0; mt < Config::kMTiles; ++mt)
-ATTUNE_UNROLL
-    for (int half = 0; half < 2; ++half) {
-      state.l[mt][half] += dev::warp::shfl_xor(state.l[mt][half], 1);
-      state.l[mt][half] += dev::warp::shfl_xor(state.l[mt][half], 2);
-    }
+  ATTUNE_UNROLL
+  for (int r = 0; r < 2 * Config::kMTiles; ++r) {  // the rows this thread holds
+    const int mt = r / 2;
+    const int half = r % 2;
+    state.l[mt][half] += dev::warp::shfl_xor(state.l[mt][half], 1);
+    state.l[mt][half] += dev::warp::shfl_xor(state.l[mt][half], 2);
+  }
 
   if (Config::kWarpsN > 1) {
     // Warps holding other keys of the same rows hand over (m, l, u).
     float* merge = dev::shared_memory<float>();
     constexpr int kRowFloats = Config::kHeadDim + 2;
     if (warp_n > 0) {
-ATTUNE_UNROLL
-      for (int mt = 0; mt < Config::kMTiles; ++mt)
-ATTUNE_UNROLL
-        for (int half = 0; half < 2; ++half) {
-          const i32 row = warp_row0 + mt * 16 + lane / 4 + 8 * half;
-          float* slot = merge + ((warp_n - 1) * Config::kBlockM + row) * kRowFloats;
-ATTUNE_UNROLL
-          for (int dt = 0; dt < Config::kDTiles; ++dt) {
-            dev::store_shared(slot + dt * 8 + 2 * (lane % 4), acc[mt][dt][2 * half]);
-            dev::store_shared(slot + dt * 8 + 2 * (lane % 4) + 1, acc[mt][dt][2 * half + 1]);
-          }
-          if (lane % 4 == 0) {
-            dev::store_shared(slot + Config::kHeadDim, state.m[mt][half]);
-            dev::store_shared(slot + Config::kHeadDim + 1, state.l[mt][half]);
-          }
+      ATTUNE_UNROLL
+      for (int r = 0; r < 2 * Config::kMTiles; ++r) {  // the rows this thread holds
+        const int mt = r / 2;
+        const int half = r % 2;
+        const i32 row = warp_row0 + mt * 16 + lane / 4 + 8 * half;
+        float* slot = merge + ((warp_n - 1) * Config::kBlockM + row) * kRowFloats;
+        ATTUNE_UNROLL
+        for (int dt = 0; dt < Config::kDTiles; ++dt) {
+          dev::store_shared(slot + dt * 8 + 2 * (lane % 4), acc[mt][dt][2 * half]);
+          dev::store_shared(slot + dt * 8 + 2 * (lane % 4) + 1, acc[mt][dt][2 * half + 1]);
         }
+        if (lane % 4 == 0) {
+          dev::store_shared(slot + Config::kHeadDim, state.m[mt][half]);
+          dev::store_shared(slot + Config::kHeadDim + 1, state.l[mt][half]);
+        }
+      }
     }
     dev::block::sync();
     if (warp_n > 0) return;
-ATTUNE_UNROLL
-    for (int mt = 0; mt < Config::kMTiles; ++mt)
-ATTUNE_UNROLL
-      for (int half = 0; half < 2; ++half) {
-        const i32 row = warp_row0 + mt * 16 + lane / 4 + 8 * half;
-        float new_max = state.m[mt][half];
-        for (int w = 1; w < Config::kWarpsN; ++w) {
-          new_max = flash_detail::max2(
-              new_max, dev::load_shared(merge + ((w - 1) * Config::kBlockM + row) * kRowFloats + Config::kHeadDim));
-        }
-        const float ref = flash_detail::safe_max(new_max);
-        const float own = dev::exp2_approx(state.m[mt][half] - ref);
-        state.l[mt][half] *= own;
-ATTUNE_UNROLL
-        for (int dt = 0; dt < Config::kDTiles; ++dt) {
-          acc[mt][dt][2 * half] *= own;
-          acc[mt][dt][2 * half + 1] *= own;
-        }
-        for (int w = 1; w < Config::kWarpsN; ++w) {
-          const float* slot = merge + ((w - 1) * Config::kBlockM + row) * kRowFloats;
-          const float factor = dev::exp2_approx(dev::load_shared(slot + Config::kHeadDim) - ref);
-          state.l[mt][half] += factor * dev::load_shared(slot + Config::kHeadDim + 1);
-ATTUNE_UNROLL
-          for (int dt = 0; dt < Config::kDTiles; ++dt) {
-            acc[mt][dt][2 * half] += factor * dev::load_shared(slot + dt * 8 + 2 * (lane % 4));
-            acc[mt][dt][2 * half + 1] += factor * dev::load_shared(slot + dt * 8 + 2 * (lane % 4) + 1);
-          }
-        }
-        state.m[mt][half] = new_max;
+    ATTUNE_UNROLL
+    for (int r = 0; r < 2 * Config::kMTiles; ++r) {  // the rows this thread holds
+      const int mt = r / 2;
+      const int half = r % 2;
+      const i32 row = warp_row0 + mt * 16 + lane / 4 + 8 * half;
+      float new_max = state.m[mt][half];
+      for (int w = 1; w < Config::kWarpsN; ++w) {
+        new_max = flash_detail::max2(
+            new_max, dev::load_shared(merge + ((w - 1) * Config::kBlockM + row) * kRowFloats + Config::kHeadDim));
       }
+      const float ref = flash_detail::safe_max(new_max);
+      const float own = dev::exp2_approx(state.m[mt][half] - ref);
+      state.l[mt][half] *= own;
+      ATTUNE_UNROLL
+      for (int dt = 0; dt < Config::kDTiles; ++dt) {
+        acc[mt][dt][2 * half] *= own;
+        acc[mt][dt][2 * half + 1] *= own;
+      }
+      for (int w = 1; w < Config::kWarpsN; ++w) {
+        const float* slot = merge + ((w - 1) * Config::kBlockM + row) * kRowFloats;
+        const float factor = dev::exp2_approx(dev::load_shared(slot + Config::kHeadDim) - ref);
+        state.l[mt][half] += factor * dev::load_shared(slot + Config::kHeadDim + 1);
+        ATTUNE_UNROLL
+        for (int dt = 0; dt < Config::kDTiles; ++dt) {
+          acc[mt][dt][2 * half] += factor * dev::load_shared(slot + dt * 8 + 2 * (lane % 4));
+          acc[mt][dt][2 * half + 1] += factor * dev::load_shared(slot + dt * 8 + 2 * (lane % 4) + 1);
+        }
+      }
+      state.m[mt][half] = new_max;
+    }
   }
 
   // Normalize once; a row with no visible key is 0 with LSE = -inf.
   constexpr float kLn2 = 0.6931471805599453f;
-ATTUNE_UNROLL
-  for (int mt = 0; mt < Config::kMTiles; ++mt)
-ATTUNE_UNROLL
-    for (int half = 0; half < 2; ++half) {
-      const i64 row = row0 + warp_row0 + mt * 16 + lane / 4 + 8 * half;
-      if (row >= q_len) continue;
-      const float l = state.l[mt][half];
-      const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-      u16* o_row = p.o + batch * p.o_batch_stride + (q_begin + row) * p.o_row_stride + head * p.o_head_stride;
-ATTUNE_UNROLL
-      for (int dt = 0; dt < Config::kDTiles; ++dt) {
-ATTUNE_UNROLL
-        for (int e = 0; e < 2; ++e) {
-          const i32 col = dt * 8 + 2 * (lane % 4) + e;
-          if (col < p.head_dim_v) dev::store_global(o_row + col, dev::to_bits<D>(acc[mt][dt][2 * half + e] * inv));
-        }
-      }
-      if (p.lse != nullptr && lane % 4 == 0) {
-        const float lse = l > 0.0f ? (state.m[mt][half] + dev::log2_approx(l)) * kLn2 : -dev::infinity();
-        dev::store_global(p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride + (q_begin + row) * p.lse_row_stride,
-                          lse);
+  ATTUNE_UNROLL
+  for (int r = 0; r < 2 * Config::kMTiles; ++r) {  // the rows this thread holds
+    const int mt = r / 2;
+    const int half = r % 2;
+    const i64 row = row0 + warp_row0 + mt * 16 + lane / 4 + 8 * half;
+    if (row >= q_len) continue;
+    const float l = state.l[mt][half];
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    u16* o_row = p.o + batch * p.o_batch_stride + (q_begin + row) * p.o_row_stride + head * p.o_head_stride;
+    ATTUNE_UNROLL
+    for (int dt = 0; dt < Config::kDTiles; ++dt) {
+      ATTUNE_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        const i32 col = dt * 8 + 2 * (lane % 4) + e;
+        if (col < p.head_dim_v) dev::store_global(o_row + col, dev::to_bits<D>(acc[mt][dt][2 * half + e] * inv));
       }
     }
+    if (p.lse != nullptr && lane % 4 == 0) {
+      const float lse = l > 0.0f ? (state.m[mt][half] + dev::log2_approx(l)) * kLn2 : -dev::infinity();
+      dev::store_global(
+          p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride + (q_begin + row) * p.lse_row_stride, lse);
+    }
+  }
 }
 
 }  // namespace attune

@@ -8,11 +8,11 @@ mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- '*.c
 echo "lint: clang-format on ${#sources[@]} files"
 clang-format --dry-run --Werror "${sources[@]}"
 mapfile -t units < <(printf '%s\n' "${sources[@]}" | grep '\.cpp$' | grep -v '^tests/')
-echo "lint: clang-tidy on ${#units[@]} translation units"
+echo "lint: clang-tidy-16 on ${#units[@]} translation units"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-printf '%s\n' "${units[@]}" | xargs -P 2 -n 4 clang-tidy --quiet --extra-arg=-Wno-unknown-warning-option -p "$build_dir" >"$log" 2>&1 || status=$?
+printf '%s\n' "${units[@]}" | xargs -P 2 -n 4 clang-tidy-16 --quiet --extra-arg=-Wno-unknown-warning-option -p "$build_dir" >"$log" 2>&1 || status=$?
 grep -v "warnings generated" "$log" || true
 if [ "$status" -ne 0 ]; then
   echo "lint: clang-tidy found problems (see above)" >&2

@@ -10,7 +10,7 @@ packages=(
   libbenchmark-dev
   libcli11-dev
   libclang-16-dev libclang-cpp16-dev llvm-16-dev clang-16
-  clang-format clang-tidy
+  clang-format clang-tidy-16
   python3-numpy
 )
 

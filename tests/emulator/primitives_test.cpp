@@ -221,12 +221,9 @@ ATTUNE_KERNEL void wide_xor_kernel(XorParams p) {
     dev::store_global(p.out + m * 32 + lane, dev::warp::shfl_xor(value_u32(lane), kWideMasks[m]));
 }
 
-// EMULATOR BUG (emulator/warp_ops.cpp, shuffle(), line 79): the ISA's shfl
-// pseudocode takes bval = b[4:0] ("an out of range value of b may still
-// result in a valid computed source lane index j"), so for width 32 .bfly
-// reads lane ^ (mask & 31), never the lane's own value unless mask & 31 == 0.
-// The emulator computes lane ^ mask unmasked and returns the lane's own value
-// when that is >= 32 or negative. Expected to fail until fixed.
+// The ISA's shfl pseudocode takes bval = b[4:0] ("an out of range value of b
+// may still result in a valid computed source lane index j"), so for width 32
+// .bfly reads lane ^ (mask & 31). (The emulator once used the whole mask.)
 TEST(Primitives, ShuffleXorUsesLowFiveBitsOfTheMask) {
   std::vector<u32> out(6 * 32);
   Emulator emu;
@@ -530,12 +527,9 @@ void check_single_group(i32 mode) {
 
 TEST(Primitives, CpAsyncCopiesAndZeroFills) { check_single_group(0); }
 
-// EMULATOR BUG (emulator/emulator.cpp: hooks::cp_async, line 575, checks the
-// source with Impl::check_global, whose alignment test is line 153): the ISA allows any src-size up to cp-size (16) and
-// requires alignment to cp-size only, but the emulator checks the source with
-// `addr % min(src_bytes, 16)`, so a 16-byte aligned source with src-size 3, 5,
-// 6, 7, 9-15 is reported as a "misaligned read" unless the address happens to
-// be a multiple of src_bytes. Expected to fail until fixed.
+// The ISA allows any src-size up to cp-size (16) and requires alignment to
+// cp-size only: a 16-byte aligned source with src-size 3, 5, 6, 7, 9-15 is
+// fine. (The emulator once checked alignment to src-size.)
 TEST(Primitives, CpAsyncAnySourceSize) { check_single_group(1); }
 
 TEST(Primitives, CpAsyncWaitGroupLandsOldestFirst) {
@@ -601,6 +595,33 @@ TEST(Primitives, Exp2ApproxAccuracyAndFlushToZero) {
     } else {
       EXPECT_LT(std::fabs(y[i] - want) / want, std::ldexp(1.0, -21)) << "exp2(" << x[i] << ") = " << y[i];
     }
+  }
+}
+
+ATTUNE_KERNEL void log2_kernel(MapParams p) {
+  for (i32 i = dev::thread_index().x; i < p.n; i += dev::block_dim().x) {
+    dev::store_global(p.y + i, i == 0 ? dev::infinity() : dev::log2_approx(dev::load_global(p.x + i)));
+  }
+}
+
+// lg2.approx.ftz.f32: subnormal inputs count as zero; log2(0) = -Inf, log2(negative) = NaN, log2(+Inf) = +Inf.
+// Slot 0 holds dev::infinity() instead.
+TEST(Primitives, Log2ApproxAndInfinity) {
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {0.0F, 0.0F, -0.0F, 1e-40F, -1.0F, inf, 1.0F, 0x1p-126F, 0x1p127F, 0.999999F, 1.000001F};
+  for (int k = 0; k < 1500; ++k) x.push_back(std::ldexp(1.0F + static_cast<float>(k % 97) / 97.0F, k / 10 - 75));
+  std::vector<float> y(x.size(), 0.5F);
+  Emulator emu;
+  const MapParams params{reg(emu, "x", x), reg(emu, "y", y), static_cast<i32>(x.size())};
+  ASSERT_TRUE(launch(emu, &log2_kernel, {1, 1, 1}, {128, 1, 1}, params));
+  EXPECT_EQ(y[0], inf) << "dev::infinity()";
+  for (std::size_t i = 1; i < 4; ++i) EXPECT_EQ(y[i], -inf) << "log2(" << x[i] << ")";
+  EXPECT_TRUE(std::isnan(y[4])) << "log2(-1)";
+  EXPECT_EQ(y[5], inf) << "log2(+Inf)";
+  for (std::size_t i = 6; i < x.size(); ++i) {
+    const double want = std::log2(static_cast<double>(x[i]));
+    // Within 2^-21 relative, or absolute near log2(x) = 0.
+    EXPECT_LE(std::fabs(y[i] - want), std::ldexp(1.0, -21) * std::max(1.0, std::fabs(want))) << "log2(" << x[i] << ")";
   }
 }
 

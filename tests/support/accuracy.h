@@ -64,8 +64,8 @@ inline ReferenceOutput naive_storage_attention(const Inputs& in) {
 }
 
 struct Errors {
-  double o = 0;    // max |O - O_ref|
-  double lse = 0;  // max |LSE - LSE_ref| over finite entries
+  double o = 0;          // max |O - O_ref|
+  double lse = 0;        // max |LSE - LSE_ref| over finite entries
   std::string mismatch;  // NaN, or -inf / zero rows that disagree; empty if none
 };
 
@@ -82,8 +82,8 @@ inline Errors errors(const ReferenceOutput& got, const ReferenceOutput& want) {
     const bool got_empty = std::isinf(got.lse[i]) && got.lse[i] < 0;
     const bool want_empty = std::isinf(want.lse[i]) && want.lse[i] < 0;
     if (std::isnan(got.lse[i]) || got_empty != want_empty) {
-      e.mismatch = "LSE[" + std::to_string(i) + "] = " + std::to_string(got.lse[i]) + ", want " +
-                   std::to_string(want.lse[i]);
+      e.mismatch =
+          "LSE[" + std::to_string(i) + "] = " + std::to_string(got.lse[i]) + ", want " + std::to_string(want.lse[i]);
       return e;
     }
     if (!want_empty) e.lse = std::max(e.lse, std::abs(got.lse[i] - want.lse[i]) / (1 + std::abs(want.lse[i])));
@@ -93,8 +93,8 @@ inline Errors errors(const ReferenceOutput& got, const ReferenceOutput& want) {
 
 // True when `got` passes the rule: O error <= factor x naive + 1e-5 (LSE
 // relative, floor 1e-5), matching empty rows, no NaN. `why` explains a failure.
-inline bool within_accuracy_rule(const ReferenceOutput& got, const ReferenceOutput& want,
-                                 const ReferenceOutput& naive, double factor, std::string* why) {
+inline bool within_accuracy_rule(const ReferenceOutput& got, const ReferenceOutput& want, const ReferenceOutput& naive,
+                                 double factor, std::string* why) {
   const Errors g = errors(got, want);
   const Errors n = errors(naive, want);
   if (!g.mismatch.empty()) {
