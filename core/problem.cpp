@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <tuple>
 
 #include "core/error.h"
 
@@ -320,10 +321,13 @@ void validate(const AttentionProblem& p) {
 
 void validate(const AttentionProblem& p, const AttentionBuffers& buffers) {
   validate(p);
-  const std::array<std::pair<const void*, const char*>, 4> required = {
-      {{buffers.q, "Q"}, {buffers.k, "K"}, {buffers.v, "V"}, {buffers.o, "O"}}};
-  for (const auto& [ptr, name] : required) {
-    if (ptr == nullptr) reject(std::string(name) + " pointer", "null", "a valid pointer");
+  // A tensor without elements may have no storage at all.
+  const std::array<std::tuple<const void*, const char*, int64_t>, 4> required = {{{buffers.q, "Q", q_extent(p)},
+                                                                                  {buffers.k, "K", k_extent(p)},
+                                                                                  {buffers.v, "V", v_extent(p)},
+                                                                                  {buffers.o, "O", o_extent(p)}}};
+  for (const auto& [ptr, name, elements] : required) {
+    if (ptr == nullptr && elements > 0) reject(std::string(name) + " pointer", "null", "a valid pointer");
   }
   const int64_t elem = element_bytes(p.dtype);
   const ByteSpan inputs[] = {span_of("Q", buffers.q, q_extent(p), elem), span_of("K", buffers.k, k_extent(p), elem),

@@ -43,18 +43,61 @@ struct FlashFwdParams {
   i32 vectorized;    // 1: every row starts 16-byte aligned, so tiles load with cp.async
 };
 
-// The tunables and every size derived from them.
+// The tunable space of flash_fwd, read by attune-gen: one array per
+// template parameter of the kernel (same name, same order) with the values it
+// may take, the variant-id key of each, and the constraints every variant
+// must meet whatever the GPU (the architecture's limits are applied by the
+// enumerator from threads() and shared_bytes()).
+struct FlashFwdTunables {
+  static constexpr int kHeadDim[] = {32, 64, 96, 128, 160, 192, 224, 256};  // Dk and Dv padded up to it
+  static constexpr int kBlockM[] = {64, 128};                               // query rows per block
+  static constexpr int kBlockN[] = {32, 64, 128};                           // keys per tile
+  static constexpr int kWarpsM[] = {2, 4, 8};                               // warps along the rows
+  static constexpr int kWarpsN[] = {1, 2};                                  // warps along the keys of a tile
+  static constexpr int kStages[] = {1, 2, 3, 4};                            // cp.async pipeline depth
+  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "wm", "wn", "st"};
+
+  // Accumulator registers per thread we allow: S and O fragments together,
+  // leaving the rest of the 255 for addresses and temporaries.
+  static constexpr int kAccumulatorBudget = 160;
+
+  ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int /*block_m*/, int /*block_n*/, int warps_m,
+                                                  int warps_n, int /*stages*/) {
+    return warps_m * warps_n * kWarpSize;
+  }
+  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int head_dim, int block_m, int block_n, int /*warps_m*/,
+                                                       int warps_n, int stages) {
+    // Q tile, then `stages` K tiles, then `stages` V tiles (16-bit elements);
+    // after the main loop the same bytes hold the partial states of the
+    // warps with warp_n > 0 (floats: o, then m and l per row).
+    const int pipeline = 2 * (block_m * head_dim + 2 * stages * block_n * head_dim);
+    const int merge = 4 * (warps_n - 1) * block_m * (head_dim + 2);
+    return pipeline > merge ? pipeline : merge;
+  }
+  ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int warps_m, int warps_n,
+                                                 int stages) {
+    const int warp_rows = block_m / warps_m;
+    const int warp_keys = block_n / warps_n;
+    const int m_tiles = warp_rows / 16;
+    const int accumulators = m_tiles * (head_dim / 8 + warp_keys / 8) * 4;
+    return block_m % warps_m == 0 && block_n % warps_n == 0 && warp_rows % 16 == 0 && warp_keys % 16 == 0 &&
+           head_dim % 16 == 0 && stages >= 1 && stages <= 4 && warps_m * warps_n <= 8 &&
+           accumulators <= kAccumulatorBudget;
+  }
+};
+
+// Every size of a variant, derived from its tunables in one place.
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_, int kStages_, class DType_>
 struct FlashFwdConfig {
   using DType = DType_;
-  static constexpr int kHeadDim = kHeadDim_;  // bucket: Dk and Dv padded up to it
+  static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
   static constexpr int kBlockN = kBlockN_;
   static constexpr int kWarpsM = kWarpsM_;
   static constexpr int kWarpsN = kWarpsN_;
   static constexpr int kStages = kStages_;
 
-  static constexpr int kThreads = kWarpsM * kWarpsN * kWarpSize;
+  static constexpr int kThreads = FlashFwdTunables::threads(kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages);
   static constexpr int kWarpRows = kBlockM / kWarpsM;  // query rows per warp
   static constexpr int kWarpKeys = kBlockN / kWarpsN;  // keys per warp per tile
   static constexpr int kMTiles = kWarpRows / 16;       // mma rows
@@ -63,19 +106,11 @@ struct FlashFwdConfig {
   static constexpr int kPSteps = kWarpKeys / 16;       // PV reduction steps
   static constexpr int kDTiles = kHeadDim / 8;         // O columns
   static constexpr int kChunks = kHeadDim / 8;         // 16-byte chunks per row
-
-  // Shared memory: Q tile, then kStages K tiles, then kStages V tiles (16-bit
-  // elements); after the main loop the same bytes hold the partial states of
-  // warps kWarpsN > 0 (floats: o, then m and l per row).
   static constexpr int kQElems = kBlockM * kHeadDim;
   static constexpr int kTileElems = kBlockN * kHeadDim;
-  static constexpr int kPipelineBytes = 2 * (kQElems + 2 * kStages * kTileElems);
-  static constexpr int kMergeBytes = 4 * (kWarpsN - 1) * kBlockM * (kHeadDim + 2);
-  static constexpr int kSharedBytes = kPipelineBytes > kMergeBytes ? kPipelineBytes : kMergeBytes;
-
-  static constexpr bool kValid = kWarpRows % 16 == 0 && kWarpKeys % 16 == 0 && kHeadDim % 16 == 0 && kStages >= 1 &&
-                                 kStages <= 4 && kThreads <= 1024;
-  static_assert(kValid, "FlashFwdConfig: warp tiles must be multiples of 16 rows and 16 keys");
+  static constexpr int kSharedBytes =
+      FlashFwdTunables::shared_bytes(kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages);
+  static constexpr bool kValid = FlashFwdTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages);
 };
 
 namespace flash_detail {
@@ -232,10 +267,12 @@ ATTUNE_DEVICE void attend_tile(const u16* q_s, const u16* k_s, const u16* v_s,
 
 }  // namespace flash_detail
 
-// Grid: (ceil(max query rows / kBlockM), Hq, B); block: Config::kThreads;
-// dynamic shared memory: Config::kSharedBytes.
-template <class Config>
+// Grid: (ceil(max query rows / kBlockM), Hq, B); block: threads(); dynamic
+// shared memory: shared_bytes() (FlashFwdTunables).
+template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, class DType>
 ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
+  using Config = FlashFwdConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType>;
+  static_assert(Config::kValid, "flash_fwd: these tunables break FlashFwdTunables::valid");
   using D = typename Config::DType;
   using flash_detail::RowState;
   const i32 m_block = dev::block_index().x;

@@ -9,6 +9,7 @@
 #if defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define ATTUNE_CUDA 1
 #define ATTUNE_DEVICE __device__ __forceinline__
+#define ATTUNE_HOST_DEVICE __host__ __device__
 // C++ linkage, so kernels can be templates; the runtime finds the lowered
 // name of an instantiation through NVRTC name expressions.
 #define ATTUNE_KERNEL __global__
@@ -16,6 +17,7 @@
 #else
 #define ATTUNE_EMULATOR 1
 #define ATTUNE_DEVICE inline
+#define ATTUNE_HOST_DEVICE
 // The emulator calls the kernel body once per thread, as a plain function.
 #define ATTUNE_KERNEL inline
 #define ATTUNE_UNROLL

@@ -1,0 +1,34 @@
+// What attune-gen parses the templates against instead of the CUDA headers:
+// the declarations the primitives use, in clang's CUDA device mode. Parsing
+// only; nothing is generated from it.
+#pragma once
+
+// clang defines this only in its CUDA wrapper headers, which we leave out:
+// it makes the templates pick templates/primitives/cuda.h, as NVRTC does.
+#define __CUDACC__ 1
+
+#define __host__ __attribute__((host))
+#define __device__ __attribute__((device))
+#define __global__ __attribute__((global))
+#define __shared__ __attribute__((shared))
+#define __constant__ __attribute__((constant))
+#define __forceinline__ __inline__ __attribute__((always_inline))
+#define __align__(n) __attribute__((aligned(n)))
+
+struct __attune_uint3 {
+  unsigned x, y, z;
+};
+extern const __device__ __attune_uint3 threadIdx;
+extern const __device__ __attune_uint3 blockIdx;
+extern const __device__ __attune_uint3 blockDim;
+extern const __device__ __attune_uint3 gridDim;
+
+__device__ void __syncthreads();
+__device__ float __int_as_float(int);
+__device__ float __uint_as_float(unsigned);
+__device__ unsigned long long __cvta_generic_to_shared(const void*);
+__device__ unsigned long long __cvta_generic_to_global(const void*);
+template <class T>
+__device__ T __shfl_xor_sync(unsigned mask, T value, int lane_mask);
+template <class T>
+__device__ T __shfl_sync(unsigned mask, T value, int src_lane);

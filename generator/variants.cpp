@@ -1,0 +1,180 @@
+#include "generator/variants.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "core/error.h"
+
+namespace attune {
+
+namespace {
+
+struct KnownArch {
+  const char* name;
+  int compute;
+  int max_shared_bytes;
+};
+
+// Opt-in dynamic shared memory per block (CUDA programming guide, compute
+// capabilities table).
+constexpr KnownArch kArchs[] = {
+    {"sm_80", 80, 166912},   {"sm_86", 86, 101376},    {"sm_87", 87, 166912},
+    {"sm_89", 89, 101376},   {"sm_90", 90, 232448},    {"sm_90a", 90, 232448},
+    {"sm_100", 100, 232448}, {"sm_100a", 100, 232448}, {"sm_120", 120, 101376},
+};
+
+std::string values_text(std::span<const int> values) {
+  std::string out;
+  for (std::size_t i = 0; i < values.size(); ++i) out += (i != 0 ? ", " : "") + std::to_string(values[i]);
+  return out;
+}
+
+void combinations(const KernelSpec& kernel, std::size_t index, std::vector<int>& current,
+                  std::vector<std::vector<int>>& out) {
+  if (index == kernel.tunables.size()) {
+    out.push_back(current);
+    return;
+  }
+  for (int value : kernel.tunables[index].values) {
+    current.push_back(value);
+    combinations(kernel, index + 1, current, out);
+    current.pop_back();
+  }
+}
+
+}  // namespace
+
+std::optional<ArchLimits> parse_arch(std::string_view name) {
+  for (const KnownArch& a : kArchs) {
+    if (name == a.name) return ArchLimits{a.name, a.compute, a.max_shared_bytes, 1024};
+  }
+  return std::nullopt;
+}
+
+std::string known_archs() {
+  std::string out;
+  for (const KnownArch& a : kArchs) out += (out.empty() ? "" : ", ") + std::string(a.name);
+  return out;
+}
+
+std::string Variant::id() const {
+  std::string out = std::string(kernel->name) + "/";
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    out += (i != 0 ? "." : "") + std::string(kernel->tunables[i].id_key) + std::to_string(values[i]);
+  }
+  return out;
+}
+
+int Variant::value(std::string_view tunable) const {
+  for (std::size_t i = 0; i < kernel->tunables.size(); ++i) {
+    if (kernel->tunables[i].name == tunable) return values[i];
+  }
+  throw InvalidArgument("kernel " + std::string(kernel->name) + " has no tunable " + std::string(tunable));
+}
+
+std::string Variant::name_expression(DType dtype) const {
+  return std::string(kernel->qualified_name) + "<" + values_text(values) + ", " +
+         (dtype == DType::kF16 ? "attune::Fp16" : "attune::Bf16") + ">";
+}
+
+const KernelSpec& kernel_for_op(std::string_view op) {
+  if (op == "fwd") {
+    if (const KernelSpec* k = find_kernel_spec("flash_fwd")) return *k;
+  }
+  throw InvalidArgument("--op: got '" + std::string(op) + "'; expected fwd");
+}
+
+int head_dim_bucket(const KernelSpec& kernel, int dk, int dv) {
+  const int need = std::max(dk, dv);
+  for (int value : kernel.tunables.front().values) {
+    if (value >= need) return value;
+  }
+  throw InvalidArgument("head dim: got max(Dk, Dv) = " + std::to_string(need) + "; expected at most " +
+                        std::to_string(kernel.tunables.front().values.back()) + " for " + std::string(kernel.name));
+}
+
+void check_variant_fits(const Variant& v, int dk, int dv, const ArchLimits& arch) {
+  if (v.values.front() < std::max(dk, dv)) {
+    throw InvalidArgument("variant " + v.id() + ": head-dim bucket " + std::to_string(v.values.front()) +
+                          " is below max(Dk, Dv) = " + std::to_string(std::max(dk, dv)) +
+                          "; expected a variant of bucket " + std::to_string(head_dim_bucket(*v.kernel, dk, dv)));
+  }
+  if (v.shared_bytes() > arch.max_shared_bytes) {
+    throw InvalidArgument("variant " + v.id() + ": needs " + std::to_string(v.shared_bytes()) +
+                          " bytes of shared memory; " + arch.name + " allows " + std::to_string(arch.max_shared_bytes));
+  }
+  if (v.threads() > arch.max_threads) {
+    throw InvalidArgument("variant " + v.id() + ": " + std::to_string(v.threads()) + " threads per block; " +
+                          arch.name + " allows " + std::to_string(arch.max_threads));
+  }
+}
+
+std::vector<Variant> enumerate_variants(std::string_view op, DType /*dtype*/, int dk, int dv, const ArchLimits& arch) {
+  const KernelSpec& kernel = kernel_for_op(op);
+  std::vector<int> current = {head_dim_bucket(kernel, dk, dv)};
+  std::vector<std::vector<int>> all;
+  combinations(kernel, 1, current, all);
+  std::vector<Variant> out;
+  for (auto& values : all) {
+    if (!kernel.valid(values)) continue;
+    Variant v{&kernel, std::move(values)};
+    if (v.shared_bytes() <= arch.max_shared_bytes && v.threads() <= arch.max_threads) out.push_back(std::move(v));
+  }
+  return out;
+}
+
+Variant parse_variant_id(std::string_view id) {
+  const auto bad = [&](const std::string& what, const std::string& expected) -> InvalidArgument {
+    return InvalidArgument("variant id '" + std::string(id) + "': " + what + "; expected " + expected);
+  };
+  const std::size_t slash = id.find('/');
+  if (slash == std::string_view::npos)
+    throw bad("no '/'", "KERNEL/KEYVALUE.KEYVALUE..., e.g. flash_fwd/d64.bm64.bn64.wm4.wn1.st2");
+  const KernelSpec* kernel = find_kernel_spec(id.substr(0, slash));
+  if (kernel == nullptr) throw bad("unknown kernel '" + std::string(id.substr(0, slash)) + "'", "flash_fwd");
+  Variant v{kernel, {}};
+  std::string_view rest = id.substr(slash + 1);
+  for (const TunableSpec& t : kernel->tunables) {
+    const std::size_t dot = rest.find('.');
+    const std::string_view part = rest.substr(0, dot);
+    std::string expected = std::string(t.id_key) + " followed by one of {" + values_text(t.values) + "}";
+    if (part.substr(0, t.id_key.size()) != t.id_key) throw bad("'" + std::string(part) + "'", expected);
+    int value = 0;
+    const std::string_view digits = part.substr(t.id_key.size());
+    const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
+    if (error != std::errc() || end != digits.data() + digits.size() ||
+        std::find(t.values.begin(), t.values.end(), value) == t.values.end()) {
+      throw bad("'" + std::string(part) + "'", expected);
+    }
+    v.values.push_back(value);
+    rest = dot == std::string_view::npos ? std::string_view{} : rest.substr(dot + 1);
+  }
+  if (!rest.empty())
+    throw bad("trailing '" + std::string(rest) + "'",
+              "exactly " + std::to_string(kernel->tunables.size()) + " tunables");
+  if (!kernel->valid(v.values)) {
+    throw bad("these tunables break the template's constraints", "an id that 'attune variants list' prints");
+  }
+  return v;
+}
+
+Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch) {
+  const std::vector<Variant> candidates = enumerate_variants(op, dtype, dk, dv, arch);
+  if (candidates.empty()) {
+    throw InvalidArgument("no " + std::string(op) + " variant fits Dk " + std::to_string(dk) + ", Dv " +
+                          std::to_string(dv) + " on " + arch.name);
+  }
+  // FlashAttention-2's usual shape: 4 warps of 16 rows each, one warp per
+  // row block, a 2-deep pipeline, wider key tiles for small head dims.
+  const int bucket = candidates.front().values.front();
+  const std::vector<int> wanted = {bucket, 64, bucket <= 64 ? 64 : 32, 4, 1, 2};
+  const auto distance = [&](const Variant& v) {
+    int d = 0;
+    for (std::size_t i = 0; i < v.values.size() && i < wanted.size(); ++i) d += v.values[i] == wanted[i] ? 0 : 1;
+    return d;
+  };
+  return *std::min_element(candidates.begin(), candidates.end(),
+                           [&](const Variant& a, const Variant& b) { return distance(a) < distance(b); });
+}
+
+}  // namespace attune

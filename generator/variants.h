@@ -1,0 +1,70 @@
+// The variant space: which instantiations of a kernel are valid for a problem
+// class on an architecture, and their canonical ids.
+//
+//   auto arch = attune::parse_arch("sm_90a");
+//   for (const attune::Variant& v : attune::enumerate_variants("fwd", attune::DType::kBF16, 128, 128, *arch))
+//     std::cout << v.id() << '\n';   // flash_fwd/d128.bm64.bn32.wm2.wn1.st1 ...
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "core/dtype.h"
+#include "generator/kernel_registry.h"
+
+namespace attune {
+
+// The limits that prune variants on one GPU architecture.
+struct ArchLimits {
+  std::string name;          // sm_90a
+  int compute = 0;           // 90
+  int max_shared_bytes = 0;  // dynamic shared memory per block, opt-in maximum
+  int max_threads = 1024;
+};
+
+// "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120", ...
+std::optional<ArchLimits> parse_arch(std::string_view name);
+// The names parse_arch knows, for error messages.
+std::string known_archs();
+
+struct Variant {
+  const KernelSpec* kernel = nullptr;
+  std::vector<int> values;  // one per tunable, in the template's order
+
+  // Canonical id, e.g. flash_fwd/d128.bm64.bn64.wm4.wn1.st2: the key of the
+  // variant in caches, the tuning database and the CLI.
+  std::string id() const;
+  // The expression NVRTC instantiates, e.g. attune::flash_fwd<128, ..., attune::Bf16>.
+  std::string name_expression(DType dtype) const;
+  // The value of the tunable of that template-parameter name (e.g. kBlockM).
+  // Throws InvalidArgument when the kernel has no such tunable.
+  int value(std::string_view tunable) const;
+  int threads() const { return kernel->threads(values); }
+  int shared_bytes() const { return kernel->shared_bytes(values); }
+  bool operator==(const Variant& other) const { return kernel == other.kernel && values == other.values; }
+};
+
+// The kernel of an operation: "fwd" -> flash_fwd. Throws InvalidArgument.
+const KernelSpec& kernel_for_op(std::string_view op);
+
+// Smallest value of the kernel's first tunable (its head-dim bucket) that
+// holds max(dk, dv). Throws InvalidArgument when none does.
+int head_dim_bucket(const KernelSpec& kernel, int dk, int dv);
+
+// Every valid variant for the problem class on `arch`, in a stable order.
+std::vector<Variant> enumerate_variants(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch);
+
+// Parses and validates an id against the kernel's tunable domains and
+// constraints. Throws InvalidArgument saying what is wrong.
+Variant parse_variant_id(std::string_view id);
+
+// Checks that `variant` can run a problem with these head dims on `arch`
+// (bucket, shared memory, threads). Throws InvalidArgument.
+void check_variant_fits(const Variant& variant, int dk, int dv, const ArchLimits& arch);
+
+// The built-in default for the problem class on the architecture.
+Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch);
+
+}  // namespace attune

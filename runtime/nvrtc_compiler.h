@@ -1,0 +1,34 @@
+// One NVRTC compilation of a kernel instantiation, with its log and the
+// ptxas resource usage. A failed compile is a value carrying its log.
+#pragma once
+
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace attune {
+
+struct CompileResult {
+  bool ok = false;
+  std::string log;           // NVRTC and ptxas messages
+  std::vector<char> cubin;   // empty when not ok
+  std::string lowered_name;  // the mangled name of the instantiation
+  int registers = -1;        // per thread, from ptxas
+  int spill_bytes = 0;       // spill stores + spill loads
+  int stack_bytes = 0;       // stack frame
+  double seconds = 0;        // wall time of the compile
+  bool spills() const { return spill_bytes > 0; }
+};
+
+// Compiles `source` for `arch` ("sm_80", "sm_90a", ...) and resolves
+// `name_expression` (e.g. "attune::flash_fwd<64, 64, 64, 4, 1, 2, attune::Bf16>").
+CompileResult compile_with_nvrtc(std::string_view source, std::string_view program_name,
+                                 std::string_view name_expression, std::string_view arch);
+
+// "13.0", as the NVRTC library reports it.
+std::string nvrtc_version();
+
+// Fills registers, spill_bytes and stack_bytes from a ptxas -v log.
+void parse_ptxas_usage(std::string_view log, CompileResult& result);
+
+}  // namespace attune
