@@ -9,10 +9,14 @@
 #include "core/problem.h"
 #include "io/npy.h"
 #include "reference/reference.h"
+#include "runtime/emu_forward.h"
 
 namespace attune::cli {
 
 namespace {
+
+// The architecture whose heuristic the emulator backend follows by default.
+constexpr const char* kEmulatedArch = "sm_90a";
 
 [[noreturn]] void bad_flag(const std::string& flag, const std::string& seen, const std::string& expected) {
   throw InvalidArgument(flag + ": got '" + seen + "'; expected " + expected);
@@ -86,11 +90,33 @@ std::vector<std::uint16_t> to_storage(const npy::Array& array, DType dtype) {
 
 std::vector<float> to_float32(const std::vector<double>& values) { return {values.begin(), values.end()}; }
 
+// The forward kernel on the emulator: the given variant, or the heuristic
+// choice for the architecture the emulator stands in for.
+ReferenceOutput run_on_emulator(const AttentionProblem& problem, const std::vector<std::uint16_t>& q,
+                                const std::vector<std::uint16_t>& k, const std::vector<std::uint16_t>& v,
+                                const std::string& variant_id) {
+  const int dk = static_cast<int>(problem.head_dim_k);
+  const int dv = static_cast<int>(problem.head_dim_v);
+  const Variant variant = variant_id.empty()
+                              ? heuristic_variant("fwd", problem.dtype, dk, dv, *parse_arch(kEmulatedArch))
+                              : parse_variant_id(variant_id);
+  std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(problem)));
+  std::vector<float> lse(static_cast<std::size_t>(lse_extent(problem)));
+  emulate_forward(problem, {q.data(), k.data(), v.data(), o.data(), lse.data()}, variant);
+  ReferenceOutput out;
+  out.o.reserve(o.size());
+  for (std::uint16_t bits : o) out.o.push_back(bits_to_float(problem.dtype, bits));
+  out.lse.assign(lse.begin(), lse.end());
+  return out;
+}
+
 }  // namespace
 
 CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
   CLI::App* cmd = app.add_subcommand("attention", "Run one attention call on .npy inputs and write O (and LSE)");
-  cmd->add_option("--backend", o.backend, "Backend that computes: reference (fp64 oracle)")->capture_default_str();
+  cmd->add_option("--backend", o.backend,
+                  "Backend that computes: reference (fp64 oracle) or emu (kernel on the CPU emulator)")
+      ->capture_default_str();
   cmd->add_option("--q", o.q_path, "Q: float32/float16 [B,Sq,Hq,Dk], or [Tq,Hq,Dk] with cu_seqlens")->required();
   cmd->add_option("--k", o.k_path, "K: [B,Sk,Hkv,Dk], or [Tk,Hkv,Dk]")->required();
   cmd->add_option("--v", o.v_path, "V: [B,Sk,Hkv,Dv], or [Tk,Hkv,Dv]")->required();
@@ -108,10 +134,10 @@ CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
 }
 
 void run_attention(const AttentionOptions& o) {
-  if (o.backend != "reference") {
-    bad_flag("--backend", o.backend, "reference (the emu and cuda backends are not built into this attune yet)");
+  if (o.backend != "reference" && o.backend != "emu") {
+    bad_flag("--backend", o.backend, "reference or emu (the cuda backend arrives with the runtime)");
   }
-  if (!o.variant.empty()) {
+  if (!o.variant.empty() && o.backend == "reference") {
     bad_flag("--variant", o.variant, "no --variant with --backend reference (it has no kernel variants)");
   }
   ProblemOptions options;
@@ -131,7 +157,9 @@ void run_attention(const AttentionOptions& o) {
   const std::vector<std::uint16_t> q_bits = to_storage(q, dtype);
   const std::vector<std::uint16_t> k_bits = to_storage(k, dtype);
   const std::vector<std::uint16_t> v_bits = to_storage(v, dtype);
-  const ReferenceOutput out = reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data());
+  const ReferenceOutput out = o.backend == "emu"
+                                  ? run_on_emulator(problem, q_bits, k_bits, v_bits, o.variant)
+                                  : reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data());
 
   std::vector<int64_t> o_shape = {problem.seqlen_q, problem.heads_q, problem.head_dim_v};
   std::vector<int64_t> lse_shape = {problem.heads_q, problem.seqlen_q};

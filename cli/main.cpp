@@ -4,6 +4,7 @@
 #include <iostream>
 
 #include "cli/attention_command.h"
+#include "cli/variants_command.h"
 #include "core/error.h"
 
 int main(int argc, char** argv) {
@@ -11,6 +12,8 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   attune::cli::AttentionOptions attention;
   CLI::App* attention_cmd = attune::cli::add_attention_command(app, attention);
+  attune::cli::VariantsOptions variants;
+  CLI::App* variants_list_cmd = attune::cli::add_variants_command(app, variants);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -24,6 +27,7 @@ int main(int argc, char** argv) {
   }
   try {
     if (attention_cmd->parsed()) attune::cli::run_attention(attention);
+    if (variants_list_cmd->parsed()) attune::cli::run_variants_list(variants);
   } catch (const attune::Error& e) {
     std::cerr << "attune: error: " << e.what() << '\n';
     return 1;

@@ -57,9 +57,12 @@ struct FlashFwdTunables {
   static constexpr int kStages[] = {1, 2, 3, 4};                            // cp.async pipeline depth
   static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "wm", "wn", "st"};
 
-  // Accumulator registers per thread we allow: S and O fragments together,
-  // leaving the rest of the 255 for addresses and temporaries.
-  static constexpr int kAccumulatorBudget = 160;
+  // Register model (fitted to ptxas on sm_90a, see docs/kernels.md): the O
+  // accumulators cost one register per float, the S tile about 1.5 (its
+  // masks and exponentials keep temporaries alive); past this budget ptxas
+  // spills. Wider key slices than 64 per warp spill whatever the budget.
+  static constexpr int kRegisterBudget = 152;
+  static constexpr int kMaxWarpKeyTiles = 8;
 
   ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int /*block_m*/, int /*block_n*/, int warps_m,
                                                   int warps_n, int /*stages*/) {
@@ -79,10 +82,11 @@ struct FlashFwdTunables {
     const int warp_rows = block_m / warps_m;
     const int warp_keys = block_n / warps_n;
     const int m_tiles = warp_rows / 16;
-    const int accumulators = m_tiles * (head_dim / 8 + warp_keys / 8) * 4;
+    const int key_tiles = warp_keys / 8;
+    const int registers = m_tiles * (head_dim / 8) * 4 + m_tiles * key_tiles * 6;
     return block_m % warps_m == 0 && block_n % warps_n == 0 && warp_rows % 16 == 0 && warp_keys % 16 == 0 &&
            head_dim % 16 == 0 && stages >= 1 && stages <= 4 && warps_m * warps_n <= 8 &&
-           accumulators <= kAccumulatorBudget;
+           key_tiles <= kMaxWarpKeyTiles && registers <= kRegisterBudget;
   }
 };
 

@@ -1,0 +1,76 @@
+#include "cli/variants_command.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <iostream>
+#include <thread>
+#include <vector>
+
+#include "core/error.h"
+#include "generator/variants.h"
+#include "runtime/nvrtc_compiler.h"
+
+namespace attune::cli {
+
+CLI::App* add_variants_command(CLI::App& app, VariantsOptions& o) {
+  CLI::App* variants = app.add_subcommand("variants", "Inspect the kernel variant space");
+  variants->require_subcommand(1);
+  CLI::App* list = variants->add_subcommand("list", "Print the valid variants of a problem class on an architecture");
+  list->add_option("--op", o.op, "Operation: fwd")->capture_default_str();
+  list->add_option("--dtype", o.dtype, "Storage dtype: fp16 or bf16")->capture_default_str();
+  list->add_option("--dk", o.dk, "Head dim of Q and K (1..256)")->required()->check(CLI::Range(1, 256));
+  list->add_option("--dv", o.dv, "Head dim of V (1..256)")->required()->check(CLI::Range(1, 256));
+  list->add_option("--arch", o.arch, "GPU architecture: " + known_archs())->capture_default_str();
+  list->add_flag("--compile", o.compile, "Compile each variant with NVRTC and print its resources");
+  list->add_option("--jobs", o.jobs, "Parallel compiles (default: one per core)")->check(CLI::Range(0, 256));
+  return list;
+}
+
+void run_variants_list(const VariantsOptions& o) {
+  const auto dtype = parse_dtype(o.dtype);
+  if (!dtype) throw InvalidArgument("--dtype: got '" + o.dtype + "'; expected fp16 or bf16");
+  const auto arch = parse_arch(o.arch);
+  if (!arch) throw InvalidArgument("--arch: got '" + o.arch + "'; expected one of " + known_archs());
+  const std::vector<Variant> variants = enumerate_variants(o.op, *dtype, o.dk, o.dv, *arch);
+  if (!o.compile) {
+    std::printf("%-44s %8s %12s\n", "variant", "threads", "smem_bytes");
+    for (const Variant& v : variants) std::printf("%-44s %8d %12d\n", v.id().c_str(), v.threads(), v.shared_bytes());
+    std::printf("%zu variants of %s for %s, Dk %d, Dv %d on %s\n", variants.size(), o.op.c_str(),
+                std::string(to_string(*dtype)).c_str(), o.dk, o.dv, arch->name.c_str());
+    return;
+  }
+  std::vector<CompileResult> results(variants.size());
+  std::atomic<std::size_t> next{0};
+  const unsigned jobs = o.jobs > 0 ? static_cast<unsigned>(o.jobs) : std::max(1U, std::thread::hardware_concurrency());
+  std::vector<std::thread> workers;
+  for (unsigned w = 0; w < std::min<std::size_t>(jobs, variants.size()); ++w) {
+    workers.emplace_back([&] {
+      for (std::size_t i = next++; i < variants.size(); i = next++) {
+        const Variant& v = variants[i];
+        results[i] = compile_with_nvrtc(v.kernel->source, std::string(v.kernel->name) + ".cu",
+                                        v.name_expression(*dtype), arch->name);
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  std::printf("%-44s %8s %12s %9s %11s %10s  %s\n", "variant", "threads", "smem_bytes", "registers", "spill_bytes",
+              "compile_s", "status");
+  int failed = 0;
+  int spilling = 0;
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    const CompileResult& r = results[i];
+    const char* status = !r.ok ? "FAILED" : r.spills() ? "spills" : "ok";
+    failed += r.ok ? 0 : 1;
+    spilling += r.ok && r.spills() ? 1 : 0;
+    std::printf("%-44s %8d %12d %9d %11d %10.2f  %s\n", variants[i].id().c_str(), variants[i].threads(),
+                variants[i].shared_bytes(), r.registers, r.spill_bytes, r.seconds, status);
+    if (!r.ok) std::fprintf(stderr, "%s: NVRTC log:\n%s\n", variants[i].id().c_str(), r.log.c_str());
+  }
+  std::printf("%zu variants of %s for %s, Dk %d, Dv %d on %s (NVRTC %s): %d failed, %d spill\n", variants.size(),
+              o.op.c_str(), std::string(to_string(*dtype)).c_str(), o.dk, o.dv, arch->name.c_str(),
+              nvrtc_version().c_str(), failed, spilling);
+  if (failed > 0) throw Error(std::to_string(failed) + " variant(s) failed to compile (logs above)");
+}
+
+}  // namespace attune::cli
