@@ -305,7 +305,11 @@ class TemplateVisitor : public RecursiveASTVisitor<TemplateVisitor> {
       if (const auto* var = dyn_cast<VarDecl>(decl)) {
         if (var->isConstexpr()) return true;
         if (unrolled_loop_counter(var)) return true;
-        if (var->getType().isConstQualified() && var->hasInit()) return compile_time(var->getInit(), culprit);
+        if (var->getType().isConstQualified() && var->hasInit()) {
+          if (compile_time(var->getInit(), culprit)) return true;
+          *culprit = var->getNameAsString();  // name what the reader sees at the subscript
+          return false;
+        }
       }
       *culprit = decl->getNameAsString();
       return false;

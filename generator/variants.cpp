@@ -138,6 +138,7 @@ Variant parse_variant_id(std::string_view id) {
     const std::size_t dot = rest.find('.');
     const std::string_view part = rest.substr(0, dot);
     std::string expected = std::string(t.id_key) + " followed by one of {" + values_text(t.values) + "}";
+    if (part.empty()) throw bad("missing " + std::string(t.id_key), expected);
     if (part.substr(0, t.id_key.size()) != t.id_key) throw bad("'" + std::string(part) + "'", expected);
     int value = 0;
     const std::string_view digits = part.substr(t.id_key.size());

@@ -1,0 +1,87 @@
+// Every variant enumerated for fp16 and bf16 at Dk = Dv in {64, 128} compiles
+// with NVRTC for sm_80 and sm_90a; registers and spills are reported, and a
+// spilling variant is marked as such.
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <iostream>
+#include <thread>
+
+#include "generator/variants.h"
+#include "runtime/nvrtc_compiler.h"
+
+namespace attune {
+namespace {
+
+struct Case {
+  DType dtype;
+  int head_dim;
+  const char* arch;
+};
+
+class FlashFwdNvrtcTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FlashFwdNvrtcTest, EveryVariantCompiles) {
+  const Case c = GetParam();
+  const std::vector<Variant> variants = enumerate_variants("fwd", c.dtype, c.head_dim, c.head_dim, *parse_arch(c.arch));
+  ASSERT_FALSE(variants.empty());
+  std::vector<CompileResult> results(variants.size());
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&] {
+      for (std::size_t i = next++; i < variants.size(); i = next++) {
+        results[i] = compile_with_nvrtc(variants[i].kernel->source, "flash_fwd.cu",
+                                        variants[i].name_expression(c.dtype), c.arch);
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  int spilling = 0;
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    const CompileResult& r = results[i];
+    ASSERT_TRUE(r.ok) << variants[i].id() << ":\n" << r.log;
+    EXPECT_GT(r.registers, 0) << variants[i].id() << ": no ptxas register count in\n" << r.log;
+    EXPECT_LE(r.registers, 255) << variants[i].id();
+    if (r.spills()) {
+      ++spilling;
+      std::cout << "spills: " << variants[i].id() << " " << r.spill_bytes << " bytes\n";
+    }
+  }
+  std::cout << variants.size() << " variants, " << spilling << " spilling\n";
+  RecordProperty("variants", static_cast<int>(variants.size()));
+  RecordProperty("spilling", spilling);
+}
+
+INSTANTIATE_TEST_SUITE_P(Fwd, FlashFwdNvrtcTest,
+                         ::testing::Values(Case{DType::kF16, 64, "sm_80"}, Case{DType::kBF16, 64, "sm_80"},
+                                           Case{DType::kF16, 128, "sm_80"}, Case{DType::kBF16, 128, "sm_80"},
+                                           Case{DType::kF16, 64, "sm_90a"}, Case{DType::kBF16, 64, "sm_90a"},
+                                           Case{DType::kF16, 128, "sm_90a"}, Case{DType::kBF16, 128, "sm_90a"}),
+                         [](const auto& info) {
+                           return std::string(to_string(info.param.dtype)) + "_d" +
+                                  std::to_string(info.param.head_dim) + "_" + info.param.arch;
+                         });
+
+TEST(PtxasUsageTest, ReadsRegistersAndSpills) {
+  CompileResult r;
+  parse_ptxas_usage(
+      "ptxas info    : Function properties for k\n"
+      "    48 bytes stack frame, 108 bytes spill stores, 112 bytes spill loads\n"
+      "ptxas info    : Used 255 registers, used 1 barriers, 48 bytes cumulative stack size\n",
+      r);
+  EXPECT_EQ(r.registers, 255);
+  EXPECT_EQ(r.spill_bytes, 220);
+  EXPECT_EQ(r.stack_bytes, 48);
+  EXPECT_TRUE(r.spills());
+}
+
+TEST(NvrtcTest, AFailedCompileIsAValueWithItsLog) {
+  const CompileResult r = compile_with_nvrtc("__global__ void k() { undefined_thing(); }", "broken.cu", "k", "sm_90a");
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.log.find("broken.cu(1): error: identifier \"undefined_thing\" is undefined"), std::string::npos) << r.log;
+  EXPECT_TRUE(r.cubin.empty());
+}
+
+}  // namespace
+}  // namespace attune

@@ -1,0 +1,43 @@
+// A planted kernel bug: the forward kernel with the barrier between pipeline
+// stages removed (a copy made at configure time, see CMakeLists.txt). The
+// emulator must report the race; the real kernel runs clean on the same input.
+#include <gtest/gtest.h>
+
+#include "emulator/emulator.h"
+#include "flash_fwd_missing_barrier.cuh"
+#include "runtime/flash_fwd_params.h"
+#include "tests/support/families.h"
+
+namespace attune {
+namespace {
+
+TEST(FlashFwdPlantedBugTest, MissingBarrierBetweenStagesIsARace) {
+  const testing::Inputs in = testing::make_inputs(testing::odd_length_families(DType::kBF16, 32, 32)[0]);  // 113x203
+  const AttentionProblem& p = in.problem;
+  std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(p)));
+  std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)));
+  emu::Emulator emulator;
+  emulator.register_buffer("Q", in.q.data(), in.q.size() * 2);
+  emulator.register_buffer("K", in.k.data(), in.k.size() * 2);
+  emulator.register_buffer("V", in.v.data(), in.v.size() * 2);
+  emulator.register_buffer("O", o.data(), o.size() * 2);
+  emulator.register_buffer("LSE", lse.data(), lse.size() * 4);
+  const FlashFwdParams params = flash_fwd_params(p, {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}, {});
+  using Tunables = FlashFwdTunables;
+  const LaunchConfig config =
+      flash_fwd_launch(p, 64, Tunables::threads(32, 64, 32, 4, 1, 2), Tunables::shared_bytes(32, 64, 32, 4, 1, 2));
+  EXPECT_NO_THROW(emulator.launch(&flash_fwd<32, 64, 32, 4, 1, 2, Bf16>, config, params));
+  try {
+    emulator.launch(&flash_fwd_missing_barrier<32, 64, 32, 4, 1, 2, Bf16>, config, params);
+    FAIL() << "the missing barrier was not reported";
+  } catch (const emu::KernelFault& fault) {
+    ASSERT_FALSE(fault.reports().empty());
+    EXPECT_TRUE(fault.has(emu::BugKind::kSharedRace) || fault.has(emu::BugKind::kAsyncCopyReadBeforeWait))
+        << fault.what();
+    EXPECT_NE(fault.reports().front().site.find("flash_fwd_missing_barrier.cuh"), std::string::npos)
+        << fault.reports().front().to_string();
+  }
+}
+
+}  // namespace
+}  // namespace attune

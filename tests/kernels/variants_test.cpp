@@ -1,0 +1,117 @@
+// The variant space: enumeration per architecture, canonical ids, parsing
+// with clear errors, the head-dim bucket and the heuristic default.
+#include "generator/variants.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+#include <string>
+
+#include "core/error.h"
+
+namespace attune {
+namespace {
+
+template <typename Action>
+std::string error_of(Action action) {
+  try {
+    action();
+  } catch (const InvalidArgument& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(VariantsTest, EveryIdRoundTripsAndFitsItsArchitecture) {
+  for (const char* arch_name : {"sm_80", "sm_86", "sm_90a"}) {
+    const ArchLimits arch = *parse_arch(arch_name);
+    for (int d : {8, 32, 50, 64, 100, 128, 200, 256}) {
+      const std::vector<Variant> variants = enumerate_variants("fwd", DType::kBF16, d, d, arch);
+      ASSERT_FALSE(variants.empty()) << arch_name << " d" << d;
+      std::set<std::string> ids;
+      for (const Variant& v : variants) {
+        EXPECT_TRUE(ids.insert(v.id()).second) << "duplicate " << v.id();
+        EXPECT_EQ(parse_variant_id(v.id()), v) << v.id();
+        EXPECT_LE(v.shared_bytes(), arch.max_shared_bytes) << v.id();
+        EXPECT_LE(v.threads(), 256) << v.id();
+        EXPECT_GE(v.values.front(), d) << v.id();
+        EXPECT_NO_THROW(check_variant_fits(v, d, d, arch)) << v.id();
+      }
+    }
+  }
+}
+
+TEST(VariantsTest, SmallerSharedMemoryPrunesVariants) {
+  const auto big = enumerate_variants("fwd", DType::kF16, 128, 128, *parse_arch("sm_90a"));
+  const auto small = enumerate_variants("fwd", DType::kF16, 128, 128, *parse_arch("sm_86"));
+  EXPECT_LT(small.size(), big.size());
+  const Variant deep = parse_variant_id("flash_fwd/d128.bm128.bn64.wm8.wn1.st4");
+  EXPECT_EQ(deep.shared_bytes(), 2 * (128 * 128 + 2 * 4 * 64 * 128));
+  EXPECT_NE(std::find(big.begin(), big.end(), deep), big.end());
+  EXPECT_EQ(std::find(small.begin(), small.end(), deep), small.end());
+  EXPECT_NE(error_of([&] {
+              check_variant_fits(deep, 128, 128, *parse_arch("sm_86"));
+            }).find("needs 163840 bytes of shared memory; sm_86 allows 101376"),
+            std::string::npos);
+}
+
+TEST(VariantsTest, HeadDimBucketHoldsTheLargerHeadDim) {
+  const KernelSpec& k = kernel_for_op("fwd");
+  EXPECT_EQ(head_dim_bucket(k, 1, 1), 32);
+  EXPECT_EQ(head_dim_bucket(k, 100, 20), 128);
+  EXPECT_EQ(head_dim_bucket(k, 20, 129), 160);
+  EXPECT_EQ(head_dim_bucket(k, 256, 256), 256);
+  EXPECT_NE(error_of([&] { head_dim_bucket(k, 257, 1); }).find("got max(Dk, Dv) = 257; expected at most 256"),
+            std::string::npos);
+  const Variant small = parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st2");
+  EXPECT_NE(error_of([&] {
+              check_variant_fits(small, 65, 64, *parse_arch("sm_90a"));
+            }).find("head-dim bucket 64 is below max(Dk, Dv) = 65; expected a variant of bucket 96"),
+            std::string::npos);
+}
+
+TEST(VariantsTest, BadIdsAreRejectedWithTheReason) {
+  EXPECT_NE(error_of([] { parse_variant_id("flash_fwd"); }).find("no '/'"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_variant_id("flash_bwd/d64"); }).find("unknown kernel 'flash_bwd'"), std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_variant_id("flash_fwd/d64.bm96.bn64.wm4.wn1.st2");
+            }).find("'bm96'; expected bm followed by one of {64, 128}"),
+            std::string::npos);
+  EXPECT_NE(error_of([] {
+              parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1");
+            }).find("missing st; expected st followed by one of {1, 2, 3, 4}"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st2.x1"); }).find("trailing 'x1'"),
+            std::string::npos);
+  // 8 warps of 8 rows: not a multiple of the 16-row mma tile.
+  EXPECT_NE(error_of([] {
+              parse_variant_id("flash_fwd/d64.bm64.bn64.wm8.wn1.st2");
+            }).find("break the template's constraints"),
+            std::string::npos);
+  EXPECT_NE(error_of([] { kernel_for_op("decode"); }).find("--op: got 'decode'"), std::string::npos);
+  EXPECT_FALSE(parse_arch("sm_75").has_value());
+}
+
+TEST(VariantsTest, HeuristicIsAnEnumeratedVariant) {
+  for (const char* arch_name : {"sm_80", "sm_86", "sm_90a"}) {
+    const ArchLimits arch = *parse_arch(arch_name);
+    for (int d : {16, 64, 96, 128, 192, 256}) {
+      const Variant h = heuristic_variant("fwd", DType::kF16, d, d, arch);
+      const auto all = enumerate_variants("fwd", DType::kF16, d, d, arch);
+      EXPECT_NE(std::find(all.begin(), all.end(), h), all.end()) << h.id();
+    }
+  }
+  EXPECT_EQ(heuristic_variant("fwd", DType::kBF16, 128, 128, *parse_arch("sm_90a")).id(),
+            "flash_fwd/d128.bm64.bn32.wm4.wn1.st2");
+}
+
+TEST(VariantsTest, NameExpressionInstantiatesTheTemplate) {
+  const Variant v = parse_variant_id("flash_fwd/d64.bm128.bn64.wm8.wn1.st3");
+  EXPECT_EQ(v.name_expression(DType::kBF16), "attune::flash_fwd<64, 128, 64, 8, 1, 3, attune::Bf16>");
+  EXPECT_EQ(v.name_expression(DType::kF16), "attune::flash_fwd<64, 128, 64, 8, 1, 3, attune::Fp16>");
+  EXPECT_EQ(v.value("kStages"), 3);
+  EXPECT_EQ(v.threads(), 256);
+}
+
+}  // namespace
+}  // namespace attune
