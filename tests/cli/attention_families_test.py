@@ -1,7 +1,14 @@
 #!/usr/bin/env python3
 """End-to-end test of `attune attention --backend reference` against numpy.
 
-Usage: python3 attention_families_test.py PATH_TO_ATTUNE
+Usage: python3 attention_families_test.py PATH_TO_ATTUNE [--backend emu]
+
+With --backend emu the same cases run on the kernel emulator, once with the
+default (heuristic) variant and once with each of two ids that
+`attune variants list` prints for the case's dtype and head dims; outputs
+must then meet FlashAttention's accuracy rule: error against the fp64
+reference at most twice that of attention computed naively in the storage
+dtype, plus 1e-5 (LSE: relative), with empty rows exactly 0 / -inf.
 
 Contract checked (an independent fp64 implementation lives in this file):
   attune attention --backend reference --q Q.npy --k K.npy --v V.npy
@@ -48,8 +55,11 @@ def round_to(x, dtype):
     return bits.astype(np.uint32).view(np.float32).astype(np.float64)
 
 
-def attend_seq(q, k, v, scale, causal, window):
-    """One sequence: q [sq,Hq,Dk], k [sk,Hkv,Dk], v [sk,Hkv,Dv] (fp64)."""
+def attend_seq(q, k, v, scale, causal, window, naive=None):
+    """One sequence: q [sq,Hq,Dk], k [sk,Hkv,Dk], v [sk,Hkv,Dv] (fp64).
+
+    naive: a storage dtype; then compute as a framework does in that dtype:
+    fp32 matmuls whose results (S, P, O) are rounded to it."""
     sq, hq = q.shape[:2]
     sk, hkv = k.shape[:2]
     i = np.arange(sq)[:, None]
@@ -73,19 +83,27 @@ def attend_seq(q, k, v, scale, causal, window):
     rows = vis.any(axis=1)
     for h in range(hq):
         g = h // (hq // hkv)
-        s = np.where(vis, scale * (q[:, h, :] @ k[:, g, :].T), -np.inf)[rows]
+        logits = scale * (q[:, h, :] @ k[:, g, :].T)
+        if naive:
+            logits = round_to(np.float32(scale) * (q[:, h, :].astype(np.float32) @ k[:, g, :].T.astype(np.float32)),
+                              naive)
+        s = np.where(vis, logits, -np.inf)[rows]
         if s.shape[0] == 0:
             continue
         m = s.max(axis=1, keepdims=True)
         p = np.exp(s - m)
         l = p.sum(axis=1, keepdims=True)
-        o[rows, h, :] = (p @ v[:, g, :]) / l
+        if naive:
+            pn = round_to((p / l).astype(np.float32), naive).astype(np.float32)
+            o[rows, h, :] = round_to(pn @ v[:, g, :].astype(np.float32), naive)
+        else:
+            o[rows, h, :] = (p @ v[:, g, :]) / l
         lse[h, rows] = (m + np.log(l))[:, 0]
     return o, lse
 
 
 def reference(q, k, v, dtype="bf16", causal=None, window=None, scale=None,
-              seqlens_k=None, cu_q=None, cu_k=None):
+              seqlens_k=None, cu_q=None, cu_k=None, naive=None):
     q, k, v = round_to(q, dtype), round_to(k, dtype), round_to(v, dtype)
     if scale is None:
         scale = 1.0 / np.sqrt(q.shape[-1])
@@ -94,19 +112,20 @@ def reference(q, k, v, dtype="bf16", causal=None, window=None, scale=None,
         lse = np.full((q.shape[1], q.shape[0]), -np.inf)
         for b in range(len(cu_q) - 1):
             qs, ks = slice(cu_q[b], cu_q[b + 1]), slice(cu_k[b], cu_k[b + 1])
-            o[qs], lse[:, qs] = attend_seq(q[qs], k[ks], v[ks], scale, causal, window)
+            o[qs], lse[:, qs] = attend_seq(q[qs], k[ks], v[ks], scale, causal, window, naive)
         return o, lse
     nb, sq, hq = q.shape[:3]
     o = np.zeros((nb, sq, hq, v.shape[-1]))
     lse = np.full((nb, hq, sq), -np.inf)
     for b in range(nb):
         sk = k.shape[1] if seqlens_k is None else seqlens_k[b]
-        o[b], lse[b] = attend_seq(q[b], k[b, :sk], v[b, :sk], scale, causal, window)
+        o[b], lse[b] = attend_seq(q[b], k[b, :sk], v[b, :sk], scale, causal, window, naive)
     return o, lse
 
 
 # ---------------------------------------------------------------- running
 BINARY = None
+BACKEND = "reference"
 TMP = None
 _counter = [0]
 
@@ -118,9 +137,38 @@ def workdir():
     return d
 
 
-def run_attune(args):
-    return subprocess.run([BINARY, "attention", "--backend", "reference"] + args,
-                          capture_output=True, text=True, timeout=120)
+def run_attune(args, backend=None):
+    return subprocess.run([BINARY, "attention", "--backend", backend or BACKEND] + args,
+                          capture_output=True, text=True, timeout=600)
+
+
+_listed = {}
+
+
+def listed_variants(dtype, dk, dv):
+    """Two ids `attune variants list` prints for this problem class."""
+    key = (dtype, dk, dv)
+    if key not in _listed:
+        res = subprocess.run([BINARY, "variants", "list", "--dtype", dtype, "--dk", str(dk), "--dv", str(dv),
+                              "--arch", "sm_90a"], capture_output=True, text=True, timeout=60, check=True)
+        ids = [line.split()[0] for line in res.stdout.splitlines() if line.startswith("flash_fwd/")]
+        _listed[key] = [ids[0], ids[len(ids) // 2]]
+    return _listed[key]
+
+
+def accuracy_rule(name, got, want, naive):
+    """FlashAttention's rule: |got - want| <= 2 |naive - want| + floor."""
+    if np.isnan(got).any():
+        return "%s contains NaN" % name
+    if not np.array_equal(np.isneginf(got), np.isneginf(want)):
+        return "%s infinities differ from reference" % name
+    fin = np.isfinite(want)
+    if not fin.any():
+        return None
+    g, w, n = got[fin].astype(np.float64), want[fin], naive[fin]
+    scale = 1.0 if name == "O" else 1.0 + np.abs(w)
+    err, limit = (np.abs(g - w) / scale).max(), 2 * (np.abs(n - w) / scale).max() + 1e-5
+    return None if err <= limit else "%s error %.3g above the limit %.3g" % (name, err, limit)
 
 
 def input_args(d, arrays):
@@ -171,11 +219,28 @@ def check(q, k, v, dtype="bf16", causal=None, window=None, scale=None,
         args += ["--window", "%d,%d" % window]
     if scale is not None:
         args += ["--scale", repr(scale)]
+    want_o, want_lse = reference(q, k, v, dtype, causal, window, scale,
+                                 seqlens_k, cu_q, cu_k)
+    if BACKEND == "emu":
+        naive_o, naive_lse = reference(q, k, v, dtype, causal, window, scale, seqlens_k, cu_q, cu_k, naive=dtype)
+        for variant in [None] + listed_variants(dtype, q.shape[-1], v.shape[-1]):
+            res = run_attune(args + (["--variant", variant] if variant else []))
+            label = variant or "default variant"
+            if res.returncode != 0:
+                return "%s: exit %d: %s" % (label, res.returncode, res.stderr.strip()[:300])
+            got_o = np.load(out)
+            empty = np.isneginf(want_lse.T if cu_q is not None else want_lse.transpose(0, 2, 1))
+            why = accuracy_rule("O", got_o, want_o, naive_o)
+            if why is None and np.any(got_o[empty] != 0):
+                why = "O not exactly 0 on rows with no visible key"
+            if why is None and with_lse:
+                why = accuracy_rule("LSE", np.load(lse_path), want_lse, naive_lse)
+            if why is not None:
+                return "%s: %s" % (label, why)
+        return None
     res = run_attune(args)
     if res.returncode != 0:
         return "exit %d: %s" % (res.returncode, res.stderr.strip()[:300])
-    want_o, want_lse = reference(q, k, v, dtype, causal, window, scale,
-                                 seqlens_k, cu_q, cu_k)
     got_o = np.load(out)
     why = compare("O", got_o, want_o, want_o.shape)
     if why is None:
@@ -337,16 +402,18 @@ def check_error(keywords, arrays, raw, extra):
 
 
 def main():
-    global BINARY, TMP
-    if len(sys.argv) != 2:
+    global BINARY, BACKEND, TMP
+    if len(sys.argv) not in (2, 4) or (len(sys.argv) == 4 and sys.argv[2:] != ["--backend", "emu"]):
         print(__doc__)
         return 2
     BINARY = os.path.abspath(sys.argv[1])
+    BACKEND = "emu" if len(sys.argv) == 4 else "reference"
     results = []
     with tempfile.TemporaryDirectory(prefix="attune_attention_") as TMP:
         tests = [(n, check, a, kw) for n, a, kw in forward_cases()]
-        tests += [("error_" + n, check_error, (kws, arr, raw, extra), {})
-                  for n, kws, arr, raw, extra in error_cases()]
+        if BACKEND == "reference":
+            tests += [("error_" + n, check_error, (kws, arr, raw, extra), {})
+                      for n, kws, arr, raw, extra in error_cases()]
         for name, fn, a, kw in tests:
             try:
                 why = fn(*a, **kw)
