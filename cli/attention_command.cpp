@@ -98,7 +98,7 @@ ReferenceOutput run_on_emulator(const AttentionProblem& problem, const std::vect
   const int dk = static_cast<int>(problem.head_dim_k);
   const int dv = static_cast<int>(problem.head_dim_v);
   const Variant variant = variant_id.empty()
-                              ? heuristic_variant("fwd", problem.dtype, dk, dv, *parse_arch(kEmulatedArch))
+                              ? heuristic_variant("fwd", problem.dtype, dk, dv, require_arch(kEmulatedArch))
                               : parse_variant_id(variant_id);
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(problem)));
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(problem)));

@@ -30,14 +30,13 @@ CLI::App* add_variants_command(CLI::App& app, VariantsOptions& o) {
 void run_variants_list(const VariantsOptions& o) {
   const auto dtype = parse_dtype(o.dtype);
   if (!dtype) throw InvalidArgument("--dtype: got '" + o.dtype + "'; expected fp16 or bf16");
-  const auto arch = parse_arch(o.arch);
-  if (!arch) throw InvalidArgument("--arch: got '" + o.arch + "'; expected one of " + known_archs());
-  const std::vector<Variant> variants = enumerate_variants(o.op, *dtype, o.dk, o.dv, *arch);
+  const ArchLimits arch = require_arch(o.arch);
+  const std::vector<Variant> variants = enumerate_variants(o.op, *dtype, o.dk, o.dv, arch);
   if (!o.compile) {
     std::printf("%-44s %8s %12s\n", "variant", "threads", "smem_bytes");
     for (const Variant& v : variants) std::printf("%-44s %8d %12d\n", v.id().c_str(), v.threads(), v.shared_bytes());
     std::printf("%zu variants of %s for %s, Dk %d, Dv %d on %s\n", variants.size(), o.op.c_str(),
-                std::string(to_string(*dtype)).c_str(), o.dk, o.dv, arch->name.c_str());
+                std::string(to_string(*dtype)).c_str(), o.dk, o.dv, arch.name.c_str());
     return;
   }
   std::vector<CompileResult> results(variants.size());
@@ -49,7 +48,7 @@ void run_variants_list(const VariantsOptions& o) {
       for (std::size_t i = next++; i < variants.size(); i = next++) {
         const Variant& v = variants[i];
         results[i] = compile_with_nvrtc(v.kernel->source, std::string(v.kernel->name) + ".cu",
-                                        v.name_expression(*dtype), arch->name);
+                                        v.name_expression(*dtype), arch.name);
       }
     });
   }
@@ -68,7 +67,7 @@ void run_variants_list(const VariantsOptions& o) {
     if (!r.ok) std::fprintf(stderr, "%s: NVRTC log:\n%s\n", variants[i].id().c_str(), r.log.c_str());
   }
   std::printf("%zu variants of %s for %s, Dk %d, Dv %d on %s (NVRTC %s): %d failed, %d spill\n", variants.size(),
-              o.op.c_str(), std::string(to_string(*dtype)).c_str(), o.dk, o.dv, arch->name.c_str(),
+              o.op.c_str(), std::string(to_string(*dtype)).c_str(), o.dk, o.dv, arch.name.c_str(),
               nvrtc_version().c_str(), failed, spilling);
   if (failed > 0) throw Error(std::to_string(failed) + " variant(s) failed to compile (logs above)");
 }

@@ -63,7 +63,7 @@ bool is_hardware_call(const std::string& name) {
 class TemplateVisitor : public RecursiveASTVisitor<TemplateVisitor> {
  public:
   TemplateVisitor(ASTContext& context, const AnalysisOptions& options, AnalysisResult& result)
-      : context_(context), options_(options), result_(result) {
+      : context_(context), result_(result) {
     const std::string root = std::filesystem::weakly_canonical(options.root).string();
     templates_dir_ = root + "/templates/";
     primitives_dir_ = root + "/templates/primitives/";
@@ -363,7 +363,6 @@ class TemplateVisitor : public RecursiveASTVisitor<TemplateVisitor> {
   }
 
   ASTContext& context_;
-  const AnalysisOptions& options_;
   AnalysisResult& result_;
   std::string templates_dir_;
   std::string primitives_dir_;

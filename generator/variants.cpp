@@ -51,6 +51,11 @@ std::optional<ArchLimits> parse_arch(std::string_view name) {
   return std::nullopt;
 }
 
+ArchLimits require_arch(std::string_view name) {
+  if (auto arch = parse_arch(name)) return *arch;
+  throw InvalidArgument("architecture: got '" + std::string(name) + "'; expected one of " + known_archs());
+}
+
 std::string known_archs() {
   std::string out;
   for (const KnownArch& a : kArchs) out += (out.empty() ? "" : ", ") + std::string(a.name);

@@ -26,6 +26,8 @@ struct ArchLimits {
 
 // "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120", ...
 std::optional<ArchLimits> parse_arch(std::string_view name);
+// parse_arch, or InvalidArgument naming the known architectures.
+ArchLimits require_arch(std::string_view name);
 // The names parse_arch knows, for error messages.
 std::string known_archs();
 

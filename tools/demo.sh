@@ -22,10 +22,16 @@ PY
 echo "demo: attune attention --backend reference (bf16, causal bottom-right, key padding)"
 build/dev/cli/attune attention --backend reference --q "$work/q.npy" --k "$work/k.npy" --v "$work/v.npy" \
   --seqlens-k "$work/seqlens_k.npy" --causal bottom-right --dtype bf16 --out "$work/o.npy" --lse "$work/lse.npy"
+echo "demo: the same call through the forward kernel on the emulator (heuristic variant)"
+build/dev/cli/attune attention --backend emu --q "$work/q.npy" --k "$work/k.npy" --v "$work/v.npy" \
+  --seqlens-k "$work/seqlens_k.npy" --causal bottom-right --dtype bf16 --out "$work/o_emu.npy" --lse "$work/lse_emu.npy"
 /usr/bin/python3 - "$work" <<'PY'
 import sys, numpy as np
 d = sys.argv[1]
 o, lse = np.load(f"{d}/o.npy"), np.load(f"{d}/lse.npy")
+o_emu, lse_emu = np.load(f"{d}/o_emu.npy"), np.load(f"{d}/lse_emu.npy")
+print(f"demo: emulated kernel vs fp64 reference: max |dO| {np.abs(o_emu - o).max():.2e}, "
+      f"max |dLSE| {np.abs(lse_emu - lse)[np.isfinite(lse)].max():.2e}")
 finite = np.isfinite(lse)
 print(f"demo: O {o.shape} {o.dtype}, LSE {lse.shape}; rows with visible keys {finite.sum()}, empty rows {(~finite).sum()}")
 print(f"demo: |O| max {np.abs(o).max():.4f}, LSE range [{lse[finite].min():.4f}, {lse[finite].max():.4f}]")

@@ -58,9 +58,9 @@ INSTANTIATE_TEST_SUITE_P(Fwd, FlashFwdNvrtcTest,
                                            Case{DType::kF16, 128, "sm_80"}, Case{DType::kBF16, 128, "sm_80"},
                                            Case{DType::kF16, 64, "sm_90a"}, Case{DType::kBF16, 64, "sm_90a"},
                                            Case{DType::kF16, 128, "sm_90a"}, Case{DType::kBF16, 128, "sm_90a"}),
-                         [](const auto& info) {
-                           return std::string(to_string(info.param.dtype)) + "_d" +
-                                  std::to_string(info.param.head_dim) + "_" + info.param.arch;
+                         [](const auto& param_info) {
+                           return std::string(to_string(param_info.param.dtype)) + "_d" +
+                                  std::to_string(param_info.param.head_dim) + "_" + param_info.param.arch;
                          });
 
 TEST(PtxasUsageTest, ReadsRegistersAndSpills) {
