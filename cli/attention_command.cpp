@@ -1,5 +1,7 @@
 #include "cli/attention_command.h"
 
+#include "cli/problem_flags.h"
+
 #include <CLI/CLI.hpp>
 #include <charconv>
 #include <cstdint>
@@ -9,57 +11,12 @@
 #include "core/problem.h"
 #include "io/npy.h"
 #include "reference/reference.h"
-#include "runtime/emu_forward.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/runtime.h"
 
 namespace attune::cli {
 
 namespace {
-
-// The architecture whose heuristic the emulator backend follows by default.
-constexpr const char* kEmulatedArch = "sm_90a";
-
-[[noreturn]] void bad_flag(const std::string& flag, const std::string& seen, const std::string& expected) {
-  throw InvalidArgument(flag + ": got '" + seen + "'; expected " + expected);
-}
-
-DType parse_dtype_flag(const std::string& text) {
-  if (auto dtype = parse_dtype(text)) return *dtype;
-  bad_flag("--dtype", text, "fp16 or bf16");
-}
-
-int64_t parse_window_side(const std::string& flag, const std::string& whole, std::string_view text) {
-  int64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (error != std::errc() || end != text.data() + text.size() || value < -1) {
-    bad_flag(flag, whole, "LEFT,RIGHT with each an integer >= 0, or -1 for unbounded");
-  }
-  return value;
-}
-
-// --causal and --window together make one mask of the contract.
-Mask parse_mask(const AttentionOptions& options) {
-  if (!options.causal.empty() && options.causal != "bottom-right" && options.causal != "top-left") {
-    bad_flag("--causal", options.causal, "bottom-right or top-left");
-  }
-  if (options.window.empty()) {
-    if (options.causal == "bottom-right") return Mask::causal_bottom_right();
-    if (options.causal == "top-left") return Mask::causal_top_left();
-    return Mask::none();
-  }
-  const std::size_t comma = options.window.find(',');
-  if (comma == std::string::npos) {
-    bad_flag("--window", options.window, "LEFT,RIGHT (two integers, -1 for unbounded)");
-  }
-  const std::string_view text = options.window;
-  const int64_t left = parse_window_side("--window", options.window, text.substr(0, comma));
-  int64_t right = parse_window_side("--window", options.window, text.substr(comma + 1));
-  if (options.causal == "top-left") {
-    bad_flag("--causal", "top-left with --window",
-             "--window alone or with --causal bottom-right (windows are bottom-right aligned)");
-  }
-  if (options.causal == "bottom-right" && (right < 0 || right > 0)) right = 0;  // causal caps the right side
-  return Mask::window(left, right);
-}
 
 npy::Array read_floats(const std::string& path, const char* name) {
   npy::Array array = npy::read(path);
@@ -90,19 +47,35 @@ std::vector<std::uint16_t> to_storage(const npy::Array& array, DType dtype) {
 
 std::vector<float> to_float32(const std::vector<double>& values) { return {values.begin(), values.end()}; }
 
-// The forward kernel on the emulator: the given variant, or the heuristic
-// choice for the architecture the emulator stands in for.
-ReferenceOutput run_on_emulator(const AttentionProblem& problem, const std::vector<std::uint16_t>& q,
-                                const std::vector<std::uint16_t>& k, const std::vector<std::uint16_t>& v,
-                                const std::string& variant_id) {
-  const int dk = static_cast<int>(problem.head_dim_k);
-  const int dv = static_cast<int>(problem.head_dim_v);
-  const Variant variant = variant_id.empty()
-                              ? heuristic_variant("fwd", problem.dtype, dk, dv, require_arch(kEmulatedArch))
-                              : parse_variant_id(variant_id);
+// The forward kernel through attune::Runtime: the given variant or the
+// dispatcher's choice. The cuda backend stages the tensors in device memory.
+ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem, const std::vector<std::uint16_t>& q,
+                               const std::vector<std::uint16_t>& k, const std::vector<std::uint16_t>& v,
+                               const std::string& variant_id) {
+  Runtime runtime({.backend = backend});
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(problem)));
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(problem)));
-  emulate_forward(problem, {q.data(), k.data(), v.data(), o.data(), lse.data()}, variant);
+  const auto run = [&](const AttentionBuffers& buffers) {
+    if (variant_id.empty()) {
+      runtime.forward(problem, buffers);
+    } else {
+      runtime.forward_variant(parse_variant_id(variant_id), problem, buffers);
+    }
+  };
+  if (backend == Backend::kEmu) {
+    run({q.data(), k.data(), v.data(), o.data(), lse.data()});
+  } else {
+    cuda::Driver& driver = cuda::Driver::get();
+    cuda::DeviceBuffers device(driver, {{q.data(), q.size() * 2},
+                                        {k.data(), k.size() * 2},
+                                        {v.data(), v.size() * 2},
+                                        {nullptr, o.size() * 2},
+                                        {nullptr, lse.size() * sizeof(float)}});
+    run({device.at(0), device.at(1), device.at(2), device.at(3), static_cast<float*>(device.at(4))});
+    driver.synchronize(nullptr);
+    driver.copy_to_host(o.data(), device.at(3), o.size() * 2);
+    driver.copy_to_host(lse.data(), device.at(4), lse.size() * sizeof(float));
+  }
   ReferenceOutput out;
   out.o.reserve(o.size());
   for (std::uint16_t bits : o) out.o.push_back(bits_to_float(problem.dtype, bits));
@@ -115,7 +88,7 @@ ReferenceOutput run_on_emulator(const AttentionProblem& problem, const std::vect
 CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
   CLI::App* cmd = app.add_subcommand("attention", "Run one attention call on .npy inputs and write O (and LSE)");
   cmd->add_option("--backend", o.backend,
-                  "Backend that computes: reference (fp64 oracle) or emu (kernel on the CPU emulator)")
+                  "Backend that computes: reference (fp64 oracle), emu (kernel on the CPU emulator) or cuda")
       ->capture_default_str();
   cmd->add_option("--q", o.q_path, "Q: float32/float16 [B,Sq,Hq,Dk], or [Tq,Hq,Dk] with cu_seqlens")->required();
   cmd->add_option("--k", o.k_path, "K: [B,Sk,Hkv,Dk], or [Tk,Hkv,Dk]")->required();
@@ -129,20 +102,20 @@ CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
   cmd->add_option("--seqlens-k", o.seqlens_k_path, "int32 [B]: keys per batch entry (key padding)");
   cmd->add_option("--cu-seqlens-q", o.cu_seqlens_q_path, "int32 [B+1]: packed query offsets");
   cmd->add_option("--cu-seqlens-k", o.cu_seqlens_k_path, "int32 [B+1]: packed key offsets");
-  cmd->add_option("--variant", o.variant, "Kernel variant id (emu and cuda backends)");
+  cmd->add_option("--variant", o.variant,
+                  "Kernel variant id (emu and cuda backends; default: the dispatcher's choice)");
   return cmd;
 }
 
 void run_attention(const AttentionOptions& o) {
-  if (o.backend != "reference" && o.backend != "emu") {
-    bad_flag("--backend", o.backend, "reference or emu (the cuda backend arrives with the runtime)");
-  }
+  const std::optional<Backend> backend = o.backend == "reference" ? std::nullopt : parse_backend(o.backend);
+  if (o.backend != "reference" && !backend) bad_flag("--backend", o.backend, "reference, emu or cuda");
   if (!o.variant.empty() && o.backend == "reference") {
     bad_flag("--variant", o.variant, "no --variant with --backend reference (it has no kernel variants)");
   }
   ProblemOptions options;
   options.dtype = parse_dtype_flag(o.dtype);
-  options.mask = parse_mask(o);
+  options.mask = parse_mask(o.causal, o.window);
   options.scale = o.scale;
   options.seqlens_k = read_lengths(o.seqlens_k_path, "seqlens_k");
   options.cu_seqlens_q = read_lengths(o.cu_seqlens_q_path, "cu_seqlens_q");
@@ -157,9 +130,8 @@ void run_attention(const AttentionOptions& o) {
   const std::vector<std::uint16_t> q_bits = to_storage(q, dtype);
   const std::vector<std::uint16_t> k_bits = to_storage(k, dtype);
   const std::vector<std::uint16_t> v_bits = to_storage(v, dtype);
-  const ReferenceOutput out = o.backend == "emu"
-                                  ? run_on_emulator(problem, q_bits, k_bits, v_bits, o.variant)
-                                  : reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data());
+  const ReferenceOutput out = backend ? run_on_runtime(*backend, problem, q_bits, k_bits, v_bits, o.variant)
+                                     : reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data());
 
   std::vector<int64_t> o_shape = {problem.seqlen_q, problem.heads_q, problem.head_dim_v};
   std::vector<int64_t> lse_shape = {problem.heads_q, problem.seqlen_q};

@@ -4,6 +4,8 @@
 #include <iostream>
 
 #include "cli/attention_command.h"
+#include "cli/doctor_command.h"
+#include "cli/explain_command.h"
 #include "cli/variants_command.h"
 #include "core/error.h"
 
@@ -14,6 +16,9 @@ int main(int argc, char** argv) {
   CLI::App* attention_cmd = attune::cli::add_attention_command(app, attention);
   attune::cli::VariantsOptions variants;
   CLI::App* variants_list_cmd = attune::cli::add_variants_command(app, variants);
+  attune::cli::ExplainOptions explain;
+  CLI::App* explain_cmd = attune::cli::add_explain_command(app, explain);
+  CLI::App* doctor_cmd = attune::cli::add_doctor_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -28,6 +33,8 @@ int main(int argc, char** argv) {
   try {
     if (attention_cmd->parsed()) attune::cli::run_attention(attention);
     if (variants_list_cmd->parsed()) attune::cli::run_variants_list(variants);
+    if (explain_cmd->parsed()) attune::cli::run_explain(explain);
+    if (doctor_cmd->parsed()) attune::cli::run_doctor();
   } catch (const attune::Error& e) {
     std::cerr << "attune: error: " << e.what() << '\n';
     return 1;

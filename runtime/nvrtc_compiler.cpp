@@ -72,6 +72,7 @@ CompileResult compile_with_nvrtc(std::string_view source, std::string_view progr
     if (!result.ok && result.log.empty()) result.log = "NVRTC produced no cubin (is the architecture a real sm_XX?)";
     parse_ptxas_usage(result.log, result);
   }
+  if (!result.ok) result.log += "\n(while compiling " + expression + " for " + std::string(arch) + ")";
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return result;
 }

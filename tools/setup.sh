@@ -6,6 +6,7 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build pkg-config
   libsqlite3-dev sqlite3
+  libssl-dev
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev
   libcli11-dev

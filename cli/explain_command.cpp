@@ -1,0 +1,43 @@
+#include "cli/explain_command.h"
+
+#include <cstdio>
+
+#include "cli/problem_flags.h"
+#include "runtime/runtime.h"
+
+namespace attune::cli {
+
+CLI::App* add_explain_command(CLI::App& app, ExplainOptions& o) {
+  CLI::App* cmd = app.add_subcommand("explain", "Print the variant a problem would run and the rule that chose it");
+  cmd->add_option("--backend", o.backend, "cuda or emu")->capture_default_str();
+  cmd->add_option("--device", o.device, "CUDA device ordinal")->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "fp16 or bf16")->capture_default_str();
+  cmd->add_option("--batch", o.batch, "B")->capture_default_str();
+  cmd->add_option("--seqlen-q", o.seqlen_q, "Sq")->required();
+  cmd->add_option("--seqlen-k", o.seqlen_k, "Sk")->required();
+  cmd->add_option("--heads-q", o.heads_q, "Hq")->capture_default_str();
+  cmd->add_option("--heads-kv", o.heads_kv, "Hkv")->capture_default_str();
+  cmd->add_option("--dk", o.dk, "head dim of Q and K")->required();
+  cmd->add_option("--dv", o.dv, "head dim of V")->required();
+  cmd->add_option("--causal", o.causal, "bottom-right or top-left");
+  cmd->add_option("--window", o.window, "LEFT,RIGHT around the bottom-right diagonal");
+  return cmd;
+}
+
+void run_explain(const ExplainOptions& o) {
+  const auto backend = parse_backend(o.backend);
+  if (!backend) bad_flag("--backend", o.backend, "cuda or emu");
+  const std::vector<int64_t> q = {o.batch, o.seqlen_q, o.heads_q, o.dk};
+  const std::vector<int64_t> k = {o.batch, o.seqlen_k, o.heads_kv, o.dk};
+  const std::vector<int64_t> v = {o.batch, o.seqlen_k, o.heads_kv, o.dv};
+  const AttentionProblem problem =
+      make_problem(q, k, v, {.dtype = parse_dtype_flag(o.dtype), .mask = parse_mask(o.causal, o.window)});
+  const Runtime runtime({.backend = *backend, .device = o.device});
+  const DispatchChoice choice = runtime.explain(problem);
+  std::printf("device:      %s (%s)\n", runtime.device_name().c_str(), runtime.device_key().c_str());
+  std::printf("problem key: %s\n", problem_key(Op::kForward, problem).to_string().c_str());
+  std::printf("variant:     %s\n", choice.variant.id().c_str());
+  std::printf("rule:        %s (%s)\n", std::string(to_string(choice.rule)).c_str(), choice.detail.c_str());
+}
+
+}  // namespace attune::cli

@@ -1,0 +1,20 @@
+// `attune explain`: which variant a problem would run, and the rule that chose it.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace attune::cli {
+
+struct ExplainOptions {
+  std::string backend = "emu";
+  int device = 0;
+  std::string dtype = "bf16";
+  long long batch = 1, seqlen_q = 0, seqlen_k = 0, heads_q = 1, heads_kv = 1, dk = 0, dv = 0;
+  std::string causal, window;
+};
+
+CLI::App* add_explain_command(CLI::App& app, ExplainOptions& options);
+void run_explain(const ExplainOptions& options);
+
+}  // namespace attune::cli

@@ -1,0 +1,54 @@
+#include "cli/problem_flags.h"
+
+#include <charconv>
+#include <cstdint>
+
+#include "core/error.h"
+
+namespace attune::cli {
+
+namespace {
+
+std::int64_t parse_window_side(const std::string& whole, std::string_view text) {
+  std::int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < -1) {
+    bad_flag("--window", whole, "LEFT,RIGHT with each an integer >= 0, or -1 for unbounded");
+  }
+  return value;
+}
+
+}  // namespace
+
+void bad_flag(const std::string& flag, const std::string& seen, const std::string& expected) {
+  throw InvalidArgument(flag + ": got '" + seen + "'; expected " + expected);
+}
+
+DType parse_dtype_flag(const std::string& text) {
+  if (auto dtype = parse_dtype(text)) return *dtype;
+  bad_flag("--dtype", text, "fp16 or bf16");
+}
+
+Mask parse_mask(const std::string& causal, const std::string& window) {
+  if (!causal.empty() && causal != "bottom-right" && causal != "top-left") {
+    bad_flag("--causal", causal, "bottom-right or top-left");
+  }
+  if (window.empty()) {
+    if (causal == "bottom-right") return Mask::causal_bottom_right();
+    if (causal == "top-left") return Mask::causal_top_left();
+    return Mask::none();
+  }
+  const std::size_t comma = window.find(',');
+  if (comma == std::string::npos) bad_flag("--window", window, "LEFT,RIGHT (two integers, -1 for unbounded)");
+  const std::string_view text = window;
+  const std::int64_t left = parse_window_side(window, text.substr(0, comma));
+  std::int64_t right = parse_window_side(window, text.substr(comma + 1));
+  if (causal == "top-left") {
+    bad_flag("--causal", "top-left with --window",
+             "--window alone or with --causal bottom-right (windows are bottom-right aligned)");
+  }
+  if (causal == "bottom-right" && right != 0) right = 0;  // causal caps the right side
+  return Mask::window(left, right);
+}
+
+}  // namespace attune::cli

@@ -1,0 +1,86 @@
+/* The C API of attune, for foreign-function callers (Python ctypes, Rust,
+ * Julia). Every call returns an attune_status; on failure
+ * attune_last_error() holds the message (per thread).
+ *
+ * Example:
+ *   attune_runtime* rt = NULL;
+ *   if (attune_runtime_create("cuda", 0, &rt) != ATTUNE_OK) puts(attune_last_error());
+ *   attune_problem p;
+ *   attune_problem_init(&p);
+ *   p.batch = 2; p.seqlen_q = 128; p.seqlen_k = 128; p.heads_q = 8; p.heads_kv = 8;
+ *   p.head_dim_k = 64; p.head_dim_v = 64; p.mask = ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT;
+ *   attune_forward(rt, &p, q, k, v, o, lse, stream);
+ *   attune_runtime_destroy(rt);
+ */
+#ifndef ATTUNE_C_H_
+#define ATTUNE_C_H_
+
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum {
+  ATTUNE_OK = 0,
+  ATTUNE_ERROR_INVALID_ARGUMENT = 1, /* the problem, a pointer or an option breaks the contract */
+  ATTUNE_ERROR_IO = 2,               /* a file (cache, database) could not be used */
+  ATTUNE_ERROR_UNAVAILABLE = 3,      /* the backend cannot run here (no driver) */
+  ATTUNE_ERROR_CUDA = 4,             /* a CUDA call failed */
+  ATTUNE_ERROR_CUDA_STICKY = 5,      /* ... and the context is unusable: restart the process */
+  ATTUNE_ERROR_KERNEL_FAULT = 6,     /* the emulator found a bug in the kernel */
+  ATTUNE_ERROR_INTERNAL = 7
+} attune_status;
+
+typedef enum { ATTUNE_DTYPE_FP16 = 0, ATTUNE_DTYPE_BF16 = 1 } attune_dtype;
+
+typedef enum {
+  ATTUNE_MASK_NONE = 0,
+  ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT = 1,
+  ATTUNE_MASK_CAUSAL_TOP_LEFT = 2,
+  ATTUNE_MASK_SLIDING_WINDOW = 3
+} attune_mask;
+
+/* The operator contract (docs/contract.md). Strides are in elements, in the
+ * order [batch, seq, head] (the last dimension is contiguous); all zero
+ * means contiguous. Length arrays are host memory; NULL when unused. */
+typedef struct {
+  attune_dtype dtype;
+  int64_t batch, seqlen_q, seqlen_k, heads_q, heads_kv, head_dim_k, head_dim_v;
+  double scale; /* 0: 1/sqrt(head_dim_k) */
+  attune_mask mask;
+  int64_t window_left, window_right; /* ATTUNE_MASK_SLIDING_WINDOW; -1: unbounded */
+  const int32_t* seqlens_k;          /* [batch] key padding */
+  const int32_t* cu_seqlens_q;       /* [batch + 1] packed; seqlen_q is then the total rows */
+  const int32_t* cu_seqlens_k;       /* [batch + 1] packed; seqlen_k is then the total keys */
+  int64_t q_strides[3], k_strides[3], v_strides[3], o_strides[3];
+  int64_t lse_strides[3]; /* [batch, seq, head] */
+} attune_problem;
+
+typedef struct attune_runtime attune_runtime;
+
+/* Fills a problem with defaults: bf16, no mask, contiguous. */
+void attune_problem_init(attune_problem* problem);
+
+/* backend: "cuda" or "emu". */
+attune_status attune_runtime_create(const char* backend, int device, attune_runtime** out);
+void attune_runtime_destroy(attune_runtime* runtime);
+
+/* O (and LSE when lse is not NULL). Pointers are device memory (cuda) or
+ * host memory (emu); stream is a CUstream or NULL. */
+attune_status attune_forward(attune_runtime* runtime, const attune_problem* problem, const void* q, const void* k,
+                             const void* v, void* o, float* lse, void* stream);
+
+/* The variant forward would run and the rule that chose it, as
+ * "flash_fwd/d64.bm64.bn64.wm4.wn1.st2 (heuristic: ...)"; valid until the
+ * next call on this thread. NULL on error. */
+const char* attune_explain(attune_runtime* runtime, const attune_problem* problem);
+
+/* The message of the last failure on this thread ("" if none). */
+const char* attune_last_error(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* ATTUNE_C_H_ */

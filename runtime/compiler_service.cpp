@@ -1,0 +1,159 @@
+#include "runtime/compiler_service.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "runtime/nvrtc_compiler.h"
+
+namespace attune {
+
+namespace {
+
+// The options compile_with_nvrtc passes, part of the cache key.
+constexpr const char* kCompileOptions = "--std=c++20 --ptxas-options=-v";
+
+template <typename T>
+void put(std::vector<char>& out, T value) {
+  const auto* bytes = reinterpret_cast<const char*>(&value);
+  out.insert(out.end(), bytes, bytes + sizeof(T));
+}
+
+template <typename T>
+T take(std::span<const char>& in) {
+  if (in.size() < sizeof(T)) throw IoError("compiled kernel: truncated record");
+  T value;
+  std::memcpy(&value, in.data(), sizeof(T));
+  in = in.subspan(sizeof(T));
+  return value;
+}
+
+}  // namespace
+
+std::vector<char> serialize(const CompiledKernel& kernel) {
+  std::vector<char> out;
+  put<std::uint32_t>(out, static_cast<std::uint32_t>(kernel.lowered_name.size()));
+  out.insert(out.end(), kernel.lowered_name.begin(), kernel.lowered_name.end());
+  put<std::int32_t>(out, kernel.registers);
+  put<std::int32_t>(out, kernel.spill_bytes);
+  out.insert(out.end(), kernel.cubin.begin(), kernel.cubin.end());
+  return out;
+}
+
+CompiledKernel deserialize(std::span<const char> in) {
+  CompiledKernel kernel;
+  const auto name_size = take<std::uint32_t>(in);
+  if (in.size() < name_size) throw IoError("compiled kernel: truncated name");
+  kernel.lowered_name.assign(in.data(), name_size);
+  in = in.subspan(name_size);
+  kernel.registers = take<std::int32_t>(in);
+  kernel.spill_bytes = take<std::int32_t>(in);
+  if (in.empty()) throw IoError("compiled kernel: no cubin");
+  kernel.cubin.assign(in.begin(), in.end());
+  kernel.ok = true;
+  kernel.from_cache = true;
+  return kernel;
+}
+
+CompilerService::CompilerService(KernelCache* cache, unsigned threads) : cache_(cache) {
+  const unsigned count = threads > 0 ? threads : std::max(1U, std::thread::hardware_concurrency());
+  for (unsigned i = 0; i < count; ++i) workers_.emplace_back([this] { worker(); });
+}
+
+CompilerService::~CompilerService() {
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
+}
+
+CacheKey CompilerService::cache_key(const CompileRequest& r) {
+  return CacheKey{.template_hash = std::string(r.variant.kernel->source_hash),
+                  .variant_id = r.variant.id(),
+                  .dtype = std::string(to_string(r.dtype)),
+                  .arch = r.arch,
+                  .nvrtc_version = nvrtc_version(),
+                  .options = kCompileOptions};
+}
+
+void CompilerService::worker() {
+  for (;;) {
+    std::function<void()> job;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [this] { return stopping_ || !queue_.empty(); });
+      if (queue_.empty()) return;  // stopping, and nothing left to do
+      job = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    job();
+  }
+}
+
+CompilerService::Result CompilerService::build(const CompileRequest& r, const CacheKey& key) {
+  if (cache_ != nullptr) {
+    if (auto bytes = cache_->load(key)) {
+      try {
+        return std::make_shared<const CompiledKernel>(deserialize(*bytes));
+      } catch (const IoError&) {
+        // A record the cache verified but we cannot read: recompile over it.
+      }
+    }
+  }
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    ++stats_.compiles;
+  }
+  const CompileResult nvrtc = compile_with_nvrtc(r.variant.kernel->source, std::string(r.variant.kernel->name) + ".cu",
+                                                 r.variant.name_expression(r.dtype), r.arch);
+  CompiledKernel kernel{.ok = nvrtc.ok,
+                        .log = nvrtc.log,
+                        .lowered_name = nvrtc.lowered_name,
+                        .cubin = nvrtc.cubin,
+                        .registers = nvrtc.registers,
+                        .spill_bytes = nvrtc.spill_bytes,
+                        .compile_seconds = nvrtc.seconds};
+  if (kernel.ok && cache_ != nullptr) {
+    try {
+      cache_->store(key, serialize(kernel));
+    } catch (const Error& e) {
+      // A cache that cannot be written costs a recompile later, not this result.
+      kernel.log += "\nkernel cache: not stored: " + std::string(e.what());
+    }
+  }
+  return std::make_shared<const CompiledKernel>(std::move(kernel));
+}
+
+std::shared_future<CompilerService::Result> CompilerService::compile(const CompileRequest& request) {
+  const CacheKey key = cache_key(request);
+  const std::string digest = key.digest();
+  const std::lock_guard<std::mutex> lock(mutex_);
+  ++stats_.requests;
+  if (auto it = known_.find(digest); it != known_.end()) {
+    ++stats_.shared;
+    return it->second;
+  }
+  auto task = std::make_shared<std::packaged_task<Result()>>([this, request, key] {
+    try {
+      return build(request, key);
+    } catch (const std::exception& e) {
+      // Whatever goes wrong reaches every waiter as a failed compile.
+      auto failed = std::make_shared<CompiledKernel>();
+      failed->log = e.what();
+      return Result(std::move(failed));
+    }
+  });
+  std::shared_future<Result> future = task->get_future().share();
+  known_.emplace(digest, future);
+  queue_.emplace_back([task] { (*task)(); });
+  wake_.notify_one();
+  return future;
+}
+
+CompilerService::Stats CompilerService::stats() const {
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return stats_;
+}
+
+}  // namespace attune

@@ -1,0 +1,681 @@
+#include "runtime/cuda_driver.h"
+
+#include <cuda.h>
+#include <dlfcn.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <bit>
+#include <cstdlib>
+#include <cstring>
+#include <limits>
+#include <mutex>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace attune::cuda {
+
+namespace {
+
+struct ErrorInfo {
+  int code;
+  const char* name;
+  const char* description;
+};
+
+// CUresult names and short descriptions (from the comments in CUDA 13.0's
+// cuda.h), so errors read well even where no driver can be asked.
+constexpr std::array kErrors{
+    ErrorInfo{0, "CUDA_SUCCESS", "no error"},
+    ErrorInfo{1, "CUDA_ERROR_INVALID_VALUE", "a parameter is not within an acceptable range of values"},
+    ErrorInfo{2, "CUDA_ERROR_OUT_OF_MEMORY", "unable to allocate enough memory or other resources"},
+    ErrorInfo{3, "CUDA_ERROR_NOT_INITIALIZED", "the CUDA driver has not been initialized with cuInit()"},
+    ErrorInfo{4, "CUDA_ERROR_DEINITIALIZED", "the CUDA driver is shutting down"},
+    ErrorInfo{5, "CUDA_ERROR_PROFILER_DISABLED", "the profiler is not initialized for this run"},
+    ErrorInfo{6, "CUDA_ERROR_PROFILER_NOT_INITIALIZED", "the profiler is not initialized (deprecated)"},
+    ErrorInfo{7, "CUDA_ERROR_PROFILER_ALREADY_STARTED", "the profiler is already started (deprecated)"},
+    ErrorInfo{8, "CUDA_ERROR_PROFILER_ALREADY_STOPPED", "the profiler is already stopped (deprecated)"},
+    ErrorInfo{34, "CUDA_ERROR_STUB_LIBRARY", "the CUDA driver loaded is a stub library"},
+    ErrorInfo{36, "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER", "the call requires a newer CUDA driver"},
+    ErrorInfo{46, "CUDA_ERROR_DEVICE_UNAVAILABLE", "the requested CUDA device is unavailable at the current time"},
+    ErrorInfo{100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device was detected by the installed CUDA driver"},
+    ErrorInfo{101, "CUDA_ERROR_INVALID_DEVICE", "the device ordinal is not a valid CUDA device"},
+    ErrorInfo{102, "CUDA_ERROR_DEVICE_NOT_LICENSED", "the Grid license is not applied"},
+    ErrorInfo{200, "CUDA_ERROR_INVALID_IMAGE", "the device kernel image is invalid"},
+    ErrorInfo{201, "CUDA_ERROR_INVALID_CONTEXT", "no valid context is bound to the current thread"},
+    ErrorInfo{202, "CUDA_ERROR_CONTEXT_ALREADY_CURRENT", "the context is already the active context"},
+    ErrorInfo{205, "CUDA_ERROR_MAP_FAILED", "a map or register operation has failed"},
+    ErrorInfo{206, "CUDA_ERROR_UNMAP_FAILED", "an unmap or unregister operation has failed"},
+    ErrorInfo{207, "CUDA_ERROR_ARRAY_IS_MAPPED", "the array is mapped and cannot be destroyed"},
+    ErrorInfo{208, "CUDA_ERROR_ALREADY_MAPPED", "the resource is already mapped"},
+    ErrorInfo{209, "CUDA_ERROR_NO_BINARY_FOR_GPU",
+              "there is no kernel image available that is suitable for the device"},
+    ErrorInfo{210, "CUDA_ERROR_ALREADY_ACQUIRED", "a resource has already been acquired"},
+    ErrorInfo{211, "CUDA_ERROR_NOT_MAPPED", "a resource is not mapped"},
+    ErrorInfo{212, "CUDA_ERROR_NOT_MAPPED_AS_ARRAY", "a mapped resource is not available for access as an array"},
+    ErrorInfo{213, "CUDA_ERROR_NOT_MAPPED_AS_POINTER", "a mapped resource is not available for access as a pointer"},
+    ErrorInfo{214, "CUDA_ERROR_ECC_UNCORRECTABLE", "an uncorrectable ECC error was detected during execution"},
+    ErrorInfo{215, "CUDA_ERROR_UNSUPPORTED_LIMIT", "the CUlimit is not supported by the active device"},
+    ErrorInfo{216, "CUDA_ERROR_CONTEXT_ALREADY_IN_USE", "the context is already bound to another CPU thread"},
+    ErrorInfo{217, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", "peer access is not supported across the given devices"},
+    ErrorInfo{218, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
+    ErrorInfo{219, "CUDA_ERROR_INVALID_GRAPHICS_CONTEXT", "an error with the OpenGL or DirectX context"},
+    ErrorInfo{220, "CUDA_ERROR_NVLINK_UNCORRECTABLE", "an uncorrectable NVLink error was detected during execution"},
+    ErrorInfo{221, "CUDA_ERROR_JIT_COMPILER_NOT_FOUND", "the PTX JIT compiler library was not found"},
+    ErrorInfo{222, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "the PTX was compiled with an unsupported toolchain"},
+    ErrorInfo{223, "CUDA_ERROR_JIT_COMPILATION_DISABLED", "the PTX JIT compilation was disabled"},
+    ErrorInfo{224, "CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY",
+              "the execution affinity type is not supported by the device"},
+    ErrorInfo{225, "CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC",
+              "the PTX contains an unsupported call to cudaDeviceSynchronize"},
+    ErrorInfo{226, "CUDA_ERROR_CONTAINED", "a device exception was contained by the GPU's error containment"},
+    ErrorInfo{300, "CUDA_ERROR_INVALID_SOURCE", "the device kernel source is invalid"},
+    ErrorInfo{301, "CUDA_ERROR_FILE_NOT_FOUND", "the file specified was not found"},
+    ErrorInfo{302, "CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND", "a link to a shared object failed to resolve"},
+    ErrorInfo{303, "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED", "initialization of a shared object failed"},
+    ErrorInfo{304, "CUDA_ERROR_OPERATING_SYSTEM", "an OS call failed"},
+    ErrorInfo{400, "CUDA_ERROR_INVALID_HANDLE", "a resource handle passed to the call was not valid"},
+    ErrorInfo{401, "CUDA_ERROR_ILLEGAL_STATE", "a resource required by the call is not in a valid state"},
+    ErrorInfo{402, "CUDA_ERROR_LOSSY_QUERY", "the query would discard semantically important information"},
+    ErrorInfo{500, "CUDA_ERROR_NOT_FOUND", "a named symbol was not found"},
+    ErrorInfo{600, "CUDA_ERROR_NOT_READY", "asynchronous operations issued previously have not completed yet"},
+    ErrorInfo{700, "CUDA_ERROR_ILLEGAL_ADDRESS", "a kernel loaded or stored at an invalid memory address"},
+    ErrorInfo{701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
+              "too many threads or registers, or wrong-sized arguments, for the launch"},
+    ErrorInfo{702, "CUDA_ERROR_LAUNCH_TIMEOUT", "the kernel took too long to execute"},
+    ErrorInfo{703, "CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING", "the launch uses an incompatible texturing mode"},
+    ErrorInfo{704, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access is already enabled"},
+    ErrorInfo{705, "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED", "peer access has not been enabled"},
+    ErrorInfo{708, "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE",
+              "the primary context for the device has already been initialized"},
+    ErrorInfo{709, "CUDA_ERROR_CONTEXT_IS_DESTROYED",
+              "the current context has been destroyed or was never initialized"},
+    ErrorInfo{710, "CUDA_ERROR_ASSERT", "a device-side assert triggered during kernel execution"},
+    ErrorInfo{711, "CUDA_ERROR_TOO_MANY_PEERS", "the hardware resources to enable peer access are exhausted"},
+    ErrorInfo{712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "the host memory range is already registered"},
+    ErrorInfo{713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "the host pointer is not in a registered memory region"},
+    ErrorInfo{714, "CUDA_ERROR_HARDWARE_STACK_ERROR", "a kernel hit a stack error (corruption or stack size exceeded)"},
+    ErrorInfo{715, "CUDA_ERROR_ILLEGAL_INSTRUCTION", "a kernel executed an illegal instruction"},
+    ErrorInfo{716, "CUDA_ERROR_MISALIGNED_ADDRESS", "a kernel loaded or stored at a misaligned memory address"},
+    ErrorInfo{717, "CUDA_ERROR_INVALID_ADDRESS_SPACE",
+              "a kernel used an address outside the address space its instruction needs"},
+    ErrorInfo{718, "CUDA_ERROR_INVALID_PC", "the device program counter wrapped its address space"},
+    ErrorInfo{719, "CUDA_ERROR_LAUNCH_FAILED", "an exception occurred on the device while executing a kernel"},
+    ErrorInfo{720, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE", "too many blocks for a cooperative launch"},
+    ErrorInfo{721, "CUDA_ERROR_TENSOR_MEMORY_LEAK", "a kernel exited without deallocating its tensor memory"},
+    ErrorInfo{800, "CUDA_ERROR_NOT_PERMITTED", "the operation is not permitted"},
+    ErrorInfo{801, "CUDA_ERROR_NOT_SUPPORTED", "the operation is not supported on the current system or device"},
+    ErrorInfo{802, "CUDA_ERROR_SYSTEM_NOT_READY", "the system is not yet ready to start any CUDA work"},
+    ErrorInfo{803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "the display driver and the CUDA driver versions do not match"},
+    ErrorInfo{804, "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", "the device does not support forward compatibility"},
+    ErrorInfo{805, "CUDA_ERROR_MPS_CONNECTION_FAILED", "the MPS client failed to connect to the MPS daemon or server"},
+    ErrorInfo{806, "CUDA_ERROR_MPS_RPC_FAILURE", "the RPC between the MPS server and client failed"},
+    ErrorInfo{807, "CUDA_ERROR_MPS_SERVER_NOT_READY", "the MPS server is not ready to accept new clients"},
+    ErrorInfo{808, "CUDA_ERROR_MPS_MAX_CLIENTS_REACHED", "the hardware resources for MPS clients are exhausted"},
+    ErrorInfo{809, "CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED",
+              "the hardware resources for device connections are exhausted"},
+    ErrorInfo{810, "CUDA_ERROR_MPS_CLIENT_TERMINATED", "the MPS client has been terminated by the server"},
+    ErrorInfo{811, "CUDA_ERROR_CDP_NOT_SUPPORTED", "CUDA Dynamic Parallelism is not supported in this configuration"},
+    ErrorInfo{812, "CUDA_ERROR_CDP_VERSION_MISMATCH", "the module mixes versions of CUDA Dynamic Parallelism"},
+    ErrorInfo{900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
+              "the operation is not permitted while the stream is capturing"},
+    ErrorInfo{901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "the capture sequence was invalidated by a previous error"},
+    ErrorInfo{902, "CUDA_ERROR_STREAM_CAPTURE_MERGE", "the operation would merge two independent capture sequences"},
+    ErrorInfo{903, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED", "the capture was not initiated in this stream"},
+    ErrorInfo{904, "CUDA_ERROR_STREAM_CAPTURE_UNJOINED", "the capture sequence contains a fork that was not joined"},
+    ErrorInfo{905, "CUDA_ERROR_STREAM_CAPTURE_ISOLATION", "a dependency would cross the capture sequence boundary"},
+    ErrorInfo{906, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", "a disallowed implicit dependency on a capture sequence"},
+    ErrorInfo{907, "CUDA_ERROR_CAPTURED_EVENT", "the event was last recorded in a capturing stream"},
+    ErrorInfo{908, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD", "the capture sequence was ended in a different thread"},
+    ErrorInfo{909, "CUDA_ERROR_TIMEOUT", "the wait operation timed out"},
+    ErrorInfo{910, "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE",
+              "the graph update violates the constraints of instantiated graphs"},
+    ErrorInfo{911, "CUDA_ERROR_EXTERNAL_DEVICE", "an asynchronous error occurred in a device outside of CUDA"},
+    ErrorInfo{912, "CUDA_ERROR_INVALID_CLUSTER_SIZE", "the launch's cluster configuration is invalid"},
+    ErrorInfo{913, "CUDA_ERROR_FUNCTION_NOT_LOADED", "the function handle is not loaded"},
+    ErrorInfo{914, "CUDA_ERROR_INVALID_RESOURCE_TYPE", "a resource is not of a valid type for the operation"},
+    ErrorInfo{915, "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION",
+              "a resource is insufficient or not applicable to the operation"},
+    ErrorInfo{916, "CUDA_ERROR_KEY_ROTATION", "an error happened during the key rotation sequence"},
+    ErrorInfo{999, "CUDA_ERROR_UNKNOWN", "an unknown internal error occurred"},
+};
+
+// Errors after which the context answers every call with the same error
+// (cuda.h: "the process must be terminated and relaunched").
+constexpr std::array kStickyErrors{
+    CUDA_ERROR_ECC_UNCORRECTABLE,
+    CUDA_ERROR_NVLINK_UNCORRECTABLE,
+    CUDA_ERROR_CONTAINED,
+    CUDA_ERROR_ILLEGAL_ADDRESS,
+    CUDA_ERROR_LAUNCH_TIMEOUT,
+    CUDA_ERROR_ASSERT,
+    CUDA_ERROR_HARDWARE_STACK_ERROR,
+    CUDA_ERROR_ILLEGAL_INSTRUCTION,
+    CUDA_ERROR_MISALIGNED_ADDRESS,
+    CUDA_ERROR_INVALID_ADDRESS_SPACE,
+    CUDA_ERROR_INVALID_PC,
+    CUDA_ERROR_LAUNCH_FAILED,
+    CUDA_ERROR_TENSOR_MEMORY_LEAK,
+    CUDA_ERROR_MPS_CLIENT_TERMINATED,
+    CUDA_ERROR_EXTERNAL_DEVICE,
+};
+
+// Device addresses as the host API shows them: opaque pointers.
+static_assert(sizeof(CUdeviceptr) == sizeof(void*));
+CUdeviceptr to_device(const void* ptr) { return std::bit_cast<CUdeviceptr>(ptr); }
+void* from_device(CUdeviceptr ptr) { return std::bit_cast<void*>(ptr); }
+
+const ErrorInfo* find_error(int code) {
+  const auto* it = std::find_if(kErrors.begin(), kErrors.end(), [code](const ErrorInfo& e) { return e.code == code; });
+  return it == kErrors.end() ? nullptr : &*it;
+}
+
+// The driver's entry points. Each is resolved by the symbol of the ABI
+// version cuda.h maps its name to (`#define cuMemAlloc cuMemAlloc_v2`), with
+// legacy default-stream semantics (not the _ptsz/_ptds variants); the type is
+// that of the same declaration.
+struct Api {
+  void* library = nullptr;
+  decltype(&::cuInit) init = nullptr;
+  decltype(&::cuDriverGetVersion) driver_get_version = nullptr;
+  decltype(&::cuGetErrorName) get_error_name = nullptr;
+  decltype(&::cuGetErrorString) get_error_string = nullptr;
+  decltype(&::cuDeviceGetCount) device_get_count = nullptr;
+  decltype(&::cuDeviceGet) device_get = nullptr;
+  decltype(&::cuDeviceGetName) device_get_name = nullptr;
+  decltype(&::cuDeviceGetAttribute) device_get_attribute = nullptr;
+  decltype(&::cuDeviceTotalMem) device_total_mem = nullptr;
+  decltype(&::cuDevicePrimaryCtxRetain) primary_ctx_retain = nullptr;
+  decltype(&::cuCtxGetCurrent) ctx_get_current = nullptr;
+  decltype(&::cuCtxSetCurrent) ctx_set_current = nullptr;
+  decltype(&::cuModuleLoadData) module_load_data = nullptr;
+  decltype(&::cuModuleUnload) module_unload = nullptr;
+  decltype(&::cuModuleGetFunction) module_get_function = nullptr;
+  decltype(&::cuFuncSetAttribute) func_set_attribute = nullptr;
+  decltype(&::cuLaunchKernel) launch_kernel = nullptr;
+  decltype(&::cuStreamSynchronize) stream_synchronize = nullptr;
+  decltype(&::cuStreamGetCtx) stream_get_ctx = nullptr;
+  decltype(&::cuMemAlloc) mem_alloc = nullptr;
+  decltype(&::cuMemFree) mem_free = nullptr;
+  decltype(&::cuMemcpyHtoD) memcpy_htod = nullptr;
+  decltype(&::cuMemcpyDtoH) memcpy_dtoh = nullptr;
+  decltype(&::cuPointerGetAttribute) pointer_get_attribute = nullptr;
+  decltype(&::cuEventCreate) event_create = nullptr;
+  decltype(&::cuEventRecord) event_record = nullptr;
+  decltype(&::cuEventSynchronize) event_synchronize = nullptr;
+  decltype(&::cuEventElapsedTime) event_elapsed_time = nullptr;
+  decltype(&::cuEventDestroy) event_destroy = nullptr;
+  decltype(&::cuFuncGetParamInfo) func_get_param_info = nullptr;  // optional: drivers from 12.4 on
+  int version = 0;
+};
+
+// The symbols load_api resolves are the ones cuda.h maps these names to; a
+// header that moves a name to another ABI version (and so another signature
+// in Api) fails to compile here instead of misbehaving at run time.
+#define ATTUNE_STRINGIFY(x) #x
+#define ATTUNE_SYMBOL_OF(fn) ATTUNE_STRINGIFY(fn)
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuDeviceTotalMem)) == "cuDeviceTotalMem_v2");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuMemAlloc)) == "cuMemAlloc_v2");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuMemFree)) == "cuMemFree_v2");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuMemcpyHtoD)) == "cuMemcpyHtoD_v2");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuMemcpyDtoH)) == "cuMemcpyDtoH_v2");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuEventDestroy)) == "cuEventDestroy_v2");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuEventElapsedTime)) == "cuEventElapsedTime_v2");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuLaunchKernel)) == "cuLaunchKernel");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamSynchronize)) == "cuStreamSynchronize");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamGetCtx)) == "cuStreamGetCtx");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuEventRecord)) == "cuEventRecord");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuCtxGetCurrent)) == "cuCtxGetCurrent");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuModuleLoadData)) == "cuModuleLoadData");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuDevicePrimaryCtxRetain)) == "cuDevicePrimaryCtxRetain");
+#undef ATTUNE_SYMBOL_OF
+#undef ATTUNE_STRINGIFY
+
+// The loaded driver, once Driver::get() has succeeded; error_name asks it.
+std::atomic<const Api*> g_api{nullptr};
+
+std::string one_line(std::string text) {
+  std::replace(text.begin(), text.end(), '\n', ' ');
+  while (!text.empty() && text.back() == ' ') text.pop_back();
+  return text;
+}
+
+std::string describe(int code) {
+  if (const ErrorInfo* e = find_error(code)) return e->description;
+  if (const Api* api = g_api.load(std::memory_order_acquire)) {
+    const char* text = nullptr;
+    if (api->get_error_string(static_cast<CUresult>(code), &text) == CUDA_SUCCESS && text != nullptr) return text;
+  }
+  return {};
+}
+
+std::string unavailable(const std::string& what, const std::string& remedy) {
+  return one_line("cuda backend unavailable: " + what + "; " + remedy + ", or use --backend emu");
+}
+
+template <typename Fn>
+bool resolve(void* library, const char* symbol, Fn& fn) {
+  void* address = dlsym(library, symbol);
+  if (address == nullptr) return false;
+  static_assert(sizeof(Fn) == sizeof(void*));
+  std::memcpy(&fn, &address, sizeof fn);  // POSIX: data and function pointers share one representation
+  return true;
+}
+
+// Opens `path`, resolves every entry point and calls cuInit. On failure the
+// library is closed again and the DriverUnavailable message returned, naming
+// the library as `shown`.
+std::string load_api(const std::string& path, const std::string& shown, Api& api) {
+  dlerror();
+  api.library = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (api.library == nullptr) {
+    const char* error = dlerror();
+    const std::string reason = error != nullptr ? error : "dlopen failed";
+    const bool missing = reason.find("No such file") != std::string::npos;
+    return unavailable(shown + (missing ? " not found (" : " cannot be loaded (") + reason + ")",
+                       "install the NVIDIA driver");
+  }
+  std::string missing;
+  const auto need = [&](auto& fn, const char* symbol) {
+    if (missing.empty() && !resolve(api.library, symbol, fn)) missing = symbol;
+  };
+  need(api.init, "cuInit");
+  need(api.driver_get_version, "cuDriverGetVersion");
+  need(api.get_error_name, "cuGetErrorName");
+  need(api.get_error_string, "cuGetErrorString");
+  need(api.device_get_count, "cuDeviceGetCount");
+  need(api.device_get, "cuDeviceGet");
+  need(api.device_get_name, "cuDeviceGetName");
+  need(api.device_get_attribute, "cuDeviceGetAttribute");
+  need(api.device_total_mem, "cuDeviceTotalMem_v2");
+  need(api.primary_ctx_retain, "cuDevicePrimaryCtxRetain");
+  need(api.ctx_get_current, "cuCtxGetCurrent");
+  need(api.ctx_set_current, "cuCtxSetCurrent");
+  need(api.module_load_data, "cuModuleLoadData");
+  need(api.module_unload, "cuModuleUnload");
+  need(api.module_get_function, "cuModuleGetFunction");
+  need(api.func_set_attribute, "cuFuncSetAttribute");
+  need(api.launch_kernel, "cuLaunchKernel");
+  need(api.stream_synchronize, "cuStreamSynchronize");
+  need(api.stream_get_ctx, "cuStreamGetCtx");
+  need(api.mem_alloc, "cuMemAlloc_v2");
+  need(api.mem_free, "cuMemFree_v2");
+  need(api.memcpy_htod, "cuMemcpyHtoD_v2");
+  need(api.memcpy_dtoh, "cuMemcpyDtoH_v2");
+  need(api.pointer_get_attribute, "cuPointerGetAttribute");
+  need(api.event_create, "cuEventCreate");
+  need(api.event_record, "cuEventRecord");
+  need(api.event_synchronize, "cuEventSynchronize");
+  need(api.event_destroy, "cuEventDestroy_v2");
+  // _v2 exists from driver 12.8 on; the first version has the same signature
+  // and meaning for the default events made here.
+  if (missing.empty() && !resolve(api.library, "cuEventElapsedTime_v2", api.event_elapsed_time)) {
+    need(api.event_elapsed_time, "cuEventElapsedTime");
+  }
+  resolve(api.library, "cuFuncGetParamInfo", api.func_get_param_info);
+
+  std::string failure;
+  if (!missing.empty()) {
+    failure = unavailable(shown + " is not a CUDA driver or is too old (no symbol " + missing + ")",
+                          "update the NVIDIA driver");
+  } else if (const CUresult status = api.init(0); status != CUDA_SUCCESS) {
+    failure = unavailable(
+        "cuInit failed in " + shown + ": " + error_name(status) + " (" + describe(status) + ")",
+        status == CUDA_ERROR_STUB_LIBRARY ? "install the NVIDIA driver" : "check that nvidia-smi lists the GPU");
+  } else if (const CUresult v = api.driver_get_version(&api.version); v != CUDA_SUCCESS) {
+    failure = unavailable("cuDriverGetVersion failed in " + shown + ": " + error_name(v),
+                          "check the NVIDIA driver installation");
+  }
+  if (!failure.empty()) {
+    dlclose(api.library);
+    api = Api{};
+  }
+  return failure;
+}
+
+}  // namespace
+
+// -- errors -------------------------------------------------------------------
+
+std::string error_name(int code) {
+  if (const ErrorInfo* e = find_error(code)) return e->name;
+  if (const Api* api = g_api.load(std::memory_order_acquire)) {
+    const char* name = nullptr;
+    if (api->get_error_name(static_cast<CUresult>(code), &name) == CUDA_SUCCESS && name != nullptr) return name;
+  }
+  return "CUDA error " + std::to_string(code);
+}
+
+bool is_sticky_error(int code) {
+  return std::find(kStickyErrors.begin(), kStickyErrors.end(), code) != kStickyErrors.end();
+}
+
+namespace {
+
+std::string cuda_error_message(int code, const std::string& operation) {
+  std::string message = operation + " failed: " + error_name(code);
+  if (const std::string description = describe(code); !description.empty()) message += " (" + description + ")";
+  if (is_sticky_error(code)) message += "; the CUDA context is now unusable: restart the process";
+  return one_line(message);
+}
+
+void check(CUresult status, const std::string& operation) {
+  if (status != CUDA_SUCCESS) throw CudaError(status, operation);
+}
+
+}  // namespace
+
+CudaError::CudaError(int code, const std::string& operation)
+    : Error(cuda_error_message(code, operation)),
+      code_(code),
+      name_(error_name(code)),
+      sticky_(is_sticky_error(code)) {}
+
+// -- devices ------------------------------------------------------------------
+
+std::string DeviceInfo::arch() const {
+  // Hopper and datacenter Blackwell features (wgmma, setmaxnreg, tcgen05) are
+  // only in the arch-specific targets; such cubins run only on that exact
+  // compute capability, which is what a per-device compile wants.
+  const bool arch_specific = compute_major == 9 || compute_major == 10;
+  return "sm_" + std::to_string(compute_major * 10 + compute_minor) + (arch_specific ? "a" : "");
+}
+
+std::string DeviceInfo::key() const {
+  return name + "/cc" + std::to_string(compute_major) + "." + std::to_string(compute_minor) + "/sm" +
+         std::to_string(sm_count);
+}
+
+// -- driver -------------------------------------------------------------------
+
+struct Driver::Impl {
+  Api api;
+  std::mutex mutex;                 // guards contexts
+  std::vector<CUcontext> contexts;  // primary contexts by ordinal, retained for the process's life
+
+  CUcontext primary_context(int device) {
+    if (device < 0) throw InvalidArgument("cuda: device ordinal " + std::to_string(device) + " is negative");
+    const std::lock_guard lock(mutex);
+    if (contexts.size() <= static_cast<std::size_t>(device)) contexts.resize(device + 1, nullptr);
+    if (contexts[device] == nullptr) {
+      CUdevice handle = 0;
+      check(api.device_get(&handle, device), "cuDeviceGet(" + std::to_string(device) + ")");
+      check(api.primary_ctx_retain(&contexts[device], handle),
+            "cuDevicePrimaryCtxRetain(" + std::to_string(device) + ")");
+    }
+    return contexts[device];
+  }
+
+  void make_current(CUcontext context) const {
+    CUcontext current = nullptr;
+    check(api.ctx_get_current(&current), "cuCtxGetCurrent");
+    if (current != context) check(api.ctx_set_current(context), "cuCtxSetCurrent");
+  }
+
+  void make_current(int device) { make_current(primary_context(device)); }
+
+  // The context of `stream`; for the null stream the current one, or device
+  // 0's primary context when the thread has none.
+  void make_current_for(CUstream stream) {
+    if (stream != nullptr) {
+      CUcontext context = nullptr;
+      check(api.stream_get_ctx(stream, &context), "cuStreamGetCtx");
+      make_current(context);
+      return;
+    }
+    CUcontext current = nullptr;
+    check(api.ctx_get_current(&current), "cuCtxGetCurrent");
+    if (current == nullptr) make_current(0);
+  }
+
+  // Device memory is reached through the primary context of its device.
+  void make_current_for(const void* device_ptr) {
+    int device = 0;
+    check(api.pointer_get_attribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, to_device(device_ptr)),
+          "cuPointerGetAttribute(DEVICE_ORDINAL)");
+    make_current(device);
+  }
+
+  int attribute(CUdevice device, CUdevice_attribute which, const char* name) const {
+    int value = 0;
+    check(api.device_get_attribute(&value, which, device), std::string("cuDeviceGetAttribute(") + name + ")");
+    return value;
+  }
+};
+
+Driver::Driver(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Driver::~Driver() = default;
+
+namespace detail {
+
+std::string driver_library_path() {
+  const char* path = std::getenv("ATTUNE_LIBCUDA");
+  return path != nullptr && *path != '\0' ? path : "libcuda.so.1";
+}
+
+std::string probe_driver_library(const std::string& path) {
+  Api api;
+  return load_api(path, path, api);
+}
+
+}  // namespace detail
+
+Driver& Driver::get() {
+  // Never destroyed: kernels may still run while static destructors do, and
+  // libcuda is not unloaded after cuInit.
+  static std::atomic<Driver*> instance{nullptr};
+  static std::mutex mutex;
+  if (Driver* driver = instance.load(std::memory_order_acquire)) return *driver;
+  const std::lock_guard lock(mutex);
+  if (Driver* driver = instance.load(std::memory_order_relaxed)) return *driver;
+  auto impl = std::make_unique<Impl>();
+  const std::string path = detail::driver_library_path();
+  const bool from_env = std::getenv("ATTUNE_LIBCUDA") != nullptr && path != "libcuda.so.1";
+  const std::string shown = from_env ? path + " (from ATTUNE_LIBCUDA)" : path;
+  if (std::string failure = load_api(path, shown, impl->api); !failure.empty()) {
+    throw DriverUnavailable(failure);
+  }
+  g_api.store(&impl->api, std::memory_order_release);
+  auto* driver = new Driver(std::move(impl));
+  instance.store(driver, std::memory_order_release);
+  return *driver;
+}
+
+bool Driver::available(std::string* why) {
+  try {
+    get();
+    return true;
+  } catch (const Error& e) {
+    if (why != nullptr) *why = e.what();
+    return false;
+  }
+}
+
+int Driver::version() const { return impl_->api.version; }
+
+std::vector<DeviceInfo> Driver::devices() const {
+  const Api& api = impl_->api;
+  int count = 0;
+  check(api.device_get_count(&count), "cuDeviceGetCount");
+  std::vector<DeviceInfo> result;
+  for (int ordinal = 0; ordinal < count; ++ordinal) {
+    CUdevice device = 0;
+    check(api.device_get(&device, ordinal), "cuDeviceGet(" + std::to_string(ordinal) + ")");
+    DeviceInfo info;
+    info.ordinal = ordinal;
+    std::array<char, 256> name{};
+    check(api.device_get_name(name.data(), static_cast<int>(name.size()), device), "cuDeviceGetName");
+    info.name = name.data();
+    info.compute_major =
+        impl_->attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, "COMPUTE_CAPABILITY_MAJOR");
+    info.compute_minor =
+        impl_->attribute(device, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, "COMPUTE_CAPABILITY_MINOR");
+    info.sm_count = impl_->attribute(device, CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT, "MULTIPROCESSOR_COUNT");
+    info.max_shared_per_block_optin = impl_->attribute(device, CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN,
+                                                       "MAX_SHARED_MEMORY_PER_BLOCK_OPTIN");
+    info.l2_bytes = impl_->attribute(device, CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, "L2_CACHE_SIZE");
+    std::size_t total = 0;
+    check(api.device_total_mem(&total, device), "cuDeviceTotalMem");
+    info.total_memory = total;
+    result.push_back(std::move(info));
+  }
+  return result;
+}
+
+Driver::Module Driver::load_module(int device, std::span<const char> cubin) {
+  if (cubin.empty()) throw InvalidArgument("cuda: load_module got an empty cubin");
+  impl_->make_current(device);
+  CUmodule module = nullptr;
+  check(impl_->api.module_load_data(&module, cubin.data()), "cuModuleLoadData");
+  return Module{module, device};
+}
+
+void Driver::unload_module(Module module) {
+  if (module.handle == nullptr) return;
+  impl_->make_current(module.device);
+  check(impl_->api.module_unload(static_cast<CUmodule>(module.handle)), "cuModuleUnload");
+}
+
+Driver::Function Driver::function(Module module, const std::string& lowered_name) {
+  impl_->make_current(module.device);
+  CUfunction function = nullptr;
+  check(impl_->api.module_get_function(&function, static_cast<CUmodule>(module.handle), lowered_name.c_str()),
+        "cuModuleGetFunction(" + lowered_name + ")");
+  return Function{function, module.device};
+}
+
+void Driver::set_max_dynamic_shared(Function function, int bytes) {
+  impl_->make_current(function.device);
+  check(impl_->api.func_set_attribute(static_cast<CUfunction>(function.handle),
+                                      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes),
+        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, " + std::to_string(bytes) + ")");
+}
+
+void Driver::launch(Function function, const LaunchConfig& config, const void* params, std::size_t params_size,
+                    void* stream) {
+  const auto positive = [](const Dim3& d) { return d.x > 0 && d.y > 0 && d.z > 0; };
+  if (!positive(config.grid) || !positive(config.block)) {
+    throw InvalidArgument("cuda: launch needs positive grid and block dimensions, got grid (" +
+                          std::to_string(config.grid.x) + ", " + std::to_string(config.grid.y) + ", " +
+                          std::to_string(config.grid.z) + ") block (" + std::to_string(config.block.x) + ", " +
+                          std::to_string(config.block.y) + ", " + std::to_string(config.block.z) + ")");
+  }
+  if (config.dynamic_shared_bytes < 0 || config.dynamic_shared_bytes > std::numeric_limits<unsigned>::max()) {
+    throw InvalidArgument("cuda: dynamic shared memory of " + std::to_string(config.dynamic_shared_bytes) +
+                          " bytes is out of range");
+  }
+  if (params_size > 0 && params == nullptr) throw InvalidArgument("cuda: launch got a null params pointer");
+  const Api& api = impl_->api;
+  auto* handle = static_cast<CUfunction>(function.handle);
+  impl_->make_current(function.device);
+  if (api.func_get_param_info != nullptr) {
+    // A params struct that differs between host and kernel would launch with
+    // garbage; the driver knows the kernel's side.
+    std::size_t offset = 0;
+    std::size_t kernel_size = 0;
+    const CUresult status = api.func_get_param_info(handle, 0, &offset, &kernel_size);
+    if (status == CUDA_SUCCESS && kernel_size != params_size) {
+      throw InvalidArgument("cuda: the kernel's parameter is " + std::to_string(kernel_size) +
+                            " bytes, the host params struct " + std::to_string(params_size) + " bytes");
+    }
+  }
+  void* arguments[] = {const_cast<void*>(params)};  // the driver only reads it
+  check(api.launch_kernel(handle, static_cast<unsigned>(config.grid.x), static_cast<unsigned>(config.grid.y),
+                          static_cast<unsigned>(config.grid.z), static_cast<unsigned>(config.block.x),
+                          static_cast<unsigned>(config.block.y), static_cast<unsigned>(config.block.z),
+                          static_cast<unsigned>(config.dynamic_shared_bytes), static_cast<CUstream>(stream),
+                          params_size > 0 ? arguments : nullptr, nullptr),
+        "cuLaunchKernel");
+}
+
+void Driver::synchronize(void* stream) {
+  impl_->make_current_for(static_cast<CUstream>(stream));
+  check(impl_->api.stream_synchronize(static_cast<CUstream>(stream)), "cuStreamSynchronize");
+}
+
+void* Driver::allocate(int device, std::size_t bytes) {
+  impl_->make_current(device);
+  CUdeviceptr ptr = 0;
+  check(impl_->api.mem_alloc(&ptr, bytes), "cuMemAlloc(" + std::to_string(bytes) + " bytes)");
+  return from_device(ptr);
+}
+
+void Driver::release(void* device_ptr) {
+  if (device_ptr == nullptr) return;
+  impl_->make_current_for(static_cast<const void*>(device_ptr));
+  check(impl_->api.mem_free(to_device(device_ptr)), "cuMemFree");
+}
+
+void Driver::copy_to_device(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  impl_->make_current_for(static_cast<const void*>(dst));
+  check(impl_->api.memcpy_htod(to_device(dst), src, bytes), "cuMemcpyHtoD(" + std::to_string(bytes) + " bytes)");
+}
+
+void Driver::copy_to_host(void* dst, const void* src, std::size_t bytes) {
+  if (bytes == 0) return;
+  impl_->make_current_for(src);
+  check(impl_->api.memcpy_dtoh(dst, to_device(src), bytes), "cuMemcpyDtoH(" + std::to_string(bytes) + " bytes)");
+}
+
+namespace {
+
+// An event destroyed however the timing ends.
+class Event {
+ public:
+  explicit Event(const Api& api) : api_(api) { check(api_.event_create(&handle_, CU_EVENT_DEFAULT), "cuEventCreate"); }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  ~Event() {
+    if (handle_ != nullptr) api_.event_destroy(handle_);
+  }
+  CUevent get() const { return handle_; }
+
+ private:
+  const Api& api_;
+  CUevent handle_ = nullptr;
+};
+
+}  // namespace
+
+float Driver::time_ms(void* stream, const std::function<void()>& body) {
+  const Api& api = impl_->api;
+  auto* cu_stream = static_cast<CUstream>(stream);
+  impl_->make_current_for(cu_stream);
+  const Event start(api);
+  const Event end(api);
+  check(api.event_record(start.get(), cu_stream), "cuEventRecord");
+  body();
+  check(api.event_record(end.get(), cu_stream), "cuEventRecord");
+  check(api.event_synchronize(end.get()), "cuEventSynchronize");
+  float ms = 0;
+  check(api.event_elapsed_time(&ms, start.get(), end.get()), "cuEventElapsedTime");
+  return ms;
+}
+
+DeviceBuffers::DeviceBuffers(Driver& driver, std::vector<Spec> specs, int device) : driver_(driver) {
+  try {
+    for (const Spec& spec : specs) {
+      // A zero-byte tensor still gets a distinct, valid pointer.
+      pointers_.push_back(driver_.allocate(device, spec.bytes > 0 ? spec.bytes : 1));
+      if (spec.host != nullptr && spec.bytes > 0) driver_.copy_to_device(pointers_.back(), spec.host, spec.bytes);
+    }
+  } catch (...) {
+    for (void* p : pointers_) driver_.release(p);
+    throw;
+  }
+}
+
+DeviceBuffers::~DeviceBuffers() {
+  for (void* p : pointers_) {
+    try {
+      driver_.release(p);
+    } catch (const Error&) {
+      // A poisoned context cannot free; the process must restart anyway.
+    }
+  }
+}
+
+}  // namespace attune::cuda

@@ -1,0 +1,171 @@
+// The CUDA driver backend: libcuda loaded with dlopen at run time, so attune
+// builds and runs (with the emulator) where no NVIDIA driver is installed.
+//
+//   if (std::string why; !attune::cuda::Driver::available(&why)) return fall_back_to_emulator(why);
+//   attune::cuda::Driver& driver = attune::cuda::Driver::get();
+//   const auto module = driver.load_module(0, compiled.cubin);
+//   const auto kernel = driver.function(module, compiled.lowered_name);
+//   driver.launch(kernel, config, &params, sizeof(params), /*stream=*/nullptr);
+//   driver.synchronize(/*stream=*/nullptr);
+//
+// The header needs no CUDA toolkit: modules, functions, streams and device
+// pointers are opaque handles (CUmodule, CUfunction, CUstream, CUdeviceptr).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "emulator/launch.h"
+
+namespace attune::cuda {
+
+// The driver could not be loaded or initialised. The message is one line:
+// "cuda backend unavailable: libcuda.so.1 not found (...); install the NVIDIA
+// driver, or use --backend emu".
+class DriverUnavailable : public Error {
+ public:
+  using Error::Error;
+};
+
+// A CUDA call failed: "cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (a PTX
+// JIT compilation failed)". A sticky error poisons the context (every later
+// call returns it too), and the message then ends with "; the CUDA context is
+// now unusable: restart the process".
+class CudaError : public Error {
+ public:
+  CudaError(int code, const std::string& operation);
+  int code() const { return code_; }
+  const std::string& name() const { return name_; }
+  bool sticky() const { return sticky_; }
+
+ private:
+  int code_;
+  std::string name_;
+  bool sticky_;
+};
+
+// "CUDA_ERROR_ILLEGAL_ADDRESS" for 700: from a built-in table (so it works
+// without a driver), then cuGetErrorName when the driver is loaded, then
+// "CUDA error N".
+std::string error_name(int code);
+
+// True for the codes after which the context is unusable (illegal address,
+// launch failure, device assert, ECC uncorrectable, ...).
+bool is_sticky_error(int code);
+
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;  // "NVIDIA H200"
+  int compute_major = 0;
+  int compute_minor = 0;
+  int sm_count = 0;
+  int max_shared_per_block_optin = 0;  // bytes, with cuFuncSetAttribute
+  int l2_bytes = 0;
+  std::uint64_t total_memory = 0;  // bytes
+
+  // The NVRTC architecture to compile for: "sm_80", "sm_86", "sm_89",
+  // "sm_90a" for 9.0 and "sm_100a" for 10.0 (the arch-specific variants, so
+  // wgmma and tcgen05 are usable), "sm_120" for 12.0.
+  std::string arch() const;
+  // Identity of the device model for caches and tuning results:
+  // "NVIDIA H200/cc9.0/sm132". Never the name alone: one name covers parts
+  // with different SM counts.
+  std::string key() const;
+};
+
+// The process's CUDA driver. Calls that take a device make the primary
+// context of that device current on the calling thread; calls on a pointer,
+// module or function use the device it belongs to. A null stream is the
+// default stream of the context current on the calling thread (device 0's
+// when none is). Every failing call throws CudaError naming the operation.
+class Driver {
+ public:
+  // Loads libcuda.so.1 (or $ATTUNE_LIBCUDA when set, for tests), resolves its
+  // entry points and calls cuInit, once per process; throws DriverUnavailable
+  // otherwise. A failed load is not remembered, so a later call tries again.
+  static Driver& get();
+  // True when the driver loads; `why` gets the one-line reason otherwise.
+  // Never throws.
+  static bool available(std::string* why = nullptr);
+
+  Driver(const Driver&) = delete;
+  Driver& operator=(const Driver&) = delete;
+  ~Driver();
+
+  int version() const;  // cuDriverGetVersion: 13000 for CUDA 13.0
+  std::vector<DeviceInfo> devices() const;
+
+  struct Module {
+    void* handle = nullptr;  // CUmodule
+    int device = 0;
+  };
+  struct Function {
+    void* handle = nullptr;  // CUfunction
+    int device = 0;
+  };
+  Module load_module(int device, std::span<const char> cubin);
+  void unload_module(Module module);
+  Function function(Module module, const std::string& lowered_name);
+  // Allows `bytes` of dynamic shared memory per block; needed above 48 KiB.
+  void set_max_dynamic_shared(Function function, int bytes);
+  // Launches `function` with the params struct (`params_size` bytes at
+  // `params`) passed by value as its single argument. Where the driver can
+  // tell (12.4 and later), a size that differs from the kernel's parameter is
+  // an InvalidArgument.
+  void launch(Function function, const LaunchConfig& config, const void* params, std::size_t params_size, void* stream);
+  void synchronize(void* stream);
+
+  // Device memory, for the runtime, tests and tools/gpu_check.
+  void* allocate(int device, std::size_t bytes);
+  void release(void* device_ptr);  // null is ignored
+  void copy_to_device(void* dst, const void* src, std::size_t bytes);
+  void copy_to_host(void* dst, const void* src, std::size_t bytes);
+
+  // Milliseconds between two events recorded on `stream` around `body`.
+  float time_ms(void* stream, const std::function<void()>& body);
+
+ private:
+  struct Impl;
+  explicit Driver(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// Device allocations that live as long as the object: each is allocated on
+// `device` and, when its host pointer is set, filled from it.
+class DeviceBuffers {
+ public:
+  struct Spec {
+    const void* host;  // null: allocate only
+    std::size_t bytes;
+  };
+  DeviceBuffers(Driver& driver, std::vector<Spec> specs, int device = 0);
+  ~DeviceBuffers();
+  DeviceBuffers(const DeviceBuffers&) = delete;
+  DeviceBuffers& operator=(const DeviceBuffers&) = delete;
+  void* at(std::size_t index) const { return pointers_.at(index); }
+
+ private:
+  Driver& driver_;
+  std::vector<void*> pointers_;
+};
+
+namespace detail {
+
+// $ATTUNE_LIBCUDA when set and not empty, else "libcuda.so.1".
+std::string driver_library_path();
+
+// Runs the steps of Driver::get() on the library at `path` (dlopen, every
+// entry point, cuInit) without touching the process's driver, and returns the
+// DriverUnavailable message, or "" when the library works (it then stays
+// loaded: a driver is not safely unloaded after cuInit). For tests.
+std::string probe_driver_library(const std::string& path);
+
+}  // namespace detail
+
+}  // namespace attune::cuda

@@ -1,0 +1,72 @@
+// Which variant runs a problem: in-process memo, then the tuned best for
+// (device, problem key), then the nearest tuned key of the device, then the
+// architecture's heuristic default. Every answer says which rule chose it.
+#pragma once
+
+#include <array>
+#include <atomic>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "generator/variants.h"
+#include "runtime/problem_key.h"
+
+namespace attune {
+
+enum class DispatchRule : std::uint8_t { kTuned, kNearestTuned, kHeuristic };
+std::string_view to_string(DispatchRule rule);  // "tuned", "nearest-tuned", "heuristic"
+
+struct DispatchChoice {
+  Variant variant;
+  DispatchRule rule = DispatchRule::kHeuristic;
+  std::string detail;  // the key it came from, the distance, or why tuned entries were passed over
+};
+
+// Tuned results, as the tuning database (or a test) provides them.
+class TunedSource {
+ public:
+  struct Entry {
+    ProblemKey key;
+    std::string variant_id;
+  };
+  virtual ~TunedSource() = default;
+  // The best variant of every tuned problem key of the device.
+  virtual std::vector<Entry> best_for_device(const std::string& device_key) const = 0;
+};
+
+class Dispatcher {
+ public:
+  // `device_key` as DeviceInfo::key() (or the emulator's own key); `tuned`
+  // may be null (no database); it must outlive the dispatcher.
+  Dispatcher(std::string device_key, ArchLimits arch, const TunedSource* tuned);
+  ~Dispatcher();
+  Dispatcher(const Dispatcher&) = delete;
+  Dispatcher& operator=(const Dispatcher&) = delete;
+
+  // The variant for a validated problem. Once a key has been seen, this
+  // allocates nothing and takes no lock (a lock-free memo table).
+  const DispatchChoice& choose(const AttentionProblem& problem);
+  // The same without the memo, for `attune explain`.
+  DispatchChoice resolve(const AttentionProblem& problem) const;
+
+  const std::string& device_key() const { return device_key_; }
+
+ private:
+  struct Entry {
+    ProblemKey key;
+    DispatchChoice choice;
+  };
+  static constexpr std::size_t kSlots = 4096;  // power of two
+  static constexpr std::size_t kMaxEntries = kSlots * 3 / 4;
+
+  std::string device_key_;
+  ArchLimits arch_;
+  const TunedSource* tuned_;
+  std::array<std::atomic<const Entry*>, kSlots> slots_{};
+  std::mutex insert_mutex_;
+  std::vector<std::unique_ptr<Entry>> owned_;  // guarded by insert_mutex_
+};
+
+}  // namespace attune

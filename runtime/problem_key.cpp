@@ -1,0 +1,83 @@
+#include "runtime/problem_key.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <limits>
+
+namespace attune {
+
+std::string_view to_string(Op op) {
+  switch (op) {
+    case Op::kForward:
+      return "fwd";
+  }
+  return "?";
+}
+
+std::int8_t bucket_log2(std::int64_t size) {
+  std::int8_t e = 0;
+  while ((std::int64_t{1} << e) < size && e < 62) ++e;
+  return e;
+}
+
+std::uint64_t ProblemKey::hash() const {
+  // FNV-1a over the fields; no allocation.
+  std::uint64_t h = 1469598103934665603ULL;
+  const auto mix = [&h](std::uint64_t v) {
+    for (int i = 0; i < 8; ++i) {
+      h ^= (v >> (8 * i)) & 0xFFU;
+      h *= 1099511628211ULL;
+    }
+  };
+  mix(static_cast<std::uint64_t>(op));
+  mix(static_cast<std::uint64_t>(dtype));
+  mix(static_cast<std::uint64_t>(head_dim_k));
+  mix(static_cast<std::uint64_t>(head_dim_v));
+  mix(static_cast<std::uint64_t>(mask));
+  mix(static_cast<std::uint64_t>(seqlen_q_log2));
+  mix(static_cast<std::uint64_t>(seqlen_k_log2));
+  mix(static_cast<std::uint64_t>(batch_heads_log2));
+  return h;
+}
+
+std::string ProblemKey::to_string() const {
+  return std::string(attune::to_string(op)) + "/" + std::string(attune::to_string(dtype)) + "/dk" +
+         std::to_string(head_dim_k) + "/dv" + std::to_string(head_dim_v) + "/" + std::string(attune::to_string(mask)) +
+         "/sq2^" + std::to_string(seqlen_q_log2) + "/sk2^" + std::to_string(seqlen_k_log2) + "/bh2^" +
+         std::to_string(batch_heads_log2);
+}
+
+ProblemKey problem_key(Op op, const AttentionProblem& p) {
+  std::int64_t max_q = p.seqlen_q;
+  std::int64_t max_k = p.seqlen_k;
+  if (p.is_packed()) {
+    max_q = 0;
+    max_k = 0;
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      const SequenceExtent s = p.sequence(b);
+      max_q = std::max(max_q, s.q_len);
+      max_k = std::max(max_k, s.k_capacity);
+    }
+  }
+  ProblemKey key;
+  key.op = op;
+  key.dtype = p.dtype;
+  key.head_dim_k = static_cast<std::int32_t>(p.head_dim_k);
+  key.head_dim_v = static_cast<std::int32_t>(p.head_dim_v);
+  key.mask = p.mask.kind;
+  key.seqlen_q_log2 = bucket_log2(max_q);
+  key.seqlen_k_log2 = bucket_log2(max_k);
+  key.batch_heads_log2 = bucket_log2(p.batch * p.heads_q);
+  return key;
+}
+
+int bucket_distance(const ProblemKey& a, const ProblemKey& b) {
+  if (a.op != b.op || a.dtype != b.dtype || a.head_dim_k != b.head_dim_k || a.head_dim_v != b.head_dim_v ||
+      a.mask != b.mask) {
+    return std::numeric_limits<int>::max();
+  }
+  return std::abs(a.seqlen_q_log2 - b.seqlen_q_log2) + std::abs(a.seqlen_k_log2 - b.seqlen_k_log2) +
+         std::abs(a.batch_heads_log2 - b.batch_heads_log2);
+}
+
+}  // namespace attune

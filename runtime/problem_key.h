@@ -1,0 +1,47 @@
+// The problem key: what the tuning database and the dispatcher index by.
+// Op, dtype, head dims, mask kind, and power-of-two buckets of the sizes.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "core/problem.h"
+
+namespace attune {
+
+enum class Op : std::uint8_t { kForward };
+
+std::string_view to_string(Op op);  // "fwd"
+
+// A plain value (no allocation), hashable and comparable on the hot path.
+struct ProblemKey {
+  Op op = Op::kForward;
+  DType dtype = DType::kBF16;
+  std::int32_t head_dim_k = 0;
+  std::int32_t head_dim_v = 0;
+  MaskKind mask = MaskKind::kNone;
+  // log2 of the power-of-two bucket (ceiling) of each size: 0 for sizes 0
+  // and 1, 1 for 2, 2 for 3..4, 3 for 5..8, ...
+  std::int8_t seqlen_q_log2 = 0;
+  std::int8_t seqlen_k_log2 = 0;
+  std::int8_t batch_heads_log2 = 0;
+
+  bool operator==(const ProblemKey&) const = default;
+  std::uint64_t hash() const;
+  // "fwd/bf16/dk128/dv128/causal-bottom-right/sq2^10/sk2^12/bh2^5"
+  std::string to_string() const;
+};
+
+// The bucket exponent of a size: smallest e with 2^e >= size.
+std::int8_t bucket_log2(std::int64_t size);
+
+// Sequence lengths are the longest sequence's (packed: from cu_seqlens);
+// batch x heads counts query heads.
+ProblemKey problem_key(Op op, const AttentionProblem& problem);
+
+// Distance between two keys of the same op, dtype, head dims and mask: the
+// sum of the bucket-exponent differences of the sizes (each doubling or
+// halving counts 1). Keys that differ in anything else are infinitely far.
+int bucket_distance(const ProblemKey& a, const ProblemKey& b);
+
+}  // namespace attune

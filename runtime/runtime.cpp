@@ -1,0 +1,154 @@
+#include "runtime/runtime.h"
+
+#include <map>
+#include <mutex>
+
+#include "core/error.h"
+#include "runtime/compiler_service.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/emu_forward.h"
+#include "runtime/flash_fwd_params.h"
+
+namespace attune {
+
+std::string_view to_string(Backend backend) { return backend == Backend::kCuda ? "cuda" : "emu"; }
+
+std::optional<Backend> parse_backend(std::string_view name) {
+  if (name == "cuda") return Backend::kCuda;
+  if (name == "emu") return Backend::kEmu;
+  return std::nullopt;
+}
+
+namespace {
+
+// Device copies of a problem's index arrays, freed when the call ends.
+class DeviceLengthsUpload {
+ public:
+  DeviceLengthsUpload(cuda::Driver& driver, int device, const AttentionProblem& p) : driver_(driver) {
+    lengths_.cu_seqlens_q = upload(device, p.cu_seqlens_q);
+    lengths_.cu_seqlens_k = upload(device, p.cu_seqlens_k);
+    lengths_.seqlens_k = upload(device, p.seqlens_k);
+  }
+  ~DeviceLengthsUpload() {
+    for (void* ptr : owned_) driver_.release(ptr);
+  }
+  DeviceLengthsUpload(const DeviceLengthsUpload&) = delete;
+  DeviceLengthsUpload& operator=(const DeviceLengthsUpload&) = delete;
+  const DeviceLengths& lengths() const { return lengths_; }
+  bool any() const { return !owned_.empty(); }
+
+ private:
+  const std::int32_t* upload(int device, const std::vector<std::int32_t>& host) {
+    if (host.empty()) return nullptr;
+    void* ptr = driver_.allocate(device, host.size() * sizeof(std::int32_t));
+    owned_.push_back(ptr);
+    driver_.copy_to_device(ptr, host.data(), host.size() * sizeof(std::int32_t));
+    return static_cast<const std::int32_t*>(ptr);
+  }
+
+  cuda::Driver& driver_;
+  DeviceLengths lengths_;
+  std::vector<void*> owned_;
+};
+
+}  // namespace
+
+struct Runtime::Impl {
+  RuntimeOptions options;
+  std::string device_key;
+  std::string device_name;
+  ArchLimits arch;
+  cuda::Driver* driver = nullptr;
+  std::unique_ptr<KernelCache> cache;
+  std::unique_ptr<CompilerService> compiler;
+  std::unique_ptr<Dispatcher> dispatcher;
+  // Loaded kernels by (variant id, dtype).
+  std::mutex loaded_mutex;
+  std::map<std::string, cuda::Driver::Function> loaded;
+
+  void launch(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream);
+
+  cuda::Driver::Function function_for(const Variant& variant, DType dtype) {
+    const std::string key = variant.id() + "/" + std::string(to_string(dtype));
+    {
+      const std::lock_guard<std::mutex> lock(loaded_mutex);
+      if (auto it = loaded.find(key); it != loaded.end()) return it->second;
+    }
+    const CompilerService::Result compiled = compiler->compile({variant, dtype, arch.name}).get();
+    if (!compiled->ok) throw Error("compiling " + variant.id() + " for " + arch.name + " failed:\n" + compiled->log);
+    const cuda::Driver::Module module = driver->load_module(options.device, compiled->cubin);
+    const cuda::Driver::Function function = driver->function(module, compiled->lowered_name);
+    driver->set_max_dynamic_shared(function, variant.shared_bytes());
+    const std::lock_guard<std::mutex> lock(loaded_mutex);
+    return loaded.emplace(key, function).first->second;  // a racing loader's module stays loaded; harmless
+  }
+};
+
+void Runtime::Impl::launch(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers,
+                           void* stream) {
+  if (options.backend == Backend::kEmu) {
+    emulate_forward(problem, buffers, variant);
+    return;
+  }
+  if (problem.batch == 0 || max_query_rows(problem) == 0) return;
+  const cuda::Driver::Function function = function_for(variant, problem.dtype);
+  const DeviceLengthsUpload lengths(*driver, options.device, problem);
+  const FlashFwdParams params = flash_fwd_params(problem, buffers, lengths.lengths());
+  const LaunchConfig config =
+      flash_fwd_launch(problem, variant.value("kBlockM"), variant.threads(), variant.shared_bytes());
+  driver->launch(function, config, &params, sizeof(params), stream);
+  if (lengths.any()) driver->synchronize(stream);  // the uploads are freed on return
+}
+
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
+  Impl& s = *impl_;
+  s.options = std::move(options);
+  if (s.options.backend == Backend::kCuda) {
+    s.driver = &cuda::Driver::get();
+    const std::vector<cuda::DeviceInfo> devices = s.driver->devices();
+    if (s.options.device < 0 || s.options.device >= static_cast<int>(devices.size())) {
+      throw InvalidArgument("device: got " + std::to_string(s.options.device) + "; expected 0.." +
+                            std::to_string(static_cast<int>(devices.size()) - 1) + " (" +
+                            std::to_string(devices.size()) + " CUDA devices)");
+    }
+    const cuda::DeviceInfo& device = devices[static_cast<std::size_t>(s.options.device)];
+    s.device_key = device.key();
+    s.device_name = device.name;
+    s.arch = require_arch(device.arch());
+    s.arch.max_shared_bytes = device.max_shared_per_block_optin;  // what this GPU really allows
+    s.cache = std::make_unique<KernelCache>(KernelCache::Options{
+        .directory = s.options.cache_directory.empty() ? KernelCache::default_directory() : s.options.cache_directory});
+    s.compiler = std::make_unique<CompilerService>(s.cache.get(), s.options.compile_threads);
+  } else {
+    s.device_key = kEmulatorDeviceKey;
+    s.device_name = "attune emulator (CPU)";
+    s.arch = require_arch(kEmulatedArch);
+  }
+  s.dispatcher = std::make_unique<Dispatcher>(s.device_key, s.arch, s.options.tuned);
+}
+
+Runtime::~Runtime() = default;
+
+void Runtime::forward(const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream) {
+  validate(problem, buffers);
+  impl_->launch(impl_->dispatcher->choose(problem).variant, problem, buffers, stream);
+}
+
+void Runtime::forward_variant(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers,
+                              void* stream) {
+  validate(problem, buffers);
+  check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), impl_->arch);
+  impl_->launch(variant, problem, buffers, stream);
+}
+
+DispatchChoice Runtime::explain(const AttentionProblem& problem) const {
+  validate(problem);
+  return impl_->dispatcher->resolve(problem);
+}
+
+Backend Runtime::backend() const { return impl_->options.backend; }
+const std::string& Runtime::device_key() const { return impl_->device_key; }
+const ArchLimits& Runtime::arch() const { return impl_->arch; }
+std::string Runtime::device_name() const { return impl_->device_name; }
+
+}  // namespace attune

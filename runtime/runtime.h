@@ -1,0 +1,73 @@
+// attune::Runtime: picks the variant for a problem on the device in hand,
+// compiles it once with NVRTC (through the kernel cache), and launches it.
+//
+// Example (CUDA; pointers are device memory, `stream` a CUstream or null):
+//   attune::Runtime runtime({.backend = attune::Backend::kCuda});
+//   attune::AttentionProblem problem = attune::make_problem(q_shape, k_shape, v_shape,
+//       {.dtype = attune::DType::kBF16, .mask = attune::Mask::causal_bottom_right()});
+//   runtime.forward(problem, {q, k, v, o, lse}, stream);
+// The same with Backend::kEmu runs on the CPU emulator over host pointers.
+#pragma once
+
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "core/problem.h"
+#include "runtime/dispatcher.h"
+
+namespace attune {
+
+enum class Backend : std::uint8_t { kCuda, kEmu };
+std::string_view to_string(Backend backend);  // "cuda", "emu"
+std::optional<Backend> parse_backend(std::string_view name);
+
+// The emulator's device key: its timings and tuned results never mix with a GPU's.
+inline constexpr const char* kEmulatorDeviceKey = "attune-emulator/cpu";
+// The architecture whose limits and heuristic the emulator backend follows.
+inline constexpr const char* kEmulatedArch = "sm_90a";
+
+struct RuntimeOptions {
+  Backend backend = Backend::kCuda;
+  int device = 0;                         // CUDA device ordinal
+  std::filesystem::path cache_directory;  // empty: KernelCache::default_directory()
+  const TunedSource* tuned = nullptr;     // tuned results; may be null; must outlive the runtime
+  unsigned compile_threads = 0;           // 0: one per core
+};
+
+class Runtime {
+ public:
+  // Throws cuda::DriverUnavailable (one line) when the cuda backend has no
+  // driver, CacheError when the cache directory is unsafe.
+  explicit Runtime(RuntimeOptions options);
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // Forward attention: O (and LSE when set). Validates the problem and the
+  // buffers (InvalidArgument), compiles on first use, launches on `stream`
+  // (cuda; ignored by emu). Varlen and padded problems upload their lengths
+  // and synchronize the stream before returning. Thread-safe.
+  void forward(const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream = nullptr);
+
+  // The same with a given variant instead of the dispatcher's choice (the
+  // tuner, `attune attention --variant`). Throws InvalidArgument when the
+  // variant cannot run the problem on this device.
+  void forward_variant(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers,
+                       void* stream = nullptr);
+
+  // What forward would run, and the rule that chose it.
+  DispatchChoice explain(const AttentionProblem& problem) const;
+
+  Backend backend() const;
+  const std::string& device_key() const;
+  const ArchLimits& arch() const;
+  std::string device_name() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace attune

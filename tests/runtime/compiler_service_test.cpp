@@ -1,0 +1,94 @@
+// The compiler service: one compile per binary however many ask at once,
+// results through the kernel cache, a failed compile as a value.
+#include "runtime/compiler_service.h"
+
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <thread>
+
+namespace attune {
+namespace {
+
+namespace fs = std::filesystem;
+
+class CompilerServiceTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("attune_compiler_test_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+const Variant kVariant = parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st2");
+
+TEST_F(CompilerServiceTest, ConcurrentRequestsShareOneCompile) {
+  KernelCache cache({.directory = dir_});
+  CompilerService service(&cache, 2);
+  std::vector<CompilerService::Result> results(8);
+  std::vector<std::thread> threads;
+  for (std::size_t i = 0; i < results.size(); ++i) {
+    threads.emplace_back([&, i] { results[i] = service.compile({kVariant, DType::kBF16, "sm_90a"}).get(); });
+  }
+  for (std::thread& t : threads) t.join();
+  ASSERT_TRUE(results[0]->ok) << results[0]->log;
+  for (const auto& r : results) EXPECT_EQ(r, results[0]);  // the very same result object
+  EXPECT_EQ(service.stats().compiles, 1U);
+  EXPECT_EQ(service.stats().requests, 8U);
+  EXPECT_EQ(service.stats().shared, 7U);
+  EXPECT_FALSE(results[0]->lowered_name.empty());
+  EXPECT_GT(results[0]->registers, 0);
+  // Another dtype is another binary.
+  EXPECT_TRUE(service.compile({kVariant, DType::kF16, "sm_90a"}).get()->ok);
+  EXPECT_EQ(service.stats().compiles, 2U);
+}
+
+TEST_F(CompilerServiceTest, SecondProcessLoadsFromTheDiskCache) {
+  {
+    KernelCache cache({.directory = dir_});
+    CompilerService service(&cache, 1);
+    ASSERT_TRUE(service.compile({kVariant, DType::kBF16, "sm_80"}).get()->ok);
+  }
+  KernelCache cache({.directory = dir_});
+  CompilerService service(&cache, 1);
+  const CompilerService::Result r = service.compile({kVariant, DType::kBF16, "sm_80"}).get();
+  ASSERT_TRUE(r->ok) << r->log;
+  EXPECT_TRUE(r->from_cache);
+  EXPECT_EQ(service.stats().compiles, 0U);
+  EXPECT_FALSE(r->cubin.empty());
+  EXPECT_FALSE(r->lowered_name.empty());
+}
+
+TEST_F(CompilerServiceTest, FailedCompileIsAValueWithItsLog) {
+  CompilerService service(nullptr, 1);
+  const CompilerService::Result r = service.compile({kVariant, DType::kBF16, "sm_20"}).get();
+  EXPECT_FALSE(r->ok);
+  EXPECT_NE(r->log.find("sm_20"), std::string::npos) << r->log;
+}
+
+TEST_F(CompilerServiceTest, CacheKeyNamesEverythingThatChangesTheBinary) {
+  const CacheKey a = CompilerService::cache_key({kVariant, DType::kBF16, "sm_90a"});
+  EXPECT_EQ(a.variant_id, kVariant.id());
+  EXPECT_EQ(a.template_hash, std::string(kVariant.kernel->source_hash));
+  EXPECT_NE(a.digest(), CompilerService::cache_key({kVariant, DType::kF16, "sm_90a"}).digest());
+  EXPECT_NE(a.digest(), CompilerService::cache_key({kVariant, DType::kBF16, "sm_80"}).digest());
+  EXPECT_NE(a.digest(), CompilerService::cache_key(
+                            {parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st3"), DType::kBF16, "sm_90a"})
+                            .digest());
+}
+
+TEST(CompiledKernelTest, SerializationRoundTripsAndRejectsTruncation) {
+  CompiledKernel k{.ok = true, .lowered_name = "_Z3foo", .cubin = {'a', 'b', 'c'}, .registers = 77, .spill_bytes = 4};
+  const std::vector<char> bytes = serialize(k);
+  const CompiledKernel back = deserialize(bytes);
+  EXPECT_EQ(back.lowered_name, k.lowered_name);
+  EXPECT_EQ(back.cubin, k.cubin);
+  EXPECT_EQ(back.registers, 77);
+  EXPECT_EQ(back.spill_bytes, 4);
+  EXPECT_THROW(deserialize(std::span(bytes).first(5)), IoError);
+}
+
+}  // namespace
+}  // namespace attune

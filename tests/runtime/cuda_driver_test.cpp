@@ -1,0 +1,397 @@
+// The CUDA driver backend. Without a driver (CI machines): the one-line
+// "cuda backend unavailable" reasons, error names and sticky errors, device
+// arch and key. With a GPU (suite CudaDriverGpuTest, CTest label gpu):
+// devices, memory, and a kernel compiled with NVRTC, loaded and launched.
+#include "runtime/cuda_driver.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <numeric>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "generator/variants.h"
+#include "runtime/nvrtc_compiler.h"
+
+namespace attune::cuda {
+namespace {
+
+constexpr const char* kPrefix = "cuda backend unavailable: ";
+
+bool one_line_reason(const std::string& why) {
+  return why.rfind(kPrefix, 0) == 0 && why.find('\n') == std::string::npos && why.ends_with("use --backend emu");
+}
+
+// Sets (or unsets) ATTUNE_LIBCUDA for one test.
+class ScopedLibcuda {
+ public:
+  explicit ScopedLibcuda(const std::optional<std::string>& value) {
+    if (const char* old = std::getenv("ATTUNE_LIBCUDA")) old_ = old;
+    if (value) {
+      setenv("ATTUNE_LIBCUDA", value->c_str(), 1);
+    } else {
+      unsetenv("ATTUNE_LIBCUDA");
+    }
+  }
+  ~ScopedLibcuda() {
+    if (old_) {
+      setenv("ATTUNE_LIBCUDA", old_->c_str(), 1);
+    } else {
+      unsetenv("ATTUNE_LIBCUDA");
+    }
+  }
+  ScopedLibcuda(const ScopedLibcuda&) = delete;
+  ScopedLibcuda& operator=(const ScopedLibcuda&) = delete;
+
+ private:
+  std::optional<std::string> old_;
+};
+
+// A text file named like a library.
+class NotALibrary {
+ public:
+  NotALibrary()
+      : path_(std::filesystem::temp_directory_path() / ("attune_not_a_library_" + std::to_string(getpid()) + ".so")) {
+    std::ofstream(path_) << "this is not a shared library\n";
+  }
+  ~NotALibrary() { std::filesystem::remove(path_); }
+  NotALibrary(const NotALibrary&) = delete;
+  NotALibrary& operator=(const NotALibrary&) = delete;
+  std::string path() const { return path_.string(); }
+
+ private:
+  std::filesystem::path path_;
+};
+
+// The driver of this process loads: the tests of a missing driver do not apply.
+bool driver_present() {
+  const ScopedLibcuda unset(std::nullopt);
+  return Driver::available();
+}
+
+TEST(CudaDriverTest, WithoutADriverTheReasonIsOneLineNamingLibcuda) {
+  if (driver_present()) GTEST_SKIP() << "a CUDA driver is present";
+  const ScopedLibcuda unset(std::nullopt);
+  std::string why;
+  EXPECT_FALSE(Driver::available(&why));
+  EXPECT_TRUE(one_line_reason(why)) << why;
+  EXPECT_NE(why.find("libcuda.so.1"), std::string::npos) << why;
+  EXPECT_NE(why.find("install the NVIDIA driver"), std::string::npos) << why;
+  try {
+    Driver::get();
+    FAIL() << "Driver::get() loaded a driver that available() did not";
+  } catch (const DriverUnavailable& e) {
+    EXPECT_EQ(std::string(e.what()), why);
+  }
+}
+
+TEST(CudaDriverTest, AFailedLoadIsRetriedWithTheLibraryFromTheEnvironment) {
+  if (driver_present()) GTEST_SKIP() << "a CUDA driver is present (a loaded driver is kept)";
+  const std::string missing = "/nonexistent/attune/libcuda.so.1";
+  {
+    const ScopedLibcuda env(missing);
+    std::string why;
+    EXPECT_FALSE(Driver::available(&why));
+    EXPECT_TRUE(one_line_reason(why)) << why;
+    EXPECT_NE(why.find(missing + " (from ATTUNE_LIBCUDA) not found"), std::string::npos) << why;
+  }
+  const NotALibrary text;
+  {
+    const ScopedLibcuda env(text.path());
+    std::string why;
+    EXPECT_FALSE(Driver::available(&why));
+    EXPECT_TRUE(one_line_reason(why)) << why;
+    EXPECT_NE(why.find(text.path() + " (from ATTUNE_LIBCUDA) cannot be loaded"), std::string::npos) << why;
+    EXPECT_THROW(Driver::get(), DriverUnavailable);
+  }
+}
+
+TEST(CudaDriverTest, ProbeNamesAMissingPath) {
+  const std::string missing = "/nonexistent/attune/libcuda.so";
+  const std::string why = detail::probe_driver_library(missing);
+  EXPECT_TRUE(one_line_reason(why)) << why;
+  EXPECT_NE(why.find(missing + " not found ("), std::string::npos) << why;
+}
+
+TEST(CudaDriverTest, ProbeRejectsAFileThatIsNotALibrary) {
+  const NotALibrary text;
+  const std::string why = detail::probe_driver_library(text.path());
+  EXPECT_TRUE(one_line_reason(why)) << why;
+  EXPECT_NE(why.find(text.path() + " cannot be loaded ("), std::string::npos) << why;
+}
+
+TEST(CudaDriverTest, ProbeNamesTheFirstMissingSymbol) {
+  const std::string why = detail::probe_driver_library("libm.so.6");
+  EXPECT_TRUE(one_line_reason(why)) << why;
+  EXPECT_NE(why.find("libm.so.6 is not a CUDA driver or is too old (no symbol cuInit)"), std::string::npos) << why;
+}
+
+// The toolkit's link stub exports every entry point, and its cuInit fails:
+// this resolves every symbol the backend needs by its versioned name.
+TEST(CudaDriverTest, ProbeOfTheStubResolvesEverySymbolAndReportsCuInit) {
+  const std::string stub = ATTUNE_CUDA_STUB;
+  if (!std::filesystem::exists(stub)) GTEST_SKIP() << "no CUDA stub library at " << stub;
+  const std::string why = detail::probe_driver_library(stub);
+  EXPECT_TRUE(one_line_reason(why)) << why;
+  EXPECT_NE(
+      why.find("cuInit failed in " + stub + ": CUDA_ERROR_STUB_LIBRARY (the CUDA driver loaded is a stub library)"),
+      std::string::npos)
+      << why;
+  // The stub (soname libcuda.so.1) was closed again, so it does not stand in
+  // for the real driver afterwards.
+  if (!driver_present()) {
+    const ScopedLibcuda unset(std::nullopt);
+    std::string after;
+    EXPECT_FALSE(Driver::available(&after));
+    EXPECT_EQ(after.find("STUB"), std::string::npos) << after;
+  }
+}
+
+TEST(CudaErrorTest, IllegalAddressIsStickyAndSaysSo) {
+  const CudaError e(700, "cuStreamSynchronize");
+  EXPECT_EQ(e.code(), 700);
+  EXPECT_EQ(e.name(), "CUDA_ERROR_ILLEGAL_ADDRESS");
+  EXPECT_TRUE(e.sticky());
+  EXPECT_EQ(std::string(e.what()),
+            "cuStreamSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS (a kernel loaded or stored at an invalid memory "
+            "address); the CUDA context is now unusable: restart the process");
+}
+
+TEST(CudaErrorTest, InvalidValueIsNotSticky) {
+  const CudaError e(1, "cuFuncSetAttribute");
+  EXPECT_EQ(e.name(), "CUDA_ERROR_INVALID_VALUE");
+  EXPECT_FALSE(e.sticky());
+  const std::string message = e.what();
+  EXPECT_EQ(message.rfind("cuFuncSetAttribute failed: CUDA_ERROR_INVALID_VALUE (", 0), 0u) << message;
+  EXPECT_EQ(message.find("unusable"), std::string::npos) << message;
+}
+
+TEST(CudaErrorTest, TheMessageReadsLikeTheDocumentation) {
+  EXPECT_STREQ(CudaError(218, "cuModuleLoadData").what(),
+               "cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (a PTX JIT compilation failed)");
+}
+
+TEST(CudaErrorTest, AnUnknownCodeIsNamedByItsNumber) {
+  EXPECT_EQ(error_name(12345), "CUDA error 12345");
+  const CudaError e(12345, "cuLaunchKernel");
+  EXPECT_EQ(e.name(), "CUDA error 12345");
+  EXPECT_FALSE(e.sticky());
+  EXPECT_STREQ(e.what(), "cuLaunchKernel failed: CUDA error 12345");
+}
+
+TEST(CudaErrorTest, ErrorsThatPoisonTheContextAreSticky) {
+  // ECC uncorrectable, launch timeout, device assert, hardware stack error,
+  // illegal instruction, misaligned address, invalid PC, launch failed.
+  for (const int code : {214, 702, 710, 714, 715, 716, 718, 719}) {
+    EXPECT_TRUE(is_sticky_error(code)) << error_name(code);
+    EXPECT_NE(std::string(CudaError(code, "op").what()).find("restart the process"), std::string::npos);
+  }
+  // Out of memory, no binary for the GPU, invalid PTX, out of resources,
+  // not found: the context stays usable.
+  for (const int code : {2, 209, 218, 701, 500}) EXPECT_FALSE(is_sticky_error(code)) << error_name(code);
+  EXPECT_EQ(error_name(719), "CUDA_ERROR_LAUNCH_FAILED");
+  EXPECT_EQ(error_name(209), "CUDA_ERROR_NO_BINARY_FOR_GPU");
+}
+
+DeviceInfo device(std::string name, int major, int minor, int sms) {
+  DeviceInfo d;
+  d.name = std::move(name);
+  d.compute_major = major;
+  d.compute_minor = minor;
+  d.sm_count = sms;
+  return d;
+}
+
+TEST(DeviceInfoTest, ArchIsTheTargetToCompileFor) {
+  EXPECT_EQ(device("NVIDIA A100-SXM4-80GB", 8, 0, 108).arch(), "sm_80");
+  EXPECT_EQ(device("NVIDIA A10", 8, 6, 72).arch(), "sm_86");
+  EXPECT_EQ(device("NVIDIA L4", 8, 9, 58).arch(), "sm_89");
+  EXPECT_EQ(device("NVIDIA H200", 9, 0, 132).arch(), "sm_90a");
+  EXPECT_EQ(device("NVIDIA B200", 10, 0, 148).arch(), "sm_100a");
+  EXPECT_EQ(device("NVIDIA GeForce RTX 5090", 12, 0, 170).arch(), "sm_120");
+}
+
+TEST(DeviceInfoTest, TheVariantGeneratorKnowsEveryArch) {
+  const std::vector<std::pair<int, int>> capabilities = {{8, 0}, {8, 6}, {8, 9}, {9, 0}, {10, 0}, {12, 0}};
+  for (const auto& [major, minor] : capabilities) {
+    const std::string arch = device("gpu", major, minor, 1).arch();
+    EXPECT_TRUE(parse_arch(arch).has_value()) << arch << " is not in " << known_archs();
+  }
+}
+
+TEST(DeviceInfoTest, KeyHoldsComputeCapabilityAndSmCount) {
+  EXPECT_EQ(device("NVIDIA H200", 9, 0, 132).key(), "NVIDIA H200/cc9.0/sm132");
+  // One name, two parts: the key tells them apart.
+  EXPECT_NE(device("NVIDIA H100", 9, 0, 114).key(), device("NVIDIA H100", 9, 0, 132).key());
+}
+
+// ---------------------------------------------------------------------------
+// GPU tests: skipped with the driver's reason where there is none.
+
+constexpr const char* kKernels = R"(
+struct FillParams {
+  float* out;
+  float scale;
+  int n;
+};
+
+template <int kOffset>
+__global__ void fill(FillParams p) {
+  const int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < p.n) p.out[i] = p.scale * i + kOffset;
+}
+
+struct SharedParams {
+  unsigned long long* out;
+  int words;
+};
+
+// Fills `words` of dynamic shared memory, then sums them on one thread.
+__global__ void shared_sum(SharedParams p) {
+  extern __shared__ unsigned words[];
+  for (int i = threadIdx.x; i < p.words; i += blockDim.x) words[i] = i;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    unsigned long long sum = 0;
+    for (int i = 0; i < p.words; ++i) sum += words[i];
+    *p.out = sum;
+  }
+}
+)";
+
+// Host twins of the kernels' params structs.
+struct FillParams {
+  float* out;
+  float scale;
+  int n;
+};
+struct SharedParams {
+  unsigned long long* out;
+  int words;
+};
+
+class CudaDriverGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!Driver::available(&why)) GTEST_SKIP() << why;
+    driver_ = &Driver::get();
+    const std::vector<DeviceInfo> devices = driver_->devices();
+    if (devices.empty()) GTEST_SKIP() << "the CUDA driver sees no device";
+    device_ = devices.front();
+  }
+
+  Driver::Function compile(const char* name_expression) {
+    const CompileResult compiled = compile_with_nvrtc(kKernels, "cuda_driver_test.cu", name_expression, device_.arch());
+    EXPECT_TRUE(compiled.ok) << compiled.log;
+    if (!compiled.ok) return {};
+    module_ = driver_->load_module(device_.ordinal, compiled.cubin);
+    return driver_->function(module_, compiled.lowered_name);
+  }
+
+  void TearDown() override {
+    if (driver_ != nullptr && module_.handle != nullptr) driver_->unload_module(module_);
+  }
+
+  Driver* driver_ = nullptr;
+  DeviceInfo device_;
+  Driver::Module module_;
+};
+
+TEST_F(CudaDriverGpuTest, ListsDevices) {
+  EXPECT_GE(driver_->version(), 11000);
+  for (const DeviceInfo& d : driver_->devices()) {
+    EXPECT_FALSE(d.name.empty());
+    EXPECT_GE(d.compute_major, 8) << d.key();
+    EXPECT_GT(d.sm_count, 0) << d.key();
+    EXPECT_GT(d.max_shared_per_block_optin, 48 * 1024) << d.key();
+    EXPECT_GT(d.l2_bytes, 0) << d.key();
+    EXPECT_GT(d.total_memory, 0u) << d.key();
+    std::cout << d.ordinal << ": " << d.key() << " " << d.arch() << "\n";
+  }
+}
+
+TEST_F(CudaDriverGpuTest, CopiesMemoryBothWays) {
+  std::vector<std::uint32_t> host(1 << 18);
+  std::iota(host.begin(), host.end(), 7u);
+  const std::size_t bytes = host.size() * sizeof(std::uint32_t);
+  void* device_ptr = driver_->allocate(device_.ordinal, bytes);
+  driver_->copy_to_device(device_ptr, host.data(), bytes);
+  std::vector<std::uint32_t> back(host.size(), 0);
+  driver_->copy_to_host(back.data(), device_ptr, bytes);
+  driver_->release(device_ptr);
+  EXPECT_EQ(back, host);
+}
+
+TEST_F(CudaDriverGpuTest, LaunchesAKernelCompiledWithNvrtc) {
+  const Driver::Function fill = compile("fill<3>");
+  ASSERT_NE(fill.handle, nullptr);
+  constexpr int kCapacity = 256;
+  constexpr int kN = 250;  // the last block is partial
+  std::vector<float> host(kCapacity, -1.0f);
+  void* out = driver_->allocate(device_.ordinal, kCapacity * sizeof(float));
+  driver_->copy_to_device(out, host.data(), kCapacity * sizeof(float));
+  const FillParams params{static_cast<float*>(out), /*scale=*/0.5f, /*n=*/kN};
+  const LaunchConfig config{.grid = {4, 1, 1}, .block = {64, 1, 1}};
+  const float ms = driver_->time_ms(nullptr, [&] { driver_->launch(fill, config, &params, sizeof(params), nullptr); });
+  driver_->synchronize(nullptr);
+  driver_->copy_to_host(host.data(), out, kCapacity * sizeof(float));
+  driver_->release(out);
+  EXPECT_GE(ms, 0.0f);
+  EXPECT_LT(ms, 10000.0f);
+  for (int i = 0; i < kCapacity; ++i) {
+    EXPECT_EQ(host[i], i < kN ? 0.5f * static_cast<float>(i) + 3.0f : -1.0f) << "at " << i;
+  }
+}
+
+TEST_F(CudaDriverGpuTest, DynamicSharedMemoryAbove48KiBNeedsTheAttribute) {
+  const Driver::Function sum = compile("shared_sum");
+  ASSERT_NE(sum.handle, nullptr);
+  constexpr int kWords = 16 * 1024;  // 64 KiB
+  void* out = driver_->allocate(device_.ordinal, sizeof(unsigned long long));
+  const SharedParams params{static_cast<unsigned long long*>(out), kWords};
+  const LaunchConfig config{.grid = {1, 1, 1}, .block = {256, 1, 1}, .dynamic_shared_bytes = kWords * 4};
+  try {
+    driver_->launch(sum, config, &params, sizeof(params), nullptr);
+    ADD_FAILURE() << "a 64 KiB launch succeeded without the opt-in attribute";
+  } catch (const CudaError& e) {
+    EXPECT_FALSE(e.sticky()) << e.what();
+  }
+  driver_->set_max_dynamic_shared(sum, kWords * 4);
+  driver_->launch(sum, config, &params, sizeof(params), nullptr);
+  driver_->synchronize(nullptr);
+  unsigned long long result = 0;
+  driver_->copy_to_host(&result, out, sizeof(result));
+  driver_->release(out);
+  EXPECT_EQ(result, static_cast<unsigned long long>(kWords) * (kWords - 1) / 2);
+}
+
+TEST_F(CudaDriverGpuTest, AParamsStructOfTheWrongSizeIsRejected) {
+  if (driver_->version() < 12040) GTEST_SKIP() << "the driver cannot report kernel parameter sizes";
+  const Driver::Function fill = compile("fill<0>");
+  ASSERT_NE(fill.handle, nullptr);
+  const std::vector<char> bigger(sizeof(FillParams) + 8, 0);
+  EXPECT_THROW(driver_->launch(fill, LaunchConfig{}, bigger.data(), bigger.size(), nullptr), InvalidArgument);
+}
+
+TEST_F(CudaDriverGpuTest, AModuleThatIsNotACubinIsACudaError) {
+  const std::string garbage = "not a cubin";
+  try {
+    driver_->load_module(device_.ordinal, garbage);
+    FAIL() << "loaded garbage as a module";
+  } catch (const CudaError& e) {
+    EXPECT_FALSE(e.sticky()) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("cuModuleLoadData failed: CUDA_ERROR_", 0), 0u) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace attune::cuda

@@ -1,0 +1,108 @@
+// The dispatch order: memo, tuned best for (device, key), nearest tuned key
+// (bucket distance), heuristic; stale or invalid database rows are passed over.
+#include "runtime/dispatcher.h"
+
+#include <gtest/gtest.h>
+
+#include "core/problem.h"
+
+namespace attune {
+namespace {
+
+class FakeTuned : public TunedSource {
+ public:
+  std::vector<Entry> entries;
+  std::string device;
+  mutable int calls = 0;
+  std::vector<Entry> best_for_device(const std::string& device_key) const override {
+    ++calls;
+    return device_key == device ? entries : std::vector<Entry>{};
+  }
+};
+
+AttentionProblem problem(int64_t sq, int64_t sk, int64_t d = 64, Mask mask = Mask::none()) {
+  return make_problem(std::vector<int64_t>{2, sq, 8, d}, std::vector<int64_t>{2, sk, 8, d},
+                      std::vector<int64_t>{2, sk, 8, d}, {.dtype = DType::kBF16, .mask = mask});
+}
+
+const ArchLimits kArch = *parse_arch("sm_90a");
+
+TEST(ProblemKeyTest, BucketsArePowersOfTwo) {
+  EXPECT_EQ(bucket_log2(0), 0);
+  EXPECT_EQ(bucket_log2(1), 0);
+  EXPECT_EQ(bucket_log2(2), 1);
+  EXPECT_EQ(bucket_log2(3), 2);
+  EXPECT_EQ(bucket_log2(1024), 10);
+  EXPECT_EQ(bucket_log2(1025), 11);
+  const ProblemKey key = problem_key(Op::kForward, problem(1000, 4000));
+  EXPECT_EQ(key.to_string(), "fwd/bf16/dk64/dv64/none/sq2^10/sk2^12/bh2^4");
+  EXPECT_EQ(problem_key(Op::kForward, problem(600, 3000)), key);  // same buckets
+  EXPECT_NE(problem_key(Op::kForward, problem(1100, 4000)), key);
+  EXPECT_EQ(bucket_distance(key, problem_key(Op::kForward, problem(1100, 1000))), 1 + 2);
+  EXPECT_EQ(bucket_distance(key, problem_key(Op::kForward, problem(1000, 4000, 128))), std::numeric_limits<int>::max());
+}
+
+TEST(DispatcherTest, HeuristicWithoutDatabase) {
+  Dispatcher dispatcher("gpu-a", kArch, nullptr);
+  const DispatchChoice& choice = dispatcher.choose(problem(100, 100));
+  EXPECT_EQ(choice.rule, DispatchRule::kHeuristic);
+  EXPECT_EQ(choice.variant, heuristic_variant("fwd", DType::kBF16, 64, 64, kArch));
+  EXPECT_EQ(choice.detail, "no tuning database");
+}
+
+TEST(DispatcherTest, TunedThenNearestThenHeuristic) {
+  FakeTuned tuned;
+  tuned.device = "gpu-a";
+  const ProblemKey exact = problem_key(Op::kForward, problem(1000, 4000));
+  const ProblemKey far = problem_key(Op::kForward, problem(16, 16));
+  tuned.entries = {{exact, "flash_fwd/d64.bm128.bn64.wm8.wn1.st3"}, {far, "flash_fwd/d64.bm64.bn32.wm4.wn1.st1"}};
+  Dispatcher dispatcher("gpu-a", kArch, &tuned);
+
+  const DispatchChoice& hit = dispatcher.choose(problem(1000, 4000));
+  EXPECT_EQ(hit.rule, DispatchRule::kTuned);
+  EXPECT_EQ(hit.variant.id(), "flash_fwd/d64.bm128.bn64.wm8.wn1.st3");
+
+  const DispatchChoice near = dispatcher.resolve(problem(2000, 4000));  // one doubling away from `exact`
+  EXPECT_EQ(near.rule, DispatchRule::kNearestTuned);
+  EXPECT_EQ(near.variant.id(), "flash_fwd/d64.bm128.bn64.wm8.wn1.st3");
+  EXPECT_NE(near.detail.find("at distance 1"), std::string::npos) << near.detail;
+
+  const DispatchChoice tiny = dispatcher.resolve(problem(20, 20));  // nearer to `far`
+  EXPECT_EQ(tiny.variant.id(), "flash_fwd/d64.bm64.bn32.wm4.wn1.st1");
+
+  const DispatchChoice other_class = dispatcher.resolve(problem(1000, 4000, 128));
+  EXPECT_EQ(other_class.rule, DispatchRule::kHeuristic);
+
+  Dispatcher other_device("gpu-b", kArch, &tuned);  // same name elsewhere never counts
+  EXPECT_EQ(other_device.resolve(problem(1000, 4000)).rule, DispatchRule::kHeuristic);
+}
+
+TEST(DispatcherTest, InvalidDatabaseRowsArePassedOver) {
+  FakeTuned tuned;
+  tuned.device = "gpu-a";
+  const ProblemKey key = problem_key(Op::kForward, problem(1000, 4000));
+  tuned.entries = {{key, "flash_fwd/d64.bm96.bn64.wm4.wn1.st2"},  // value outside the domain
+                   {key, "flash_fwd/d32.bm64.bn64.wm4.wn1.st2"},  // bucket too small for d64
+                   {key, "rm -rf /"}};
+  Dispatcher dispatcher("gpu-a", kArch, &tuned);
+  const DispatchChoice choice = dispatcher.resolve(problem(1000, 4000));
+  EXPECT_EQ(choice.rule, DispatchRule::kHeuristic);
+  EXPECT_NE(choice.detail.find("passed over"), std::string::npos) << choice.detail;
+  EXPECT_NE(choice.detail.find("bm96"), std::string::npos) << choice.detail;
+}
+
+TEST(DispatcherTest, MemoAnswersRepeatsWithoutTheDatabase) {
+  FakeTuned tuned;
+  tuned.device = "gpu-a";
+  Dispatcher dispatcher("gpu-a", kArch, &tuned);
+  const AttentionProblem p = problem(512, 512);
+  const DispatchChoice* first = &dispatcher.choose(p);
+  const int calls = tuned.calls;
+  for (int i = 0; i < 100; ++i) EXPECT_EQ(&dispatcher.choose(p), first);
+  EXPECT_EQ(tuned.calls, calls);
+  // Another bucket is another entry.
+  EXPECT_NE(&dispatcher.choose(problem(5000, 512)), first);
+}
+
+}  // namespace
+}  // namespace attune

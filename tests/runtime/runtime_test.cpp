@@ -1,0 +1,110 @@
+// The public API end to end on the emulator backend, the C API's error codes,
+// and the cuda backend's one clear line where no driver exists.
+#include "runtime/runtime.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+
+#include "runtime/attune_c.h"
+#include "runtime/cuda_driver.h"
+#include "tests/support/accuracy.h"
+#include "tests/support/families.h"
+
+namespace attune {
+namespace {
+
+TEST(RuntimeTest, EmuBackendServesForwardEndToEnd) {
+  Runtime runtime({.backend = Backend::kEmu});
+  EXPECT_EQ(runtime.device_key(), kEmulatorDeviceKey);
+  for (const testing::Family& family : testing::seed_families()) {
+    const testing::Inputs in = testing::make_inputs(family);
+    std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(in.problem)));
+    std::vector<float> lse(static_cast<std::size_t>(lse_extent(in.problem)));
+    runtime.forward(in.problem, {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()});
+    ReferenceOutput got;
+    for (std::uint16_t bits : o) got.o.push_back(bits_to_float(in.problem.dtype, bits));
+    got.lse.assign(lse.begin(), lse.end());
+    std::string why;
+    EXPECT_TRUE(testing::within_accuracy_rule(got, reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data()),
+                                              testing::naive_storage_attention(in), 2.0, &why))
+        << family.name << ": " << why;
+  }
+  const DispatchChoice choice = runtime.explain(testing::make_inputs(testing::seed_families()[0]).problem);
+  EXPECT_EQ(choice.rule, DispatchRule::kHeuristic);
+}
+
+TEST(RuntimeTest, BadBuffersAreRejectedBeforeAnyLaunch) {
+  Runtime runtime({.backend = Backend::kEmu});
+  const testing::Inputs in = testing::make_inputs(testing::seed_families()[0]);
+  std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(in.problem)));
+  EXPECT_THROW(runtime.forward(in.problem, {in.q.data(), nullptr, in.v.data(), o.data(), nullptr}), InvalidArgument);
+  EXPECT_THROW(runtime.forward(in.problem, {in.q.data(), in.k.data(), in.v.data(),
+                                            const_cast<std::uint16_t*>(in.q.data()), nullptr}),
+               InvalidArgument);
+}
+
+TEST(RuntimeTest, CudaBackendWithoutDriverIsOneClearLine) {
+  std::string why;
+  if (cuda::Driver::available(&why)) GTEST_SKIP() << "a CUDA driver is present";
+  try {
+    Runtime runtime({.backend = Backend::kCuda});
+    FAIL() << "expected DriverUnavailable";
+  } catch (const cuda::DriverUnavailable& e) {
+    const std::string message = e.what();
+    EXPECT_EQ(message.find('\n'), std::string::npos) << message;
+    EXPECT_NE(message.find("libcuda.so.1"), std::string::npos) << message;
+  }
+}
+
+TEST(CApiTest, ErrorCodesAndMessages) {
+  attune_runtime* rt = nullptr;
+  EXPECT_EQ(attune_runtime_create("tpu", 0, &rt), ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attune_last_error()).find("backend: got 'tpu'"), std::string::npos) << attune_last_error();
+  EXPECT_EQ(rt, nullptr);
+  std::string why;
+  if (!cuda::Driver::available(&why)) {
+    EXPECT_EQ(attune_runtime_create("cuda", 0, &rt), ATTUNE_ERROR_UNAVAILABLE);
+    EXPECT_NE(std::string(attune_last_error()).find("libcuda.so.1"), std::string::npos) << attune_last_error();
+  }
+  ASSERT_EQ(attune_runtime_create("emu", 0, &rt), ATTUNE_OK) << attune_last_error();
+
+  attune_problem p;
+  attune_problem_init(&p);
+  p.seqlen_q = 5;
+  p.seqlen_k = 9;
+  p.heads_q = 3;
+  p.heads_kv = 2;  // not a divisor
+  p.head_dim_k = 4;
+  p.head_dim_v = 3;
+  std::vector<std::uint16_t> q(5 * 3 * 4), k(9 * 2 * 4), v(9 * 2 * 3), o(5 * 3 * 3);
+  EXPECT_EQ(attune_forward(rt, &p, q.data(), k.data(), v.data(), o.data(), nullptr, nullptr),
+            ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attune_last_error()).find("multiple of Hkv"), std::string::npos) << attune_last_error();
+
+  // A valid call: uniform logits (q = 0) average the values exactly.
+  p.heads_q = 2;
+  p.mask = ATTUNE_MASK_CAUSAL_TOP_LEFT;
+  q.assign(5 * 2 * 4, 0);
+  k.assign(9 * 2 * 4, 0x3F80);  // bf16 1.0
+  for (std::size_t j = 0; j < 9; ++j)
+    for (std::size_t h = 0; h < 2; ++h)
+      for (std::size_t d = 0; d < 3; ++d) v[(j * 2 + h) * 3 + d] = float_to_bfloat16_bits(static_cast<float>(j));
+  o.assign(5 * 2 * 3, 0xFFFF);
+  std::vector<float> lse(2 * 5);
+  ASSERT_EQ(attune_forward(rt, &p, q.data(), k.data(), v.data(), o.data(), lse.data(), nullptr), ATTUNE_OK)
+      << attune_last_error();
+  EXPECT_EQ(bfloat16_bits_to_float(o[(4 * 2 + 1) * 3]), 2.0F);  // row 4 averages 0..4
+  EXPECT_FLOAT_EQ(lse[4], std::log(5.0F));
+  EXPECT_STREQ(attune_last_error(), "");
+  const char* explained = attune_explain(rt, &p);
+  ASSERT_NE(explained, nullptr);
+  EXPECT_NE(std::string(explained).find("flash_fwd/d32"), std::string::npos) << explained;
+  EXPECT_EQ(attune_forward(nullptr, &p, q.data(), k.data(), v.data(), o.data(), nullptr, nullptr),
+            ATTUNE_ERROR_INVALID_ARGUMENT);
+  attune_runtime_destroy(rt);
+}
+
+}  // namespace
+}  // namespace attune
