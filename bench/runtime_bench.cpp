@@ -22,7 +22,7 @@ AttentionProblem llama_like() {
 }
 
 void dispatch_memo_hit(benchmark::State& state) {
-  Dispatcher dispatcher("bench-device", *parse_arch("sm_90a"), nullptr);
+  Dispatcher dispatcher("bench-device", require_arch("sm_90a"), nullptr);
   const AttentionProblem problem = llama_like();
   dispatcher.choose(problem);  // warm the memo
   for (auto _ : state) benchmark::DoNotOptimize(&dispatcher.choose(problem));
@@ -60,10 +60,11 @@ void cold_compile_one_variant(benchmark::State& state) {
 BENCHMARK(cold_compile_one_variant)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 void compile_problem_class_2_threads(benchmark::State& state) {
-  const std::vector<Variant> variants = enumerate_variants("fwd", DType::kBF16, 128, 128, *parse_arch("sm_90a"));
+  const std::vector<Variant> variants = enumerate_variants("fwd", DType::kBF16, 128, 128, require_arch("sm_90a"));
   for (auto _ : state) {
     CompilerService service(nullptr, 2);
     std::vector<std::shared_future<CompilerService::Result>> futures;
+    futures.reserve(variants.size());
     for (const Variant& v : variants) futures.push_back(service.compile({v, DType::kBF16, "sm_90a"}));
     for (auto& f : futures) benchmark::DoNotOptimize(f.get());
   }

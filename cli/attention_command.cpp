@@ -131,7 +131,7 @@ void run_attention(const AttentionOptions& o) {
   const std::vector<std::uint16_t> k_bits = to_storage(k, dtype);
   const std::vector<std::uint16_t> v_bits = to_storage(v, dtype);
   const ReferenceOutput out = backend ? run_on_runtime(*backend, problem, q_bits, k_bits, v_bits, o.variant)
-                                     : reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data());
+                                      : reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data());
 
   std::vector<int64_t> o_shape = {problem.seqlen_q, problem.heads_q, problem.head_dim_v};
   std::vector<int64_t> lse_shape = {problem.heads_q, problem.seqlen_q};

@@ -21,6 +21,8 @@
 extern "C" {
 #endif
 
+/* A C header: C naming and typedefs. NOLINTBEGIN(modernize-use-using,readability-identifier-naming) */
+
 typedef enum {
   ATTUNE_OK = 0,
   ATTUNE_ERROR_INVALID_ARGUMENT = 1, /* the problem, a pointer or an option breaks the contract */
@@ -78,6 +80,8 @@ const char* attune_explain(attune_runtime* runtime, const attune_problem* proble
 
 /* The message of the last failure on this thread ("" if none). */
 const char* attune_last_error(void);
+
+/* NOLINTEND(modernize-use-using,readability-identifier-naming) */
 
 #ifdef __cplusplus
 }

@@ -655,7 +655,7 @@ float Driver::time_ms(void* stream, const std::function<void()>& body) {
   return ms;
 }
 
-DeviceBuffers::DeviceBuffers(Driver& driver, std::vector<Spec> specs, int device) : driver_(driver) {
+DeviceBuffers::DeviceBuffers(Driver& driver, const std::vector<Spec>& specs, int device) : driver_(driver) {
   try {
     for (const Spec& spec : specs) {
       // A zero-byte tensor still gets a distinct, valid pointer.

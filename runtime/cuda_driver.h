@@ -144,7 +144,7 @@ class DeviceBuffers {
     const void* host;  // null: allocate only
     std::size_t bytes;
   };
-  DeviceBuffers(Driver& driver, std::vector<Spec> specs, int device = 0);
+  DeviceBuffers(Driver& driver, const std::vector<Spec>& specs, int device = 0);
   ~DeviceBuffers();
   DeviceBuffers(const DeviceBuffers&) = delete;
   DeviceBuffers& operator=(const DeviceBuffers&) = delete;

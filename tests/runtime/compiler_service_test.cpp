@@ -7,6 +7,9 @@
 #include <filesystem>
 #include <thread>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
 namespace attune {
 namespace {
 
@@ -59,6 +62,32 @@ TEST_F(CompilerServiceTest, SecondProcessLoadsFromTheDiskCache) {
   EXPECT_EQ(service.stats().compiles, 0U);
   EXPECT_FALSE(r->cubin.empty());
   EXPECT_FALSE(r->lowered_name.empty());
+}
+
+TEST_F(CompilerServiceTest, TwoProcessesCompilingTheSameVariantLeaveOneEntry) {
+  std::vector<pid_t> children;
+  for (int i = 0; i < 2; ++i) {
+    const pid_t pid = fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      // Child: its own cache and service on the shared directory.
+      KernelCache cache({.directory = dir_});
+      CompilerService service(&cache, 1);
+      const bool ok = service.compile({kVariant, DType::kBF16, "sm_80"}).get()->ok;
+      std::_Exit(ok ? 0 : 1);
+    }
+    children.push_back(pid);
+  }
+  for (pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, 0), pid);
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+  }
+  KernelCache cache({.directory = dir_});
+  EXPECT_EQ(cache.disk_entries(), 1U);
+  std::size_t files = 0;
+  for (const auto& entry : fs::directory_iterator(dir_)) files += entry.is_regular_file() ? 1 : 0;
+  EXPECT_EQ(files, 1U);  // no temporary left behind
 }
 
 TEST_F(CompilerServiceTest, FailedCompileIsAValueWithItsLog) {

@@ -1,0 +1,69 @@
+// GPU tests (CTest label gpu): forward variants launched through the cuda
+// backend against the fp64 reference with FlashAttention's accuracy rule.
+// They skip with the driver's reason where no GPU exists.
+#include <gtest/gtest.h>
+
+#include "runtime/cuda_driver.h"
+#include "runtime/runtime.h"
+#include "tests/support/accuracy.h"
+#include "tests/support/families.h"
+
+namespace attune {
+namespace {
+
+class ForwardGpuTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string why;
+    if (!cuda::Driver::available(&why)) GTEST_SKIP() << why;
+    runtime_ = std::make_unique<Runtime>(RuntimeOptions{.backend = Backend::kCuda});
+  }
+
+  // Runs one family on the GPU (with `variant`, or the dispatcher's choice).
+  void check(const testing::Family& family, const Variant* variant) {
+    const testing::Inputs in = testing::make_inputs(family);
+    const AttentionProblem& p = in.problem;
+    std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(p)));
+    std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)));
+    cuda::Driver& driver = cuda::Driver::get();
+    cuda::DeviceBuffers device(driver, {{in.q.data(), in.q.size() * 2},
+                                        {in.k.data(), in.k.size() * 2},
+                                        {in.v.data(), in.v.size() * 2},
+                                        {nullptr, o.size() * 2},
+                                        {nullptr, lse.size() * sizeof(float)}});
+    const AttentionBuffers buffers{device.at(0), device.at(1), device.at(2), device.at(3),
+                                   static_cast<float*>(device.at(4))};
+    if (variant != nullptr) {
+      runtime_->forward_variant(*variant, p, buffers);
+    } else {
+      runtime_->forward(p, buffers);
+    }
+    driver.synchronize(nullptr);
+    driver.copy_to_host(o.data(), device.at(3), o.size() * 2);
+    driver.copy_to_host(lse.data(), device.at(4), lse.size() * sizeof(float));
+    ReferenceOutput got;
+    for (std::uint16_t bits : o) got.o.push_back(bits_to_float(p.dtype, bits));
+    got.lse.assign(lse.begin(), lse.end());
+    std::string why;
+    EXPECT_TRUE(testing::within_accuracy_rule(got, reference_forward(p, in.q.data(), in.k.data(), in.v.data()),
+                                              testing::naive_storage_attention(in), 2.0, &why))
+        << (variant != nullptr ? variant->id() : "dispatched") << " on " << family.name << ": " << why;
+  }
+
+  std::unique_ptr<Runtime> runtime_;
+};
+
+TEST_F(ForwardGpuTest, DispatchedVariantOnSeedFamilies) {
+  for (DType dtype : {DType::kBF16, DType::kF16}) {
+    for (const testing::Family& family : testing::seed_families(dtype)) check(family, nullptr);
+  }
+}
+
+TEST_F(ForwardGpuTest, EveryD64VariantOnOddLengths) {
+  for (const Variant& v : enumerate_variants("fwd", DType::kBF16, 64, 64, runtime_->arch())) {
+    for (const testing::Family& family : testing::odd_length_families(DType::kBF16, 64, 56)) check(family, &v);
+  }
+}
+
+}  // namespace
+}  // namespace attune
