@@ -73,6 +73,11 @@ void attune_runtime_destroy(attune_runtime* runtime);
 attune_status attune_forward(attune_runtime* runtime, const attune_problem* problem, const void* q, const void* k,
                              const void* v, void* o, float* lse, void* stream);
 
+/* The same with a given variant id (as `attune variants list` prints it)
+ * instead of the dispatcher's choice. */
+attune_status attune_forward_variant(attune_runtime* runtime, const char* variant_id, const attune_problem* problem,
+                                     const void* q, const void* k, const void* v, void* o, float* lse, void* stream);
+
 /* The variant forward would run and the rule that chose it, as
  * "flash_fwd/d64.bm64.bn64.wm4.wn1.st2 (heuristic: ...)"; valid until the
  * next call on this thread. NULL on error. */

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "emulator/report.h"
+#include "generator/variants.h"
 #include "runtime/attune_c.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/kernel_cache.h"
@@ -138,6 +139,17 @@ attune_status attune_forward(attune_runtime* runtime, const attune_problem* prob
     if (runtime == nullptr) throw attune::InvalidArgument("runtime: got NULL; expected one from attune_runtime_create");
     if (problem == nullptr) throw attune::InvalidArgument("problem: got NULL; expected an attune_problem");
     runtime->runtime->forward(to_problem(*problem), {q, k, v, o, lse}, stream);
+  });
+}
+
+attune_status attune_forward_variant(attune_runtime* runtime, const char* variant_id, const attune_problem* problem,
+                                     const void* q, const void* k, const void* v, void* o, float* lse, void* stream) {
+  return guarded([&] {
+    if (runtime == nullptr) throw attune::InvalidArgument("runtime: got NULL; expected one from attune_runtime_create");
+    if (problem == nullptr) throw attune::InvalidArgument("problem: got NULL; expected an attune_problem");
+    if (variant_id == nullptr) throw attune::InvalidArgument("variant_id: got NULL; expected a variant id");
+    runtime->runtime->forward_variant(attune::parse_variant_id(variant_id), to_problem(*problem), {q, k, v, o, lse},
+                                      stream);
   });
 }
 

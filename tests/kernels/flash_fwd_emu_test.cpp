@@ -13,6 +13,7 @@
 #include <string>
 
 #include "tests/support/accuracy.h"
+#include "tests/support/covering_set.h"
 #include "tests/support/emu_forward.h"
 
 namespace attune {
@@ -40,45 +41,7 @@ void check_families(const Variant& variant, const std::vector<testing::Family>& 
   }
 }
 
-// Greedy cover over all head-dim buckets on sm_90a: values of each tunable,
-// and warp partitions (warps_m, warps_n). Ties go to the smaller head dim,
-// which is cheaper to emulate.
-std::vector<Variant> covering_set() {
-  const ArchLimits arch = *parse_arch("sm_90a");
-  const KernelSpec& kernel = kernel_for_op("fwd");
-  std::vector<Variant> candidates;
-  for (int d : kernel.tunables.front().values) {
-    for (Variant& v : enumerate_variants("fwd", DType::kBF16, d, d, arch)) candidates.push_back(std::move(v));
-  }
-  const auto features = [&](const Variant& v) {
-    std::set<std::string> f;
-    for (std::size_t i = 0; i < v.values.size(); ++i) {
-      f.insert(std::string(kernel.tunables[i].name) + "=" + std::to_string(v.values[i]));
-    }
-    f.insert("partition=" + std::to_string(v.value("kWarpsM")) + "x" + std::to_string(v.value("kWarpsN")));
-    return f;
-  };
-  std::set<std::string> uncovered;
-  for (const Variant& v : candidates) {
-    for (const std::string& f : features(v)) uncovered.insert(f);
-  }
-  std::vector<Variant> chosen;
-  while (!uncovered.empty()) {
-    const Variant* best = nullptr;
-    std::size_t best_gain = 0;
-    for (const Variant& v : candidates) {
-      std::size_t gain = 0;
-      for (const std::string& f : features(v)) gain += uncovered.count(f);
-      if (gain > best_gain || (gain == best_gain && best != nullptr && gain > 0 && v.values[0] < best->values[0])) {
-        best = &v;
-        best_gain = gain;
-      }
-    }
-    for (const std::string& f : features(*best)) uncovered.erase(f);
-    chosen.push_back(*best);
-  }
-  return chosen;
-}
+std::vector<Variant> covering_set() { return testing::covering_set(require_arch("sm_90a")); }
 
 TEST(FlashFwdEmuTest, CoveringSetCoversEveryTunableValue) {
   const std::vector<Variant> set = covering_set();

@@ -6,6 +6,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/runtime.h"
 #include "tests/support/accuracy.h"
+#include "tests/support/covering_set.h"
 #include "tests/support/families.h"
 
 namespace attune {
@@ -56,6 +57,16 @@ class ForwardGpuTest : public ::testing::Test {
 TEST_F(ForwardGpuTest, DispatchedVariantOnSeedFamilies) {
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (const testing::Family& family : testing::seed_families(dtype)) check(family, nullptr);
+  }
+}
+
+TEST_F(ForwardGpuTest, EmulatorCheckedCoveringSetMatchesReference) {
+  // The same covering set the emulator checks, now on the GPU.
+  for (const Variant& v : testing::covering_set(require_arch("sm_90a"))) {
+    if (v.shared_bytes() > runtime_->arch().max_shared_bytes) continue;  // not on this GPU
+    const int d = v.values.front();
+    for (const testing::Family& family : testing::seed_families(DType::kBF16)) check(family, &v);
+    for (const testing::Family& family : testing::odd_length_families(DType::kF16, d, d - 8)) check(family, &v);
   }
 }
 

@@ -101,6 +101,15 @@ TEST(CApiTest, ErrorCodesAndMessages) {
   const char* explained = attune_explain(rt, &p);
   ASSERT_NE(explained, nullptr);
   EXPECT_NE(std::string(explained).find("flash_fwd/d32"), std::string::npos) << explained;
+  EXPECT_EQ(attune_forward_variant(rt, "flash_fwd/d32.bm64.bn32.wm2.wn2.st3", &p, q.data(), k.data(), v.data(),
+                                   o.data(), lse.data(), nullptr),
+            ATTUNE_OK)
+      << attune_last_error();
+  EXPECT_EQ(bfloat16_bits_to_float(o[(4 * 2 + 1) * 3]), 2.0F);
+  EXPECT_EQ(
+      attune_forward_variant(rt, "flash_fwd/d32.bm64", &p, q.data(), k.data(), v.data(), o.data(), lse.data(), nullptr),
+      ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attune_last_error()).find("missing bn"), std::string::npos) << attune_last_error();
   EXPECT_EQ(attune_forward(nullptr, &p, q.data(), k.data(), v.data(), o.data(), nullptr, nullptr),
             ATTUNE_ERROR_INVALID_ARGUMENT);
   attune_runtime_destroy(rt);
