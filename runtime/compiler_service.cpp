@@ -12,10 +12,10 @@ namespace {
 // The options compile_with_nvrtc passes, part of the cache key.
 constexpr const char* kCompileOptions = "--std=c++20 --ptxas-options=-v";
 
-template <typename T>
-void put(std::vector<char>& out, T value) {
-  const auto* bytes = reinterpret_cast<const char*>(&value);
-  out.insert(out.end(), bytes, bytes + sizeof(T));
+// Appends `bytes` at `at` and returns the position after them.
+char* put(char* at, const void* bytes, std::size_t size) {
+  std::memcpy(at, bytes, size);
+  return at + size;
 }
 
 template <typename T>
@@ -30,12 +30,15 @@ T take(std::span<const char>& in) {
 }  // namespace
 
 std::vector<char> serialize(const CompiledKernel& kernel) {
-  std::vector<char> out;
-  put<std::uint32_t>(out, static_cast<std::uint32_t>(kernel.lowered_name.size()));
-  out.insert(out.end(), kernel.lowered_name.begin(), kernel.lowered_name.end());
-  put<std::int32_t>(out, kernel.registers);
-  put<std::int32_t>(out, kernel.spill_bytes);
-  out.insert(out.end(), kernel.cubin.begin(), kernel.cubin.end());
+  // One allocation of the final size (also keeps GCC 12's -Wstringop-overflow
+  // from misreading repeated vector inserts at -O3).
+  const auto name_size = static_cast<std::uint32_t>(kernel.lowered_name.size());
+  const std::int32_t usage[2] = {kernel.registers, kernel.spill_bytes};
+  std::vector<char> out(sizeof(name_size) + name_size + sizeof(usage) + kernel.cubin.size());
+  char* at = put(out.data(), &name_size, sizeof(name_size));
+  at = put(at, kernel.lowered_name.data(), name_size);
+  at = put(at, usage, sizeof(usage));
+  put(at, kernel.cubin.data(), kernel.cubin.size());
   return out;
 }
 
