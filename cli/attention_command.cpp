@@ -12,6 +12,7 @@
 #include "io/npy.h"
 #include "reference/reference.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/db_tuned_source.h"
 #include "runtime/runtime.h"
 
 namespace attune::cli {
@@ -51,8 +52,10 @@ std::vector<float> to_float32(const std::vector<double>& values) { return {value
 // dispatcher's choice. The cuda backend stages the tensors in device memory.
 ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem, const std::vector<std::uint16_t>& q,
                                const std::vector<std::uint16_t>& k, const std::vector<std::uint16_t>& v,
-                               const std::string& variant_id) {
-  Runtime runtime({.backend = backend});
+                               const std::string& variant_id, const std::string& db_path) {
+  const std::optional<tuning_db::TuningDb> db = open_db_for_dispatch(db_path);
+  const std::optional<DbTunedSource> tuned = db ? std::optional<DbTunedSource>(std::in_place, *db) : std::nullopt;
+  Runtime runtime({.backend = backend, .tuned = tuned ? &*tuned : nullptr});
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(problem)));
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(problem)));
   const auto run = [&](const AttentionBuffers& buffers) {
@@ -102,6 +105,7 @@ CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
   cmd->add_option("--seqlens-k", o.seqlens_k_path, "int32 [B]: keys per batch entry (key padding)");
   cmd->add_option("--cu-seqlens-q", o.cu_seqlens_q_path, "int32 [B+1]: packed query offsets");
   cmd->add_option("--cu-seqlens-k", o.cu_seqlens_k_path, "int32 [B+1]: packed key offsets");
+  cmd->add_option("--db", o.db_path, "Tuning database to dispatch from (default: the default one, if it exists)");
   cmd->add_option("--variant", o.variant,
                   "Kernel variant id (emu and cuda backends; default: the dispatcher's choice)");
   return cmd;
@@ -130,7 +134,7 @@ void run_attention(const AttentionOptions& o) {
   const std::vector<std::uint16_t> q_bits = to_storage(q, dtype);
   const std::vector<std::uint16_t> k_bits = to_storage(k, dtype);
   const std::vector<std::uint16_t> v_bits = to_storage(v, dtype);
-  const ReferenceOutput out = backend ? run_on_runtime(*backend, problem, q_bits, k_bits, v_bits, o.variant)
+  const ReferenceOutput out = backend ? run_on_runtime(*backend, problem, q_bits, k_bits, v_bits, o.variant, o.db_path)
                                       : reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data());
 
   std::vector<int64_t> o_shape = {problem.seqlen_q, problem.heads_q, problem.head_dim_v};

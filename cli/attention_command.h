@@ -17,6 +17,7 @@ struct AttentionOptions {
   std::optional<double> scale;
   std::string seqlens_k_path, cu_seqlens_q_path, cu_seqlens_k_path;
   std::string variant;
+  std::string db_path;  // tuning database for dispatch (emu, cuda)
 };
 
 // Registers the subcommand and its flags on `app`, bound to `options`.

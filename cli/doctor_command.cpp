@@ -9,6 +9,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/kernel_cache.h"
 #include "runtime/nvrtc_compiler.h"
+#include "tuning_db/tuning_db.h"
 
 namespace attune::cli {
 
@@ -48,7 +49,19 @@ void run_doctor() {
     std::printf("kernel cache:    %s unusable: %s\n", cache_dir.c_str(), e.what());
     missing.push_back("a private kernel cache directory");
   }
-  std::printf("tuning database: not in this build (arrives with attune tune); dispatch uses the heuristic\n");
+  const std::filesystem::path db_path = tuning_db::TuningDb::default_path();
+  if (!std::filesystem::exists(db_path)) {
+    std::printf("tuning database: %s (not created yet: attune tune creates it; dispatch uses the heuristic)\n",
+                db_path.c_str());
+  } else {
+    try {
+      const tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path);
+      std::printf("tuning database: %s (schema %d, %zu tuned problem keys)\n", db_path.c_str(), db.schema_version(),
+                  db.best_all().size());
+    } catch (const Error& e) {
+      std::printf("tuning database: %s unusable: %s\n", db_path.c_str(), e.what());
+    }
+  }
   std::printf("emulator:        available (--backend emu)\n");
   if (missing.empty()) {
     std::printf("gpu use:         ready\n");

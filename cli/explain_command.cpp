@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "cli/problem_flags.h"
+#include "runtime/db_tuned_source.h"
 #include "runtime/runtime.h"
 
 namespace attune::cli {
@@ -21,6 +22,7 @@ CLI::App* add_explain_command(CLI::App& app, ExplainOptions& o) {
   cmd->add_option("--dv", o.dv, "head dim of V")->required();
   cmd->add_option("--causal", o.causal, "bottom-right or top-left");
   cmd->add_option("--window", o.window, "LEFT,RIGHT around the bottom-right diagonal");
+  cmd->add_option("--db", o.db_path, "Tuning database (default: the default one, if it exists)");
   return cmd;
 }
 
@@ -32,11 +34,14 @@ void run_explain(const ExplainOptions& o) {
   const std::vector<int64_t> v = {o.batch, o.seqlen_k, o.heads_kv, o.dv};
   const AttentionProblem problem =
       make_problem(q, k, v, {.dtype = parse_dtype_flag(o.dtype), .mask = parse_mask(o.causal, o.window)});
-  const Runtime runtime({.backend = *backend, .device = o.device});
+  const std::optional<tuning_db::TuningDb> db = open_db_for_dispatch(o.db_path);
+  const std::optional<DbTunedSource> tuned = db ? std::optional<DbTunedSource>(std::in_place, *db) : std::nullopt;
+  const Runtime runtime({.backend = *backend, .device = o.device, .tuned = tuned ? &*tuned : nullptr});
   const DispatchChoice choice = runtime.explain(problem);
   std::printf("device:      %s (%s)\n", runtime.device_name().c_str(), runtime.device_key().c_str());
   std::printf("problem key: %s\n", problem_key(Op::kForward, problem).to_string().c_str());
   std::printf("variant:     %s\n", choice.variant.id().c_str());
+  std::printf("database:    %s\n", db ? db->path().c_str() : "none");
   std::printf("rule:        %s (%s)\n", std::string(to_string(choice.rule)).c_str(), choice.detail.c_str());
 }
 

@@ -12,6 +12,7 @@ struct ExplainOptions {
   std::string dtype = "bf16";
   long long batch = 1, seqlen_q = 0, seqlen_k = 0, heads_q = 1, heads_kv = 1, dk = 0, dv = 0;
   std::string causal, window;
+  std::string db_path;
 };
 
 CLI::App* add_explain_command(CLI::App& app, ExplainOptions& options);

@@ -6,6 +6,7 @@
 #include "cli/attention_command.h"
 #include "cli/doctor_command.h"
 #include "cli/explain_command.h"
+#include "cli/tune_command.h"
 #include "cli/variants_command.h"
 #include "core/error.h"
 
@@ -19,6 +20,9 @@ int main(int argc, char** argv) {
   attune::cli::ExplainOptions explain;
   CLI::App* explain_cmd = attune::cli::add_explain_command(app, explain);
   CLI::App* doctor_cmd = attune::cli::add_doctor_command(app);
+  attune::cli::TuneCommandOptions tune;
+  attune::cli::DbCommandOptions db;
+  const attune::cli::TuneCommands tune_cmds = attune::cli::add_tune_commands(app, tune, db);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -35,6 +39,11 @@ int main(int argc, char** argv) {
     if (variants_list_cmd->parsed()) attune::cli::run_variants_list(variants);
     if (explain_cmd->parsed()) attune::cli::run_explain(explain);
     if (doctor_cmd->parsed()) attune::cli::run_doctor();
+    if (tune_cmds.tune->parsed()) attune::cli::run_tune(tune);
+    if (tune_cmds.db_best->parsed() || tune_cmds.db_devices->parsed() || tune_cmds.db_verify->parsed() ||
+        tune_cmds.db_merge->parsed()) {
+      attune::cli::run_db(tune_cmds, db);
+    }
   } catch (const attune::Error& e) {
     std::cerr << "attune: error: " << e.what() << '\n';
     return 1;

@@ -51,4 +51,11 @@ Mask parse_mask(const std::string& causal, const std::string& window) {
   return Mask::window(left, right);
 }
 
+std::optional<tuning_db::TuningDb> open_db_for_dispatch(const std::string& flag) {
+  if (!flag.empty()) return tuning_db::TuningDb::open(flag);
+  const std::filesystem::path path = tuning_db::TuningDb::default_path();
+  if (!std::filesystem::exists(path)) return std::nullopt;
+  return tuning_db::TuningDb::open(path);
+}
+
 }  // namespace attune::cli

@@ -1,9 +1,11 @@
 // Flag parsing shared by the commands that describe a problem.
 #pragma once
 
+#include <optional>
 #include <string>
 
 #include "core/problem.h"
+#include "tuning_db/tuning_db.h"
 
 namespace attune::cli {
 
@@ -17,5 +19,9 @@ DType parse_dtype_flag(const std::string& text);
 // aligned, bottom-right causal caps its right side at 0, and a window with
 // top-left causal is rejected.
 Mask parse_mask(const std::string& causal, const std::string& window);
+
+// The tuning database named by a --db flag (created if missing), or, with
+// no flag, the default one if it exists: looking never creates a database.
+std::optional<tuning_db::TuningDb> open_db_for_dispatch(const std::string& flag);
 
 }  // namespace attune::cli

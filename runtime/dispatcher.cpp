@@ -59,7 +59,7 @@ DispatchChoice Dispatcher::resolve(const AttentionProblem& problem) const {
     }
   }
   DispatchChoice choice{heuristic_variant("fwd", problem.dtype, dk, dv, arch_), DispatchRule::kHeuristic,
-                        tuned_ == nullptr ? "no tuning database" : "no tuned key for this device and problem class"};
+                        tuned_ == nullptr ? "no tuning database" : "no tuned key of this device for this problem class"};
   if (!passed_over.empty()) choice.detail += " (" + passed_over + ")";
   return choice;
 }

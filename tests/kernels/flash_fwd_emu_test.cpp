@@ -12,7 +12,7 @@
 #include <set>
 #include <string>
 
-#include "tests/support/accuracy.h"
+#include "reference/accuracy.h"
 #include "tests/support/covering_set.h"
 #include "tests/support/emu_forward.h"
 
@@ -27,7 +27,7 @@ void check_families(const Variant& variant, const std::vector<testing::Family>& 
   for (const testing::Family& family : families) {
     const testing::Inputs in = testing::make_inputs(family);
     const ReferenceOutput want = reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data());
-    const ReferenceOutput naive = testing::naive_storage_attention(in);
+    const ReferenceOutput naive = naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data());
     ReferenceOutput got;
     try {
       got = testing::run_on_emulator(in, variant);
@@ -36,7 +36,7 @@ void check_families(const Variant& variant, const std::vector<testing::Family>& 
       continue;
     }
     std::string why;
-    EXPECT_TRUE(testing::within_accuracy_rule(got, want, naive, 2.0, &why))
+    EXPECT_TRUE(within_accuracy_rule(got, want, naive, 2.0, &why))
         << variant.id() << " on " << family.name << ": " << why;
   }
 }
@@ -96,7 +96,7 @@ TEST(FlashFwdEmuTest, StridedInputsAndOutputs) {
   const Variant variant = parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st2");
   emulate_forward(strided, {q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}, variant);
   const ReferenceOutput want = reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data());
-  const ReferenceOutput naive = testing::naive_storage_attention(in);
+  const ReferenceOutput naive = naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data());
   ReferenceOutput got;
   got.lse.assign(lse.begin(), lse.end());
   for (int64_t i = 0; i < in.problem.seqlen_q; ++i)
@@ -105,7 +105,7 @@ TEST(FlashFwdEmuTest, StridedInputsAndOutputs) {
         got.o.push_back(
             bits_to_float(DType::kBF16, o[static_cast<std::size_t>(element_offset(strided.o_strides, 0, i, h) + d)]));
   std::string why;
-  EXPECT_TRUE(testing::within_accuracy_rule(got, want, naive, 2.0, &why)) << why;
+  EXPECT_TRUE(within_accuracy_rule(got, want, naive, 2.0, &why)) << why;
 }
 
 }  // namespace

@@ -3,9 +3,9 @@
 // They skip with the driver's reason where no GPU exists.
 #include <gtest/gtest.h>
 
+#include "reference/accuracy.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/runtime.h"
-#include "tests/support/accuracy.h"
 #include "tests/support/covering_set.h"
 #include "tests/support/families.h"
 
@@ -46,8 +46,9 @@ class ForwardGpuTest : public ::testing::Test {
     for (std::uint16_t bits : o) got.o.push_back(bits_to_float(p.dtype, bits));
     got.lse.assign(lse.begin(), lse.end());
     std::string why;
-    EXPECT_TRUE(testing::within_accuracy_rule(got, reference_forward(p, in.q.data(), in.k.data(), in.v.data()),
-                                              testing::naive_storage_attention(in), 2.0, &why))
+    EXPECT_TRUE(within_accuracy_rule(got, reference_forward(p, in.q.data(), in.k.data(), in.v.data()),
+                                     naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data()), 2.0,
+                                     &why))
         << (variant != nullptr ? variant->id() : "dispatched") << " on " << family.name << ": " << why;
   }
 

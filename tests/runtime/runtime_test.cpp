@@ -7,9 +7,9 @@
 #include <cmath>
 #include <cstring>
 
+#include "reference/accuracy.h"
 #include "runtime/attune_c.h"
 #include "runtime/cuda_driver.h"
-#include "tests/support/accuracy.h"
 #include "tests/support/families.h"
 
 namespace attune {
@@ -27,8 +27,9 @@ TEST(RuntimeTest, EmuBackendServesForwardEndToEnd) {
     for (std::uint16_t bits : o) got.o.push_back(bits_to_float(in.problem.dtype, bits));
     got.lse.assign(lse.begin(), lse.end());
     std::string why;
-    EXPECT_TRUE(testing::within_accuracy_rule(got, reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data()),
-                                              testing::naive_storage_attention(in), 2.0, &why))
+    EXPECT_TRUE(within_accuracy_rule(got, reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data()),
+                                     naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data()), 2.0,
+                                     &why))
         << family.name << ": " << why;
   }
   const DispatchChoice choice = runtime.explain(testing::make_inputs(testing::seed_families()[0]).problem);

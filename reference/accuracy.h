@@ -1,6 +1,7 @@
 // FlashAttention's accuracy rule: a kernel's error against the fp64 oracle
 // may be at most a multiple of the error of the same attention computed
-// naively in the storage dtype, plus a small floor.
+// naively in the storage dtype, plus a small floor. Used by the tests and by
+// the tuner's correctness gate.
 #pragma once
 
 #include <algorithm>
@@ -10,19 +11,17 @@
 #include <vector>
 
 #include "reference/reference.h"
-#include "tests/support/families.h"
 
-namespace attune::testing {
+namespace attune {
 
 // Attention as a framework computes it in the storage dtype: S = q.k in fp32
 // rounded to the dtype, softmax in fp32 rounded to the dtype, O = P V in fp32
 // rounded to the dtype. LSE stays fp32.
-inline ReferenceOutput naive_storage_attention(const Inputs& in) {
-  const AttentionProblem& p = in.problem;
+// `q`, `k`, `v`: 16-bit storage of p.dtype in the problem's layout.
+inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const std::uint16_t* q_bits,
+                                               const std::uint16_t* k_bits, const std::uint16_t* v_bits) {
   const auto round = [&](float x) { return round_to(p.dtype, x); };
-  const auto f = [&](const std::vector<std::uint16_t>& t, int64_t off) {
-    return bits_to_float(p.dtype, t[static_cast<std::size_t>(off)]);
-  };
+  const auto f = [&](const std::uint16_t* t, int64_t off) { return bits_to_float(p.dtype, t[off]); };
   ReferenceOutput out;
   const int64_t batches = p.is_packed() ? 1 : p.batch;
   out.o.assign(static_cast<std::size_t>(batches * p.seqlen_q * p.heads_q * p.head_dim_v), 0.0);
@@ -39,8 +38,8 @@ inline ReferenceOutput naive_storage_attention(const Inputs& in) {
         for (int64_t j = keys.begin; j < keys.end; ++j) {
           float dot = 0;
           for (int64_t d = 0; d < p.head_dim_k; ++d) {
-            dot += f(in.q, element_offset(p.q_strides, b, s.q_begin + i, h) + d) *
-                   f(in.k, element_offset(p.k_strides, b, s.k_begin + j, p.kv_head_of(h)) + d);
+            dot += f(q_bits, element_offset(p.q_strides, b, s.q_begin + i, h) + d) *
+                   f(k_bits, element_offset(p.k_strides, b, s.k_begin + j, p.kv_head_of(h)) + d);
           }
           logits.push_back(round(dot * scale));
           max_logit = std::max(max_logit, logits.back());
@@ -52,7 +51,7 @@ inline ReferenceOutput naive_storage_attention(const Inputs& in) {
           float acc = 0;
           for (int64_t j = keys.begin; j < keys.end; ++j) {
             const float prob = round(std::exp(logits[static_cast<std::size_t>(j - keys.begin)] - max_logit) / sum);
-            acc += prob * f(in.v, element_offset(p.v_strides, b, s.k_begin + j, p.kv_head_of(h)) + d);
+            acc += prob * f(v_bits, element_offset(p.v_strides, b, s.k_begin + j, p.kv_head_of(h)) + d);
           }
           out.o[static_cast<std::size_t>(reference_o_index(p, b, row, h) + d)] = round(acc);
         }
@@ -63,14 +62,14 @@ inline ReferenceOutput naive_storage_attention(const Inputs& in) {
   return out;
 }
 
-struct Errors {
+struct AccuracyErrors {
   double o = 0;          // max |O - O_ref|
   double lse = 0;        // max |LSE - LSE_ref| over finite entries
   std::string mismatch;  // NaN, or -inf / zero rows that disagree; empty if none
 };
 
-inline Errors errors(const ReferenceOutput& got, const ReferenceOutput& want) {
-  Errors e;
+inline AccuracyErrors accuracy_errors(const ReferenceOutput& got, const ReferenceOutput& want) {
+  AccuracyErrors e;
   for (std::size_t i = 0; i < got.o.size(); ++i) {
     if (std::isnan(got.o[i])) {
       e.mismatch = "O[" + std::to_string(i) + "] is NaN";
@@ -95,8 +94,8 @@ inline Errors errors(const ReferenceOutput& got, const ReferenceOutput& want) {
 // relative, floor 1e-5), matching empty rows, no NaN. `why` explains a failure.
 inline bool within_accuracy_rule(const ReferenceOutput& got, const ReferenceOutput& want, const ReferenceOutput& naive,
                                  double factor, std::string* why) {
-  const Errors g = errors(got, want);
-  const Errors n = errors(naive, want);
+  const AccuracyErrors g = accuracy_errors(got, want);
+  const AccuracyErrors n = accuracy_errors(naive, want);
   if (!g.mismatch.empty()) {
     *why = g.mismatch;
     return false;
@@ -111,4 +110,4 @@ inline bool within_accuracy_rule(const ReferenceOutput& got, const ReferenceOutp
   return true;
 }
 
-}  // namespace attune::testing
+}  // namespace attune

@@ -1,0 +1,41 @@
+// `attune tune` (a sweep into the tuning database) and `attune db` (inspect it).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+#include <vector>
+
+namespace attune::cli {
+
+struct TuneCommandOptions {
+  std::string backend = "emu";
+  int device = 0;
+  std::string db_path;  // empty: TuningDb::default_path()
+  std::string sweep_file;
+  std::string dtypes, head_dims, masks, seqlens, batch_heads;
+  int max_variants = -1;  // -1: the sweep file's or the default
+  std::string shard = "0/1";
+  int warmup = 1;
+  int repetitions = 5;
+  bool quiet = false;
+};
+
+struct DbCommandOptions {
+  std::string db_path;
+  std::string merge_from;
+};
+
+struct TuneCommands {
+  CLI::App* tune = nullptr;
+  CLI::App* db_best = nullptr;
+  CLI::App* db_devices = nullptr;
+  CLI::App* db_verify = nullptr;
+  CLI::App* db_merge = nullptr;
+};
+
+TuneCommands add_tune_commands(CLI::App& app, TuneCommandOptions& tune, DbCommandOptions& db);
+void run_tune(const TuneCommandOptions& options);
+// Runs whichever `attune db` subcommand was parsed.
+void run_db(const TuneCommands& commands, const DbCommandOptions& options);
+
+}  // namespace attune::cli

@@ -1,0 +1,136 @@
+// Sweep planning (axes, sweep files, shards) and the tuning loop on the
+// emulator: every task recorded once, a second run measures nothing.
+#include "tuner/sweep.h"
+
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+#include <filesystem>
+#include <fstream>
+#include <set>
+
+#include "core/error.h"
+#include "tuner/tuner.h"
+
+namespace attune::tuner {
+namespace {
+
+namespace fs = std::filesystem;
+
+template <typename Action>
+std::string error_of(Action action) {
+  try {
+    action();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+TEST(SweepTest, AxesParseAndRejectBadValues) {
+  SweepSpec spec;
+  set_axis(spec, "dtypes", "bf16, fp16");
+  set_axis(spec, "head_dims", "64,128");
+  set_axis(spec, "masks", "none,causal");
+  set_axis(spec, "seqlens", "128, 1024");
+  set_axis(spec, "batch_heads", "1x8, 4x16");
+  EXPECT_EQ(spec.dtypes, (std::vector<DType>{DType::kBF16, DType::kF16}));
+  EXPECT_EQ(spec.masks[1], Mask::causal_bottom_right());
+  EXPECT_EQ(spec.batch_heads[1], (std::pair<std::int64_t, std::int64_t>{4, 16}));
+  EXPECT_NE(error_of([&] { set_axis(spec, "dtypes", "fp8"); }).find("dtypes: got 'fp8'"), std::string::npos);
+  EXPECT_NE(error_of([&] { set_axis(spec, "head_dims", "300"); }).find("expected 1..256"), std::string::npos);
+  EXPECT_NE(error_of([&] { set_axis(spec, "batch_heads", "8"); }).find("expected BxH"), std::string::npos);
+  EXPECT_NE(error_of([&] { set_axis(spec, "seqlens", "-4"); }).find("positive integer"), std::string::npos);
+  EXPECT_NE(error_of([&] { set_axis(spec, "colour", "red"); }).find("sweep axis: got 'colour'"), std::string::npos);
+}
+
+TEST(SweepTest, SweepFileWithCommentsAndLineNumbersInErrors) {
+  const fs::path path = fs::temp_directory_path() / ("attune_sweep_" + std::to_string(::getpid()) + ".txt");
+  {
+    std::ofstream out(path);
+    out << "# a sweep\nhead_dims = 32   # small\n\nseqlens = 64, 96\nmax_variants = 3\n";
+  }
+  const SweepSpec spec = read_sweep_file(path);
+  EXPECT_EQ(spec.head_dims, std::vector<int>{32});
+  EXPECT_EQ(spec.seqlens, (std::vector<std::int64_t>{64, 96}));
+  EXPECT_EQ(spec.max_variants, 3);
+  {
+    std::ofstream out(path);
+    out << "head_dims = 32\nseqlens 64\n";
+  }
+  EXPECT_NE(error_of([&] { read_sweep_file(path); }).find(":2: got 'seqlens 64'"), std::string::npos);
+  fs::remove(path);
+  EXPECT_NE(error_of([&] { read_sweep_file(path); }).find("cannot read"), std::string::npos);
+}
+
+TEST(SweepTest, ShardsPartitionTheTasks) {
+  SweepSpec spec;
+  set_axis(spec, "head_dims", "32,64");
+  set_axis(spec, "masks", "none,causal");
+  const ArchLimits arch = require_arch("sm_90a");
+  const std::vector<Task> all = plan(spec, arch);
+  std::multiset<std::string> seen;
+  for (int k = 0; k < 3; ++k) {
+    for (const Task& t : plan(spec, arch, {k, 3})) {
+      seen.insert(t.variant.id() + "|" + std::string(to_string(t.problem.mask.kind)));
+    }
+  }
+  EXPECT_EQ(seen.size(), all.size());
+  for (const Task& t : all)
+    EXPECT_EQ(seen.count(t.variant.id() + "|" + std::string(to_string(t.problem.mask.kind))), 1U);
+  EXPECT_EQ(parse_shard("2/5").index, 2);
+  EXPECT_NE(error_of([] { parse_shard("5/5"); }).find("0 <= K < N"), std::string::npos);
+  EXPECT_NE(error_of([] { parse_shard("1"); }).find("expected K/N"), std::string::npos);
+}
+
+TEST(SweepTest, MaxVariantsKeepsTheHeuristic) {
+  SweepSpec spec;
+  set_axis(spec, "head_dims", "128");
+  spec.max_variants = 3;
+  const ArchLimits arch = require_arch("sm_90a");
+  const std::vector<Task> tasks = plan(spec, arch);
+  EXPECT_EQ(tasks.size(), 3U);
+  const Variant heuristic = heuristic_variant("fwd", DType::kBF16, 128, 128, arch);
+  EXPECT_TRUE(std::any_of(tasks.begin(), tasks.end(), [&](const Task& t) { return t.variant == heuristic; }));
+}
+
+TEST(SweepTest, FlopsCountVisiblePairs) {
+  const auto problem = [](Mask mask) {
+    return make_problem(std::vector<std::int64_t>{2, 100, 4, 64}, std::vector<std::int64_t>{2, 100, 4, 64},
+                        std::vector<std::int64_t>{2, 100, 4, 64}, {.mask = mask});
+  };
+  EXPECT_DOUBLE_EQ(forward_flops(problem(Mask::none())), 4.0 * 2 * 4 * 64 * 100 * 100);
+  EXPECT_DOUBLE_EQ(forward_flops(problem(Mask::causal_bottom_right())), 4.0 * 2 * 4 * 64 * (100 * 101 / 2));
+}
+
+TEST(TunerTest, SweepOnTheEmulatorRecordsEachTaskOnce) {
+  const fs::path db_path = fs::temp_directory_path() / ("attune_tuner_" + std::to_string(::getpid()) + ".db");
+  fs::remove(db_path);
+  SweepSpec spec;
+  set_axis(spec, "head_dims", "32");
+  set_axis(spec, "seqlens", "48");
+  set_axis(spec, "masks", "none,causal");
+  spec.max_variants = 2;
+  Runtime runtime({.backend = Backend::kEmu});
+  const std::vector<Task> tasks = plan(spec, runtime.arch());
+  ASSERT_EQ(tasks.size(), 4U);
+  std::size_t progress_calls = 0;
+  {
+    tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path);
+    const TuneSummary first =
+        run_sweep(tasks, runtime, db, {.repetitions = 1, .on_progress = [&](const Progress&) { ++progress_calls; }});
+    EXPECT_EQ(first.measured, 4U);
+    EXPECT_EQ(first.failed, 0U);
+    EXPECT_EQ(progress_calls, 4U);
+    const TuneSummary second = run_sweep(tasks, runtime, db, {.repetitions = 1});
+    EXPECT_EQ(second.skipped, 4U);
+    EXPECT_EQ(second.measured, 0U);
+    const auto best = db.best_for_device(kEmulatorDeviceKey);
+    EXPECT_EQ(best.size(), 2U);  // one per mask
+    EXPECT_TRUE(db.verify().ok());
+  }
+  fs::remove(db_path);
+}
+
+}  // namespace
+}  // namespace attune::tuner

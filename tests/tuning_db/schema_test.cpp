@@ -1,0 +1,136 @@
+#include "tuning_db/schema.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "test_support.h"
+#include "tuning_db/tuning_db.h"
+
+namespace attune::tuning_db {
+namespace {
+
+namespace fs = std::filesystem;
+using testing::h200;
+using testing::measurement;
+using testing::problem_record;
+using testing::RawDb;
+using testing::read_bytes;
+using testing::TempDir;
+
+constexpr const char* kVariant = "flash_fwd/d128.bm128.bn64.wm4.wn1.st2";
+
+// The schema's DDL as SQLite stores it, in a fixed order.
+std::string schema_of(const fs::path& path) {
+  return RawDb(path).column("SELECT type || ' ' || name || ': ' || coalesce(sql, '') FROM sqlite_master ORDER BY name");
+}
+
+TEST(SchemaTest, AFreshDatabaseHasTheCurrentVersion) {
+  TempDir dir;
+  const fs::path path = dir.path() / "tuning.db";
+  EXPECT_EQ(TuningDb::open(path).schema_version(), kSchemaVersion);
+  RawDb raw(path);
+  EXPECT_EQ(raw.scalar("PRAGMA user_version"), 2);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM pragma_table_info('measurements') WHERE name IN ('spread_ms', "
+                       "'attune_version')"),
+            2);
+}
+
+TEST(SchemaTest, VersionOneMigratesAndKeepsItsRows) {
+  TempDir dir;
+  const fs::path path = dir.path() / "tuning.db";
+  create_schema_v1_for_test(path);
+  {
+    RawDb raw(path);
+    ASSERT_EQ(raw.scalar("PRAGMA user_version"), 1);
+    ASSERT_EQ(raw.scalar("SELECT count(*) FROM pragma_table_info('measurements') WHERE name = 'spread_ms'"), 0);
+    // Rows as an attune of schema 1 wrote them.
+    raw.exec(
+        "INSERT INTO devices VALUES (1, 'NVIDIA H200/cc9.0/sm132', 'NVIDIA H200', 9, 0, 132, '580.65', '13.0');"
+        "INSERT INTO templates VALUES (1, 'flash_fwd', 'hash-a');"
+        "INSERT INTO variants VALUES (1, 1, 'flash_fwd/d128.bm128.bn64.wm4.wn1.st2');"
+        "INSERT INTO problems VALUES (1, 'fwd', 'bf16', 128, 128, 'causal-bottom-right', 10, 12, 5, 1024, 4096, 2, "
+        "16, 4);"
+        "INSERT INTO compile_results VALUES (1, 1, 'bf16', 'sm_90a', '13.0', 1, 168, 0, 98304, 1.5, '', "
+        "'2025-01-02T03:04:05.000Z');"
+        "INSERT INTO measurements VALUES (1, 1, 1, 1, 1, 0.8, 50, 300.0, 0.001, '2025-01-02T03:04:06.000Z', "
+        "'580.65', '13.0');"
+        "INSERT INTO best VALUES (1, 'fwd', 'bf16', 128, 128, 'causal-bottom-right', 10, 12, 5, 1, 1, 0.8);");
+  }
+
+  TuningDb db = TuningDb::open(path);
+  EXPECT_EQ(db.schema_version(), 2);
+  const std::vector<BestRow> best = db.best_for_device(h200().key);
+  ASSERT_EQ(best.size(), 1u);
+  EXPECT_EQ(best[0].key, problem_record().key);
+  EXPECT_EQ(best[0].variant_id, kVariant);
+  EXPECT_DOUBLE_EQ(best[0].median_ms, 0.8);
+
+  const std::vector<MeasurementRow> rows = db.measurements(h200().key, problem_record().key);
+  ASSERT_EQ(rows.size(), 1u);
+  EXPECT_EQ(rows[0].median_ms, 0.8);
+  EXPECT_EQ(rows[0].tflops, 300.0);
+  EXPECT_EQ(rows[0].measured_at, "2025-01-02T03:04:06.000Z");
+  EXPECT_FALSE(rows[0].spread_ms);  // unknown before schema 2
+  EXPECT_FALSE(rows[0].attune_version);
+  EXPECT_TRUE(db.verify().ok());
+
+  // The old rows keep their ids and take part in new writes.
+  const DeviceRowId device = db.upsert_device(h200());
+  EXPECT_EQ(device.value, 1);
+  const TemplateRowId tmpl = db.upsert_template("flash_fwd", "hash-a");
+  EXPECT_EQ(db.upsert_variant(tmpl, kVariant).value, 1);
+  const ProblemRowId problem = db.upsert_problem(problem_record());
+  EXPECT_EQ(problem.value, 1);
+  ASSERT_TRUE(db.find_compile({1}, "bf16", "sm_90a", "13.0"));
+  EXPECT_EQ(db.find_compile({1}, "bf16", "sm_90a", "13.0")->registers, 168);
+  EXPECT_FALSE(db.record_measurement(measurement(device, problem, {1}, 0.1)));  // measured under schema 1
+  const VariantRowId faster = db.upsert_variant(tmpl, "flash_fwd/d128.bm64.bn64.wm4.wn1.st2");
+  ASSERT_TRUE(db.record_measurement(measurement(device, problem, faster, 0.5)));
+  EXPECT_EQ(db.best_for_device(h200().key).at(0).variant_id, "flash_fwd/d128.bm64.bn64.wm4.wn1.st2");
+  EXPECT_EQ(db.measurements(h200().key, problem_record().key).at(0).spread_ms, 0.005);
+  EXPECT_TRUE(db.verify().ok());
+}
+
+TEST(SchemaTest, AMigratedSchemaEqualsAFreshOne) {
+  TempDir dir;
+  const fs::path migrated = dir.path() / "migrated.db";
+  const fs::path fresh = dir.path() / "fresh.db";
+  create_schema_v1_for_test(migrated);
+  (void)TuningDb::open(migrated);
+  (void)TuningDb::open(fresh);
+  EXPECT_EQ(schema_of(migrated), schema_of(fresh));
+  // Opening again changes nothing.
+  const std::string before = read_bytes(migrated);
+  (void)TuningDb::open(migrated);
+  EXPECT_EQ(read_bytes(migrated), before);
+}
+
+TEST(SchemaTest, ANewerSchemaIsRefusedAndLeftUntouched) {
+  TempDir dir;
+  const fs::path path = dir.path() / "tuning.db";
+  (void)TuningDb::open(path);
+  RawDb(path).exec("PRAGMA user_version = 3");
+  const std::string before = read_bytes(path);
+  try {
+    (void)TuningDb::open(path);
+    FAIL() << "expected a DbError";
+  } catch (const DbError& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path.string()), std::string::npos) << message;
+    EXPECT_NE(message.find("schema version 3 is newer than this attune (2): upgrade attune"), std::string::npos)
+        << message;
+  }
+  EXPECT_EQ(read_bytes(path), before);
+}
+
+TEST(SchemaTest, TheVersionOneHelperRefusesAnExistingFile) {
+  TempDir dir;
+  const fs::path path = dir.path() / "tuning.db";
+  (void)TuningDb::open(path);
+  EXPECT_THROW(create_schema_v1_for_test(path), DbError);
+  EXPECT_EQ(TuningDb::open(path).schema_version(), 2);
+}
+
+}  // namespace
+}  // namespace attune::tuning_db

@@ -1,0 +1,158 @@
+#include "test_support.h"
+
+#include <sqlite3.h>
+#include <stdlib.h>  // mkdtemp
+
+#include <fstream>
+#include <iterator>
+#include <stdexcept>
+#include <vector>
+
+namespace attune::tuning_db::testing {
+
+namespace fs = std::filesystem;
+
+TempDir::TempDir() {
+  std::string pattern = (fs::temp_directory_path() / "attune_tuning_db_test.XXXXXX").string();
+  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+RawDb::RawDb(const fs::path& path) {
+  if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    throw std::runtime_error("raw open of " + path.string() + " failed: " + sqlite3_errmsg(db_));
+  }
+  sqlite3_busy_timeout(db_, 2000);
+}
+
+RawDb::~RawDb() { sqlite3_close(db_); }
+
+void RawDb::exec(const std::string& sql) {
+  char* error = nullptr;
+  if (sqlite3_exec(db_, sql.c_str(), nullptr, nullptr, &error) != SQLITE_OK) {
+    const std::string message = error != nullptr ? error : "?";
+    sqlite3_free(error);
+    throw std::runtime_error("raw exec of \"" + sql + "\" failed: " + message);
+  }
+}
+
+std::int64_t RawDb::scalar(const std::string& sql) {
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+    throw std::runtime_error("raw prepare of \"" + sql + "\" failed: " + sqlite3_errmsg(db_));
+  }
+  const int rc = sqlite3_step(stmt);
+  const std::int64_t value = rc == SQLITE_ROW ? sqlite3_column_int64(stmt, 0) : 0;
+  sqlite3_finalize(stmt);
+  if (rc != SQLITE_ROW) throw std::runtime_error("raw query \"" + sql + "\" returned no row");
+  return value;
+}
+
+std::string RawDb::column(const std::string& sql) {
+  sqlite3_stmt* stmt = nullptr;
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+    throw std::runtime_error("raw prepare of \"" + sql + "\" failed: " + sqlite3_errmsg(db_));
+  }
+  std::string out;
+  while (sqlite3_step(stmt) == SQLITE_ROW) {
+    const unsigned char* text = sqlite3_column_text(stmt, 0);
+    out += text == nullptr ? "NULL" : reinterpret_cast<const char*>(text);
+    out += '\n';
+  }
+  sqlite3_finalize(stmt);
+  return out;
+}
+
+std::string RawDb::dump() {
+  std::string out;
+  std::vector<std::string> tables;
+  {
+    sqlite3_stmt* stmt = nullptr;
+    sqlite3_prepare_v2(db_, "SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name", -1, &stmt, nullptr);
+    while (sqlite3_step(stmt) == SQLITE_ROW)
+      tables.emplace_back(reinterpret_cast<const char*>(sqlite3_column_text(stmt, 0)));
+    sqlite3_finalize(stmt);
+  }
+  for (const std::string& table : tables) {
+    sqlite3_stmt* stmt = nullptr;
+    const std::string sql = "SELECT rowid, * FROM " + table + " ORDER BY rowid";
+    if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &stmt, nullptr) != SQLITE_OK) {
+      throw std::runtime_error("raw prepare of \"" + sql + "\" failed: " + sqlite3_errmsg(db_));
+    }
+    while (sqlite3_step(stmt) == SQLITE_ROW) {
+      out += table;
+      for (int i = 0; i < sqlite3_column_count(stmt); ++i) {
+        const unsigned char* text = sqlite3_column_text(stmt, i);
+        out += '|';
+        out += text == nullptr ? "NULL" : reinterpret_cast<const char*>(text);
+      }
+      out += '\n';
+    }
+    sqlite3_finalize(stmt);
+  }
+  return out;
+}
+
+std::string read_bytes(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+}
+
+DeviceRecord h200() {
+  return {.key = "NVIDIA H200/cc9.0/sm132",
+          .name = "NVIDIA H200",
+          .compute_major = 9,
+          .compute_minor = 0,
+          .sm_count = 132,
+          .driver_version = "580.65",
+          .nvrtc_version = "13.0"};
+}
+
+DeviceRecord a100() {
+  return {.key = "NVIDIA A100-SXM4-80GB/cc8.0/sm108",
+          .name = "NVIDIA A100-SXM4-80GB",
+          .compute_major = 8,
+          .compute_minor = 0,
+          .sm_count = 108,
+          .driver_version = "570.10",
+          .nvrtc_version = "12.8"};
+}
+
+ProblemRecord problem_record(int seqlen_q_log2, std::int64_t seqlen_q) {
+  return {.key = {.op = "fwd",
+                  .dtype = "bf16",
+                  .head_dim_k = 128,
+                  .head_dim_v = 128,
+                  .mask = "causal-bottom-right",
+                  .seqlen_q_log2 = seqlen_q_log2,
+                  .seqlen_k_log2 = 12,
+                  .batch_heads_log2 = 5},
+          .seqlen_q = seqlen_q,
+          .seqlen_k = 4096,
+          .batch = 2,
+          .heads_q = 16,
+          .heads_kv = 4};
+}
+
+MeasurementRecord measurement(DeviceRowId device, ProblemRowId problem, VariantRowId variant, double median_ms,
+                              bool ok) {
+  return {.device = device,
+          .problem = problem,
+          .variant = variant,
+          .ok = ok,
+          .median_ms = median_ms,
+          .spread_ms = median_ms / 100,
+          .repetitions = 50,
+          .tflops = 1.0 / median_ms,
+          .max_error = ok ? 1e-3 : 0.5,
+          .driver_version = "580.65",
+          .nvrtc_version = "13.0",
+          .attune_version = "0.1.0"};
+}
+
+}  // namespace attune::tuning_db::testing

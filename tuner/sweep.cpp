@@ -1,0 +1,175 @@
+#include "tuner/sweep.h"
+
+#include <charconv>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace attune::tuner {
+
+namespace {
+
+std::string trim(std::string text) {
+  const auto first = text.find_first_not_of(" \t\r");
+  if (first == std::string::npos) return "";
+  const auto last = text.find_last_not_of(" \t\r");
+  return text.substr(first, last - first + 1);
+}
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> out;
+  std::stringstream in(text);
+  std::string item;
+  while (std::getline(in, item, ',')) {
+    item = trim(item);
+    if (!item.empty()) out.push_back(item);
+  }
+  return out;
+}
+
+std::int64_t positive(const std::string& axis, const std::string& text) {
+  std::int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (error != std::errc() || end != text.data() + text.size() || value < 1) {
+    throw InvalidArgument(axis + ": got '" + text + "'; expected a positive integer");
+  }
+  return value;
+}
+
+}  // namespace
+
+void set_axis(SweepSpec& spec, const std::string& axis, const std::string& values) {
+  const std::vector<std::string> items = split(values);
+  if (items.empty() && axis != "max_variants") throw InvalidArgument(axis + ": got no values; expected a list");
+  if (axis == "dtypes") {
+    spec.dtypes.clear();
+    for (const std::string& item : items) {
+      const auto dtype = parse_dtype(item);
+      if (!dtype) throw InvalidArgument("dtypes: got '" + item + "'; expected fp16 or bf16");
+      spec.dtypes.push_back(*dtype);
+    }
+  } else if (axis == "head_dims") {
+    spec.head_dims.clear();
+    for (const std::string& item : items) {
+      const std::int64_t d = positive(axis, item);
+      if (d > kMaxHeadDim) throw InvalidArgument("head_dims: got " + item + "; expected 1..256");
+      spec.head_dims.push_back(static_cast<int>(d));
+    }
+  } else if (axis == "masks") {
+    spec.masks.clear();
+    for (const std::string& item : items) {
+      if (item == "none") {
+        spec.masks.push_back(Mask::none());
+      } else if (item == "causal" || item == "causal-bottom-right") {
+        spec.masks.push_back(Mask::causal_bottom_right());
+      } else if (item == "causal-top-left") {
+        spec.masks.push_back(Mask::causal_top_left());
+      } else {
+        throw InvalidArgument("masks: got '" + item + "'; expected none, causal or causal-top-left");
+      }
+    }
+  } else if (axis == "seqlens") {
+    spec.seqlens.clear();
+    for (const std::string& item : items) spec.seqlens.push_back(positive(axis, item));
+  } else if (axis == "batch_heads") {
+    spec.batch_heads.clear();
+    for (const std::string& item : items) {
+      const auto x = item.find('x');
+      if (x == std::string::npos) throw InvalidArgument("batch_heads: got '" + item + "'; expected BxH, e.g. 4x16");
+      spec.batch_heads.emplace_back(positive(axis, item.substr(0, x)), positive(axis, item.substr(x + 1)));
+    }
+  } else if (axis == "max_variants") {
+    spec.max_variants = items.empty() ? 0 : static_cast<int>(positive(axis, items.front()));
+  } else {
+    throw InvalidArgument("sweep axis: got '" + axis +
+                          "'; expected dtypes, head_dims, masks, seqlens, batch_heads or max_variants");
+  }
+}
+
+SweepSpec read_sweep_file(const std::filesystem::path& path) {
+  std::ifstream in(path);
+  if (!in) throw IoError(path.string() + ": cannot read the sweep file");
+  SweepSpec spec;
+  std::string line;
+  int number = 0;
+  while (std::getline(in, line)) {
+    ++number;
+    line = trim(line.substr(0, line.find('#')));
+    if (line.empty()) continue;
+    const auto eq = line.find('=');
+    if (eq == std::string::npos) {
+      throw InvalidArgument(path.string() + ":" + std::to_string(number) + ": got '" + line +
+                            "'; expected 'axis = values'");
+    }
+    try {
+      set_axis(spec, trim(line.substr(0, eq)), line.substr(eq + 1));
+    } catch (const InvalidArgument& e) {
+      throw InvalidArgument(path.string() + ":" + std::to_string(number) + ": " + e.what());
+    }
+  }
+  return spec;
+}
+
+Shard parse_shard(const std::string& text) {
+  const auto slash = text.find('/');
+  if (slash == std::string::npos) throw InvalidArgument("--shard: got '" + text + "'; expected K/N, e.g. 0/4");
+  const std::int64_t n = positive("--shard N", text.substr(slash + 1));
+  std::int64_t k = 0;
+  const std::string ks = text.substr(0, slash);
+  const auto [end, error] = std::from_chars(ks.data(), ks.data() + ks.size(), k);
+  if (error != std::errc() || end != ks.data() + ks.size() || k < 0 || k >= n) {
+    throw InvalidArgument("--shard: got '" + text + "'; expected K/N with 0 <= K < N");
+  }
+  return {static_cast<int>(k), static_cast<int>(n)};
+}
+
+std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shard) {
+  std::vector<Task> tasks;
+  for (DType dtype : spec.dtypes) {
+    for (int d : spec.head_dims) {
+      std::vector<Variant> variants = enumerate_variants("fwd", dtype, d, d, arch);
+      if (spec.max_variants > 0 && static_cast<int>(variants.size()) > spec.max_variants) {
+        // Spread the chosen few over the whole list, and always keep the heuristic.
+        std::vector<Variant> few;
+        const std::size_t step = variants.size() / static_cast<std::size_t>(spec.max_variants);
+        for (std::size_t i = 0; i < variants.size() && few.size() + 1 < static_cast<std::size_t>(spec.max_variants);
+             i += step) {
+          few.push_back(variants[i]);
+        }
+        const Variant heuristic = heuristic_variant("fwd", dtype, d, d, arch);
+        if (std::find(few.begin(), few.end(), heuristic) == few.end()) few.push_back(heuristic);
+        variants = std::move(few);
+      }
+      for (const Mask& mask : spec.masks) {
+        for (std::int64_t s : spec.seqlens) {
+          for (const auto& [b, h] : spec.batch_heads) {
+            const AttentionProblem problem =
+                make_problem(std::vector<std::int64_t>{b, s, h, d}, std::vector<std::int64_t>{b, s, h, d},
+                             std::vector<std::int64_t>{b, s, h, d}, {.dtype = dtype, .mask = mask});
+            for (const Variant& v : variants) tasks.push_back({problem, v});
+          }
+        }
+      }
+    }
+  }
+  std::vector<Task> mine;
+  for (std::size_t i = 0; i < tasks.size(); ++i) {
+    if (static_cast<int>(i % static_cast<std::size_t>(shard.count)) == shard.index) mine.push_back(std::move(tasks[i]));
+  }
+  return mine;
+}
+
+double forward_flops(const AttentionProblem& p) {
+  double pairs = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const SequenceExtent s = p.sequence(b);
+    for (std::int64_t i = 0; i < s.q_len; ++i) {
+      const KeyRange r = visible_keys(p.mask, i, s.q_len, s.k_len);
+      pairs += static_cast<double>(r.end - r.begin);
+    }
+  }
+  return 4.0 * static_cast<double>(p.heads_q) * static_cast<double>(p.head_dim_k) * pairs;
+}
+
+}  // namespace attune::tuner

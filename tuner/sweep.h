@@ -1,0 +1,58 @@
+// What a tuning sweep covers: problems (dtypes x head dims x masks x
+// sequence lengths x batch-heads) and, for each, the variants to time.
+//
+// Sweep file (attune tune --sweep FILE): one `name = values` line per axis,
+// values separated by commas, `#` starts a comment; axes left out keep their
+// defaults:
+//   dtypes      = bf16, fp16
+//   head_dims   = 64, 128            # Dk = Dv
+//   masks       = none, causal       # causal: bottom-right
+//   seqlens     = 128, 1024          # Sq = Sk
+//   batch_heads = 1x8, 4x16          # B x H (H query heads = kv heads)
+//   max_variants = 8                 # per problem class, spread over the list; 0: all
+#pragma once
+
+#include <cstdint>
+#include <filesystem>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "core/problem.h"
+#include "generator/variants.h"
+
+namespace attune::tuner {
+
+struct SweepSpec {
+  std::vector<DType> dtypes = {DType::kBF16};
+  std::vector<int> head_dims = {64};
+  std::vector<Mask> masks = {Mask::none()};
+  std::vector<std::int64_t> seqlens = {128};
+  std::vector<std::pair<std::int64_t, std::int64_t>> batch_heads = {{1, 2}};
+  int max_variants = 0;
+};
+
+// Sets one axis from its text ("dtypes", "bf16,fp16"); throws InvalidArgument
+// naming the axis, the value and what was expected.
+void set_axis(SweepSpec& spec, const std::string& axis, const std::string& values);
+SweepSpec read_sweep_file(const std::filesystem::path& path);
+
+// K of N: this process takes every task whose index % N == K.
+struct Shard {
+  int index = 0;
+  int count = 1;
+};
+Shard parse_shard(const std::string& text);  // "K/N", 0 <= K < N
+
+struct Task {
+  AttentionProblem problem;  // contiguous
+  Variant variant;
+};
+
+// Every (problem, variant) of the sweep in a stable order, then this shard's part.
+std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shard = {});
+
+// FLOPs of the forward pass: 4 * B * Hq * Dk * visible pairs (design brief).
+double forward_flops(const AttentionProblem& problem);
+
+}  // namespace attune::tuner

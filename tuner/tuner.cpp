@@ -1,0 +1,194 @@
+#include "tuner/tuner.h"
+
+#include <algorithm>
+#include <chrono>
+#include <random>
+
+#include "core/error.h"
+#include "reference/accuracy.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/nvrtc_compiler.h"
+#include "runtime/problem_key.h"
+
+namespace attune::tuner {
+
+namespace {
+
+constexpr const char* kAttuneVersion = "0.1.0";
+
+std::vector<std::uint16_t> random_bits(std::int64_t count, DType dtype, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0F, 1.0F);
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(count));
+  for (auto& x : out) x = float_to_bits(dtype, normal(rng));
+  return out;
+}
+
+struct Inputs {
+  std::vector<std::uint16_t> q, k, v;
+};
+
+Inputs make_inputs(const AttentionProblem& p, unsigned seed) {
+  std::mt19937 rng(seed);
+  return {random_bits(q_extent(p), p.dtype, rng), random_bits(k_extent(p), p.dtype, rng),
+          random_bits(v_extent(p), p.dtype, rng)};
+}
+
+// Runs the variant once on `inputs` and returns O and LSE as the reference lays them out.
+ReferenceOutput run_once(Runtime& runtime, const Variant& variant, const AttentionProblem& p, const Inputs& in) {
+  std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(p)), 0xFFFF);
+  std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)));
+  if (runtime.backend() == Backend::kEmu) {
+    runtime.forward_variant(variant, p, {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()});
+  } else {
+    cuda::Driver& driver = cuda::Driver::get();
+    cuda::DeviceBuffers d(driver, {{in.q.data(), in.q.size() * 2},
+                                   {in.k.data(), in.k.size() * 2},
+                                   {in.v.data(), in.v.size() * 2},
+                                   {o.data(), o.size() * 2},
+                                   {nullptr, lse.size() * sizeof(float)}});
+    runtime.forward_variant(variant, p, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4))});
+    driver.synchronize(nullptr);
+    driver.copy_to_host(o.data(), d.at(3), o.size() * 2);
+    driver.copy_to_host(lse.data(), d.at(4), lse.size() * sizeof(float));
+  }
+  ReferenceOutput out;
+  out.o.reserve(o.size());
+  for (std::uint16_t bits : o) out.o.push_back(bits_to_float(p.dtype, bits));
+  out.lse.assign(lse.begin(), lse.end());
+  return out;
+}
+
+// The gate: the same problem class on a small instance (odd sizes, two heads
+// at most), against the fp64 reference with FlashAttention's rule.
+bool passes_gate(Runtime& runtime, const Variant& variant, const AttentionProblem& full, double* max_error,
+                 std::string* why) {
+  const std::int64_t s = std::min<std::int64_t>(full.seqlen_q, 77);
+  const std::int64_t h = std::min<std::int64_t>(full.heads_q, 2);
+  const AttentionProblem p = make_problem(std::vector<std::int64_t>{1, s, h, full.head_dim_k},
+                                          std::vector<std::int64_t>{1, s + 13, h, full.head_dim_k},
+                                          std::vector<std::int64_t>{1, s + 13, h, full.head_dim_v},
+                                          {.dtype = full.dtype, .mask = full.mask, .scale = full.scale});
+  const Inputs in = make_inputs(p, 7);
+  const ReferenceOutput got = run_once(runtime, variant, p, in);
+  const ReferenceOutput want = reference_forward(p, in.q.data(), in.k.data(), in.v.data());
+  *max_error = accuracy_errors(got, want).o;
+  return within_accuracy_rule(got, want, naive_storage_attention(p, in.q.data(), in.k.data(), in.v.data()), 2.0, why);
+}
+
+struct Timing {
+  double median_ms;
+  double spread_ms;  // max - min
+};
+
+Timing time_variant(Runtime& runtime, const Variant& variant, const AttentionProblem& p, const TuneOptions& o) {
+  // Two input sets, alternated, so repeated runs do not time a warm cache.
+  const Inputs sets[2] = {make_inputs(p, 1), make_inputs(p, 2)};
+  std::vector<double> times;
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(o_extent(p)));
+  std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)));
+  if (runtime.backend() == Backend::kEmu) {
+    for (int r = 0; r < o.warmup + o.repetitions; ++r) {
+      const Inputs& in = sets[r % 2];
+      const auto start = std::chrono::steady_clock::now();
+      runtime.forward_variant(variant, p, {in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data()});
+      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+      if (r >= o.warmup) times.push_back(ms);
+    }
+  } else {
+    cuda::Driver& driver = cuda::Driver::get();
+    std::vector<std::unique_ptr<cuda::DeviceBuffers>> device;
+    for (const Inputs& in : sets) {
+      device.push_back(std::make_unique<cuda::DeviceBuffers>(
+          driver, std::vector<cuda::DeviceBuffers::Spec>{{in.q.data(), in.q.size() * 2},
+                                                         {in.k.data(), in.k.size() * 2},
+                                                         {in.v.data(), in.v.size() * 2},
+                                                         {nullptr, out.size() * 2},
+                                                         {nullptr, lse.size() * sizeof(float)}}));
+    }
+    for (int r = 0; r < o.warmup + o.repetitions; ++r) {
+      const cuda::DeviceBuffers& d = *device[static_cast<std::size_t>(r % 2)];
+      const AttentionBuffers buffers{d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4))};
+      const float ms = driver.time_ms(nullptr, [&] { runtime.forward_variant(variant, p, buffers); });
+      if (r >= o.warmup) times.push_back(ms);
+    }
+  }
+  std::sort(times.begin(), times.end());
+  return {times[times.size() / 2], times.back() - times.front()};
+}
+
+}  // namespace
+
+tuning_db::ProblemRecord problem_record(const AttentionProblem& p) {
+  const ProblemKey key = problem_key(Op::kForward, p);
+  return {.key = {.op = std::string(to_string(key.op)),
+                  .dtype = std::string(to_string(key.dtype)),
+                  .head_dim_k = key.head_dim_k,
+                  .head_dim_v = key.head_dim_v,
+                  .mask = std::string(to_string(key.mask)),
+                  .seqlen_q_log2 = key.seqlen_q_log2,
+                  .seqlen_k_log2 = key.seqlen_k_log2,
+                  .batch_heads_log2 = key.batch_heads_log2},
+          .seqlen_q = p.seqlen_q,
+          .seqlen_k = p.seqlen_k,
+          .batch = p.batch,
+          .heads_q = p.heads_q,
+          .heads_kv = p.heads_kv};
+}
+
+TuneSummary run_sweep(const std::vector<Task>& tasks, Runtime& runtime, tuning_db::TuningDb& db,
+                      const TuneOptions& options) {
+  if (options.repetitions < 1)
+    throw InvalidArgument("repetitions: got " + std::to_string(options.repetitions) + "; expected at least 1");
+  const auto start = std::chrono::steady_clock::now();
+  const tuning_db::DeviceRowId device =
+      db.upsert_device({.key = runtime.device_key(), .name = runtime.device_name(), .nvrtc_version = nvrtc_version()});
+  TuneSummary summary;
+  Progress progress{.total = tasks.size()};
+  for (const Task& task : tasks) {
+    progress.current = task.variant.id() + " on " + problem_key(Op::kForward, task.problem).to_string();
+    const tuning_db::TemplateRowId tmpl =
+        db.upsert_template(task.variant.kernel->name, task.variant.kernel->source_hash);
+    const tuning_db::VariantRowId variant = db.upsert_variant(tmpl, task.variant.id());
+    const tuning_db::ProblemRowId problem = db.upsert_problem(problem_record(task.problem));
+    if (db.has_measurement(device, problem, variant)) {
+      ++summary.skipped;
+      ++progress.skipped;
+    } else {
+      tuning_db::MeasurementRecord m{.device = device,
+                                     .problem = problem,
+                                     .variant = variant,
+                                     .nvrtc_version = nvrtc_version(),
+                                     .attune_version = kAttuneVersion};
+      try {
+        double max_error = 0;
+        std::string why;
+        m.ok = passes_gate(runtime, task.variant, task.problem, &max_error, &why);
+        m.max_error = max_error;
+        if (m.ok) {
+          const Timing t = time_variant(runtime, task.variant, task.problem, options);
+          m.median_ms = t.median_ms;
+          m.spread_ms = t.spread_ms;
+          m.repetitions = options.repetitions;
+          m.tflops = forward_flops(task.problem) / (t.median_ms * 1e-3) / 1e12;
+        }
+      } catch (const Error&) {
+        // A variant that cannot run (or that the emulator finds a bug in) is a
+        // failed measurement: recorded, never best, and the sweep goes on.
+        m.ok = false;
+      }
+      db.record_measurement(m);
+      if (m.ok) {
+        ++summary.measured;
+      } else {
+        ++summary.failed;
+        ++progress.failed;
+      }
+    }
+    ++progress.done;
+    progress.elapsed_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    if (options.on_progress) options.on_progress(progress);
+  }
+  return summary;
+}
+
+}  // namespace attune::tuner

@@ -1,0 +1,34 @@
+// The tuning database's schema: its version (PRAGMA user_version), the
+// original DDL and every migration since. A fresh database runs all of them
+// in order, so new and upgraded files end up identical and the upgrade path
+// is exercised on every creation.
+#pragma once
+
+#include <filesystem>
+
+#include "tuning_db/sqlite.h"
+
+namespace attune::tuning_db {
+
+// The schema this attune reads and writes.
+inline constexpr int kSchemaVersion = 2;
+
+// PRAGMA user_version of an open connection (reads only).
+int read_schema_version(sqlite::Connection& conn);
+
+// Throws DbError when `version` is newer than kSchemaVersion, or when it is 0
+// (never initialized) but the file already holds tables of something else.
+// Reads only, so a refused file is left as it was.
+void check_schema_version(sqlite::Connection& conn, int version);
+
+// Brings the schema up to kSchemaVersion in one IMMEDIATE transaction
+// (re-reading the version inside it, since another process may have
+// migrated meanwhile). Idempotent.
+void migrate(sqlite::Connection& conn);
+
+// Test only: creates `path` (which must not exist) with the version-1
+// schema and nothing newer, so tests can insert old rows and check that
+// opening migrates them.
+void create_schema_v1_for_test(const std::filesystem::path& path);
+
+}  // namespace attune::tuning_db
