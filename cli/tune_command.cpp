@@ -29,18 +29,18 @@ std::string clock_text(double seconds) {
 // One line, redrawn in place on a terminal: [#####.....] done/total,
 // failures, time left. Into a pipe or file: a line per tenth of the sweep.
 void draw_progress(const tuner::Progress& p) {
-  static const bool terminal = isatty(fileno(stderr)) != 0;
-  if (!terminal && p.done != p.total && (p.total < 10 || p.done % (p.total / 10) != 0)) return;
+  static const bool kTerminal = isatty(fileno(stderr)) != 0;
+  if (!kTerminal && p.done != p.total && (p.total < 10 || p.done % (p.total / 10) != 0)) return;
   constexpr int kWidth = 30;
   const int filled = p.total == 0 ? kWidth : static_cast<int>(kWidth * p.done / p.total);
   const std::size_t measured_now = p.done - p.skipped;
   const double per_task = measured_now == 0 ? 0 : p.elapsed_seconds / static_cast<double>(measured_now);
   const double left = per_task * static_cast<double>(p.total - p.done);
-  std::fprintf(stderr, "%s[%s%s] %zu/%zu  failed %zu  skipped %zu  elapsed %s  left ~%s%s", terminal ? "\r" : "",
+  std::fprintf(stderr, "%s[%s%s] %zu/%zu  failed %zu  skipped %zu  elapsed %s  left ~%s%s", kTerminal ? "\r" : "",
                std::string(static_cast<std::size_t>(filled), '#').c_str(),
                std::string(static_cast<std::size_t>(kWidth - filled), '.').c_str(), p.done, p.total, p.failed,
-               p.skipped, clock_text(p.elapsed_seconds).c_str(), clock_text(left).c_str(), terminal ? " " : "\n");
-  if (terminal && p.done == p.total) std::fputc('\n', stderr);
+               p.skipped, clock_text(p.elapsed_seconds).c_str(), clock_text(left).c_str(), kTerminal ? " " : "\n");
+  if (kTerminal && p.done == p.total) std::fputc('\n', stderr);
   std::fflush(stderr);
 }
 

@@ -58,8 +58,9 @@ DispatchChoice Dispatcher::resolve(const AttentionProblem& problem) const {
       return choice;
     }
   }
-  DispatchChoice choice{heuristic_variant("fwd", problem.dtype, dk, dv, arch_), DispatchRule::kHeuristic,
-                        tuned_ == nullptr ? "no tuning database" : "no tuned key of this device for this problem class"};
+  DispatchChoice choice{
+      heuristic_variant("fwd", problem.dtype, dk, dv, arch_), DispatchRule::kHeuristic,
+      tuned_ == nullptr ? "no tuning database" : "no tuned key of this device for this problem class"};
   if (!passed_over.empty()) choice.detail += " (" + passed_over + ")";
   return choice;
 }

@@ -10,7 +10,7 @@ namespace attune::tuner {
 
 namespace {
 
-std::string trim(std::string text) {
+std::string trim(const std::string& text) {
   const auto first = text.find_first_not_of(" \t\r");
   if (first == std::string::npos) return "";
   const auto last = text.find_last_not_of(" \t\r");
