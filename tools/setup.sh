@@ -7,6 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config
   libsqlite3-dev sqlite3
   libssl-dev
+  nlohmann-json3-dev
   libgtest-dev libgmock-dev googletest
   libbenchmark-dev
   libcli11-dev

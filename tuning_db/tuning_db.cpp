@@ -435,45 +435,64 @@ std::vector<BestRow> TuningDb::best_all() const {
   return read_best(query);
 }
 
+namespace {
+
+// The joined columns of a measurement row, as read_measurement reads them.
+constexpr const char* kMeasurementSelect =
+    "SELECT m.id, d.key, p.op, p.dtype, p.head_dim_k, p.head_dim_v, p.mask, p.seqlen_q_log2, p.seqlen_k_log2, "
+    "p.batch_heads_log2, p.seqlen_q, p.seqlen_k, p.batch, p.heads_q, p.heads_kv, t.kernel, t.hash, v.variant_id, "
+    "m.ok, m.median_ms, m.spread_ms, m.repetitions, m.tflops, m.max_error, m.measured_at, m.driver_version, "
+    "m.nvrtc_version, m.attune_version FROM measurements m JOIN devices d ON d.id = m.device "
+    "JOIN problems p ON p.id = m.problem JOIN variants v ON v.id = m.variant JOIN templates t ON t.id = v.template ";
+
+MeasurementRow read_measurement(sqlite::Statement& query) {
+  return {.id = query.int64(0),
+          .device_key = query.text(1),
+          .problem = {.key = read_key(query, 2),
+                      .seqlen_q = query.int64(10),
+                      .seqlen_k = query.int64(11),
+                      .batch = query.int64(12),
+                      .heads_q = query.int64(13),
+                      .heads_kv = query.int64(14)},
+          .kernel = query.text(15),
+          .template_hash = query.text(16),
+          .variant_id = query.text(17),
+          .ok = query.int64(18) != 0,
+          .median_ms = query.optional_real(19),
+          .spread_ms = query.optional_real(20),
+          .repetitions = query.int32(21),
+          .tflops = query.optional_real(22),
+          .max_error = query.optional_real(23),
+          .measured_at = query.text(24),
+          .driver_version = query.text(25),
+          .nvrtc_version = query.text(26),
+          .attune_version = query.optional_text(27)};
+}
+
+}  // namespace
+
 std::vector<MeasurementRow> TuningDb::measurements(const std::string& device_key, const ProblemKeyRecord& key) const {
   State& s = use();
   std::lock_guard lock(s.mutex);
   sqlite::Statement query(
       s.conn,
-      "SELECT m.id, d.key, p.op, p.dtype, p.head_dim_k, p.head_dim_v, p.mask, p.seqlen_q_log2, p.seqlen_k_log2, "
-      "p.batch_heads_log2, p.seqlen_q, p.seqlen_k, p.batch, p.heads_q, p.heads_kv, t.kernel, t.hash, v.variant_id, "
-      "m.ok, m.median_ms, m.spread_ms, m.repetitions, m.tflops, m.max_error, m.measured_at, m.driver_version, "
-      "m.nvrtc_version, m.attune_version FROM measurements m JOIN devices d ON d.id = m.device "
-      "JOIN problems p ON p.id = m.problem JOIN variants v ON v.id = m.variant JOIN templates t ON t.id = v.template "
-      "WHERE d.key = ?1 AND p.op = ?2 AND p.dtype = ?3 AND p.head_dim_k = ?4 AND p.head_dim_v = ?5 AND p.mask = ?6 "
-      "AND p.seqlen_q_log2 = ?7 AND p.seqlen_k_log2 = ?8 AND p.batch_heads_log2 = ?9 "
-      "ORDER BY m.ok DESC, m.median_ms IS NULL, m.median_ms, m.id");
+      std::string(kMeasurementSelect) +
+          "WHERE d.key = ?1 AND p.op = ?2 AND p.dtype = ?3 AND p.head_dim_k = ?4 AND p.head_dim_v = ?5 AND "
+          "p.mask = ?6 AND p.seqlen_q_log2 = ?7 AND p.seqlen_k_log2 = ?8 AND p.batch_heads_log2 = ?9 "
+          "ORDER BY m.ok DESC, m.median_ms IS NULL, m.median_ms, m.id");
   query.bind(device_key, key.op, key.dtype, key.head_dim_k, key.head_dim_v, key.mask, key.seqlen_q_log2,
              key.seqlen_k_log2, key.batch_heads_log2);
   std::vector<MeasurementRow> rows;
-  while (query.step()) {
-    rows.push_back({.id = query.int64(0),
-                    .device_key = query.text(1),
-                    .problem = {.key = read_key(query, 2),
-                                .seqlen_q = query.int64(10),
-                                .seqlen_k = query.int64(11),
-                                .batch = query.int64(12),
-                                .heads_q = query.int64(13),
-                                .heads_kv = query.int64(14)},
-                    .kernel = query.text(15),
-                    .template_hash = query.text(16),
-                    .variant_id = query.text(17),
-                    .ok = query.int64(18) != 0,
-                    .median_ms = query.optional_real(19),
-                    .spread_ms = query.optional_real(20),
-                    .repetitions = query.int32(21),
-                    .tflops = query.optional_real(22),
-                    .max_error = query.optional_real(23),
-                    .measured_at = query.text(24),
-                    .driver_version = query.text(25),
-                    .nvrtc_version = query.text(26),
-                    .attune_version = query.optional_text(27)});
-  }
+  while (query.step()) rows.push_back(read_measurement(query));
+  return rows;
+}
+
+std::vector<MeasurementRow> TuningDb::all_measurements() const {
+  State& s = use();
+  std::lock_guard lock(s.mutex);
+  sqlite::Statement query(s.conn, std::string(kMeasurementSelect) + "ORDER BY m.id");
+  std::vector<MeasurementRow> rows;
+  while (query.step()) rows.push_back(read_measurement(query));
   return rows;
 }
 

@@ -224,6 +224,8 @@ class TuningDb {
   // Every measurement of a device on the problems of one key, ok rows
   // fastest first, then the failed ones.
   std::vector<MeasurementRow> measurements(const std::string& device_key, const ProblemKeyRecord& key) const;
+  // Every measurement, oldest first (export).
+  std::vector<MeasurementRow> all_measurements() const;
 
   // PRAGMA integrity_check and foreign_key_check, and that every best row is
   // the fastest ok measurement of its key (and every key with an ok

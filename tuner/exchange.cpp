@@ -1,0 +1,157 @@
+#include "tuner/exchange.h"
+
+#include <nlohmann/json.hpp>
+#include <ostream>
+
+#include "core/error.h"
+
+namespace attune::tuner {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kFormat = "attune.measurements";
+constexpr int kFormatVersion = 1;
+
+json optional_number(const std::optional<double>& value) { return value ? json(*value) : json(nullptr); }
+
+json to_json(const tuning_db::MeasurementRow& m) {
+  const tuning_db::ProblemKeyRecord& k = m.problem.key;
+  return {{"device", m.device_key},
+          {"op", k.op},
+          {"dtype", k.dtype},
+          {"head_dim_k", k.head_dim_k},
+          {"head_dim_v", k.head_dim_v},
+          {"mask", k.mask},
+          {"seqlen_q_log2", k.seqlen_q_log2},
+          {"seqlen_k_log2", k.seqlen_k_log2},
+          {"batch_heads_log2", k.batch_heads_log2},
+          {"seqlen_q", m.problem.seqlen_q},
+          {"seqlen_k", m.problem.seqlen_k},
+          {"batch", m.problem.batch},
+          {"heads_q", m.problem.heads_q},
+          {"heads_kv", m.problem.heads_kv},
+          {"kernel", m.kernel},
+          {"template_hash", m.template_hash},
+          {"variant", m.variant_id},
+          {"ok", m.ok},
+          {"median_ms", optional_number(m.median_ms)},
+          {"spread_ms", optional_number(m.spread_ms)},
+          {"repetitions", m.repetitions},
+          {"tflops", optional_number(m.tflops)},
+          {"max_error", optional_number(m.max_error)},
+          {"measured_at", m.measured_at},
+          {"driver_version", m.driver_version},
+          {"nvrtc_version", m.nvrtc_version},
+          {"attune_version", m.attune_version ? json(*m.attune_version) : json(nullptr)}};
+}
+
+std::string csv_field(const json& value) {
+  if (value.is_null()) return "";
+  if (value.is_string()) {
+    std::string text = value.get<std::string>();
+    if (text.find_first_of(",\"\n") == std::string::npos) return text;
+    std::string quoted = "\"";
+    for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+    return quoted + "\"";
+  }
+  if (value.is_boolean()) return value.get<bool>() ? "1" : "0";
+  return value.dump();
+}
+
+std::optional<double> optional_double(const json& entry, const char* field) {
+  const json& value = entry.at(field);
+  return value.is_null() ? std::nullopt : std::optional<double>(value.get<double>());
+}
+
+}  // namespace
+
+void export_json(const tuning_db::TuningDb& db, std::ostream& out) {
+  json rows = json::array();
+  for (const tuning_db::MeasurementRow& m : db.all_measurements()) rows.push_back(to_json(m));
+  out << json{{"format", kFormat}, {"version", kFormatVersion}, {"measurements", rows}}.dump(1) << '\n';
+}
+
+void export_csv(const tuning_db::TuningDb& db, std::ostream& out) {
+  const std::vector<tuning_db::MeasurementRow> rows = db.all_measurements();
+  const json header = to_json(tuning_db::MeasurementRow{});
+  bool first = true;
+  for (const auto& [name, value] : header.items()) {
+    out << (first ? "" : ",") << name;
+    first = false;
+  }
+  out << '\n';
+  for (const tuning_db::MeasurementRow& m : rows) {
+    first = true;
+    for (const auto& [name, value] : to_json(m).items()) {
+      out << (first ? "" : ",") << csv_field(value);
+      first = false;
+    }
+    out << '\n';
+  }
+}
+
+std::size_t import_json(tuning_db::TuningDb& db, std::istream& in) {
+  json document;
+  try {
+    in >> document;
+  } catch (const json::exception& e) {
+    throw InvalidArgument(std::string("import: not JSON: ") + e.what());
+  }
+  if (!document.is_object() || document.value("format", "") != kFormat) {
+    throw InvalidArgument(std::string("import: expected a document with \"format\": \"") + kFormat +
+                          "\" (what attune db export --format json writes)");
+  }
+  if (document.value("version", 0) != kFormatVersion) {
+    throw InvalidArgument("import: format version " + document.value("version", json(nullptr)).dump() +
+                          "; expected " + std::to_string(kFormatVersion));
+  }
+  std::size_t added = 0;
+  std::size_t index = 0;
+  for (const json& e : document.at("measurements")) {
+    try {
+      const std::string device_key = e.at("device").get<std::string>();
+      const tuning_db::DeviceRowId device =
+          db.upsert_device({.key = device_key, .name = device_key.substr(0, device_key.find('/'))});
+      const tuning_db::TemplateRowId tmpl =
+          db.upsert_template(e.at("kernel").get<std::string>(), e.at("template_hash").get<std::string>());
+      const tuning_db::VariantRowId variant = db.upsert_variant(tmpl, e.at("variant").get<std::string>());
+      const tuning_db::ProblemRowId problem = db.upsert_problem(
+          {.key = {.op = e.at("op").get<std::string>(),
+                   .dtype = e.at("dtype").get<std::string>(),
+                   .head_dim_k = e.at("head_dim_k").get<int>(),
+                   .head_dim_v = e.at("head_dim_v").get<int>(),
+                   .mask = e.at("mask").get<std::string>(),
+                   .seqlen_q_log2 = e.at("seqlen_q_log2").get<int>(),
+                   .seqlen_k_log2 = e.at("seqlen_k_log2").get<int>(),
+                   .batch_heads_log2 = e.at("batch_heads_log2").get<int>()},
+           .seqlen_q = e.at("seqlen_q").get<std::int64_t>(),
+           .seqlen_k = e.at("seqlen_k").get<std::int64_t>(),
+           .batch = e.at("batch").get<std::int64_t>(),
+           .heads_q = e.at("heads_q").get<std::int64_t>(),
+           .heads_kv = e.at("heads_kv").get<std::int64_t>()});
+      const bool inserted = db.record_measurement(
+          {.device = device,
+           .problem = problem,
+           .variant = variant,
+           .ok = e.at("ok").get<bool>(),
+           .median_ms = optional_double(e, "median_ms"),
+           .spread_ms = optional_double(e, "spread_ms"),
+           .repetitions = e.at("repetitions").get<int>(),
+           .tflops = optional_double(e, "tflops"),
+           .max_error = optional_double(e, "max_error"),
+           .driver_version = e.at("driver_version").get<std::string>(),
+           .nvrtc_version = e.at("nvrtc_version").get<std::string>(),
+           .attune_version = e.at("attune_version").is_null() ? "" : e.at("attune_version").get<std::string>(),
+           .measured_at = e.at("measured_at").get<std::string>()});
+      added += inserted ? 1 : 0;
+    } catch (const json::exception& x) {
+      throw InvalidArgument("import: measurement " + std::to_string(index) + ": " + x.what());
+    }
+    ++index;
+  }
+  return added;
+}
+
+}  // namespace attune::tuner
