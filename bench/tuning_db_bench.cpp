@@ -2,8 +2,8 @@
 // best rows, resolve) and warm (an open database; then the dispatcher's memo).
 #include <benchmark/benchmark.h>
 
-#include <filesystem>
 #include <unistd.h>
+#include <filesystem>
 
 #include "runtime/db_tuned_source.h"
 #include "runtime/dispatcher.h"
@@ -16,8 +16,8 @@ constexpr const char* kDevice = "NVIDIA H200/cc9.0/sm132";
 
 // A database with `keys` tuned problem keys on one device.
 std::filesystem::path populated(int keys) {
-  const auto path = std::filesystem::temp_directory_path() /
-                    ("attune_bench_db_" + std::to_string(::getpid()) + "_" + std::to_string(keys) + ".db");
+  auto path = std::filesystem::temp_directory_path() /
+              ("attune_bench_db_" + std::to_string(::getpid()) + "_" + std::to_string(keys) + ".db");
   if (std::filesystem::exists(path)) return path;
   tuning_db::TuningDb db = tuning_db::TuningDb::open(path);
   const auto device = db.upsert_device({.key = kDevice, .name = "NVIDIA H200", .compute_major = 9, .sm_count = 132});
@@ -39,8 +39,8 @@ std::filesystem::path populated(int keys) {
                                             .batch = std::int64_t{1} << bh,
                                             .heads_q = 1,
                                             .heads_kv = 1});
-    db.record_measurement({.device = device, .problem = problem, .variant = variant, .ok = true, .median_ms = 1.0,
-                           .repetitions = 1});
+    db.record_measurement(
+        {.device = device, .problem = problem, .variant = variant, .ok = true, .median_ms = 1.0, .repetitions = 1});
   }
   return path;
 }
@@ -51,7 +51,7 @@ AttentionProblem problem() {
 }
 
 void best_lookup_cold(benchmark::State& state) {
-  const auto path = populated(static_cast<int>(state.range(0)));
+  const std::filesystem::path path = populated(static_cast<int>(state.range(0)));
   const AttentionProblem p = problem();
   for (auto _ : state) {
     const tuning_db::TuningDb db = tuning_db::TuningDb::open(path);

@@ -1,14 +1,27 @@
 // The `attune` command: parses flags and calls the libraries.
 #include <CLI/CLI.hpp>
 #include <exception>
+#include <filesystem>
 #include <iostream>
 
 #include "cli/attention_command.h"
 #include "cli/doctor_command.h"
 #include "cli/explain_command.h"
 #include "cli/tune_command.h"
+#include "cli/tune_worker_command.h"
 #include "cli/variants_command.h"
 #include "core/error.h"
+
+namespace {
+
+// This binary's path, for starting workers (argv[0] may be relative or bare).
+std::string self_executable(const char* argv0) {
+  std::error_code error;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", error);
+  return error ? std::string(argv0) : path.string();
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"attune: autotuned FlashAttention-style kernels"};
@@ -23,6 +36,9 @@ int main(int argc, char** argv) {
   attune::cli::TuneCommandOptions tune;
   attune::cli::DbCommandOptions db;
   const attune::cli::TuneCommands tune_cmds = attune::cli::add_tune_commands(app, tune, db);
+  attune::cli::TuneWorkerOptions worker;
+  CLI::App* worker_cmd = attune::cli::add_tune_worker_command(app, worker);
+  tune.self = self_executable(argv[0]);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -40,8 +56,11 @@ int main(int argc, char** argv) {
     if (explain_cmd->parsed()) attune::cli::run_explain(explain);
     if (doctor_cmd->parsed()) attune::cli::run_doctor();
     if (tune_cmds.tune->parsed()) attune::cli::run_tune(tune);
+    if (worker_cmd->parsed()) attune::cli::run_tune_worker(worker);
     if (tune_cmds.db_best->parsed() || tune_cmds.db_devices->parsed() || tune_cmds.db_verify->parsed() ||
-        tune_cmds.db_merge->parsed()) {
+        tune_cmds.db_merge->parsed() || tune_cmds.db_report->parsed() || tune_cmds.db_export->parsed() ||
+        tune_cmds.db_import->parsed() || tune_cmds.db_problems->parsed() || tune_cmds.db_show->parsed() ||
+        tune_cmds.db_prune->parsed()) {
       attune::cli::run_db(tune_cmds, db);
     }
   } catch (const attune::Error& e) {

@@ -2,13 +2,18 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 
 #include <unistd.h>
 
 #include "cli/problem_flags.h"
 #include "core/error.h"
-#include "runtime/db_tuned_source.h"
+#include "tuner/exchange.h"
+#include "tuner/report.h"
 #include "tuner/tuner.h"
 
 namespace attune::cli {
@@ -66,6 +71,11 @@ TuneCommands add_tune_commands(CLI::App& app, TuneCommandOptions& t, DbCommandOp
   c.tune->add_option("--warmup", t.warmup, "Untimed runs per variant")->capture_default_str();
   c.tune->add_option("--repetitions", t.repetitions, "Timed runs per variant (median recorded)")->capture_default_str();
   c.tune->add_flag("--quiet", t.quiet, "No progress bar");
+  c.tune
+      ->add_option("--isolate", t.isolate,
+                   "Each candidate in its own worker process with a time limit: auto (cuda only), yes, no")
+      ->capture_default_str();
+  c.tune->add_option("--time-limit", t.time_limit, "Seconds an isolated candidate may take")->capture_default_str();
 
   CLI::App* db = app.add_subcommand("db", "Inspect the tuning database");
   db->require_subcommand(1);
@@ -75,6 +85,17 @@ TuneCommands add_tune_commands(CLI::App& app, TuneCommandOptions& t, DbCommandOp
   c.db_verify = db->add_subcommand("verify", "Integrity check; best rows agree with the measurements");
   c.db_merge = db->add_subcommand("merge", "Copy another database's rows into this one");
   c.db_merge->add_option("other", d.merge_from, "The database to merge from")->required();
+  c.db_export = db->add_subcommand("export", "Every measurement as CSV or JSON");
+  c.db_export->add_option("--format", d.format, "csv or json")->capture_default_str();
+  c.db_export->add_option("--out", d.out_path, "Output file (default: standard output)");
+  c.db_import = db->add_subcommand("import", "Add the measurements of a JSON export");
+  c.db_import->add_option("file", d.import_path, "A file written by 'attune db export --format json'")->required();
+  c.db_problems = db->add_subcommand("problems", "The measured problem keys");
+  c.db_show = db->add_subcommand("show", "Every measurement of one variant");
+  c.db_show->add_option("variant", d.variant, "A variant id")->required();
+  c.db_prune = db->add_subcommand("prune", "Delete measurements of template versions other than this attune's");
+  c.db_report = db->add_subcommand("report", "One self-contained HTML page: best variants, timings and gains, plotted");
+  c.db_report->add_option("--html", d.html_path, "The page to write")->required();
   return c;
 }
 
@@ -97,49 +118,150 @@ void run_tune(const TuneCommandOptions& o) {
   std::fprintf(stderr, "attune tune: %zu tasks on %s (%s), database %s\n", tasks.size(), runtime.device_name().c_str(),
                runtime.device_key().c_str(), db.path().c_str());
   tuner::TuneOptions options{.warmup = o.warmup, .repetitions = o.repetitions};
+  if (o.isolate != "auto" && o.isolate != "yes" && o.isolate != "no")
+    bad_flag("--isolate", o.isolate, "auto, yes or no");
+  if (o.isolate == "yes" || (o.isolate == "auto" && *backend == Backend::kCuda)) {
+    // ATTUNE_TUNE_WORKER runs workers through a wrapper (compute-sanitizer,
+    // a test's fault injector) that ends by exec'ing `attune tune-worker`.
+    const char* wrapper = std::getenv("ATTUNE_TUNE_WORKER");
+    options.isolate = tuner::WorkerOptions{.executable = wrapper != nullptr && *wrapper != 0 ? wrapper : o.self,
+                                           .time_limit_seconds = o.time_limit,
+                                           .backend = o.backend,
+                                           .device = o.device};
+  }
   if (!o.quiet) options.on_progress = draw_progress;
   const tuner::TuneSummary s = tuner::run_sweep(tasks, runtime, db, options);
   std::printf("tuned %zu, failed %zu, already measured %zu\n", s.measured, s.failed, s.skipped);
 }
 
+namespace {
+
+void db_best(tuning_db::TuningDb& db, const DbCommandOptions& /*options*/) {
+  // Gain over the heuristic default, where the default was measured too.
+  std::printf("%-28s %-60s %-44s %10s %9s\n", "device", "problem key", "best variant", "ms", "gain");
+  for (const tuning_db::BestRow& row : db.best_all()) {
+    std::string gain = "-";
+    if (const std::optional<double> g = tuner::gain_over_default(db, row)) {
+      char text[32];
+      std::snprintf(text, sizeof(text), "%.2fx", *g);
+      gain = text;
+    }
+    std::printf("%-28s %-60s %-44s %10.3f %9s\n", row.device_key.c_str(), row.key.to_string().c_str(),
+                row.variant_id.c_str(), row.median_ms, gain.c_str());
+  }
+}
+
+void db_devices(tuning_db::TuningDb& db, const DbCommandOptions& /*options*/) {
+  std::map<std::string, std::size_t> keys;
+  for (const tuning_db::BestRow& row : db.best_all()) ++keys[row.device_key];
+  for (const auto& [key, count] : keys) std::printf("%-40s %zu tuned problem keys\n", key.c_str(), count);
+}
+
+void db_verify(tuning_db::TuningDb& db, const DbCommandOptions& /*options*/) {
+  const tuning_db::VerifyReport report = db.verify();
+  for (const std::string& problem : report.problems) std::printf("%s\n", problem.c_str());
+  if (!report.ok())
+    throw Error(db.path().string() + ": verify found " + std::to_string(report.problems.size()) + " problem(s)");
+  std::printf("%s: ok (schema %d)\n", db.path().c_str(), db.schema_version());
+}
+
+void db_export(tuning_db::TuningDb& db, const DbCommandOptions& o) {
+  if (o.format != "csv" && o.format != "json") bad_flag("--format", o.format, "csv or json");
+  std::ostringstream text;
+  if (o.format == "csv") {
+    tuner::export_csv(db, text);
+  } else {
+    tuner::export_json(db, text);
+  }
+  if (o.out_path.empty()) {
+    std::fputs(text.str().c_str(), stdout);
+  } else {
+    const std::string temp = o.out_path + ".tmp";
+    std::ofstream(temp) << text.str();
+    std::filesystem::rename(temp, o.out_path);
+  }
+}
+
+void db_import(tuning_db::TuningDb& db, const DbCommandOptions& o) {
+  std::ifstream in(o.import_path);
+  if (!in) throw IoError(o.import_path + ": cannot read");
+  const std::size_t added = tuner::import_json(db, in);
+  std::printf("imported %zu new measurements from %s\n", added, o.import_path.c_str());
+}
+
+void db_problems(tuning_db::TuningDb& db, const DbCommandOptions& /*options*/) {
+  std::map<std::string, std::pair<std::size_t, std::size_t>> keys;  // key -> (measurements, failed)
+  for (const tuning_db::MeasurementRow& m : db.all_measurements()) {
+    auto& [count, failed] = keys[m.device_key + "  " + m.problem.key.to_string()];
+    ++count;
+    failed += m.ok ? 0 : 1;
+  }
+  for (const auto& [key, counts] : keys) {
+    std::printf("%-100s %5zu measurements, %zu failed\n", key.c_str(), counts.first, counts.second);
+  }
+}
+
+void db_show(tuning_db::TuningDb& db, const DbCommandOptions& o) {
+  const Variant variant = parse_variant_id(o.variant);  // a clear error for a malformed id
+  std::size_t shown = 0;
+  for (const tuning_db::MeasurementRow& m : db.all_measurements()) {
+    if (m.variant_id != variant.id()) continue;
+    ++shown;
+    std::printf("%-28s %-60s %s %10s ms  %8s TFLOP/s  error %s  %s\n", m.device_key.c_str(),
+                m.problem.key.to_string().c_str(), m.ok ? "ok    " : "FAILED",
+                m.median_ms ? std::to_string(*m.median_ms).c_str() : "-",
+                m.tflops ? std::to_string(*m.tflops).c_str() : "-",
+                m.max_error ? std::to_string(*m.max_error).c_str() : "-", m.measured_at.c_str());
+  }
+  if (shown == 0) std::printf("no measurement of %s in %s\n", variant.id().c_str(), db.path().c_str());
+}
+
+void db_prune(tuning_db::TuningDb& db, const DbCommandOptions& /*options*/) {
+  std::int64_t deleted = 0;
+  for (const KernelSpec& k : kernel_specs()) deleted += db.prune_stale_templates(k.name, k.source_hash);
+  std::printf("pruned %lld measurements of stale template versions\n", static_cast<long long>(deleted));
+}
+
+void db_merge(tuning_db::TuningDb& db, const DbCommandOptions& o) {
+  const tuning_db::MergeReport r = db.merge_from(o.merge_from);
+  std::printf("merged %s: %lld measurements, %lld problems, %lld variants, %lld devices added\n", o.merge_from.c_str(),
+              static_cast<long long>(r.measurements), static_cast<long long>(r.problems),
+              static_cast<long long>(r.variants), static_cast<long long>(r.devices));
+}
+
+void db_report(tuning_db::TuningDb& db, const DbCommandOptions& o) {
+  // Written beside the target and renamed over it, so a reader (a browser
+  // reloading the page) never sees half a page.
+  const std::filesystem::path target(o.html_path);
+  const std::filesystem::path temporary(o.html_path + ".tmp");
+  {
+    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
+    out << tuner::html_report(db, "attune tuning report");
+    out.close();
+    if (!out) throw Error("cannot write " + temporary.string());
+  }
+  std::error_code error;
+  std::filesystem::rename(temporary, target, error);
+  if (error) {
+    const std::string reason = error.message();
+    std::filesystem::remove(temporary, error);
+    throw Error("cannot write " + target.string() + ": " + reason);
+  }
+  std::printf("%s\n", target.c_str());
+}
+
+}  // namespace
+
 void run_db(const TuneCommands& c, const DbCommandOptions& o) {
   tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path(o.db_path));
-  if (c.db_best->parsed()) {
-    // Gain over the heuristic default, where the default was measured too.
-    std::printf("%-28s %-60s %-44s %10s %9s\n", "device", "problem key", "best variant", "ms", "gain");
-    for (const tuning_db::BestRow& row : db.best_all()) {
-      std::string gain = "-";
-      const std::optional<ProblemKey> key = to_problem_key(row.key);
-      if (key) {
-        for (const tuning_db::MeasurementRow& m : db.measurements(row.device_key, row.key)) {
-          const Variant heuristic =
-              heuristic_variant("fwd", key->dtype, key->head_dim_k, key->head_dim_v, require_arch(kEmulatedArch));
-          if (m.ok && m.median_ms && m.variant_id == heuristic.id()) {
-            char text[32];
-            std::snprintf(text, sizeof(text), "%.2fx", *m.median_ms / row.median_ms);
-            gain = text;
-            break;
-          }
-        }
-      }
-      std::printf("%-28s %-60s %-44s %10.3f %9s\n", row.device_key.c_str(), row.key.to_string().c_str(),
-                  row.variant_id.c_str(), row.median_ms, gain.c_str());
-    }
-  } else if (c.db_devices->parsed()) {
-    std::map<std::string, std::size_t> keys;
-    for (const tuning_db::BestRow& row : db.best_all()) ++keys[row.device_key];
-    for (const auto& [key, count] : keys) std::printf("%-40s %zu tuned problem keys\n", key.c_str(), count);
-  } else if (c.db_verify->parsed()) {
-    const tuning_db::VerifyReport report = db.verify();
-    for (const std::string& problem : report.problems) std::printf("%s\n", problem.c_str());
-    if (!report.ok())
-      throw Error(db.path().string() + ": verify found " + std::to_string(report.problems.size()) + " problem(s)");
-    std::printf("%s: ok (schema %d)\n", db.path().c_str(), db.schema_version());
-  } else if (c.db_merge->parsed()) {
-    const tuning_db::MergeReport r = db.merge_from(o.merge_from);
-    std::printf("merged %s: %lld measurements, %lld problems, %lld variants, %lld devices added\n",
-                o.merge_from.c_str(), static_cast<long long>(r.measurements), static_cast<long long>(r.problems),
-                static_cast<long long>(r.variants), static_cast<long long>(r.devices));
+  // One function per subcommand (smaller functions also keep clang-tidy 16 from crashing).
+  const std::pair<CLI::App*, void (*)(tuning_db::TuningDb&, const DbCommandOptions&)> handlers[] = {
+      {c.db_best, &db_best},     {c.db_devices, &db_devices},   {c.db_verify, &db_verify}, {c.db_export, &db_export},
+      {c.db_import, &db_import}, {c.db_problems, &db_problems}, {c.db_show, &db_show},     {c.db_prune, &db_prune},
+      {c.db_merge, &db_merge},   {c.db_report, &db_report},
+  };
+  for (const auto& [command, handler] : handlers) {
+    if (command->parsed()) handler(db, o);
   }
 }
 

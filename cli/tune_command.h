@@ -18,11 +18,19 @@ struct TuneCommandOptions {
   int warmup = 1;
   int repetitions = 5;
   bool quiet = false;
+  std::string isolate = "auto";  // auto (cuda: yes, emu: no), yes, no
+  double time_limit = 300;       // seconds per isolated candidate
+  std::string self;              // the attune binary, for workers
 };
 
 struct DbCommandOptions {
   std::string db_path;
   std::string merge_from;
+  std::string format = "csv";
+  std::string out_path;  // empty: stdout
+  std::string import_path;
+  std::string variant;
+  std::string html_path;  // db report --html
 };
 
 struct TuneCommands {
@@ -31,6 +39,12 @@ struct TuneCommands {
   CLI::App* db_devices = nullptr;
   CLI::App* db_verify = nullptr;
   CLI::App* db_merge = nullptr;
+  CLI::App* db_export = nullptr;
+  CLI::App* db_import = nullptr;
+  CLI::App* db_problems = nullptr;
+  CLI::App* db_show = nullptr;
+  CLI::App* db_prune = nullptr;
+  CLI::App* db_report = nullptr;
 };
 
 TuneCommands add_tune_commands(CLI::App& app, TuneCommandOptions& tune, DbCommandOptions& db);

@@ -14,6 +14,7 @@ packages=(
   libclang-16-dev libclang-cpp16-dev llvm-16-dev clang-16
   clang-format clang-tidy-16
   python3-numpy
+  chromium
 )
 
 missing=()

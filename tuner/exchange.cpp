@@ -84,7 +84,8 @@ void export_csv(const tuning_db::TuningDb& db, std::ostream& out) {
   out << '\n';
   for (const tuning_db::MeasurementRow& m : rows) {
     first = true;
-    for (const auto& [name, value] : to_json(m).items()) {
+    const json row = to_json(m);  // items() must not outlive the object it walks
+    for (const auto& [name, value] : row.items()) {
       out << (first ? "" : ",") << csv_field(value);
       first = false;
     }
@@ -104,8 +105,8 @@ std::size_t import_json(tuning_db::TuningDb& db, std::istream& in) {
                           "\" (what attune db export --format json writes)");
   }
   if (document.value("version", 0) != kFormatVersion) {
-    throw InvalidArgument("import: format version " + document.value("version", json(nullptr)).dump() +
-                          "; expected " + std::to_string(kFormatVersion));
+    throw InvalidArgument("import: format version " + document.value("version", json(nullptr)).dump() + "; expected " +
+                          std::to_string(kFormatVersion));
   }
   std::size_t added = 0;
   std::size_t index = 0;
@@ -117,20 +118,20 @@ std::size_t import_json(tuning_db::TuningDb& db, std::istream& in) {
       const tuning_db::TemplateRowId tmpl =
           db.upsert_template(e.at("kernel").get<std::string>(), e.at("template_hash").get<std::string>());
       const tuning_db::VariantRowId variant = db.upsert_variant(tmpl, e.at("variant").get<std::string>());
-      const tuning_db::ProblemRowId problem = db.upsert_problem(
-          {.key = {.op = e.at("op").get<std::string>(),
-                   .dtype = e.at("dtype").get<std::string>(),
-                   .head_dim_k = e.at("head_dim_k").get<int>(),
-                   .head_dim_v = e.at("head_dim_v").get<int>(),
-                   .mask = e.at("mask").get<std::string>(),
-                   .seqlen_q_log2 = e.at("seqlen_q_log2").get<int>(),
-                   .seqlen_k_log2 = e.at("seqlen_k_log2").get<int>(),
-                   .batch_heads_log2 = e.at("batch_heads_log2").get<int>()},
-           .seqlen_q = e.at("seqlen_q").get<std::int64_t>(),
-           .seqlen_k = e.at("seqlen_k").get<std::int64_t>(),
-           .batch = e.at("batch").get<std::int64_t>(),
-           .heads_q = e.at("heads_q").get<std::int64_t>(),
-           .heads_kv = e.at("heads_kv").get<std::int64_t>()});
+      const tuning_db::ProblemRowId problem =
+          db.upsert_problem({.key = {.op = e.at("op").get<std::string>(),
+                                     .dtype = e.at("dtype").get<std::string>(),
+                                     .head_dim_k = e.at("head_dim_k").get<int>(),
+                                     .head_dim_v = e.at("head_dim_v").get<int>(),
+                                     .mask = e.at("mask").get<std::string>(),
+                                     .seqlen_q_log2 = e.at("seqlen_q_log2").get<int>(),
+                                     .seqlen_k_log2 = e.at("seqlen_k_log2").get<int>(),
+                                     .batch_heads_log2 = e.at("batch_heads_log2").get<int>()},
+                             .seqlen_q = e.at("seqlen_q").get<std::int64_t>(),
+                             .seqlen_k = e.at("seqlen_k").get<std::int64_t>(),
+                             .batch = e.at("batch").get<std::int64_t>(),
+                             .heads_q = e.at("heads_q").get<std::int64_t>(),
+                             .heads_kv = e.at("heads_kv").get<std::int64_t>()});
       const bool inserted = db.record_measurement(
           {.device = device,
            .problem = problem,

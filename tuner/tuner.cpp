@@ -118,6 +118,30 @@ Timing time_variant(Runtime& runtime, const Variant& variant, const AttentionPro
 
 }  // namespace
 
+Measurement measure(Runtime& runtime, const Task& task, const TuneOptions& options) {
+  Measurement m;
+  try {
+    double max_error = 0;
+    std::string why;
+    m.ok = passes_gate(runtime, task.variant, task.problem, &max_error, &why);
+    m.max_error = max_error;
+    if (!m.ok) {
+      m.error = "wrong result: " + why;
+      return m;
+    }
+    const Timing t = time_variant(runtime, task.variant, task.problem, options);
+    m.median_ms = t.median_ms;
+    m.spread_ms = t.spread_ms;
+    m.tflops = forward_flops(task.problem) / (t.median_ms * 1e-3) / 1e12;
+  } catch (const Error& e) {
+    // A variant that cannot run (or that the emulator finds a bug in) is a
+    // failed measurement: recorded, never best, and the sweep goes on.
+    m.ok = false;
+    m.error = e.what();
+  }
+  return m;
+}
+
 tuning_db::ProblemRecord problem_record(const AttentionProblem& p) {
   const ProblemKey key = problem_key(Op::kForward, p);
   return {.key = {.op = std::string(to_string(key.op)),
@@ -159,23 +183,13 @@ TuneSummary run_sweep(const std::vector<Task>& tasks, Runtime& runtime, tuning_d
                                      .variant = variant,
                                      .nvrtc_version = nvrtc_version(),
                                      .attune_version = kAttuneVersion};
-      try {
-        double max_error = 0;
-        std::string why;
-        m.ok = passes_gate(runtime, task.variant, task.problem, &max_error, &why);
-        m.max_error = max_error;
-        if (m.ok) {
-          const Timing t = time_variant(runtime, task.variant, task.problem, options);
-          m.median_ms = t.median_ms;
-          m.spread_ms = t.spread_ms;
-          m.repetitions = options.repetitions;
-          m.tflops = forward_flops(task.problem) / (t.median_ms * 1e-3) / 1e12;
-        }
-      } catch (const Error&) {
-        // A variant that cannot run (or that the emulator finds a bug in) is a
-        // failed measurement: recorded, never best, and the sweep goes on.
-        m.ok = false;
-      }
+      const Measurement result = options.isolate ? measure_in_worker(task, options) : measure(runtime, task, options);
+      m.ok = result.ok;
+      m.max_error = result.max_error;
+      m.median_ms = result.median_ms;
+      m.spread_ms = result.spread_ms;
+      m.tflops = result.tflops;
+      m.repetitions = result.ok ? options.repetitions : 0;
       db.record_measurement(m);
       if (m.ok) {
         ++summary.measured;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -24,11 +25,46 @@ struct Progress {
   std::string current;  // the task being measured
 };
 
+// How candidates run when isolated: each in a fresh process (`attune
+// tune-worker`, started by exec so no CUDA state crosses a fork) with a time
+// limit. A candidate that crashes, hangs or poisons its CUDA context fails
+// alone; the next one gets a new process.
+struct WorkerOptions {
+  std::string executable;  // the attune binary
+  double time_limit_seconds = 300;
+  std::string backend = "cuda";
+  int device = 0;
+};
+
 struct TuneOptions {
   int warmup = 1;
   int repetitions = 5;
   std::function<void(const Progress&)> on_progress;  // after every task
+  std::optional<WorkerOptions> isolate;              // unset: measure in this process
 };
+
+// One candidate's outcome.
+struct Measurement {
+  bool ok = false;  // passed the correctness gate and was timed
+  std::optional<double> max_error;
+  std::optional<double> median_ms;
+  std::optional<double> spread_ms;
+  std::optional<double> tflops;
+  std::string error;  // why it failed
+};
+
+// The gate on a small instance, then timing; in this process.
+Measurement measure(Runtime& runtime, const Task& task, const TuneOptions& options);
+
+// The worker protocol: the arguments after `attune tune-worker` that
+// describe a task, the task they describe, and the one result line.
+std::vector<std::string> worker_arguments(const Task& task, const TuneOptions& options, const WorkerOptions& worker);
+std::string format_result(const Measurement& m);
+std::optional<Measurement> parse_result(const std::string& line);
+
+// Runs measure() in a worker process; crashes, hangs and missing results
+// become failed measurements with the reason.
+Measurement measure_in_worker(const Task& task, const TuneOptions& options);
 
 struct TuneSummary {
   std::size_t measured = 0;

@@ -475,11 +475,10 @@ std::vector<MeasurementRow> TuningDb::measurements(const std::string& device_key
   State& s = use();
   std::lock_guard lock(s.mutex);
   sqlite::Statement query(
-      s.conn,
-      std::string(kMeasurementSelect) +
-          "WHERE d.key = ?1 AND p.op = ?2 AND p.dtype = ?3 AND p.head_dim_k = ?4 AND p.head_dim_v = ?5 AND "
-          "p.mask = ?6 AND p.seqlen_q_log2 = ?7 AND p.seqlen_k_log2 = ?8 AND p.batch_heads_log2 = ?9 "
-          "ORDER BY m.ok DESC, m.median_ms IS NULL, m.median_ms, m.id");
+      s.conn, std::string(kMeasurementSelect) +
+                  "WHERE d.key = ?1 AND p.op = ?2 AND p.dtype = ?3 AND p.head_dim_k = ?4 AND p.head_dim_v = ?5 AND "
+                  "p.mask = ?6 AND p.seqlen_q_log2 = ?7 AND p.seqlen_k_log2 = ?8 AND p.batch_heads_log2 = ?9 "
+                  "ORDER BY m.ok DESC, m.median_ms IS NULL, m.median_ms, m.id");
   query.bind(device_key, key.op, key.dtype, key.head_dim_k, key.head_dim_v, key.mask, key.seqlen_q_log2,
              key.seqlen_k_log2, key.batch_heads_log2);
   std::vector<MeasurementRow> rows;

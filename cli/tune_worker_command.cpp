@@ -1,0 +1,50 @@
+#include "cli/tune_worker_command.h"
+
+#include <cstdio>
+
+#include "cli/problem_flags.h"
+#include "core/error.h"
+#include "tuner/tuner.h"
+
+namespace attune::cli {
+
+CLI::App* add_tune_worker_command(CLI::App& app, TuneWorkerOptions& o) {
+  CLI::App* cmd = app.add_subcommand("tune-worker", "");  // empty description: hidden
+  cmd->group("");
+  cmd->add_option("--backend", o.backend);
+  cmd->add_option("--device", o.device);
+  cmd->add_option("--variant", o.variant)->required();
+  cmd->add_option("--dtype", o.dtype);
+  cmd->add_option("--mask", o.mask);
+  cmd->add_option("--batch", o.batch);
+  cmd->add_option("--seqlen", o.seqlen)->required();
+  cmd->add_option("--heads", o.heads);
+  cmd->add_option("--dk", o.dk)->required();
+  cmd->add_option("--dv", o.dv)->required();
+  cmd->add_option("--warmup", o.warmup);
+  cmd->add_option("--repetitions", o.repetitions);
+  return cmd;
+}
+
+void run_tune_worker(const TuneWorkerOptions& o) {
+  tuner::Measurement result;
+  try {
+    const auto backend = parse_backend(o.backend);
+    if (!backend) bad_flag("--backend", o.backend, "cuda or emu");
+    Mask mask = Mask::none();
+    if (o.mask == "causal-bottom-right") mask = Mask::causal_bottom_right();
+    if (o.mask == "causal-top-left") mask = Mask::causal_top_left();
+    const std::vector<std::int64_t> shape_q = {o.batch, o.seqlen, o.heads, o.dk};
+    const std::vector<std::int64_t> shape_v = {o.batch, o.seqlen, o.heads, o.dv};
+    const tuner::Task task{make_problem(shape_q, shape_q, shape_v, {.dtype = parse_dtype_flag(o.dtype), .mask = mask}),
+                           parse_variant_id(o.variant)};
+    Runtime runtime({.backend = *backend, .device = o.device});
+    result = tuner::measure(runtime, task, {.warmup = o.warmup, .repetitions = o.repetitions});
+  } catch (const Error& e) {
+    result.ok = false;
+    result.error = e.what();
+  }
+  std::printf("%s\n", tuner::format_result(result).c_str());
+}
+
+}  // namespace attune::cli

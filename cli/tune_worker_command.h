@@ -1,0 +1,21 @@
+// `attune tune-worker`: measures one candidate and prints one result line.
+// Started by `attune tune --isolate`, never by hand (hidden from --help).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+namespace attune::cli {
+
+struct TuneWorkerOptions {
+  std::string backend = "cuda";
+  int device = 0;
+  std::string variant, dtype = "bf16", mask = "none";
+  long long batch = 1, seqlen = 0, heads = 1, dk = 0, dv = 0;
+  int warmup = 1, repetitions = 5;
+};
+
+CLI::App* add_tune_worker_command(CLI::App& app, TuneWorkerOptions& options);
+void run_tune_worker(const TuneWorkerOptions& options);
+
+}  // namespace attune::cli

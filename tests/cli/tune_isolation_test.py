@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+"""`attune tune --isolate yes`: a candidate whose worker crashes or hangs is
+recorded as failed, never becomes best, and the sweep goes on. Faults are
+injected with a wrapper (ATTUNE_TUNE_WORKER) that crashes for variants with
+`.st1` and hangs for `.st3`, and runs the real worker otherwise. Also:
+export to JSON and import into a fresh database round-trips.
+
+Usage: tune_isolation_test.py PATH_TO_ATTUNE
+"""
+import json
+import os
+import sqlite3
+import subprocess
+import sys
+import tempfile
+
+WRAPPER = """#!/bin/bash
+for a in "$@"; do
+  case "$a" in
+    *.st1) kill -SEGV $$ ;;
+    *.st3) sleep 1000 ;;
+  esac
+done
+exec "%s" "$@"
+"""
+
+
+def main():
+    attune = os.path.abspath(sys.argv[1])
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="attune_isolation_") as tmp:
+        wrapper = os.path.join(tmp, "worker.sh")
+        with open(wrapper, "w") as f:
+            f.write(WRAPPER % attune)
+        os.chmod(wrapper, 0o755)
+        db = os.path.join(tmp, "t.db")
+        env = dict(os.environ, ATTUNE_TUNE_WORKER=wrapper)
+        run = subprocess.run([attune, "tune", "--backend", "emu", "--db", db, "--head-dims", "32", "--seqlens", "48",
+                              "--max-variants", "8", "--repetitions", "1", "--isolate", "yes", "--time-limit", "3",
+                              "--quiet"], env=env, capture_output=True, text=True, timeout=120)
+        print(run.stdout.strip())
+        if run.returncode != 0:
+            failures.append("tune exited %d: %s" % (run.returncode, run.stderr.strip()[-300:]))
+        con = sqlite3.connect(db)
+        rows = con.execute("select v.variant_id, m.ok from measurements m join variants v on v.id = m.variant").fetchall()
+        best = {r[0] for r in con.execute("select v.variant_id from best b join variants v on v.id = b.variant")}
+        con.close()
+        faulty = [v for v, ok in rows if v.endswith((".st1", ".st3"))]
+        if not any(v.endswith(".st1") for v in faulty) or not any(v.endswith(".st3") for v in faulty):
+            failures.append("the sweep did not include both a crashing and a hanging candidate: %s" % rows)
+        for variant, ok in rows:
+            should_fail = variant.endswith((".st1", ".st3"))
+            if bool(ok) == should_fail:
+                failures.append("%s recorded ok=%d" % (variant, ok))
+        if best & set(faulty):
+            failures.append("a failed candidate became best: %s" % (best & set(faulty)))
+        if not any(ok for _, ok in rows):
+            failures.append("no candidate was measured")
+
+        exported = os.path.join(tmp, "e.json")
+        subprocess.run([attune, "db", "--db", db, "export", "--format", "json", "--out", exported], check=True)
+        copy = os.path.join(tmp, "copy.db")
+        imported = subprocess.run([attune, "db", "--db", copy, "import", exported], capture_output=True, text=True)
+        again = subprocess.run([attune, "db", "--db", copy, "import", exported], capture_output=True, text=True)
+        best_a = subprocess.run([attune, "db", "--db", db, "best"], capture_output=True, text=True).stdout
+        best_b = subprocess.run([attune, "db", "--db", copy, "best"], capture_output=True, text=True).stdout
+        n = len(json.load(open(exported))["measurements"])
+        if "imported %d new" % n not in imported.stdout or "imported 0 new" not in again.stdout or best_a != best_b:
+            failures.append("export/import round trip: %s / %s / best equal: %s" % (
+                imported.stdout.strip(), again.stdout.strip(), best_a == best_b))
+    for f in failures:
+        print("FAIL", f)
+    print("%d passed, %d failed" % (0 if failures else 1, 1 if failures else 0))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

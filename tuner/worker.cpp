@@ -1,0 +1,183 @@
+// Candidates in worker processes: the protocol (arguments, one result line)
+// and the supervisor that spawns a worker, enforces the time limit, and turns
+// crashes and hangs into failed measurements.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstring>
+#include <sstream>
+
+#include "core/error.h"
+#include "tuner/tuner.h"
+
+extern char** environ;  // NOLINT(readability-redundant-declaration): not declared by every libc header set
+
+namespace attune::tuner {
+
+namespace {
+
+constexpr const char* kResultTag = "attune-result";
+
+std::string number(const std::optional<double>& value) {
+  if (!value) return "-";
+  std::ostringstream out;
+  out.precision(17);
+  out << *value;
+  return out.str();
+}
+
+std::optional<double> read_number(const std::string& text) {
+  if (text == "-") return std::nullopt;
+  return std::stod(text);
+}
+
+}  // namespace
+
+std::vector<std::string> worker_arguments(const Task& task, const TuneOptions& options, const WorkerOptions& worker) {
+  const AttentionProblem& p = task.problem;
+  return {"tune-worker",
+          "--backend",
+          worker.backend,
+          "--device",
+          std::to_string(worker.device),
+          "--variant",
+          task.variant.id(),
+          "--dtype",
+          std::string(to_string(p.dtype)),
+          "--batch",
+          std::to_string(p.batch),
+          "--seqlen",
+          std::to_string(p.seqlen_q),
+          "--heads",
+          std::to_string(p.heads_q),
+          "--dk",
+          std::to_string(p.head_dim_k),
+          "--dv",
+          std::to_string(p.head_dim_v),
+          "--mask",
+          std::string(to_string(p.mask.kind)),
+          "--warmup",
+          std::to_string(options.warmup),
+          "--repetitions",
+          std::to_string(options.repetitions)};
+}
+
+std::string format_result(const Measurement& m) {
+  std::string error = m.error;
+  for (char& c : error) c = c == '\n' ? ' ' : c;  // one line
+  return std::string(kResultTag) + " ok=" + (m.ok ? "1" : "0") + " max_error=" + number(m.max_error) +
+         " median_ms=" + number(m.median_ms) + " spread_ms=" + number(m.spread_ms) + " tflops=" + number(m.tflops) +
+         " error=" + error;
+}
+
+std::optional<Measurement> parse_result(const std::string& line) {
+  if (line.rfind(kResultTag, 0) != 0) return std::nullopt;
+  Measurement m;
+  std::istringstream in(line.substr(std::strlen(kResultTag)));
+  std::string field;
+  try {
+    while (in >> field) {
+      const auto eq = field.find('=');
+      if (eq == std::string::npos) return std::nullopt;
+      const std::string name = field.substr(0, eq);
+      const std::string value = field.substr(eq + 1);
+      if (name == "ok") m.ok = value == "1";
+      if (name == "max_error") m.max_error = read_number(value);
+      if (name == "median_ms") m.median_ms = read_number(value);
+      if (name == "spread_ms") m.spread_ms = read_number(value);
+      if (name == "tflops") m.tflops = read_number(value);
+      if (name == "error") {
+        std::string rest;
+        std::getline(in, rest);
+        m.error = value + rest;
+        break;
+      }
+    }
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+  if (m.ok && !m.median_ms) return std::nullopt;
+  return m;
+}
+
+Measurement measure_in_worker(const Task& task, const TuneOptions& options) {
+  if (!options.isolate) throw Error("measure_in_worker: no worker options");
+  const WorkerOptions& worker = *options.isolate;
+  std::vector<std::string> args = worker_arguments(task, options, worker);
+  args.insert(args.begin(), worker.executable);
+  std::vector<char*> argv;
+  argv.reserve(args.size() + 1);
+  for (std::string& a : args) argv.push_back(a.data());
+  argv.push_back(nullptr);
+
+  int out[2];
+  if (pipe2(out, O_CLOEXEC) != 0) throw Error(std::string("tune: cannot create a pipe: ") + std::strerror(errno));
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_adddup2(&actions, out[1], STDOUT_FILENO);
+  // Its own process group, so a timeout stops whatever the worker started too.
+  posix_spawnattr_t attributes;
+  posix_spawnattr_init(&attributes);
+  posix_spawnattr_setflags(&attributes, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attributes, 0);
+  pid_t pid = 0;
+  const int spawned = posix_spawn(&pid, worker.executable.c_str(), &actions, &attributes, argv.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attributes);
+  close(out[1]);
+  Measurement failed;
+  if (spawned != 0) {
+    close(out[0]);
+    failed.error = "cannot start the worker " + worker.executable + ": " + std::strerror(spawned);
+    return failed;
+  }
+
+  // Read the result line until the time limit; then stop the worker.
+  std::string output;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::duration<double>(worker.time_limit_seconds);
+  bool timed_out = false;
+  for (;;) {
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+    if (left.count() <= 0) {
+      timed_out = true;
+      break;
+    }
+    pollfd fd{out[0], POLLIN, 0};
+    const int ready = poll(&fd, 1, static_cast<int>(std::min<long long>(left.count(), 1000)));
+    if (ready < 0 && errno != EINTR) break;
+    if (ready <= 0) continue;
+    char buffer[4096];
+    const ssize_t n = read(out[0], buffer, sizeof(buffer));
+    if (n <= 0) break;  // the worker closed its output
+    output.append(buffer, static_cast<std::size_t>(n));
+  }
+  close(out[0]);
+  if (timed_out) kill(-pid, SIGKILL);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  if (timed_out) {
+    failed.error = "no result within the time limit of " + std::to_string(worker.time_limit_seconds) + " s";
+    return failed;
+  }
+  kill(-pid, SIGKILL);  // nothing the worker started outlives it
+  if (WIFSIGNALED(status)) {
+    failed.error = std::string("worker crashed: ") + strsignal(WTERMSIG(status));
+    return failed;
+  }
+  std::istringstream lines(output);
+  std::string line;
+  while (std::getline(lines, line)) {
+    if (auto result = parse_result(line)) return *result;
+  }
+  failed.error = "worker exited with status " + std::to_string(WEXITSTATUS(status)) + " and no result";
+  return failed;
+}
+
+}  // namespace attune::tuner
