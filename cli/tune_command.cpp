@@ -12,6 +12,7 @@
 
 #include "cli/problem_flags.h"
 #include "core/error.h"
+#include "runtime/kernel_cache.h"
 #include "tuner/exchange.h"
 #include "tuner/report.h"
 #include "tuner/tuner.h"
@@ -117,6 +118,11 @@ void run_tune(const TuneCommandOptions& o) {
   const std::vector<tuner::Task> tasks = tuner::plan(spec, runtime.arch(), tuner::parse_shard(o.shard));
   std::fprintf(stderr, "attune tune: %zu tasks on %s (%s), database %s\n", tasks.size(), runtime.device_name().c_str(),
                runtime.device_key().c_str(), db.path().c_str());
+  if (*backend == Backend::kCuda) {
+    // Compile the whole sweep in parallel first; the timed runs load from the cache.
+    std::fprintf(stderr, "attune tune: compiling the sweep's variants for %s\n", runtime.arch().name.c_str());
+    tuner::precompile(tasks, runtime.arch().name, KernelCache::default_directory(), 0);
+  }
   tuner::TuneOptions options{.warmup = o.warmup, .repetitions = o.repetitions};
   if (o.isolate != "auto" && o.isolate != "yes" && o.isolate != "no")
     bad_flag("--isolate", o.isolate, "auto, yes or no");

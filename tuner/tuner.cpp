@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "reference/accuracy.h"
+#include "runtime/compiler_service.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/problem_key.h"
@@ -140,6 +141,18 @@ Measurement measure(Runtime& runtime, const Task& task, const TuneOptions& optio
     m.error = e.what();
   }
   return m;
+}
+
+std::size_t precompile(const std::vector<Task>& tasks, const std::string& arch,
+                       const std::filesystem::path& cache_directory, unsigned threads) {
+  KernelCache cache({.directory = cache_directory});
+  CompilerService service(&cache, threads);
+  std::vector<std::shared_future<CompilerService::Result>> pending;
+  pending.reserve(tasks.size());
+  for (const Task& task : tasks) pending.push_back(service.compile({task.variant, task.problem.dtype, arch}));
+  std::size_t failed = 0;
+  for (const auto& result : pending) failed += result.get()->ok ? 0 : 1;  // shared compiles count per task
+  return failed;
 }
 
 tuning_db::ProblemRecord problem_record(const AttentionProblem& p) {

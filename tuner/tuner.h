@@ -5,6 +5,7 @@
 // kill -9) resumes where it stopped, with nothing lost or measured twice.
 #pragma once
 
+#include <filesystem>
 #include <functional>
 #include <optional>
 #include <string>
@@ -71,6 +72,13 @@ struct TuneSummary {
   std::size_t failed = 0;   // wrong results or errors: recorded, never best
   std::size_t skipped = 0;  // measured before
 };
+
+// Compiles every (variant, dtype) of the sweep for `arch` with the compiler
+// service (in parallel, into the kernel cache at `cache_directory`), so that
+// the timed runs, and their worker processes, load binaries from the cache.
+// Returns how many failed to compile (they fail again, as measurements).
+std::size_t precompile(const std::vector<Task>& tasks, const std::string& arch,
+                       const std::filesystem::path& cache_directory, unsigned threads);
 
 TuneSummary run_sweep(const std::vector<Task>& tasks, Runtime& runtime, tuning_db::TuningDb& db,
                       const TuneOptions& options);

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`attune tune` killed with SIGKILL at random moments, then resumed: no
-measurement lost, none taken twice, and the database verifies.
+measurement lost, none taken twice, and the database verifies. Then two
+tuners (two shards) writing one database at once: nothing lost.
 
 Usage: tune_resume_test.py PATH_TO_ATTUNE
 """
@@ -46,7 +47,20 @@ def main():
                 "ok" if ok else "FAIL", round_, kills, rows, expected, distinct, done.stdout.strip(),
                 verify.stdout.strip() or verify.stderr.strip()))
             failures += 0 if ok else 1
-    print("%d passed, %d failed" % (3 - failures, failures))
+        # Two tuners writing one database at once (two shards): nothing lost.
+        db = os.path.join(tmp, "shared.db")
+        procs = [subprocess.Popen([attune, "tune", "--db", db, "--shard", "%d/2" % k] + SWEEP,
+                                  stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True) for k in range(2)]
+        outputs = [p.communicate(timeout=600)[0].strip() for p in procs]
+        con = sqlite3.connect(db)
+        rows = con.execute("select count(*) from measurements").fetchone()[0]
+        con.close()
+        verify = subprocess.run([attune, "db", "--db", db, "verify"], capture_output=True, text=True)
+        ok = all(p.returncode == 0 for p in procs) and rows == 2 * 3 * 5 and verify.returncode == 0
+        print("%s two concurrent tuners: %d measurements (expected %d); %s" % (
+            "ok" if ok else "FAIL", rows, 2 * 3 * 5, " | ".join(outputs)))
+        failures += 0 if ok else 1
+    print("%d passed, %d failed" % (4 - failures, failures))
     return 1 if failures else 0
 
 

@@ -10,6 +10,7 @@
 #include <set>
 
 #include "core/error.h"
+#include "runtime/kernel_cache.h"
 #include "tuner/tuner.h"
 
 namespace attune::tuner {
@@ -130,6 +131,20 @@ TEST(TunerTest, SweepOnTheEmulatorRecordsEachTaskOnce) {
     EXPECT_TRUE(db.verify().ok());
   }
   fs::remove(db_path);
+}
+
+TEST(TunerTest, PrecompileFillsTheKernelCacheInParallel) {
+  const fs::path dir = fs::temp_directory_path() / ("attune_precompile_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  SweepSpec spec;
+  set_axis(spec, "head_dims", "64");
+  set_axis(spec, "masks", "none,causal");  // the same variants twice: compiled once
+  spec.max_variants = 3;
+  const std::vector<Task> tasks = plan(spec, require_arch("sm_90a"));
+  ASSERT_EQ(tasks.size(), 6U);
+  EXPECT_EQ(precompile(tasks, "sm_90a", dir, 2), 0U);
+  EXPECT_EQ(KernelCache({.directory = dir}).disk_entries(), 3U);
+  fs::remove_all(dir);
 }
 
 }  // namespace
