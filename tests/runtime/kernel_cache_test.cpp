@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "tests/support/env_guard.h"
 
 namespace attune {
 namespace {
@@ -583,32 +584,7 @@ TEST(KernelCacheTest, RemovesStaleTemporaryFilesOnly) {
   EXPECT_EQ(cache.disk_bytes(), fs::file_size(dir / make_key("A").digest()));
 }
 
-// Sets or unsets variables for one test and restores them afterwards.
-class EnvGuard {
- public:
-  explicit EnvGuard(std::vector<std::string> names) : names_(std::move(names)) {
-    for (const std::string& name : names_) {
-      const char* value = std::getenv(name.c_str());
-      saved_.push_back(value != nullptr ? std::optional<std::string>(value) : std::nullopt);
-    }
-  }
-  ~EnvGuard() {
-    for (std::size_t i = 0; i < names_.size(); ++i) set(names_[i], saved_[i]);
-  }
-  EnvGuard(const EnvGuard&) = delete;
-  EnvGuard& operator=(const EnvGuard&) = delete;
-  static void set(const std::string& name, const std::optional<std::string>& value) {
-    if (value) {
-      ::setenv(name.c_str(), value->c_str(), 1);
-    } else {
-      ::unsetenv(name.c_str());
-    }
-  }
-
- private:
-  std::vector<std::string> names_;
-  std::vector<std::optional<std::string>> saved_;
-};
+using attune::testing::EnvGuard;
 
 TEST(KernelCacheTest, DefaultDirectoryFollowsTheEnvironment) {
   EnvGuard guard({"ATTUNE_CACHE_DIR", "XDG_CACHE_HOME", "HOME"});
