@@ -2,6 +2,8 @@
 
 #include <sqlite3.h>
 
+#include <chrono>
+#include <thread>
 #include <utility>
 
 #include "tuning_db/error.h"
@@ -61,6 +63,17 @@ void Connection::abandon() {
 void Connection::exec(const char* sql) {
   const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) fail(rc, std::string("running \"") + sql + "\"");
+}
+
+void Connection::exec_waiting(const char* sql) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(kBusyTimeoutMs);
+  for (;;) {
+    const int rc = sqlite3_exec(db_, sql, nullptr, nullptr, nullptr);
+    if (rc == SQLITE_OK) return;
+    const bool locked = (rc & 0xFF) == SQLITE_BUSY || (rc & 0xFF) == SQLITE_LOCKED;
+    if (!locked || std::chrono::steady_clock::now() >= deadline) fail(rc, std::string("running \"") + sql + "\"");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
 }
 
 void Connection::fail(int rc, std::string_view what) const {
@@ -168,7 +181,9 @@ std::optional<std::string> Statement::optional_text(int column) const {
   return text(column);
 }
 
-Transaction::Transaction(Connection& conn) : conn_(conn) { conn_.exec("BEGIN IMMEDIATE"); }
+Transaction::Transaction(Connection& conn, Kind kind) : conn_(conn) {
+  conn_.exec(kind == Kind::immediate ? "BEGIN IMMEDIATE" : "BEGIN");
+}
 
 Transaction::~Transaction() {
   // An I/O error or a full disk may already have rolled SQLite back.

@@ -43,6 +43,11 @@ class Connection {
   // Runs SQL text that binds no values: DDL and pragmas.
   void exec(const char* sql);
 
+  // exec, retried while another connection holds a lock, up to the busy
+  // timeout: for the statements SQLite's busy handler does not cover, such
+  // as switching the journal mode while another process creates the file.
+  void exec_waiting(const char* sql);
+
   // Throws DbError: the path, `what` was being done, and what SQLite found.
   [[noreturn]] void fail(int rc, std::string_view what) const;
 
@@ -144,7 +149,10 @@ class Statement {
 // Rolls back on destruction unless commit() was called.
 class Transaction {
  public:
-  explicit Transaction(Connection& conn);
+  // Immediate: takes the write lock at once (every write). Read: a deferred
+  // transaction that only reads, so several statements see one snapshot.
+  enum class Kind { immediate, read };
+  explicit Transaction(Connection& conn, Kind kind = Kind::immediate);
   ~Transaction();
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;

@@ -145,6 +145,14 @@ std::vector<BestRow> read_best(sqlite::Statement& query) {
 }
 
 // quick_check and the schema version; reads only.
+// The version and the tables it is compared with, read in one snapshot:
+// another process may be creating the schema between two separate reads.
+void check_schema_snapshot(sqlite::Connection& conn) {
+  sqlite::Transaction snapshot(conn, sqlite::Transaction::Kind::read);
+  check_schema_version(conn, read_schema_version(conn));
+  snapshot.commit();
+}
+
 void check_file(sqlite::Connection& conn) {
   {
     sqlite::Statement check(conn, "PRAGMA quick_check");
@@ -157,7 +165,7 @@ void check_file(sqlite::Connection& conn) {
                     "; expected \"ok\". The file was left untouched: move it aside or restore a backup");
     }
   }
-  check_schema_version(conn, read_schema_version(conn));
+  check_schema_snapshot(conn);
 }
 
 std::string env(const char* name) {
@@ -200,10 +208,11 @@ TuningDb TuningDb::open(const fs::path& path) {
   }
   auto state = std::make_unique<State>(path);
   sqlite::Connection& conn = state->conn;
-  check_schema_version(conn, read_schema_version(conn));  // it may have been replaced meanwhile
+  check_schema_snapshot(conn);  // it may have been replaced meanwhile
 
   {
-    sqlite::Statement wal(conn, "PRAGMA journal_mode = WAL");
+    conn.exec_waiting("PRAGMA journal_mode = WAL");
+    sqlite::Statement wal(conn, "PRAGMA journal_mode");
     const std::string mode = wal.step() ? wal.text(0) : std::string();
     if (mode != "wal") {
       throw DbError("tuning database " + path.string() + ": journal mode is \"" + mode +

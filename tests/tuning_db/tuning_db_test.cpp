@@ -4,6 +4,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <optional>
@@ -15,6 +16,7 @@
 #include "core/error.h"
 #include "test_support.h"
 #include "tests/support/env_guard.h"
+#include "tuning_db/schema.h"
 
 namespace attune::tuning_db {
 namespace {
@@ -449,6 +451,54 @@ TEST(TuningDbTest, TwoProcessesWritingAtOnceLoseNothing) {
   ASSERT_EQ(best.size(), 1u);
   EXPECT_EQ(best[0].variant_id, variant_name(0));
   EXPECT_TRUE(db.verify().ok());
+}
+
+// Creating a database is a write like any other: processes that find no
+// file and create it at the same moment must all end with one sound schema.
+TEST(TuningDbTest, ProcessesCreatingOneNewDatabaseAtOnceAllSucceed) {
+  constexpr int kRounds = 10;
+  constexpr int kProcesses = 6;
+  for (int round = 0; round < kRounds; ++round) {
+    TempDir dir;
+    const fs::path path = dir.path() / "sub" / "tuning.db";
+    int gate[2];
+    ASSERT_EQ(::pipe(gate), 0);
+    std::vector<pid_t> children;
+    for (int child = 0; child < kProcesses; ++child) {
+      const pid_t pid = ::fork();
+      ASSERT_GE(pid, 0);
+      if (pid == 0) {
+        ::close(gate[1]);
+        char byte = 0;
+        [[maybe_unused]] const ssize_t n = ::read(gate[0], &byte, 1);
+        int status = 0;
+        try {
+          TuningDb db = TuningDb::open(path);
+          const DeviceRowId device = db.upsert_device(h200());
+          const TemplateRowId tmpl = db.upsert_template("flash_fwd", "hash-a");
+          const ProblemRowId problem = db.upsert_problem(problem_record());
+          const VariantRowId variant = db.upsert_variant(tmpl, variant_name(child));
+          if (!db.record_measurement(measurement(device, problem, variant, 1.0 + child))) status = 2;
+        } catch (const std::exception& e) {
+          std::fprintf(stderr, "child %d: %s\n", child, e.what());
+          status = 3;
+        }
+        ::_exit(status);
+      }
+      children.push_back(pid);
+    }
+    ::close(gate[0]);
+    ::close(gate[1]);
+    for (const pid_t pid : children) {
+      int status = 0;
+      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+      ASSERT_TRUE(WIFEXITED(status));
+      EXPECT_EQ(WEXITSTATUS(status), 0) << "round " << round;
+    }
+    RawDb raw(path);
+    EXPECT_EQ(raw.scalar("SELECT count(*) FROM measurements"), kProcesses) << "round " << round;
+    EXPECT_EQ(raw.scalar("PRAGMA user_version"), kSchemaVersion);
+  }
 }
 
 TEST(TuningDbTest, UseAfterForkThrowsAndLeavesTheParentsConnectionAlone) {
