@@ -11,6 +11,7 @@
 #include "cli/tune_worker_command.h"
 #include "cli/variants_command.h"
 #include "core/error.h"
+#include "core/version.h"
 
 namespace {
 
@@ -25,6 +26,7 @@ std::string self_executable(const char* argv0) {
 
 int main(int argc, char** argv) {
   CLI::App app{"attune: autotuned FlashAttention-style kernels"};
+  app.set_version_flag("--version", attune::attune_version());
   app.require_subcommand(1);
   attune::cli::AttentionOptions attention;
   CLI::App* attention_cmd = attune::cli::add_attention_command(app, attention);
@@ -41,6 +43,8 @@ int main(int argc, char** argv) {
   tune.self = self_executable(argv[0]);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
   } catch (const CLI::CallForHelp& e) {
     return app.exit(e);
   } catch (const CLI::CallForAllHelp& e) {

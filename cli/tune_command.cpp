@@ -12,6 +12,7 @@
 
 #include "cli/problem_flags.h"
 #include "core/error.h"
+#include "core/version.h"
 #include "runtime/kernel_cache.h"
 #include "tuner/exchange.h"
 #include "tuner/report.h"
@@ -94,7 +95,13 @@ TuneCommands add_tune_commands(CLI::App& app, TuneCommandOptions& t, DbCommandOp
   c.db_problems = db->add_subcommand("problems", "The measured problem keys");
   c.db_show = db->add_subcommand("show", "Every measurement of one variant");
   c.db_show->add_option("variant", d.variant, "A variant id")->required();
-  c.db_prune = db->add_subcommand("prune", "Delete measurements of template versions other than this attune's");
+  c.db_prune = db->add_subcommand("prune",
+                                  "Delete measurements of stale template versions and of attune versions before "
+                                  "this one (or --keep-from)");
+  c.db_prune->add_option("--keep-from", d.keep_from,
+                         "Oldest attune version whose measurements are kept (default: this attune's version)");
+  c.db_prune->add_flag("--templates-only", d.templates_only, "Prune stale template versions only")
+      ->excludes("--keep-from");
   c.db_report = db->add_subcommand("report", "One self-contained HTML page: best variants, timings and gains, plotted");
   c.db_report->add_option("--html", d.html_path, "The page to write")->required();
   return c;
@@ -144,8 +151,13 @@ namespace {
 
 void db_best(tuning_db::TuningDb& db, const DbCommandOptions& /*options*/) {
   // Gain over the heuristic default, where the default was measured too.
+  const std::vector<tuning_db::BestRow> rows = db.best_all();
+  if (rows.empty()) {
+    std::printf("no tuned problems in %s: run 'attune tune' first\n", db.path().c_str());
+    return;
+  }
   std::printf("%-28s %-60s %-44s %10s %9s\n", "device", "problem key", "best variant", "ms", "gain");
-  for (const tuning_db::BestRow& row : db.best_all()) {
+  for (const tuning_db::BestRow& row : rows) {
     std::string gain = "-";
     if (const std::optional<double> g = tuner::gain_over_default(db, row)) {
       char text[32];
@@ -222,10 +234,22 @@ void db_show(tuning_db::TuningDb& db, const DbCommandOptions& o) {
   if (shown == 0) std::printf("no measurement of %s in %s\n", variant.id().c_str(), db.path().c_str());
 }
 
-void db_prune(tuning_db::TuningDb& db, const DbCommandOptions& /*options*/) {
+void db_prune(tuning_db::TuningDb& db, const DbCommandOptions& o) {
+  const std::string keep_from = o.keep_from.empty() ? attune_version() : o.keep_from;
+  if (!parse_version(keep_from)) bad_flag("--keep-from", keep_from, "an attune version such as 0.1.0");
   std::int64_t deleted = 0;
   for (const KernelSpec& k : kernel_specs()) deleted += db.prune_stale_templates(k.name, k.source_hash);
   std::printf("pruned %lld measurements of stale template versions\n", static_cast<long long>(deleted));
+  if (o.templates_only) return;
+  const tuning_db::VersionPruneReport r = db.prune_older_versions(keep_from);
+  std::string detail;
+  for (const auto& [version, count] : r.by_version) {
+    detail += (detail.empty() ? " (" : ", ") + (version.empty() ? std::string("no version") : version) + ": " +
+              std::to_string(count);
+  }
+  if (!detail.empty()) detail += ")";
+  std::printf("pruned %lld measurements of attune versions before %s%s\n", static_cast<long long>(r.measurements),
+              keep_from.c_str(), detail.c_str());
 }
 
 void db_merge(tuning_db::TuningDb& db, const DbCommandOptions& o) {

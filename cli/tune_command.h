@@ -30,7 +30,9 @@ struct DbCommandOptions {
   std::string out_path;  // empty: stdout
   std::string import_path;
   std::string variant;
-  std::string html_path;  // db report --html
+  std::string html_path;        // db report --html
+  std::string keep_from;        // db prune: oldest attune version kept (empty: this one)
+  bool templates_only = false;  // db prune: keep every attune version
 };
 
 struct TuneCommands {

@@ -8,8 +8,10 @@ namespace attune {
 
 void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant) {
   validate(problem, buffers);
-  if (variant.kernel->name != "flash_fwd") {
-    throw InvalidArgument("variant " + variant.id() + ": expected a flash_fwd variant for the forward operation");
+  // What matters is the parameter block the launch passes, not the name.
+  if (variant.kernel->params_type != "attune::FlashFwdParams") {
+    throw InvalidArgument("variant " + variant.id() + ": its kernel takes " + std::string(variant.kernel->params_type) +
+                          "; expected a forward kernel taking attune::FlashFwdParams (a flash_fwd variant)");
   }
   check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v),
                      {.name = "the emulator", .max_shared_bytes = 256 * 1024});

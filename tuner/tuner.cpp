@@ -5,6 +5,7 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/version.h"
 #include "reference/accuracy.h"
 #include "runtime/compiler_service.h"
 #include "runtime/cuda_driver.h"
@@ -14,8 +15,6 @@
 namespace attune::tuner {
 
 namespace {
-
-constexpr const char* kAttuneVersion = "0.1.0";
 
 std::vector<std::uint16_t> random_bits(std::int64_t count, DType dtype, std::mt19937& rng) {
   std::normal_distribution<float> normal(0.0F, 1.0F);
@@ -195,7 +194,7 @@ TuneSummary run_sweep(const std::vector<Task>& tasks, Runtime& runtime, tuning_d
                                      .problem = problem,
                                      .variant = variant,
                                      .nvrtc_version = nvrtc_version(),
-                                     .attune_version = kAttuneVersion};
+                                     .attune_version = attune_version()};
       const Measurement result = options.isolate ? measure_in_worker(task, options) : measure(runtime, task, options);
       m.ok = result.ok;
       m.max_error = result.max_error;

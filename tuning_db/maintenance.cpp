@@ -1,6 +1,10 @@
 #include "tuning_db/maintenance.h"
 
+#include <optional>
 #include <string>
+#include <utility>
+
+#include "core/version.h"
 
 #include "tuning_db/error.h"
 #include "tuning_db/schema.h"
@@ -245,6 +249,32 @@ std::int64_t prune_stale_templates(sqlite::Connection& conn, std::string_view ke
   recompute_best(conn);
   tx.commit();
   return deleted;
+}
+
+VersionPruneReport prune_older_versions(sqlite::Connection& conn, const std::vector<long>& oldest_kept) {
+  sqlite::Transaction tx(conn);
+  // Versions are few and their order is numeric, not textual: decide in C++.
+  std::vector<std::optional<std::string>> older;
+  {
+    sqlite::Statement versions(conn, "SELECT DISTINCT attune_version FROM measurements");
+    while (versions.step()) {
+      std::optional<std::string> version = versions.optional_text(0);
+      const auto parts = version ? parse_version(*version) : std::nullopt;
+      if (!parts || version_less(*parts, oldest_kept)) older.push_back(std::move(version));
+    }
+  }
+  VersionPruneReport report;
+  if (older.empty()) return report;
+  sqlite::Statement(conn, "DELETE FROM best").run();  // it refers to the measurements about to go
+  for (const std::optional<std::string>& version : older) {
+    sqlite::Statement remove(conn, "DELETE FROM measurements WHERE attune_version IS ?1");
+    remove.bind(version).run();
+    report.by_version[version.value_or("")] += conn.changes();
+    report.measurements += conn.changes();
+  }
+  recompute_best(conn);
+  tx.commit();
+  return report;
 }
 
 }  // namespace attune::tuning_db

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <filesystem>
 #include <string_view>
+#include <vector>
 
 #include "tuning_db/sqlite.h"
 #include "tuning_db/tuning_db.h"
@@ -23,5 +24,6 @@ ProblemKeyRecord read_key(const sqlite::Statement& row, int first);
 VerifyReport verify(sqlite::Connection& conn);
 MergeReport merge(sqlite::Connection& conn, const std::filesystem::path& other);
 std::int64_t prune_stale_templates(sqlite::Connection& conn, std::string_view kernel, std::string_view current_hash);
+VersionPruneReport prune_older_versions(sqlite::Connection& conn, const std::vector<long>& oldest_kept);
 
 }  // namespace attune::tuning_db

@@ -12,6 +12,7 @@
 #include <system_error>
 #include <utility>
 
+#include "core/version.h"
 #include "tuning_db/maintenance.h"
 #include "tuning_db/schema.h"
 #include "tuning_db/sqlite.h"
@@ -522,6 +523,17 @@ std::int64_t TuningDb::prune_stale_templates(std::string_view kernel, std::strin
   State& s = use();
   std::lock_guard lock(s.mutex);
   return tuning_db::prune_stale_templates(s.conn, kernel, current_hash);
+}
+
+VersionPruneReport TuningDb::prune_older_versions(std::string_view oldest_kept) {
+  const auto parts = parse_version(oldest_kept);
+  if (!parts) {
+    throw InvalidArgument("tuning database: attune version to keep from: got \"" + std::string(oldest_kept) +
+                          "\"; expected dotted numbers such as 0.1.0");
+  }
+  State& s = use();
+  std::lock_guard lock(s.mutex);
+  return tuning_db::prune_older_versions(s.conn, *parts);
 }
 
 }  // namespace attune::tuning_db

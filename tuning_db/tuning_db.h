@@ -28,6 +28,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -175,6 +176,13 @@ struct MergeReport {
   std::int64_t measurements = 0;
 };
 
+// What prune_older_versions() deleted: measurements per attune version
+// ("" for measurements that recorded none, or an unreadable one).
+struct VersionPruneReport {
+  std::int64_t measurements = 0;
+  std::map<std::string, std::int64_t> by_version;
+};
+
 class TuningDb {
  public:
   // Opens `path`, creating missing parent directories and the file. Checks
@@ -242,6 +250,12 @@ class TuningDb {
   // templates other than `current_hash` (they are stale), and recomputes
   // the best rows. Returns the number of measurements deleted.
   std::int64_t prune_stale_templates(std::string_view kernel, std::string_view current_hash);
+
+  // Deletes the measurements recorded by attune versions before `oldest_kept`
+  // (dotted numbers, compared component by component); a measurement with no
+  // readable version counts as older. Newer versions (merged from another
+  // machine) are kept. Recomputes the best rows.
+  VersionPruneReport prune_older_versions(std::string_view oldest_kept);
 
  private:
   struct State;

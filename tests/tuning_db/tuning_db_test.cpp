@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <map>
 #include <optional>
 #include <random>
 #include <regex>
@@ -676,6 +677,42 @@ TEST(TuningDbTest, PruningStaleTemplatesRecomputesBest) {
   EXPECT_EQ(raw.scalar("SELECT count(*) FROM variants"), 1);
   EXPECT_TRUE(s.db.verify().ok());
   EXPECT_EQ(s.db.prune_stale_templates("flash_fwd", "hash-b"), 0);
+}
+
+TEST(TuningDbTest, PruningOlderVersionsKeepsCurrentAndNewerAndRecomputesBest) {
+  TempDir dir;
+  const fs::path path = dir.path() / "tuning.db";
+  Seeded s(path, 6);
+  // Fastest first, so the best row has to move each time one is pruned.
+  const std::optional<std::string> versions[] = {"0.0.9", std::nullopt, "garbage", "0.9.5", "0.10.0", "0.1.0"};
+  for (std::size_t i = 0; i < std::size(versions); ++i) {
+    MeasurementRecord m = measurement(s.device, s.problem, s.variants[i], 1.0 + static_cast<double>(i));
+    m.attune_version = versions[i].value_or("");
+    ASSERT_TRUE(s.db.record_measurement(m));
+  }
+  RawDb raw(path);
+  raw.exec("UPDATE measurements SET attune_version = NULL WHERE attune_version = ''");  // as before schema 2
+
+  const VersionPruneReport report = s.db.prune_older_versions("0.10.0");
+  EXPECT_EQ(report.measurements, 5);
+  EXPECT_EQ(report.by_version,
+            (std::map<std::string, std::int64_t>{{"", 1}, {"0.0.9", 1}, {"0.1.0", 1}, {"0.9.5", 1}, {"garbage", 1}}));
+  const std::vector<BestRow> best = s.db.best_for_device(h200().key);
+  ASSERT_EQ(best.size(), 1u);
+  EXPECT_EQ(best[0].variant_id, variant_name(4));  // 0.10.0 is not older than 0.10.0, whatever text order says
+  EXPECT_TRUE(s.db.verify().ok());
+  EXPECT_EQ(s.db.prune_older_versions("0.10.0").measurements, 0);
+  EXPECT_EQ(s.db.prune_older_versions("0.2").measurements, 0);  // keeps newer ones
+
+  const std::string message = [&] {
+    try {
+      s.db.prune_older_versions("latest");
+    } catch (const InvalidArgument& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  }();
+  EXPECT_TRUE(contains(message, "got \"latest\"; expected dotted numbers")) << message;
 }
 
 }  // namespace

@@ -1,0 +1,94 @@
+// A planted wrong variant in a sweep: the forward kernel that attends to the
+// first key tile only (a copy made at configure time, see CMakeLists.txt).
+// It does a fraction of the work, so it would be the fastest candidate; the
+// correctness gate must record it as failed and it must never become best.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "flash_fwd_first_tile_only.cuh"
+#include "generator/kernel_registry.h"
+#include "generator/variants.h"
+#include "tuner/tuner.h"
+
+namespace attune::tuner {
+namespace {
+
+namespace fs = std::filesystem;
+
+// The one instantiation the planted kernel offers.
+constexpr int kPlantedValues[] = {32, 64, 32, 4, 1, 2};
+
+bool launch_planted(DType dtype, std::span<const int> values, emu::Emulator& emulator, const LaunchConfig& config,
+                    const void* params) {
+  if (dtype != DType::kBF16 || !std::equal(values.begin(), values.end(), std::begin(kPlantedValues))) return false;
+  emulator.launch(&flash_fwd_first_tile_only<32, 64, 32, 4, 1, 2, Bf16>, config,
+                  *static_cast<const FlashFwdParams*>(params));
+  return true;
+}
+
+// flash_fwd's description with the planted kernel behind it, under its own
+// name and hash so its rows cannot be mistaken for the real kernel's.
+KernelSpec planted_spec() {
+  KernelSpec spec = *find_kernel_spec("flash_fwd");
+  spec.name = "flash_fwd_first_tile_only";
+  spec.source_hash = "planted-wrong-variant";
+  spec.launch_on_emulator = &launch_planted;
+  return spec;
+}
+
+TEST(PlantedWrongVariantTest, TheGateRecordsItAsFailedAndItIsNeverBest) {
+  const fs::path db_path = fs::temp_directory_path() / ("attune_planted_" + std::to_string(::getpid()) + ".db");
+  fs::remove(db_path);
+  Runtime runtime({.backend = Backend::kEmu});
+  const KernelSpec planted = planted_spec();
+  // Keys span several 32-key tiles, so attending to the first one is wrong.
+  const AttentionProblem problem =
+      make_problem(std::vector<std::int64_t>{1, 96, 2, 32}, std::vector<std::int64_t>{1, 96, 2, 32},
+                   std::vector<std::int64_t>{1, 96, 2, 32}, {.dtype = DType::kBF16});
+  std::vector<Task> tasks;
+  tasks.push_back({problem, Variant{&planted, {std::begin(kPlantedValues), std::end(kPlantedValues)}}});
+  for (const Variant& v : enumerate_variants("fwd", DType::kBF16, 32, 32, runtime.arch())) {
+    if (tasks.size() == 3) break;
+    tasks.push_back({problem, v});
+  }
+  const std::string planted_id = tasks[0].variant.id();
+  ASSERT_EQ(planted_id.rfind("flash_fwd_first_tile_only/", 0), 0U) << planted_id;
+
+  // The planted kernel runs clean and fast; only its result is wrong.
+  const Measurement alone = measure(runtime, tasks[0], {.repetitions = 1});
+  EXPECT_FALSE(alone.ok);
+  EXPECT_EQ(alone.error.rfind("wrong result", 0), 0U) << alone.error;
+  ASSERT_TRUE(alone.max_error.has_value());
+  EXPECT_GT(*alone.max_error, 0.05);
+
+  {
+    tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path);
+    const TuneSummary summary = run_sweep(tasks, runtime, db, {.repetitions = 1});
+    EXPECT_EQ(summary.failed, 1U);
+    EXPECT_EQ(summary.measured, 2U);
+    std::size_t planted_rows = 0;
+    for (const tuning_db::MeasurementRow& row : db.all_measurements()) {
+      if (row.variant_id != planted_id) continue;
+      ++planted_rows;
+      EXPECT_FALSE(row.ok);
+      EXPECT_FALSE(row.median_ms.has_value());
+    }
+    EXPECT_EQ(planted_rows, 1U);
+    const auto best = db.best_for_device(kEmulatorDeviceKey);
+    ASSERT_EQ(best.size(), 1U);
+    EXPECT_NE(best[0].variant_id, planted_id);
+    EXPECT_EQ(best[0].kernel, "flash_fwd");
+    EXPECT_TRUE(db.verify().ok());
+  }
+  fs::remove(db_path);
+  fs::remove(fs::path(db_path.string() + "-wal"));
+  fs::remove(fs::path(db_path.string() + "-shm"));
+}
+
+}  // namespace
+}  // namespace attune::tuner
