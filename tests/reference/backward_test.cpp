@@ -1,0 +1,309 @@
+// The fp64 reference backward against central finite differences of the fp64
+// forward, on every mask kind, padding, packed variable length, GQA and
+// Dk != Dv; plus the exact zeros of empty rows and unseen keys.
+#include "reference/backward.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "reference/reference.h"
+
+namespace attune {
+namespace {
+
+std::size_t at(int64_t index) { return static_cast<std::size_t>(index); }
+
+int64_t o_size(const AttentionProblem& p) {
+  return (p.is_packed() ? 1 : p.batch) * p.seqlen_q * p.heads_q * p.head_dim_v;
+}
+
+// Q, K, V in the problem's layout and dO laid out like ReferenceOutput::o.
+struct Tensors {
+  std::vector<double> q, k, v, d_o;
+};
+
+Tensors random_tensors(const AttentionProblem& p, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<double> normal;
+  Tensors t{.q = std::vector<double>(at(q_extent(p))),
+            .k = std::vector<double>(at(k_extent(p))),
+            .v = std::vector<double>(at(v_extent(p))),
+            .d_o = std::vector<double>(at(o_size(p)))};
+  for (auto* x : {&t.q, &t.k, &t.v, &t.d_o}) {
+    for (double& e : *x) e = normal(rng);
+  }
+  return t;
+}
+
+ReferenceGradients backward(const AttentionProblem& p, const Tensors& t) {
+  return reference_backward(p, t.q.data(), t.k.data(), t.v.data(), t.d_o.data());
+}
+
+// The loss whose gradient reference_backward returns.
+double loss(const AttentionProblem& p, const Tensors& t) {
+  const ReferenceOutput out = reference_forward(p, t.q.data(), t.k.data(), t.v.data());
+  double sum = 0.0;
+  for (std::size_t i = 0; i < out.o.size(); ++i) sum += t.d_o[i] * out.o[i];
+  return sum;
+}
+
+constexpr double kStep = 1e-6;
+constexpr double kTolerance = 1e-6;  // absolute and relative
+
+// Elements of Q, K and V (contiguous problems only: element e of a tensor is
+// element e of its gradient) where the central difference of the loss and
+// the analytic gradient disagree.
+std::vector<std::string> finite_difference_mismatches(const AttentionProblem& p, Tensors t,
+                                                      const ReferenceGradients& g) {
+  std::vector<std::string> bad;
+  const std::pair<std::vector<double>*, const std::vector<double>*> pairs[] = {
+      {&t.q, &g.dq}, {&t.k, &g.dk}, {&t.v, &g.dv}};
+  const char* names[] = {"dq", "dk", "dv"};
+  for (int which = 0; which < 3; ++which) {
+    auto [x, grad] = pairs[which];
+    if (x->size() != grad->size()) {
+      bad.push_back(std::string(names[which]) + " has " + std::to_string(grad->size()) + " elements, expected " +
+                    std::to_string(x->size()));
+      continue;
+    }
+    for (std::size_t e = 0; e < x->size(); ++e) {
+      const double saved = (*x)[e];
+      (*x)[e] = saved + kStep;
+      const double up = loss(p, t);
+      (*x)[e] = saved - kStep;
+      const double down = loss(p, t);
+      (*x)[e] = saved;
+      const double numeric = (up - down) / (2 * kStep);
+      const double analytic = (*grad)[e];
+      if (!(std::abs(numeric - analytic) <= kTolerance * (1 + std::abs(numeric)))) {
+        bad.push_back(std::string(names[which]) + "[" + std::to_string(e) + "]: analytic " + std::to_string(analytic) +
+                      ", finite difference " + std::to_string(numeric));
+      }
+    }
+  }
+  return bad;
+}
+
+struct Case {
+  std::string name;
+  std::vector<int64_t> q_shape, k_shape, v_shape;
+  ProblemOptions options;
+};
+
+AttentionProblem problem_of(const Case& c) { return make_problem(c.q_shape, c.k_shape, c.v_shape, c.options); }
+
+std::vector<Case> finite_difference_cases() {
+  std::vector<Case> c;
+  c.push_back({"no_mask", {2, 4, 2, 5}, {2, 6, 2, 5}, {2, 6, 2, 5}, {}});
+  c.push_back({"causal_bottom_right_wide",
+               {1, 4, 2, 4},
+               {1, 7, 2, 4},
+               {1, 7, 2, 4},
+               {.mask = Mask::causal_bottom_right(), .scale = 1.7}});
+  c.push_back({"causal_bottom_right_tall",  // rows 0..2 see no key
+               {1, 7, 1, 4},
+               {1, 4, 1, 4},
+               {1, 4, 1, 3},
+               {.mask = Mask::causal_bottom_right()}});
+  c.push_back({"causal_top_left_tall", {1, 6, 2, 4}, {1, 5, 2, 4}, {1, 5, 2, 4}, {.mask = Mask::causal_top_left()}});
+  c.push_back({"causal_top_left_wide", {1, 4, 1, 3}, {1, 7, 1, 3}, {1, 7, 1, 3}, {.mask = Mask::causal_top_left()}});
+  c.push_back({"window_2_1", {1, 6, 1, 4}, {1, 8, 1, 4}, {1, 8, 1, 3}, {.mask = Mask::window(2, 1)}});
+  c.push_back({"window_0_2_tall", {1, 7, 1, 3}, {1, 5, 1, 3}, {1, 5, 1, 4}, {.mask = Mask::window(0, 2)}});
+  c.push_back({"window_left_only", {1, 5, 1, 4}, {1, 7, 1, 4}, {1, 7, 1, 4}, {.mask = Mask::window(1, -1)}});
+  c.push_back({"window_right_only", {1, 7, 1, 4}, {1, 5, 1, 4}, {1, 5, 1, 4}, {.mask = Mask::window(-1, 1)}});
+  c.push_back({"padding", {2, 5, 2, 4}, {2, 6, 2, 4}, {2, 6, 2, 3}, {.seqlens_k = {3, 6}}});
+  c.push_back({"padding_causal",
+               {2, 4, 1, 4},
+               {2, 6, 1, 4},
+               {2, 6, 1, 4},
+               {.mask = Mask::causal_bottom_right(), .seqlens_k = {2, 5}}});
+  c.push_back({"packed_varlen",
+               {9, 2, 4},
+               {13, 2, 4},
+               {13, 2, 3},
+               {.scale = 0.35, .cu_seqlens_q = {0, 3, 8, 9}, .cu_seqlens_k = {0, 5, 7, 13}}});
+  c.push_back({"packed_varlen_causal_padding",
+               {9, 2, 4},
+               {13, 1, 4},
+               {13, 1, 3},
+               {.mask = Mask::causal_bottom_right(),
+                .seqlens_k = {4, 2, 5},
+                .cu_seqlens_q = {0, 3, 8, 9},
+                .cu_seqlens_k = {0, 5, 7, 13}}});
+  c.push_back({"gqa_4_to_2", {2, 5, 4, 4}, {2, 6, 2, 4}, {2, 6, 2, 4}, {.mask = Mask::causal_bottom_right()}});
+  c.push_back({"mqa_4_to_1", {1, 5, 4, 3}, {1, 7, 1, 3}, {1, 7, 1, 5}, {.scale = 0.8}});
+  c.push_back({"dk_above_dv", {1, 5, 2, 8}, {1, 6, 2, 8}, {1, 6, 2, 2}, {.mask = Mask::window(1, 1)}});
+  c.push_back({"dv_above_dk", {1, 4, 1, 2}, {1, 6, 1, 2}, {1, 6, 1, 8}, {.scale = 2.5}});
+  return c;
+}
+
+TEST(BackwardTest, MatchesFiniteDifferencesOfTheForward) {
+  unsigned seed = 1;
+  for (const Case& c : finite_difference_cases()) {
+    const AttentionProblem p = problem_of(c);
+    const Tensors t = random_tensors(p, seed++);
+    const std::vector<std::string> bad = finite_difference_mismatches(p, t, backward(p, t));
+    EXPECT_TRUE(bad.empty()) << c.name << ": " << bad.size() << " mismatches, first " << bad.front();
+  }
+}
+
+TEST(BackwardTest, FiniteDifferenceCheckCatchesWrongGradients) {
+  const AttentionProblem p = problem_of(finite_difference_cases()[1]);  // causal, scale 1.7
+  const Tensors t = random_tensors(p, 99);
+  const ReferenceGradients right = backward(p, t);
+  ASSERT_TRUE(finite_difference_mismatches(p, t, right).empty());
+
+  ReferenceGradients unscaled = right;  // dq without its factor scale
+  for (double& x : unscaled.dq) x /= p.softmax_scale();
+  EXPECT_FALSE(finite_difference_mismatches(p, t, unscaled).empty());
+
+  ReferenceGradients nudged = right;  // one element off by 1e-4
+  nudged.dv[5] += 1e-4;
+  const std::vector<std::string> bad = finite_difference_mismatches(p, t, nudged);
+  ASSERT_EQ(bad.size(), 1U);
+  EXPECT_EQ(bad[0].rfind("dv[5]", 0), 0U) << bad[0];
+}
+
+// Every gradient finite; dq of the listed (b, row) pairs and dk, dv of the
+// listed (b, key) pairs exactly 0 in every head. Also checks the rest against
+// finite differences.
+void expect_empty_rows_and_unseen_keys(const AttentionProblem& p, const std::vector<std::pair<int64_t, int64_t>>& rows,
+                                       const std::vector<std::pair<int64_t, int64_t>>& keys) {
+  const Tensors t = random_tensors(p, 5);
+  const ReferenceGradients g = backward(p, t);
+  for (const auto* grad : {&g.dq, &g.dk, &g.dv}) {
+    for (double x : *grad) ASSERT_TRUE(std::isfinite(x));
+  }
+  for (const auto& [b, row] : rows) {
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t d = 0; d < p.head_dim_k; ++d)
+        EXPECT_EQ(g.dq[at(reference_dq_index(p, b, row, h) + d)], 0.0) << "dq b " << b << " row " << row;
+  }
+  for (const auto& [b, key] : keys) {
+    for (int64_t h = 0; h < p.heads_kv; ++h) {
+      for (int64_t d = 0; d < p.head_dim_k; ++d)
+        EXPECT_EQ(g.dk[at(reference_dk_index(p, b, key, h) + d)], 0.0) << "dk b " << b << " key " << key;
+      for (int64_t d = 0; d < p.head_dim_v; ++d)
+        EXPECT_EQ(g.dv[at(reference_dv_index(p, b, key, h) + d)], 0.0) << "dv b " << b << " key " << key;
+    }
+  }
+  const std::vector<std::string> bad = finite_difference_mismatches(p, t, g);
+  EXPECT_TRUE(bad.empty()) << bad.size() << " mismatches, first " << bad.front();
+}
+
+TEST(BackwardTest, EmptyRowsAndUnseenKeysHaveZeroGradients) {
+  // Packed, window (1, 0): sequence 0 (7 queries, 5 keys) has rows 0 and 1
+  // before the first key; sequence 1 (3 queries, 6 keys) never reaches keys
+  // 0 and 1 (global 5, 6); sequence 2 has no key at all (rows 10, 11).
+  const AttentionProblem packed =
+      make_problem(std::vector<int64_t>{12, 2, 4}, std::vector<int64_t>{11, 2, 4}, std::vector<int64_t>{11, 2, 3},
+                   {.mask = Mask::window(1, 0), .cu_seqlens_q = {0, 7, 10, 12}, .cu_seqlens_k = {0, 5, 11, 11}});
+  expect_empty_rows_and_unseen_keys(packed, {{0, 0}, {0, 1}, {2, 10}, {2, 11}}, {{1, 5}, {1, 6}});
+
+  // Padding: batch 0 has no key, batch 1 keeps 4 of 5.
+  const AttentionProblem padded = make_problem(std::vector<int64_t>{2, 3, 2, 4}, std::vector<int64_t>{2, 5, 1, 4},
+                                               std::vector<int64_t>{2, 5, 1, 3}, {.seqlens_k = {0, 4}});
+  expect_empty_rows_and_unseen_keys(padded, {{0, 0}, {0, 1}, {0, 2}}, {{0, 0}, {0, 1}, {0, 2}, {0, 3}, {0, 4}, {1, 4}});
+
+  // No key at all.
+  const AttentionProblem keyless = make_problem(std::vector<int64_t>{1, 3, 1, 4}, std::vector<int64_t>{1, 0, 1, 4},
+                                                std::vector<int64_t>{1, 0, 1, 2}, {});
+  expect_empty_rows_and_unseen_keys(keyless, {{0, 0}, {0, 1}, {0, 2}}, {});
+}
+
+TEST(BackwardTest, GqaEqualsSumOverRepeatedKvHeads) {
+  for (const int64_t heads_kv : {2, 1}) {
+    const AttentionProblem p =
+        make_problem(std::vector<int64_t>{2, 5, 4, 4}, std::vector<int64_t>{2, 6, heads_kv, 4},
+                     std::vector<int64_t>{2, 6, heads_kv, 3}, {.mask = Mask::causal_bottom_right(), .scale = 0.6});
+    const int64_t group = p.group_size();
+    AttentionProblem mha = p;
+    mha.heads_kv = p.heads_q;
+    set_contiguous_strides(mha);
+    const Tensors t = random_tensors(p, 17);
+    Tensors repeated{.q = t.q,
+                     .k = std::vector<double>(at(k_extent(mha))),
+                     .v = std::vector<double>(at(v_extent(mha))),
+                     .d_o = t.d_o};
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t j = 0; j < p.seqlen_k; ++j)
+        for (int64_t h = 0; h < p.heads_q; ++h) {
+          for (int64_t d = 0; d < p.head_dim_k; ++d)
+            repeated.k[at(element_offset(mha.k_strides, b, j, h) + d)] =
+                t.k[at(element_offset(p.k_strides, b, j, h / group) + d)];
+          for (int64_t d = 0; d < p.head_dim_v; ++d)
+            repeated.v[at(element_offset(mha.v_strides, b, j, h) + d)] =
+                t.v[at(element_offset(p.v_strides, b, j, h / group) + d)];
+        }
+    const ReferenceGradients gqa = backward(p, t);
+    const ReferenceGradients full = backward(mha, repeated);
+    ASSERT_EQ(gqa.dq.size(), full.dq.size());
+    for (std::size_t i = 0; i < gqa.dq.size(); ++i) EXPECT_EQ(gqa.dq[i], full.dq[i]) << "dq " << i;
+    std::vector<double> dk_sum(gqa.dk.size(), 0.0), dv_sum(gqa.dv.size(), 0.0);
+    for (int64_t b = 0; b < p.batch; ++b)
+      for (int64_t j = 0; j < p.seqlen_k; ++j)
+        for (int64_t h = 0; h < p.heads_q; ++h) {
+          for (int64_t d = 0; d < p.head_dim_k; ++d)
+            dk_sum[at(reference_dk_index(p, b, j, h / group) + d)] += full.dk[at(reference_dk_index(mha, b, j, h) + d)];
+          for (int64_t d = 0; d < p.head_dim_v; ++d)
+            dv_sum[at(reference_dv_index(p, b, j, h / group) + d)] += full.dv[at(reference_dv_index(mha, b, j, h) + d)];
+        }
+    // The sums run in another order than the reference's: equal up to rounding.
+    for (std::size_t i = 0; i < dk_sum.size(); ++i) EXPECT_NEAR(gqa.dk[i], dk_sum[i], 1e-13) << "dk " << i;
+    for (std::size_t i = 0; i < dv_sum.size(); ++i) EXPECT_NEAR(gqa.dv[i], dv_sum[i], 1e-13) << "dv " << i;
+  }
+}
+
+TEST(BackwardTest, StorageOverloadMatchesFp64OnRepresentableValues) {
+  for (const DType dtype : {DType::kBF16, DType::kF16}) {
+    const AttentionProblem p = make_problem(
+        std::vector<int64_t>{2, 5, 4, 6}, std::vector<int64_t>{2, 7, 2, 6}, std::vector<int64_t>{2, 7, 2, 3},
+        {.dtype = dtype, .mask = Mask::causal_bottom_right(), .scale = 0.45, .seqlens_k = {7, 4}});
+    Tensors t = random_tensors(p, 23);
+    for (auto* x : {&t.q, &t.k, &t.v, &t.d_o}) {
+      for (double& e : *x) e = round_to(dtype, static_cast<float>(e));
+    }
+    // Q and K stored with padded rows and heads (NaN padding), V and dO contiguous.
+    AttentionProblem strided = p;
+    strided.q_strides = {.batch = p.seqlen_q * 64, .seq = 64, .head = 9};
+    strided.k_strides = {.batch = p.seqlen_k * 32, .seq = 32, .head = 11};
+    const std::uint16_t nan_bits = float_to_bits(dtype, std::nanf(""));
+    std::vector<std::uint16_t> q(at(q_extent(strided)), nan_bits), k(at(k_extent(strided)), nan_bits);
+    for (int64_t b = 0; b < p.batch; ++b) {
+      for (int64_t i = 0; i < p.seqlen_q; ++i)
+        for (int64_t h = 0; h < p.heads_q; ++h)
+          for (int64_t d = 0; d < p.head_dim_k; ++d)
+            q[at(element_offset(strided.q_strides, b, i, h) + d)] =
+                float_to_bits(dtype, static_cast<float>(t.q[at(element_offset(p.q_strides, b, i, h) + d)]));
+      for (int64_t j = 0; j < p.seqlen_k; ++j)
+        for (int64_t h = 0; h < p.heads_kv; ++h)
+          for (int64_t d = 0; d < p.head_dim_k; ++d)
+            k[at(element_offset(strided.k_strides, b, j, h) + d)] =
+                float_to_bits(dtype, static_cast<float>(t.k[at(element_offset(p.k_strides, b, j, h) + d)]));
+    }
+    const auto bits = [&](const std::vector<double>& x) {
+      std::vector<std::uint16_t> out(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) out[i] = float_to_bits(dtype, static_cast<float>(x[i]));
+      return out;
+    };
+    const std::vector<std::uint16_t> v = bits(t.v), d_o = bits(t.d_o);
+    const ReferenceGradients got = reference_backward(strided, q.data(), k.data(), v.data(), d_o.data());
+    const ReferenceGradients want = backward(p, t);
+    const std::string name(to_string(dtype));
+    ASSERT_EQ(got.dq.size(), want.dq.size()) << name;
+    ASSERT_EQ(got.dk.size(), want.dk.size()) << name;
+    ASSERT_EQ(got.dv.size(), want.dv.size()) << name;
+    for (std::size_t i = 0; i < got.dq.size(); ++i) EXPECT_EQ(got.dq[i], want.dq[i]) << name << " dq " << i;
+    for (std::size_t i = 0; i < got.dk.size(); ++i) EXPECT_EQ(got.dk[i], want.dk[i]) << name << " dk " << i;
+    for (std::size_t i = 0; i < got.dv.size(); ++i) EXPECT_EQ(got.dv[i], want.dv[i]) << name << " dv " << i;
+  }
+}
+
+}  // namespace
+}  // namespace attune
