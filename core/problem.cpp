@@ -99,6 +99,47 @@ bool overlaps(const ByteSpan& a, const ByteSpan& b) {
   return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end;
 }
 
+void check_paged_options(const ProblemOptions& o, bool packed, std::span<const int64_t> q_shape,
+                         std::span<const int64_t> k_shape, std::span<const int64_t> v_shape) {
+  if (packed) reject("paged KV cache", "cu_seqlens given too", "a paged cache with dense [B, Sq, Hq, Dk] queries");
+  if (o.page_size < 1) reject("page size", str(o.page_size), "a page size >= 1 with a block table");
+  if (o.block_table.empty()) reject("block table", "empty", "a block table [B, max_pages] with a page size");
+  for (const auto& [name, shape] : {std::pair{"K", k_shape}, std::pair{"V", v_shape}}) {
+    if (shape[1] != o.page_size) {
+      reject(std::string(name) + " page pool", shape_string(shape),
+             "[pages, page_size = " + str(o.page_size) + ", Hkv, D]");
+    }
+  }
+  const int64_t batch = q_shape[0];
+  if (batch > 0 && static_cast<int64_t>(o.block_table.size()) % batch != 0) {
+    reject("block table", str(static_cast<int64_t>(o.block_table.size())) + " entries",
+           "B x max_pages entries (B = " + str(batch) + ")");
+  }
+}
+
+void check_paged(const AttentionProblem& p) {
+  if (p.is_packed()) reject("paged KV cache", "packed (cu_seqlens) queries", "dense [B, Sq, Hq, Dk] queries");
+  if (p.num_pages < 0) reject("page pool", str(p.num_pages) + " pages", "a non-negative page count");
+  if (p.batch > 0 && (p.block_table.empty() || static_cast<int64_t>(p.block_table.size()) % p.batch != 0)) {
+    reject("block table", str(static_cast<int64_t>(p.block_table.size())) + " entries",
+           "B x max_pages entries with max_pages >= 1 (B = " + str(p.batch) + ")");
+  }
+  if (p.seqlen_k != p.max_pages() * p.page_size) {
+    reject("key length Sk of a paged cache", str(p.seqlen_k),
+           str(p.max_pages() * p.page_size) + " (max_pages x page_size)");
+  }
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const int64_t keys = p.seqlens_k.empty() ? p.seqlen_k : p.seqlens_k[static_cast<std::size_t>(b)];
+    const int64_t pages_used = (keys + p.page_size - 1) / p.page_size;
+    for (int64_t i = 0; i < pages_used; ++i) {
+      const int32_t page = p.block_table[static_cast<std::size_t>(b * p.max_pages() + i)];
+      if (page < 0 || page >= p.num_pages) {
+        reject("block_table[" + str(b) + ", " + str(i) + "]", str(page),
+               "a page index in [0, " + str(p.num_pages) + ") (the pool's pages)");
+      }
+    }
+  }
+}
 }  // namespace
 
 std::string_view to_string(MaskKind kind) {
@@ -189,9 +230,15 @@ AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const 
     }
   }
   const std::size_t o = packed ? 0 : 1;  // offset of the sequence axis
-  if (!packed && (k_shape[0] != q_shape[0] || v_shape[0] != q_shape[0])) {
+  const bool paged = options.page_size != 0 || !options.block_table.empty();
+  if (paged) check_paged_options(options, packed, q_shape, k_shape, v_shape);
+  if (!packed && !paged && (k_shape[0] != q_shape[0] || v_shape[0] != q_shape[0])) {
     reject("batch size", "Q " + str(q_shape[0]) + ", K " + str(k_shape[0]) + ", V " + str(v_shape[0]),
            "Q, K and V to share B");
+  }
+  if (paged && (k_shape[0] != v_shape[0] || k_shape[1] != v_shape[1])) {
+    reject("page pools", "K " + shape_string(k_shape) + " and V " + shape_string(v_shape),
+           "K and V pools with the same pages and page size");
   }
   if (k_shape[o] != v_shape[o]) {
     reject("key count", "K " + shape_string(k_shape) + " and V " + shape_string(v_shape),
@@ -220,13 +267,53 @@ AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const 
   p.seqlens_k = std::move(options.seqlens_k);
   p.cu_seqlens_q = std::move(options.cu_seqlens_q);
   p.cu_seqlens_k = std::move(options.cu_seqlens_k);
+  if (paged) {
+    p.page_size = options.page_size;
+    p.num_pages = k_shape[0];
+    p.block_table = std::move(options.block_table);
+    p.seqlen_k = p.max_pages() * p.page_size;
+  }
   if (packed && p.cu_seqlens_k.size() != p.cu_seqlens_q.size()) {
     reject("cu_seqlens_k length", str(static_cast<int64_t>(p.cu_seqlens_k.size())),
            str(static_cast<int64_t>(p.cu_seqlens_q.size())) + ", the length of cu_seqlens_q");
   }
   set_contiguous_strides(p);
+  if (paged) {
+    // Pools: one page of rows per "batch" entry.
+    p.k_strides.batch = p.page_size * p.k_strides.seq;
+    p.v_strides.batch = p.page_size * p.v_strides.seq;
+  }
   validate(p);
   return p;
+}
+
+UnpagedKv unpage_kv(const AttentionProblem& p, const std::uint16_t* k_pool, const std::uint16_t* v_pool) {
+  validate(p);
+  if (!p.is_paged()) throw InvalidArgument("unpage_kv: the problem has no paged KV cache; expected a paged one");
+  UnpagedKv out{p, {}, {}};
+  AttentionProblem& c = out.problem;
+  c.block_table.clear();
+  c.page_size = 0;
+  c.num_pages = 0;
+  c.k_strides = {
+      .batch = c.seqlen_k * c.heads_kv * c.head_dim_k, .seq = c.heads_kv * c.head_dim_k, .head = c.head_dim_k};
+  c.v_strides = {
+      .batch = c.seqlen_k * c.heads_kv * c.head_dim_v, .seq = c.heads_kv * c.head_dim_v, .head = c.head_dim_v};
+  out.k.assign(static_cast<std::size_t>(k_extent(c)), 0);
+  out.v.assign(static_cast<std::size_t>(v_extent(c)), 0);
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const SequenceExtent seq = p.sequence(b);
+    for (int64_t j = 0; j < seq.k_len; ++j) {
+      const int64_t page = p.block_table[static_cast<std::size_t>(b * p.max_pages() + j / p.page_size)];
+      for (int64_t h = 0; h < p.heads_kv; ++h) {
+        const int64_t k_from = element_offset(p.k_strides, page, j % p.page_size, h);
+        const int64_t v_from = element_offset(p.v_strides, page, j % p.page_size, h);
+        std::copy_n(k_pool + k_from, p.head_dim_k, out.k.begin() + element_offset(c.k_strides, b, j, h));
+        std::copy_n(v_pool + v_from, p.head_dim_v, out.v.begin() + element_offset(c.v_strides, b, j, h));
+      }
+    }
+  }
+  return out;
 }
 
 void validate(const AttentionProblem& p) {
@@ -296,6 +383,8 @@ void validate(const AttentionProblem& p) {
     }
   }
 
+  if (p.is_paged()) check_paged(p);
+
   check_strides(p.q_strides, "Q");
   check_strides(p.k_strides, "K");
   check_strides(p.v_strides, "V");
@@ -350,9 +439,11 @@ int64_t q_extent(const AttentionProblem& p) {
   return extent(p.q_strides, batches_of(p), p.seqlen_q, p.heads_q, p.head_dim_k);
 }
 int64_t k_extent(const AttentionProblem& p) {
+  if (p.is_paged()) return extent(p.k_strides, p.num_pages, p.page_size, p.heads_kv, p.head_dim_k);
   return extent(p.k_strides, batches_of(p), p.seqlen_k, p.heads_kv, p.head_dim_k);
 }
 int64_t v_extent(const AttentionProblem& p) {
+  if (p.is_paged()) return extent(p.v_strides, p.num_pages, p.page_size, p.heads_kv, p.head_dim_v);
   return extent(p.v_strides, batches_of(p), p.seqlen_k, p.heads_kv, p.head_dim_v);
 }
 int64_t o_extent(const AttentionProblem& p) {

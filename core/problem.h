@@ -102,8 +102,18 @@ struct AttentionProblem {
   std::vector<int32_t> cu_seqlens_k;  // [B+1] packed key offsets; empty: dense
   TensorStrides q_strides, k_strides, v_strides, o_strides;
   TensorStrides lse_strides;  // [batch, head, seq] order of LSE
+  // Paged KV cache (page_size > 0): K and V are page pools [num_pages,
+  // page_size, Hkv, D] (their strides' batch entry is the page stride) and
+  // key j of sequence b lives in page block_table[b * max_pages() + j /
+  // page_size] at row j % page_size. Sk = max_pages() * page_size; the keys
+  // each sequence holds are seqlens_k (the cache lengths; empty: all Sk).
+  std::vector<int32_t> block_table;  // [B, max_pages]
+  int64_t page_size = 0;
+  int64_t num_pages = 0;
 
   bool is_packed() const { return !cu_seqlens_q.empty(); }
+  bool is_paged() const { return page_size > 0; }
+  int64_t max_pages() const { return is_paged() && batch > 0 ? static_cast<int64_t>(block_table.size()) / batch : 0; }
   double softmax_scale() const;
   int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head
   int64_t kv_head_of(int64_t q_head) const { return q_head / group_size(); }
@@ -128,6 +138,9 @@ struct ProblemOptions {
   std::vector<int32_t> seqlens_k;
   std::vector<int32_t> cu_seqlens_q;
   std::vector<int32_t> cu_seqlens_k;
+  // Paged KV cache: K and V shapes are then [pages, page_size, Hkv, D].
+  std::vector<int32_t> block_table;  // [B * max_pages], row-major
+  int64_t page_size = 0;             // 0: K and V are contiguous [B, Sk, Hkv, D]
 };
 
 // Builds a problem with contiguous strides from tensor shapes: rank 4
@@ -136,6 +149,17 @@ struct ProblemOptions {
 // InvalidArgument naming the tensor, the value seen and what was expected.
 AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const int64_t> k_shape,
                               std::span<const int64_t> v_shape, ProblemOptions options);
+
+// The contiguous cache a paged problem stands for: the problem with K and V
+// [B, Sk, Hkv, D] (Sk = max_pages x page_size) and their elements gathered
+// through the block table, keys past each cache length zero. What the host
+// references compute from; the kernels read the pages in place.
+struct UnpagedKv {
+  AttentionProblem problem;
+  std::vector<std::uint16_t> k;
+  std::vector<std::uint16_t> v;
+};
+UnpagedKv unpage_kv(const AttentionProblem& problem, const std::uint16_t* k_pool, const std::uint16_t* v_pool);
 
 // Contiguous strides for the problem's sizes (dense or packed).
 void set_contiguous_strides(AttentionProblem& problem);

@@ -86,7 +86,10 @@ const KernelSpec& kernel_for_op(std::string_view op) {
   if (op == "fwd") {
     if (const KernelSpec* k = find_kernel_spec("flash_fwd")) return *k;
   }
-  throw InvalidArgument("--op: got '" + std::string(op) + "'; expected fwd");
+  if (op == "decode") {
+    if (const KernelSpec* k = find_kernel_spec("flash_decode")) return *k;
+  }
+  throw InvalidArgument("--op: got '" + std::string(op) + "'; expected fwd or decode");
 }
 
 int head_dim_bucket(const KernelSpec& kernel, int dk, int dv) {

@@ -20,6 +20,10 @@ namespace attune {
 // `q`, `k`, `v`: 16-bit storage of p.dtype in the problem's layout.
 inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const std::uint16_t* q_bits,
                                                const std::uint16_t* k_bits, const std::uint16_t* v_bits) {
+  if (p.is_paged()) {
+    const UnpagedKv cache = unpage_kv(p, k_bits, v_bits);
+    return naive_storage_attention(cache.problem, q_bits, cache.k.data(), cache.v.data());
+  }
   const auto round = [&](float x) { return round_to(p.dtype, x); };
   const auto f = [&](const std::uint16_t* t, int64_t off) { return bits_to_float(p.dtype, t[off]); };
   ReferenceOutput out;

@@ -4,6 +4,8 @@
 #include <cmath>
 #include <limits>
 
+#include "core/error.h"
+
 namespace attune {
 
 namespace {
@@ -69,6 +71,10 @@ int64_t reference_lse_index(const AttentionProblem& p, int64_t b, int64_t row, i
 
 ReferenceOutput reference_forward(const AttentionProblem& p, const std::uint16_t* q, const std::uint16_t* k,
                                   const std::uint16_t* v) {
+  if (p.is_paged()) {
+    const UnpagedKv cache = unpage_kv(p, k, v);
+    return reference_forward(cache.problem, q, cache.k.data(), cache.v.data());
+  }
   const std::uint16_t* tensors[] = {q, k, v};
   return forward(p, [&](int which, int64_t offset) {
     return static_cast<double>(bits_to_float(p.dtype, tensors[which][offset]));
@@ -76,6 +82,9 @@ ReferenceOutput reference_forward(const AttentionProblem& p, const std::uint16_t
 }
 
 ReferenceOutput reference_forward(const AttentionProblem& p, const double* q, const double* k, const double* v) {
+  if (p.is_paged()) {
+    throw InvalidArgument("reference_forward (fp64 values): a paged KV cache; expected contiguous K and V");
+  }
   const double* tensors[] = {q, k, v};
   return forward(p, [&](int which, int64_t offset) { return tensors[which][offset]; });
 }

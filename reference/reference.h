@@ -19,12 +19,14 @@ struct ReferenceOutput {
 };
 
 // Forward attention in fp64 from Q, K and V stored in problem.dtype (16-bit
-// patterns) in host memory, read with the problem's strides.
+// patterns) in host memory, read with the problem's strides (a paged cache
+// through its block table).
 ReferenceOutput reference_forward(const AttentionProblem& problem, const std::uint16_t* q, const std::uint16_t* k,
                                   const std::uint16_t* v);
 
 // The same from fp64 values (problem.dtype is ignored): the exact
 // mathematical function, for tests that need values no 16-bit format holds.
+// Contiguous K and V only.
 ReferenceOutput reference_forward(const AttentionProblem& problem, const double* q, const double* k, const double* v);
 
 // Index of O row (b, row, head) and of LSE entry (b, head, row) in a

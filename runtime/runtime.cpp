@@ -7,6 +7,7 @@
 #include "runtime/compiler_service.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/emu_forward.h"
+#include "runtime/flash_decode_params.h"
 #include "runtime/flash_fwd_params.h"
 
 namespace attune {
@@ -28,6 +29,7 @@ class DeviceLengthsUpload {
     lengths_.cu_seqlens_q = upload(device, p.cu_seqlens_q);
     lengths_.cu_seqlens_k = upload(device, p.cu_seqlens_k);
     lengths_.seqlens_k = upload(device, p.seqlens_k);
+    block_table_ = upload(device, p.block_table);
   }
   ~DeviceLengthsUpload() {
     for (void* ptr : owned_) driver_.release(ptr);
@@ -35,6 +37,13 @@ class DeviceLengthsUpload {
   DeviceLengthsUpload(const DeviceLengthsUpload&) = delete;
   DeviceLengthsUpload& operator=(const DeviceLengthsUpload&) = delete;
   const DeviceLengths& lengths() const { return lengths_; }
+  DecodeDeviceArrays decode_arrays() const { return {lengths_.seqlens_k, block_table_}; }
+  // Scratch memory freed with the uploads.
+  void* scratch(int device, std::size_t bytes) {
+    if (bytes == 0) return nullptr;
+    owned_.push_back(driver_.allocate(device, bytes));
+    return owned_.back();
+  }
   bool any() const { return !owned_.empty(); }
 
  private:
@@ -48,6 +57,7 @@ class DeviceLengthsUpload {
 
   cuda::Driver& driver_;
   DeviceLengths lengths_;
+  const std::int32_t* block_table_ = nullptr;
   std::vector<void*> owned_;
 };
 
@@ -66,7 +76,11 @@ struct Runtime::Impl {
   std::mutex loaded_mutex;
   std::map<std::string, cuda::Driver::Function> loaded;
 
+  int sm_count = 0;  // what the split heuristic fills
+
   void launch(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream);
+  void launch_decode(const Variant& variant, int splits, const AttentionProblem& problem,
+                     const AttentionBuffers& buffers, void* stream);
 
   cuda::Driver::Function function_for(const Variant& variant, DType dtype) {
     const std::string key = variant.id() + "/" + std::string(to_string(dtype));
@@ -90,6 +104,9 @@ void Runtime::Impl::launch(const Variant& variant, const AttentionProblem& probl
     emulate_forward(problem, buffers, variant);
     return;
   }
+  if (problem.is_paged()) {
+    throw InvalidArgument("forward: a paged KV cache; expected the decode operation for paged caches");
+  }
   if (problem.batch == 0 || max_query_rows(problem) == 0) return;
   const cuda::Driver::Function function = function_for(variant, problem.dtype);
   const DeviceLengthsUpload lengths(*driver, options.device, problem);
@@ -98,6 +115,28 @@ void Runtime::Impl::launch(const Variant& variant, const AttentionProblem& probl
       flash_fwd_launch(problem, variant.value("kBlockM"), variant.threads(), variant.shared_bytes());
   driver->launch(function, config, &params, sizeof(params), stream);
   if (lengths.any()) driver->synchronize(stream);  // the uploads are freed on return
+}
+
+void Runtime::Impl::launch_decode(const Variant& variant, int splits, const AttentionProblem& problem,
+                                  const AttentionBuffers& buffers, void* stream) {
+  if (options.backend == Backend::kEmu) {
+    emulate_decode(problem, buffers, variant, splits);
+    return;
+  }
+  check_splits(splits);
+  if (problem.batch == 0 || problem.seqlen_q == 0) return;
+  const cuda::Driver::Function decode = function_for(variant, problem.dtype);
+  DeviceLengthsUpload uploads(*driver, options.device, problem);
+  auto* workspace = static_cast<float*>(uploads.scratch(
+      options.device, static_cast<std::size_t>(decode_workspace_floats(problem, splits)) * sizeof(float)));
+  const FlashDecodeParams params = flash_decode_params(problem, buffers, uploads.decode_arrays(), splits, workspace);
+  driver->launch(decode, flash_decode_launch(problem, variant, splits), &params, sizeof(params), stream);
+  if (splits > 1) {
+    const cuda::Driver::Function combine = function_for(decode_combine_variant(), problem.dtype);
+    const FlashDecodeCombineParams merge = flash_decode_combine_params(problem, buffers, splits, workspace);
+    driver->launch(combine, flash_decode_combine_launch(problem), &merge, sizeof(merge), stream);
+  }
+  if (uploads.any()) driver->synchronize(stream);  // the uploads and the workspace are freed on return
 }
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
@@ -116,6 +155,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     s.device_name = device.name;
     s.arch = require_arch(device.arch());
     s.arch.max_shared_bytes = device.max_shared_per_block_optin;  // what this GPU really allows
+    s.sm_count = device.sm_count;
     s.cache = std::make_unique<KernelCache>(KernelCache::Options{
         .directory = s.options.cache_directory.empty() ? KernelCache::default_directory() : s.options.cache_directory});
     s.compiler = std::make_unique<CompilerService>(s.cache.get(), s.options.compile_threads);
@@ -123,6 +163,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     s.device_key = kEmulatorDeviceKey;
     s.device_name = "attune emulator (CPU)";
     s.arch = require_arch(kEmulatedArch);
+    s.sm_count = kEmulatedSmCount;
   }
   s.dispatcher = std::make_unique<Dispatcher>(s.device_key, s.arch, s.options.tuned);
 }
@@ -131,7 +172,39 @@ Runtime::~Runtime() = default;
 
 void Runtime::forward(const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream) {
   validate(problem, buffers);
+  if (problem.is_paged()) {
+    decode(problem, buffers, {}, stream);  // only the decode kernel reads pages
+    return;
+  }
   impl_->launch(impl_->dispatcher->choose(problem).variant, problem, buffers, stream);
+}
+
+DecodeChoice Runtime::explain_decode(const AttentionProblem& problem, DecodeOptions options) const {
+  validate(problem);
+  DecodeChoice choice{heuristic_decode_variant(problem, impl_->arch), options.splits, ""};
+  if (options.splits == 0) {
+    choice.splits = heuristic_splits(problem, choice.variant, impl_->sm_count);
+    choice.reason = "heuristic: " + std::to_string(choice.splits) + " splits fill " + std::to_string(impl_->sm_count) +
+                    " SMs in whole waves";
+  } else {
+    check_splits(options.splits);
+    choice.reason = "heuristic variant, " + std::to_string(options.splits) + " splits as asked";
+  }
+  return choice;
+}
+
+void Runtime::decode(const AttentionProblem& problem, const AttentionBuffers& buffers, DecodeOptions options,
+                     void* stream) {
+  validate(problem, buffers);
+  const DecodeChoice choice = explain_decode(problem, options);
+  impl_->launch_decode(choice.variant, choice.splits, problem, buffers, stream);
+}
+
+void Runtime::decode_variant(const Variant& variant, int splits, const AttentionProblem& problem,
+                             const AttentionBuffers& buffers, void* stream) {
+  validate(problem, buffers);
+  check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), impl_->arch);
+  impl_->launch_decode(variant, splits, problem, buffers, stream);
 }
 
 void Runtime::forward_variant(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers,

@@ -27,6 +27,18 @@ std::optional<Backend> parse_backend(std::string_view name);
 inline constexpr const char* kEmulatorDeviceKey = "attune-emulator/cpu";
 // The architecture whose limits and heuristic the emulator backend follows.
 inline constexpr const char* kEmulatedArch = "sm_90a";
+// The SM count the emulator's split heuristic fills (an H100/H200-class GPU).
+inline constexpr int kEmulatedSmCount = 132;
+
+struct DecodeOptions {
+  int splits = 0;  // CTAs along the keys; 0: the built-in choice
+};
+
+struct DecodeChoice {
+  Variant variant;
+  int splits = 1;
+  std::string reason;
+};
 
 struct RuntimeOptions {
   Backend backend = Backend::kCuda;
@@ -59,6 +71,18 @@ class Runtime {
 
   // What forward would run, and the rule that chose it.
   DispatchChoice explain(const AttentionProblem& problem) const;
+
+  // Split-KV decode (few query rows against a long, contiguous or paged KV
+  // cache): the keys are split across CTAs and their partial states merged.
+  // `options.splits` 0 lets the built-in heuristic fill the GPU in whole
+  // waves. Same validation and stream rules as forward; forward() of a paged
+  // problem comes here.
+  void decode(const AttentionProblem& problem, const AttentionBuffers& buffers, DecodeOptions options = {},
+              void* stream = nullptr);
+  void decode_variant(const Variant& variant, int splits, const AttentionProblem& problem,
+                      const AttentionBuffers& buffers, void* stream = nullptr);
+  // The variant and split count decode would use.
+  DecodeChoice explain_decode(const AttentionProblem& problem, DecodeOptions options = {}) const;
 
   Backend backend() const;
   const std::string& device_key() const;

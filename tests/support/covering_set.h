@@ -1,28 +1,33 @@
-// A covering set of forward variants: every value of every tunable and every
-// warp partition (warps_m x warps_n) at least once, chosen greedily over all
-// head-dim buckets on an architecture; ties go to the smaller head dim.
+// A covering set of an operation's variants: every value of every tunable
+// and (forward) every warp partition (warps_m x warps_n) at least once,
+// chosen greedily over all head-dim buckets on an architecture; ties go to
+// the smaller head dim.
 #pragma once
 
 #include <set>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "generator/variants.h"
 
 namespace attune::testing {
 
-inline std::vector<Variant> covering_set(const ArchLimits& arch) {
-  const KernelSpec& kernel = kernel_for_op("fwd");
+inline std::vector<Variant> covering_set(const ArchLimits& arch, std::string_view op = "fwd") {
+  const KernelSpec& kernel = kernel_for_op(op);
+  const bool partitions = op == "fwd";
   std::vector<Variant> candidates;
   for (int d : kernel.tunables.front().values) {
-    for (Variant& v : enumerate_variants("fwd", DType::kBF16, d, d, arch)) candidates.push_back(std::move(v));
+    for (Variant& v : enumerate_variants(op, DType::kBF16, d, d, arch)) candidates.push_back(std::move(v));
   }
   const auto features = [&](const Variant& v) {
     std::set<std::string> f;
     for (std::size_t i = 0; i < v.values.size(); ++i) {
       f.insert(std::string(kernel.tunables[i].name) + "=" + std::to_string(v.values[i]));
     }
-    f.insert("partition=" + std::to_string(v.value("kWarpsM")) + "x" + std::to_string(v.value("kWarpsN")));
+    if (partitions) {
+      f.insert("partition=" + std::to_string(v.value("kWarpsM")) + "x" + std::to_string(v.value("kWarpsN")));
+    }
     return f;
   };
   std::set<std::string> uncovered;

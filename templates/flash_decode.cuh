@@ -1,0 +1,341 @@
+// Split-KV decode: few query rows per sequence against a long KV cache.
+//
+// The keys of a sequence are cut into `splits` contiguous ranges of whole
+// tiles, one CTA each, so a decode step with little batch x heads still fills
+// the GPU. Each CTA runs the forward kernel's tile loop (flash_tile.cuh) over
+// its range and, when there is more than one split, writes its rows'
+// unnormalized state (u, m, l) to a float workspace; flash_decode_combine
+// merges the splits with the same rule as the tiles (rescale both l and u
+// to the common maximum). With one split the CTA writes O and LSE directly.
+//
+// The cache is contiguous [B, Smax, Hkv, D] with per-sequence lengths, or
+// paged: a block table [B, max_pages] of page indices into a pool
+// [pages, page_size, Hkv, D]. With kPackGqa the query heads sharing a KV head
+// are packed into the rows of one block (row = position * group + head in
+// group), so K and V are read once per KV head.
+#pragma once
+
+#include "templates/flash_tile.cuh"
+
+namespace attune {
+
+struct FlashDecodeParams {
+  const u16* q;    // [B, Sq, Hq, Dk]
+  const u16* k;    // [B, Smax, Hkv, Dk], or the page pool [pages, page_size, Hkv, Dk]
+  const u16* v;    // [B, Smax, Hkv, Dv], or the page pool [pages, page_size, Hkv, Dv]
+  u16* o;          // [B, Sq, Hq, Dv]
+  float* lse;      // [B, Hq, Sq]; null: not written
+  float* partial;  // [splits, B, Hq, Sq, Dv + 2]: (u, m, l) of each split; used when splits > 1
+  i64 q_batch_stride, q_row_stride, q_head_stride;
+  i64 k_batch_stride, k_row_stride, k_head_stride;  // batch stride: the page stride when paged
+  i64 v_batch_stride, v_row_stride, v_head_stride;
+  i64 o_batch_stride, o_row_stride, o_head_stride;
+  i64 lse_batch_stride, lse_row_stride, lse_head_stride;
+  const i32* cache_seqlens;  // [B] keys in each sequence's cache; null: all seqlen_k
+  const i32* block_table;    // [B, block_table_stride] page of each page_size keys; null: contiguous
+  i32 block_table_stride;
+  i32 page_size;
+  i32 batch;
+  i32 seqlen_q;
+  i32 seqlen_k;  // Smax, or max_pages * page_size when paged
+  i32 heads_q;
+  i32 group_size;  // Hq / Hkv
+  i32 head_dim_k;
+  i32 head_dim_v;
+  MaskParams mask;
+  float scale_log2;
+  i32 vectorized;  // 1: every row starts 16-byte aligned, so tiles load with cp.async
+  i32 splits;      // CTAs along the keys
+};
+
+// The tunable space of flash_decode (read by attune-gen). Decode blocks hold
+// few rows: one 16-row mma tile per warp along the rows (kBlockM / 16 warps),
+// and kWarpsN warps share the keys of each tile.
+struct FlashDecodeTunables {
+  static constexpr int kHeadDim[] = {32, 64, 96, 128, 160, 192, 224, 256};  // Dk and Dv padded up to it
+  static constexpr int kBlockM[] = {16, 64};                                // (packed) query rows per block
+  static constexpr int kBlockN[] = {32, 64, 128};                           // keys per tile
+  static constexpr int kWarpsN[] = {1, 2, 4};                               // warps along the keys of a tile
+  static constexpr int kStages[] = {1, 2};                                  // cp.async pipeline depth
+  static constexpr int kPackGqa[] = {0, 1};  // 1: the query heads of one KV head share a block
+  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "wn", "st", "pk"};
+
+  // The forward kernel's register model (FlashFwdTunables) with one m-tile
+  // per warp.
+  static constexpr int kRegisterBudget = 152;
+  static constexpr int kMaxWarpKeyTiles = 8;
+
+  ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int block_m, int /*block_n*/, int warps_n,
+                                                  int /*stages*/, int /*pack*/) {
+    return (block_m / 16) * warps_n * kWarpSize;
+  }
+  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int head_dim, int block_m, int block_n, int warps_n, int stages,
+                                                       int /*pack*/) {
+    // As flash_fwd: Q, then the K and V stages; the warps' merge reuses them.
+    const int pipeline = 2 * (block_m * head_dim + 2 * stages * block_n * head_dim);
+    const int merge = 4 * (warps_n - 1) * block_m * (head_dim + 2);
+    return pipeline > merge ? pipeline : merge;
+  }
+  ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int warps_n, int stages,
+                                                 int pack) {
+    const int warps_m = block_m / 16;
+    const int warp_keys = block_n / warps_n;
+    const int key_tiles = warp_keys / 8;
+    const int registers = (head_dim / 8) * 4 + key_tiles * 6;
+    return block_m % 16 == 0 && block_n % warps_n == 0 && warp_keys % 16 == 0 && head_dim % 16 == 0 && stages >= 1 &&
+           stages <= 4 && warps_m * warps_n <= 4 && key_tiles <= kMaxWarpKeyTiles && registers <= kRegisterBudget &&
+           (pack == 0 || pack == 1);
+  }
+};
+
+namespace decode_detail {
+
+// Where row `row` of the packed row space of block slot `slot` lives: its
+// query position and head.
+struct RowPlace {
+  i64 position;
+  i32 head;
+};
+
+template <int kPackGqa>
+ATTUNE_DEVICE RowPlace place(i64 row, i32 slot, i32 group) {
+  if (kPackGqa != 0) return {row / group, static_cast<i32>(slot * group + row % group)};
+  return {row, slot};
+}
+
+// Element offset of key `key` of sequence `batch`, KV head `kv_head`, in a
+// contiguous or paged cache.
+ATTUNE_DEVICE i64 key_offset(const FlashDecodeParams& p, i64 batch_stride, i64 row_stride, i64 head_stride, i32 batch,
+                             i32 kv_head, i64 key) {
+  const i64 head = kv_head * head_stride;
+  if (p.block_table == nullptr) return batch * batch_stride + key * row_stride + head;
+  const i32 page = dev::load_global(p.block_table + static_cast<i64>(batch) * p.block_table_stride + key / p.page_size);
+  return page * batch_stride + (key % p.page_size) * row_stride + head;
+}
+
+}  // namespace decode_detail
+
+// Grid: (splits, row blocks x slots, B), where a slot is a query head
+// (kPackGqa = 0) or a KV head (kPackGqa = 1) and row blocks =
+// ceil(Sq x rows per position / kBlockM); block: threads(); dynamic shared
+// memory: shared_bytes() (FlashDecodeTunables).
+template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsN, int kStages, int kPackGqa, class DType>
+ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
+  static_assert(FlashDecodeTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsN, kStages, kPackGqa),
+                "flash_decode: these tunables break FlashDecodeTunables::valid");
+  using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kBlockM / 16, kWarpsN, kStages, DType>;
+  using D = typename Config::DType;
+  using flash_detail::RowState;
+  const i32 pack = kPackGqa != 0 ? p.group_size : 1;
+  const i64 q_len = p.seqlen_q;
+  const i64 rows = q_len * pack;
+  const i32 row_blocks = static_cast<i32>((rows + kBlockM - 1) / kBlockM);
+  const i32 split = dev::block_index().x;
+  const i32 slot = dev::block_index().y / row_blocks;
+  const i32 m_block = dev::block_index().y % row_blocks;
+  const i32 batch = dev::block_index().z;
+  const i32 kv_head = kPackGqa != 0 ? slot : slot / p.group_size;
+  const i64 k_len = p.cache_seqlens != nullptr ? dev::load_global(p.cache_seqlens + batch) : p.seqlen_k;
+  const i64 row0 = static_cast<i64>(m_block) * kBlockM;
+  const i64 last_row = row0 + kBlockM - 1 < rows - 1 ? row0 + kBlockM - 1 : rows - 1;
+
+  // This split's share of the cache, in whole tiles, cut to what the rows see.
+  const i64 cache_tiles = (k_len + kBlockN - 1) / kBlockN;
+  const i64 tiles_per_split = (cache_tiles + p.splits - 1) / p.splits;
+  const KeyBounds first = key_bounds(p.mask, row0 / pack, q_len, k_len);
+  const KeyBounds last = key_bounds(p.mask, last_row / pack, q_len, k_len);
+  const i64 visible_begin = first.begin / kBlockN;
+  const i64 visible_end = last.end > first.begin ? (last.end + kBlockN - 1) / kBlockN : visible_begin;
+  const i64 split_begin = split * tiles_per_split;
+  const i64 split_end = split_begin + tiles_per_split;
+  const i64 n_begin = visible_begin > split_begin ? visible_begin : split_begin;
+  const i64 n_end = visible_end < split_end ? visible_end : split_end;
+
+  u16* smem = dev::shared_memory<u16>();
+  u16* q_s = smem;
+  u16* k_s = smem + Config::kQElems;
+  u16* v_s = k_s + Config::kStages * Config::kTileElems;
+  const bool vectorized = p.vectorized != 0;
+  const flash_detail::TileMask tile_mask{p.mask, p.scale_log2, pack};
+
+  const auto q_row = [&](i32 r) {
+    const decode_detail::RowPlace at = decode_detail::place<kPackGqa>(row0 + r, slot, p.group_size);
+    return p.q + batch * p.q_batch_stride + at.position * p.q_row_stride + at.head * p.q_head_stride;
+  };
+  const auto issue = [&](i64 n) {
+    if (n < n_end) {
+      const i32 stage = static_cast<i32>(n % Config::kStages);
+      const i64 key0 = n * Config::kBlockN;
+      const auto k_row = [&](i32 r) {
+        return p.k + decode_detail::key_offset(p, p.k_batch_stride, p.k_row_stride, p.k_head_stride, batch, kv_head,
+                                               key0 + r);
+      };
+      const auto v_row = [&](i32 r) {
+        return p.v + decode_detail::key_offset(p, p.v_batch_stride, p.v_row_stride, p.v_head_stride, batch, kv_head,
+                                               key0 + r);
+      };
+      flash_detail::load_rows<Config, Config::kBlockN>(k_s + stage * Config::kTileElems, k_row, k_len - key0,
+                                                       p.head_dim_k, vectorized);
+      flash_detail::load_rows<Config, Config::kBlockN>(v_s + stage * Config::kTileElems, v_row, k_len - key0,
+                                                       p.head_dim_v, vectorized);
+    }
+    dev::cp_async::commit();  // possibly empty: keeps the group count uniform
+  };
+
+  float acc[Config::kMTiles][Config::kDTiles][4];
+  RowState<Config> state;
+  ATTUNE_UNROLL
+  for (int mt = 0; mt < Config::kMTiles; ++mt) {
+    ATTUNE_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      state.m[mt][half] = -dev::infinity();
+      state.l[mt][half] = 0.0f;
+    }
+    ATTUNE_UNROLL
+    for (int dt = 0; dt < Config::kDTiles; ++dt) {
+      ATTUNE_UNROLL
+      for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.0f;
+    }
+  }
+
+  if (n_begin < n_end) {
+    flash_detail::load_rows<Config, Config::kBlockM>(q_s, q_row, rows - row0, p.head_dim_k, vectorized);
+    dev::cp_async::commit();
+    for (i64 n = n_begin; n < n_begin + Config::kStages - 1; ++n) issue(n);
+    for (i64 n = n_begin; n < n_end; ++n) {
+      issue(n + Config::kStages - 1);
+      dev::cp_async::wait<Config::kStages - 1>();  // tile n (and Q) landed
+      dev::block::sync();
+      const i32 stage = static_cast<i32>(n % Config::kStages);
+      const i64 key0 = n * Config::kBlockN;
+      const bool unmasked = key0 >= last.begin && key0 + Config::kBlockN <= first.end;
+      if (unmasked) {
+        flash_detail::attend_tile<Config, false>(q_s, k_s + stage * Config::kTileElems,
+                                                 v_s + stage * Config::kTileElems, acc, state, tile_mask, row0, key0,
+                                                 q_len, k_len);
+      } else {
+        flash_detail::attend_tile<Config, true>(q_s, k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems,
+                                                acc, state, tile_mask, row0, key0, q_len, k_len);
+      }
+      dev::block::sync();  // the stage is overwritten next
+    }
+  }
+
+  if (!flash_detail::merge_row_states<Config>(acc, state)) return;
+  const i32 lane = dev::lane_id();
+  const i32 warp_row0 = (dev::warp_id() / Config::kWarpsN) * Config::kWarpRows;
+  constexpr float kLn2 = 0.6931471805599453f;
+  ATTUNE_UNROLL
+  for (int r = 0; r < 2 * Config::kMTiles; ++r) {  // the rows this thread holds
+    const int mt = r / 2;
+    const int half = r % 2;
+    const i64 row = row0 + warp_row0 + mt * 16 + lane / 4 + 8 * half;
+    if (row >= rows) continue;
+    const decode_detail::RowPlace at = decode_detail::place<kPackGqa>(row, slot, p.group_size);
+    const float l = state.l[mt][half];
+    if (p.splits > 1) {
+      // This split's state, unnormalized; an empty split leaves m = -inf, l = 0.
+      const i64 index = ((static_cast<i64>(split) * p.batch + batch) * p.heads_q + at.head) * q_len + at.position;
+      float* slot_out = p.partial + index * (p.head_dim_v + 2);
+      ATTUNE_UNROLL
+      for (int dt = 0; dt < Config::kDTiles; ++dt) {
+        ATTUNE_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          const i32 col = dt * 8 + 2 * (lane % 4) + e;
+          if (col < p.head_dim_v) dev::store_global(slot_out + col, acc[mt][dt][2 * half + e]);
+        }
+      }
+      if (lane % 4 == 0) {
+        dev::store_global(slot_out + p.head_dim_v, state.m[mt][half]);
+        dev::store_global(slot_out + p.head_dim_v + 1, l);
+      }
+      continue;
+    }
+    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+    u16* o_row = p.o + batch * p.o_batch_stride + at.position * p.o_row_stride + at.head * p.o_head_stride;
+    ATTUNE_UNROLL
+    for (int dt = 0; dt < Config::kDTiles; ++dt) {
+      ATTUNE_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        const i32 col = dt * 8 + 2 * (lane % 4) + e;
+        if (col < p.head_dim_v) dev::store_global(o_row + col, dev::to_bits<D>(acc[mt][dt][2 * half + e] * inv));
+      }
+    }
+    if (p.lse != nullptr && lane % 4 == 0) {
+      const float lse = l > 0.0f ? (state.m[mt][half] + dev::log2_approx(l)) * kLn2 : -dev::infinity();
+      dev::store_global(
+          p.lse + batch * p.lse_batch_stride + at.head * p.lse_head_stride + at.position * p.lse_row_stride, lse);
+    }
+  }
+}
+
+// The merge of the splits' states: one warp per output row (b, h, i), lanes
+// over the columns of Dv.
+struct FlashDecodeCombineParams {
+  const float* partial;  // [splits, rows, Dv + 2] as flash_decode writes it
+  u16* o;                // [B, Sq, Hq, Dv]
+  float* lse;            // [B, Hq, Sq]; null: not written
+  i64 o_batch_stride, o_row_stride, o_head_stride;
+  i64 lse_batch_stride, lse_row_stride, lse_head_stride;
+  i32 batch;
+  i32 heads_q;
+  i32 seqlen_q;
+  i32 head_dim_v;
+  i32 splits;
+};
+
+struct FlashDecodeCombineTunables {
+  static constexpr int kWarps[] = {4};  // rows per block
+  static constexpr const char* kIdKeys[] = {"w"};
+  ATTUNE_HOST_DEVICE static constexpr int threads(int warps) { return warps * kWarpSize; }
+  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int /*warps*/) { return 0; }
+  ATTUNE_HOST_DEVICE static constexpr bool valid(int warps) { return warps >= 1 && warps <= 32; }
+};
+
+// Grid: (ceil(B x Hq x Sq / kWarps)); block: kWarps x 32 threads.
+template <int kWarps, class DType>
+ATTUNE_KERNEL void flash_decode_combine(FlashDecodeCombineParams p) {
+  using D = DType;
+  const i64 rows = static_cast<i64>(p.batch) * p.heads_q * p.seqlen_q;
+  const i64 row = static_cast<i64>(dev::block_index().x) * kWarps + dev::warp_id();
+  if (row >= rows) return;  // whole warps leave together
+  const i32 lane = dev::lane_id();
+  const i64 stride = p.head_dim_v + 2;
+  const i64 split_stride = rows * stride;
+
+  // The common maximum over the splits that saw a key; empty splits
+  // (l = 0, m = -inf) are skipped explicitly.
+  float m = -dev::infinity();
+  for (i32 s = 0; s < p.splits; ++s) {
+    const float* state = p.partial + s * split_stride + row * stride + p.head_dim_v;
+    if (dev::load_global(state + 1) > 0.0f) m = flash_detail::max2(m, dev::load_global(state));
+  }
+  float l = 0.0f;
+  for (i32 s = 0; s < p.splits; ++s) {
+    const float* state = p.partial + s * split_stride + row * stride + p.head_dim_v;
+    const float ls = dev::load_global(state + 1);
+    if (ls > 0.0f) l += dev::exp2_approx(dev::load_global(state) - m) * ls;
+  }
+  const i64 position = row % p.seqlen_q;
+  const i64 head = (row / p.seqlen_q) % p.heads_q;
+  const i64 b = row / (static_cast<i64>(p.seqlen_q) * p.heads_q);
+  u16* o_row = p.o + b * p.o_batch_stride + position * p.o_row_stride + head * p.o_head_stride;
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
+  for (i32 col = lane; col < p.head_dim_v; col += kWarpSize) {
+    // Each split's weighted sum, rescaled to the common maximum like its normalizer.
+    float u = 0.0f;
+    for (i32 s = 0; s < p.splits; ++s) {
+      const float* state = p.partial + s * split_stride + row * stride;
+      const float ls = dev::load_global(state + p.head_dim_v + 1);
+      if (ls > 0.0f) u += dev::exp2_approx(dev::load_global(state + p.head_dim_v) - m) * dev::load_global(state + col);
+    }
+    dev::store_global(o_row + col, dev::to_bits<D>(u * inv));
+  }
+  if (p.lse != nullptr && lane == 0) {
+    constexpr float kLn2 = 0.6931471805599453f;
+    const float lse = l > 0.0f ? (m + dev::log2_approx(l)) * kLn2 : -dev::infinity();
+    dev::store_global(p.lse + b * p.lse_batch_stride + head * p.lse_head_stride + position * p.lse_row_stride, lse);
+  }
+}
+
+}  // namespace attune

@@ -1,0 +1,60 @@
+// Decode problems: a few query rows per sequence against a KV cache held
+// contiguously [B, Smax, Hkv, D] with per-sequence lengths, or paged (a
+// shuffled block table into a page pool with spare pages).
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/support/families.h"
+
+namespace attune::testing {
+
+struct DecodeCase {
+  std::string name;
+  int64_t batch = 1;
+  int64_t seqlen_q = 1;
+  int64_t heads_q = 8;
+  int64_t heads_kv = 1;
+  int64_t head_dim_k = 32;
+  int64_t head_dim_v = 32;
+  std::vector<int32_t> cache_seqlens;  // [B]
+  int64_t page_size = 0;               // 0: contiguous
+  Mask mask = Mask::causal_bottom_right();
+  DType dtype = DType::kBF16;
+};
+
+inline Inputs make_decode_inputs(const DecodeCase& c, unsigned seed = 1234) {
+  const int64_t longest = *std::max_element(c.cache_seqlens.begin(), c.cache_seqlens.end());
+  ProblemOptions options{.dtype = c.dtype, .mask = c.mask, .seqlens_k = c.cache_seqlens};
+  std::vector<int64_t> k_shape = {c.batch, longest, c.heads_kv, c.head_dim_k};
+  std::vector<int64_t> v_shape = {c.batch, longest, c.heads_kv, c.head_dim_v};
+  std::mt19937 rng(seed);
+  if (c.page_size > 0) {
+    const int64_t max_pages = std::max<int64_t>((longest + c.page_size - 1) / c.page_size, 1);
+    const int64_t pages = c.batch * max_pages + 3;  // spare pages nobody reads
+    std::vector<int32_t> order(static_cast<std::size_t>(pages));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), rng);
+    options.block_table.assign(order.begin(), order.begin() + c.batch * max_pages);
+    options.page_size = c.page_size;
+    k_shape = {pages, c.page_size, c.heads_kv, c.head_dim_k};
+    v_shape = {pages, c.page_size, c.heads_kv, c.head_dim_v};
+  }
+  Inputs in{make_problem(std::vector<int64_t>{c.batch, c.seqlen_q, c.heads_q, c.head_dim_k}, k_shape, v_shape,
+                         std::move(options)),
+            {},
+            {},
+            {}};
+  const AttentionProblem& p = in.problem;
+  in.q = random_bits(q_extent(p), p.dtype, 0.0F, 1.0F, rng);
+  in.k = random_bits(k_extent(p), p.dtype, 0.0F, 1.0F, rng);
+  in.v = random_bits(v_extent(p), p.dtype, 0.0F, 1.0F, rng);
+  return in;
+}
+
+}  // namespace attune::testing
