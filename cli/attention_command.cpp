@@ -13,6 +13,7 @@
 #include "reference/reference.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/db_tuned_source.h"
+#include "runtime/flash_decode_params.h"
 #include "runtime/runtime.h"
 
 namespace attune::cli {
@@ -38,6 +39,20 @@ std::vector<int32_t> read_lengths(const std::string& path, const char* name) {
   return array.to_int32(path + " (" + name + ")");
 }
 
+// A block table: int32 [B, max_pages] for `batch` sequences, flattened row-major.
+std::vector<int32_t> read_block_table(const std::string& path, int64_t batch) {
+  const npy::Array array = npy::read(path);
+  if (array.shape.size() != 2) {
+    throw InvalidArgument(path + ": block_table has " + std::to_string(array.shape.size()) +
+                          " dimensions; expected a 2-D integer array [B, max_pages]");
+  }
+  if (array.shape[0] != batch) {
+    throw InvalidArgument(path + ": block_table has " + std::to_string(array.shape[0]) +
+                          " rows; expected B = " + std::to_string(batch) + " (one per sequence of Q)");
+  }
+  return array.to_int32(path + " (block_table)");
+}
+
 // Rounds float inputs to the storage dtype (round to nearest even).
 std::vector<std::uint16_t> to_storage(const npy::Array& array, DType dtype) {
   const std::vector<float> values = array.to_float32();
@@ -50,16 +65,34 @@ std::vector<float> to_float32(const std::vector<double>& values) { return {value
 
 // The forward kernel through attune::Runtime: the given variant or the
 // dispatcher's choice. The cuda backend stages the tensors in device memory.
+// How the call runs on a runtime: the forward kernel, or split-KV decode.
+struct RunChoice {
+  std::string variant_id;  // empty: the runtime's choice
+  std::string db_path;
+  bool decode = false;
+  int splits = 0;  // decode: 0 for the built-in choice
+};
+
 ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem, const std::vector<std::uint16_t>& q,
                                const std::vector<std::uint16_t>& k, const std::vector<std::uint16_t>& v,
-                               const std::string& variant_id, const std::string& db_path) {
+                               const RunChoice& choice) {
+  const std::string& variant_id = choice.variant_id;
+  const std::string& db_path = choice.db_path;
   const std::optional<tuning_db::TuningDb> db = open_db_for_dispatch(db_path);
   const std::optional<DbTunedSource> tuned = db ? std::optional<DbTunedSource>(std::in_place, *db) : std::nullopt;
   Runtime runtime({.backend = backend, .tuned = tuned ? &*tuned : nullptr});
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(problem)));
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(problem)));
   const auto run = [&](const AttentionBuffers& buffers) {
-    if (variant_id.empty()) {
+    if (choice.decode) {
+      if (variant_id.empty()) {
+        runtime.decode(problem, buffers, {.splits = choice.splits});
+      } else {
+        const Variant variant = parse_variant_id(variant_id);
+        const int splits = choice.splits > 0 ? choice.splits : runtime.explain_decode(problem).splits;
+        runtime.decode_variant(variant, splits, problem, buffers);
+      }
+    } else if (variant_id.empty()) {
       runtime.forward(problem, buffers);
     } else {
       runtime.forward_variant(parse_variant_id(variant_id), problem, buffers);
@@ -94,8 +127,8 @@ CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
                   "Backend that computes: reference (fp64 oracle), emu (kernel on the CPU emulator) or cuda")
       ->capture_default_str();
   cmd->add_option("--q", o.q_path, "Q: float32/float16 [B,Sq,Hq,Dk], or [Tq,Hq,Dk] with cu_seqlens")->required();
-  cmd->add_option("--k", o.k_path, "K: [B,Sk,Hkv,Dk], or [Tk,Hkv,Dk]")->required();
-  cmd->add_option("--v", o.v_path, "V: [B,Sk,Hkv,Dv], or [Tk,Hkv,Dv]")->required();
+  CLI::Option* k = cmd->add_option("--k", o.k_path, "K: [B,Sk,Hkv,Dk], or [Tk,Hkv,Dk]");
+  CLI::Option* v = cmd->add_option("--v", o.v_path, "V: [B,Sk,Hkv,Dv], or [Tk,Hkv,Dv]");
   cmd->add_option("--out", o.out_path, "O output: float32 [B,Sq,Hq,Dv] (packed: [Tq,Hq,Dv])")->required();
   cmd->add_option("--lse", o.lse_path, "LSE output: float32 [B,Hq,Sq] (packed: [Hq,Tq])");
   cmd->add_option("--dtype", o.dtype, "Storage dtype the inputs are rounded to: fp16 or bf16")->capture_default_str();
@@ -108,6 +141,19 @@ CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
   cmd->add_option("--db", o.db_path, "Tuning database to dispatch from (default: the default one, if it exists)");
   cmd->add_option("--variant", o.variant,
                   "Kernel variant id (emu and cuda backends; default: the dispatcher's choice)");
+  CLI::Option* k_cache = cmd->add_option(
+      "--k-cache", o.k_cache_path, "KV cache K (decode): [B,Smax,Hkv,Dk], or a page pool [pages,page_size,Hkv,Dk]");
+  CLI::Option* v_cache = cmd->add_option(
+      "--v-cache", o.v_cache_path, "KV cache V (decode): [B,Smax,Hkv,Dv], or a page pool [pages,page_size,Hkv,Dv]");
+  cmd->add_option("--cache-seqlens", o.cache_seqlens_path, "int32 [B]: keys each sequence holds in the cache");
+  cmd->add_option("--block-table", o.block_table_path, "int32 [B,max_pages]: the pages of each sequence (paged cache)");
+  cmd->add_option("--page-size", o.page_size, "Keys per page of a paged cache (with --block-table)");
+  cmd->add_option("--splits", o.splits,
+                  "Split-KV decode: CTAs along the keys (1..256; 0: the built-in choice). Runs the decode kernel");
+  k->excludes(k_cache);
+  v->excludes(v_cache);
+  k_cache->needs(v_cache);
+  v_cache->needs(k_cache);
   return cmd;
 }
 
@@ -124,17 +170,45 @@ void run_attention(const AttentionOptions& o) {
   options.seqlens_k = read_lengths(o.seqlens_k_path, "seqlens_k");
   options.cu_seqlens_q = read_lengths(o.cu_seqlens_q_path, "cu_seqlens_q");
   options.cu_seqlens_k = read_lengths(o.cu_seqlens_k_path, "cu_seqlens_k");
+  const bool cache = !o.k_cache_path.empty();
+  if (!cache && (o.k_path.empty() || o.v_path.empty())) {
+    bad_flag(o.k_path.empty() ? "--k" : "--v", "(missing)", "K and V as --k/--v, or a KV cache as --k-cache/--v-cache");
+  }
+  if (!o.cache_seqlens_path.empty()) {
+    if (!o.seqlens_k_path.empty()) {
+      bad_flag("--cache-seqlens", o.cache_seqlens_path, "either --cache-seqlens or --seqlens-k, not both");
+    }
+    options.seqlens_k = read_lengths(o.cache_seqlens_path, "cache_seqlens");
+  }
+  if (!o.block_table_path.empty() || o.page_size != 0) {
+    if (o.block_table_path.empty()) bad_flag("--page-size", std::to_string(o.page_size), "a --block-table with it");
+    if (o.page_size < 1) bad_flag("--page-size", std::to_string(o.page_size), "a page size >= 1 with --block-table");
+    if (!cache) bad_flag("--block-table", o.block_table_path, "a paged cache given as --k-cache/--v-cache");
+    options.page_size = o.page_size;
+  }
+  if (o.splits && (*o.splits < 0 || *o.splits > kMaxDecodeSplits)) {
+    bad_flag("--splits", std::to_string(*o.splits),
+             "1.." + std::to_string(kMaxDecodeSplits) + ", or 0 for the built-in choice");
+  }
   const DType dtype = options.dtype;
 
   const npy::Array q = read_floats(o.q_path, "Q");
-  const npy::Array k = read_floats(o.k_path, "K");
-  const npy::Array v = read_floats(o.v_path, "V");
+  if (options.page_size != 0)
+    options.block_table = read_block_table(o.block_table_path, q.shape.empty() ? 0 : q.shape[0]);
+  const npy::Array k = cache ? read_floats(o.k_cache_path, "K cache") : read_floats(o.k_path, "K");
+  const npy::Array v = cache ? read_floats(o.v_cache_path, "V cache") : read_floats(o.v_path, "V");
   const AttentionProblem problem = make_problem(q.shape, k.shape, v.shape, std::move(options));
 
   const std::vector<std::uint16_t> q_bits = to_storage(q, dtype);
   const std::vector<std::uint16_t> k_bits = to_storage(k, dtype);
   const std::vector<std::uint16_t> v_bits = to_storage(v, dtype);
-  const ReferenceOutput out = backend ? run_on_runtime(*backend, problem, q_bits, k_bits, v_bits, o.variant, o.db_path)
+  // The reference is exact: splits do not change what it computes.
+  const RunChoice choice{
+      .variant_id = o.variant,
+      .db_path = o.db_path,
+      .decode = cache || o.splits.has_value() || problem.is_paged() || o.variant.rfind("flash_decode/", 0) == 0,
+      .splits = o.splits.value_or(0)};
+  const ReferenceOutput out = backend ? run_on_runtime(*backend, problem, q_bits, k_bits, v_bits, choice)
                                       : reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data());
 
   std::vector<int64_t> o_shape = {problem.seqlen_q, problem.heads_q, problem.head_dim_v};

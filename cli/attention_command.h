@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -18,6 +19,12 @@ struct AttentionOptions {
   std::string seqlens_k_path, cu_seqlens_q_path, cu_seqlens_k_path;
   std::string variant;
   std::string db_path;  // tuning database for dispatch (emu, cuda)
+  // Split-KV decode over a KV cache.
+  std::string k_cache_path, v_cache_path;  // instead of --k/--v
+  std::string cache_seqlens_path;          // int32 [B] keys held per sequence
+  std::string block_table_path;            // int32 [B, max_pages]: a paged cache
+  std::int64_t page_size = 0;
+  std::optional<int> splits;  // CTAs along the keys; unset or 0: the built-in choice
 };
 
 // Registers the subcommand and its flags on `app`, bound to `options`.

@@ -378,7 +378,10 @@ void validate(const AttentionProblem& p) {
       if (len < 0) reject("seqlens_k[" + str(b) + "]", str(len), "a non-negative key count");
       if (len > limit) {
         reject("seqlens_k[" + str(b) + "]", str(len),
-               "at most " + str(limit) + (p.is_packed() ? " (the sequence's packed keys)" : " (Sk)"));
+               "at most " + str(limit) +
+                   (p.is_packed()  ? " (the sequence's packed keys)"
+                    : p.is_paged() ? " (max_pages x page_size of the block table)"
+                                   : " (Sk)"));
       }
     }
   }
