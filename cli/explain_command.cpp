@@ -23,12 +23,17 @@ CLI::App* add_explain_command(CLI::App& app, ExplainOptions& o) {
   cmd->add_option("--causal", o.causal, "bottom-right or top-left");
   cmd->add_option("--window", o.window, "LEFT,RIGHT around the bottom-right diagonal");
   cmd->add_option("--db", o.db_path, "Tuning database (default: the default one, if it exists)");
+  cmd->add_option("--op", o.op, "fwd, or decode (split-KV over a KV cache of --seqlen-k keys)")->capture_default_str();
+  cmd->add_option("--splits", o.splits, "decode: a split count to use instead of the dispatcher's");
   return cmd;
 }
 
 void run_explain(const ExplainOptions& o) {
   const auto backend = parse_backend(o.backend);
   if (!backend) bad_flag("--backend", o.backend, "cuda or emu");
+  const std::optional<Op> op = parse_op(o.op);
+  if (!op) bad_flag("--op", o.op, "fwd or decode");
+  if (*op != Op::kDecode && o.splits != 0) bad_flag("--splits", std::to_string(o.splits), "--op decode with it");
   const std::vector<int64_t> q = {o.batch, o.seqlen_q, o.heads_q, o.dk};
   const std::vector<int64_t> k = {o.batch, o.seqlen_k, o.heads_kv, o.dk};
   const std::vector<int64_t> v = {o.batch, o.seqlen_k, o.heads_kv, o.dv};
@@ -37,9 +42,17 @@ void run_explain(const ExplainOptions& o) {
   const std::optional<tuning_db::TuningDb> db = open_db_for_dispatch(o.db_path);
   const std::optional<DbTunedSource> tuned = db ? std::optional<DbTunedSource>(std::in_place, *db) : std::nullopt;
   const Runtime runtime({.backend = *backend, .device = o.device, .tuned = tuned ? &*tuned : nullptr});
-  const DispatchChoice choice = runtime.explain(problem);
   std::printf("device:      %s (%s)\n", runtime.device_name().c_str(), runtime.device_key().c_str());
-  std::printf("problem key: %s\n", problem_key(Op::kForward, problem).to_string().c_str());
+  std::printf("problem key: %s\n", problem_key(*op, problem).to_string().c_str());
+  if (*op == Op::kDecode) {
+    const DecodeChoice choice = runtime.explain_decode(problem, {.splits = o.splits});
+    std::printf("variant:     %s\n", choice.variant.id().c_str());
+    std::printf("splits:      %d\n", choice.splits);
+    std::printf("database:    %s\n", db ? db->path().c_str() : "none");
+    std::printf("rule:        %s\n", choice.reason.c_str());
+    return;
+  }
+  const DispatchChoice choice = runtime.explain(problem);
   std::printf("variant:     %s\n", choice.variant.id().c_str());
   std::printf("database:    %s\n", db ? db->path().c_str() : "none");
   std::printf("rule:        %s (%s)\n", std::string(to_string(choice.rule)).c_str(), choice.detail.c_str());

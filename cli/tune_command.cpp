@@ -69,6 +69,11 @@ TuneCommands add_tune_commands(CLI::App& app, TuneCommandOptions& t, DbCommandOp
   c.tune->add_option("--seqlens", t.seqlens, "Sq = Sk values, e.g. 128,1024");
   c.tune->add_option("--batch-heads", t.batch_heads, "BxH values, e.g. 1x8,4x16");
   c.tune->add_option("--max-variants", t.max_variants, "Variants per problem class (0: all)");
+  c.tune->add_option("--op", t.op, "fwd, or decode (split-KV over a KV cache; --seqlens are then cache lengths)");
+  c.tune->add_option("--queries", t.queries, "Decode: query rows per sequence, e.g. 1,4");
+  c.tune->add_option("--gqa", t.gqa, "Decode: query heads per KV head (--batch-heads counts KV heads)");
+  c.tune->add_option("--splits", t.splits,
+                     "Decode: split counts to time with each variant, e.g. 1,4,16 (auto: the heuristic's)");
   c.tune->add_option("--shard", t.shard, "K/N: this process takes every N-th task from K")->capture_default_str();
   c.tune->add_option("--warmup", t.warmup, "Untimed runs per variant")->capture_default_str();
   c.tune->add_option("--repetitions", t.repetitions, "Timed runs per variant (median recorded)")->capture_default_str();
@@ -115,14 +120,28 @@ void run_tune(const TuneCommandOptions& o) {
                                                              {"head_dims", &o.head_dims},
                                                              {"masks", &o.masks},
                                                              {"seqlens", &o.seqlens},
-                                                             {"batch_heads", &o.batch_heads}};
+                                                             {"batch_heads", &o.batch_heads},
+                                                             {"op", &o.op},
+                                                             {"queries", &o.queries},
+                                                             {"gqa", &o.gqa},
+                                                             {"splits", &o.splits}};
   for (const auto& [axis, values] : axes) {
     if (!values->empty()) tuner::set_axis(spec, axis, *values);
   }
   if (o.max_variants >= 0) spec.max_variants = o.max_variants;
   Runtime runtime({.backend = *backend, .device = o.device});
   tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path(o.db_path));
-  const std::vector<tuner::Task> tasks = tuner::plan(spec, runtime.arch(), tuner::parse_shard(o.shard));
+  if (spec.op != "decode" && (!o.queries.empty() || !o.gqa.empty() || !o.splits.empty())) {
+    bad_flag(!o.queries.empty() ? "--queries"
+             : !o.gqa.empty()   ? "--gqa"
+                                : "--splits",
+             !o.queries.empty() ? o.queries
+             : !o.gqa.empty()   ? o.gqa
+                                : o.splits,
+             "--op decode with it");
+  }
+  const std::vector<tuner::Task> tasks =
+      tuner::plan(spec, runtime.arch(), tuner::parse_shard(o.shard), runtime.sm_count());
   std::fprintf(stderr, "attune tune: %zu tasks on %s (%s), database %s\n", tasks.size(), runtime.device_name().c_str(),
                runtime.device_key().c_str(), db.path().c_str());
   if (*backend == Backend::kCuda) {

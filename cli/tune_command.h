@@ -13,7 +13,8 @@ struct TuneCommandOptions {
   std::string db_path;  // empty: TuningDb::default_path()
   std::string sweep_file;
   std::string dtypes, head_dims, masks, seqlens, batch_heads;
-  int max_variants = -1;  // -1: the sweep file's or the default
+  std::string op, queries, gqa, splits;  // decode sweeps (empty: the sweep file's or the default)
+  int max_variants = -1;                 // -1: the sweep file's or the default
   std::string shard = "0/1";
   int warmup = 1;
   int repetitions = 5;

@@ -19,6 +19,9 @@ CLI::App* add_tune_worker_command(CLI::App& app, TuneWorkerOptions& o) {
   cmd->add_option("--batch", o.batch);
   cmd->add_option("--seqlen", o.seqlen)->required();
   cmd->add_option("--heads", o.heads);
+  cmd->add_option("--seqlen-k", o.seqlen_k);  // default: --seqlen
+  cmd->add_option("--heads-kv", o.heads_kv);  // default: --heads
+  cmd->add_option("--splits", o.splits);      // > 0: split-KV decode
   cmd->add_option("--dk", o.dk)->required();
   cmd->add_option("--dv", o.dv)->required();
   cmd->add_option("--warmup", o.warmup);
@@ -34,10 +37,13 @@ void run_tune_worker(const TuneWorkerOptions& o) {
     Mask mask = Mask::none();
     if (o.mask == "causal-bottom-right") mask = Mask::causal_bottom_right();
     if (o.mask == "causal-top-left") mask = Mask::causal_top_left();
+    const std::int64_t seqlen_k = o.seqlen_k > 0 ? o.seqlen_k : o.seqlen;
+    const std::int64_t heads_kv = o.heads_kv > 0 ? o.heads_kv : o.heads;
     const std::vector<std::int64_t> shape_q = {o.batch, o.seqlen, o.heads, o.dk};
-    const std::vector<std::int64_t> shape_v = {o.batch, o.seqlen, o.heads, o.dv};
-    const tuner::Task task{make_problem(shape_q, shape_q, shape_v, {.dtype = parse_dtype_flag(o.dtype), .mask = mask}),
-                           parse_variant_id(o.variant)};
+    const std::vector<std::int64_t> shape_k = {o.batch, seqlen_k, heads_kv, o.dk};
+    const std::vector<std::int64_t> shape_v = {o.batch, seqlen_k, heads_kv, o.dv};
+    const tuner::Task task{make_problem(shape_q, shape_k, shape_v, {.dtype = parse_dtype_flag(o.dtype), .mask = mask}),
+                           parse_variant_id(o.variant), o.splits};
     Runtime runtime({.backend = *backend, .device = o.device});
     result = tuner::measure(runtime, task, {.warmup = o.warmup, .repetitions = o.repetitions});
   } catch (const Error& e) {

@@ -5,11 +5,12 @@
 namespace attune {
 
 std::optional<ProblemKey> to_problem_key(const tuning_db::ProblemKeyRecord& r) {
-  if (r.op != "fwd") return std::nullopt;
+  const std::optional<Op> op = parse_op(r.op);
+  if (!op) return std::nullopt;
   const std::optional<DType> dtype = parse_dtype(r.dtype);
   if (!dtype) return std::nullopt;
   ProblemKey key;
-  key.op = Op::kForward;
+  key.op = *op;
   key.dtype = *dtype;
   key.head_dim_k = r.head_dim_k;
   key.head_dim_v = r.head_dim_v;

@@ -3,6 +3,8 @@
 #include <limits>
 
 #include "core/error.h"
+#include "runtime/flash_decode_params.h"
+#include "runtime/tuned_id.h"
 
 namespace attune {
 
@@ -18,13 +20,26 @@ std::string_view to_string(DispatchRule rule) {
   return "?";
 }
 
-Dispatcher::Dispatcher(std::string device_key, ArchLimits arch, const TunedSource* tuned)
-    : device_key_(std::move(device_key)), arch_(std::move(arch)), tuned_(tuned) {}
+Dispatcher::Dispatcher(std::string device_key, ArchLimits arch, const TunedSource* tuned, int sm_count)
+    : device_key_(std::move(device_key)), arch_(std::move(arch)), tuned_(tuned), sm_count_(sm_count) {}
 
 Dispatcher::~Dispatcher() = default;
 
-DispatchChoice Dispatcher::resolve(const AttentionProblem& problem) const {
-  const ProblemKey key = problem_key(Op::kForward, problem);
+DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem) const {
+  if (op == Op::kDecode) {
+    DispatchChoice choice{heuristic_decode_variant(problem, arch_), DispatchRule::kHeuristic, "", 0};
+    choice.splits = heuristic_splits(problem, choice.variant, sm_count_);
+    choice.detail = std::to_string(choice.splits) + " splits fill " + std::to_string(sm_count_) + " SMs in whole waves";
+    return choice;
+  }
+  return {heuristic_variant("fwd", problem.dtype, static_cast<int>(problem.head_dim_k),
+                            static_cast<int>(problem.head_dim_v), arch_),
+          DispatchRule::kHeuristic, "", 0};
+}
+
+DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem) const {
+  const ProblemKey key = problem_key(op, problem);
+  const KernelSpec& kernel = kernel_for_op(to_string(op));
   const int dk = static_cast<int>(problem.head_dim_k);
   const int dv = static_cast<int>(problem.head_dim_v);
   std::string passed_over;
@@ -38,7 +53,14 @@ DispatchChoice Dispatcher::resolve(const AttentionProblem& problem) const {
       // The database holds data only: validate the id against the template
       // and the architecture before trusting it.
       try {
-        check_variant_fits(parse_variant_id(entry.variant_id), dk, dv, arch_);
+        const TunedChoice tuned = parse_tuned_id(entry.variant_id);
+        if (tuned.variant.kernel != &kernel) {
+          throw InvalidArgument("variant " + tuned.variant.id() + ": not a " + std::string(kernel.name) + " variant");
+        }
+        if (op == Op::kDecode && tuned.splits == 0) {
+          throw InvalidArgument("variant " + tuned.variant.id() + ": no split count; expected VARIANT/splitsN");
+        }
+        check_variant_fits(tuned.variant, dk, dv, arch_);
       } catch (const InvalidArgument& e) {
         passed_over +=
             std::string(passed_over.empty() ? "" : "; ") + "passed over " + entry.key.to_string() + ": " + e.what();
@@ -51,22 +73,23 @@ DispatchChoice Dispatcher::resolve(const AttentionProblem& problem) const {
       }
     }
     if (best != nullptr) {
-      DispatchChoice choice{parse_variant_id(best->variant_id),
-                            best_distance == 0 ? DispatchRule::kTuned : DispatchRule::kNearestTuned,
-                            "tuned key " + best->key.to_string()};
+      const TunedChoice tuned = parse_tuned_id(best->variant_id);
+      DispatchChoice choice{tuned.variant, best_distance == 0 ? DispatchRule::kTuned : DispatchRule::kNearestTuned,
+                            "tuned key " + best->key.to_string(), tuned.splits};
       if (best_distance > 0) choice.detail += " at distance " + std::to_string(best_distance);
       return choice;
     }
   }
-  DispatchChoice choice{
-      heuristic_variant("fwd", problem.dtype, dk, dv, arch_), DispatchRule::kHeuristic,
-      tuned_ == nullptr ? "no tuning database" : "no tuned key of this device for this problem class"};
+  DispatchChoice choice = heuristic(op, problem);
+  const std::string why =
+      tuned_ == nullptr ? "no tuning database" : "no tuned key of this device for this problem class";
+  choice.detail = choice.detail.empty() ? why : why + "; " + choice.detail;
   if (!passed_over.empty()) choice.detail += " (" + passed_over + ")";
   return choice;
 }
 
-const DispatchChoice& Dispatcher::choose(const AttentionProblem& problem) {
-  const ProblemKey key = problem_key(Op::kForward, problem);
+const DispatchChoice& Dispatcher::choose(Op op, const AttentionProblem& problem) {
+  const ProblemKey key = problem_key(op, problem);
   const std::size_t start = key.hash() & (kSlots - 1);
   // Hot path: acquire loads over an open-addressed table of immutable entries.
   for (std::size_t i = 0; i < kSlots; ++i) {
@@ -74,7 +97,7 @@ const DispatchChoice& Dispatcher::choose(const AttentionProblem& problem) {
     if (entry == nullptr) break;
     if (entry->key == key) return entry->choice;
   }
-  auto fresh = std::make_unique<Entry>(Entry{key, resolve(problem)});
+  auto fresh = std::make_unique<Entry>(Entry{key, resolve(op, problem)});
   const std::lock_guard<std::mutex> lock(insert_mutex_);
   for (std::size_t i = 0; i < kSlots; ++i) {
     std::atomic<const Entry*>& slot = slots_[(start + i) & (kSlots - 1)];

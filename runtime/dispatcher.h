@@ -22,6 +22,7 @@ struct DispatchChoice {
   Variant variant;
   DispatchRule rule = DispatchRule::kHeuristic;
   std::string detail;  // the key it came from, the distance, or why tuned entries were passed over
+  int splits = 0;      // decode: CTAs along the keys; 0 for other ops
 };
 
 // Tuned results, as the tuning database (or a test) provides them.
@@ -29,7 +30,7 @@ class TunedSource {
  public:
   struct Entry {
     ProblemKey key;
-    std::string variant_id;
+    std::string variant_id;  // decode: with its split count (runtime/tuned_id.h)
   };
   virtual ~TunedSource() = default;
   // The best variant of every tuned problem key of the device.
@@ -39,17 +40,20 @@ class TunedSource {
 class Dispatcher {
  public:
   // `device_key` as DeviceInfo::key() (or the emulator's own key); `tuned`
-  // may be null (no database); it must outlive the dispatcher.
-  Dispatcher(std::string device_key, ArchLimits arch, const TunedSource* tuned);
+  // may be null (no database); it must outlive the dispatcher. `sm_count`:
+  // what the decode heuristic fills with splits.
+  Dispatcher(std::string device_key, ArchLimits arch, const TunedSource* tuned, int sm_count = 132);
   ~Dispatcher();
   Dispatcher(const Dispatcher&) = delete;
   Dispatcher& operator=(const Dispatcher&) = delete;
 
   // The variant for a validated problem. Once a key has been seen, this
   // allocates nothing and takes no lock (a lock-free memo table).
-  const DispatchChoice& choose(const AttentionProblem& problem);
+  const DispatchChoice& choose(const AttentionProblem& problem) { return choose(Op::kForward, problem); }
+  const DispatchChoice& choose(Op op, const AttentionProblem& problem);
   // The same without the memo, for `attune explain`.
-  DispatchChoice resolve(const AttentionProblem& problem) const;
+  DispatchChoice resolve(const AttentionProblem& problem) const { return resolve(Op::kForward, problem); }
+  DispatchChoice resolve(Op op, const AttentionProblem& problem) const;
 
   const std::string& device_key() const { return device_key_; }
 
@@ -61,9 +65,12 @@ class Dispatcher {
   static constexpr std::size_t kSlots = 4096;  // power of two
   static constexpr std::size_t kMaxEntries = kSlots * 3 / 4;
 
+  DispatchChoice heuristic(Op op, const AttentionProblem& problem) const;
+
   std::string device_key_;
   ArchLimits arch_;
   const TunedSource* tuned_;
+  int sm_count_;
   std::array<std::atomic<const Entry*>, kSlots> slots_{};
   std::mutex insert_mutex_;
   std::vector<std::unique_ptr<Entry>> owned_;  // guarded by insert_mutex_

@@ -10,8 +10,16 @@ std::string_view to_string(Op op) {
   switch (op) {
     case Op::kForward:
       return "fwd";
+    case Op::kDecode:
+      return "decode";
   }
   return "?";
+}
+
+std::optional<Op> parse_op(std::string_view name) {
+  if (name == "fwd") return Op::kForward;
+  if (name == "decode") return Op::kDecode;
+  return std::nullopt;
 }
 
 std::int8_t bucket_log2(std::int64_t size) {
@@ -68,6 +76,12 @@ ProblemKey problem_key(Op op, const AttentionProblem& p) {
   key.seqlen_q_log2 = bucket_log2(max_q);
   key.seqlen_k_log2 = bucket_log2(max_k);
   key.batch_heads_log2 = bucket_log2(p.batch * p.heads_q);
+  if (op == Op::kDecode) {
+    if (!p.seqlens_k.empty()) max_k = *std::max_element(p.seqlens_k.begin(), p.seqlens_k.end());
+    key.seqlen_q_log2 = bucket_log2(max_q * p.group_size());  // the rows of a KV head, as the kernel packs them
+    key.seqlen_k_log2 = bucket_log2(max_k);
+    key.batch_heads_log2 = bucket_log2(p.batch * p.heads_kv);
+  }
   return key;
 }
 

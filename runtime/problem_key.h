@@ -3,15 +3,18 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <string_view>
 
 #include "core/problem.h"
 
 namespace attune {
 
-enum class Op : std::uint8_t { kForward };
+enum class Op : std::uint8_t { kForward, kDecode };
 
-std::string_view to_string(Op op);  // "fwd"
+std::string_view to_string(Op op);  // "fwd", "decode"
+std::optional<Op> parse_op(std::string_view name);
 
 // A plain value (no allocation), hashable and comparable on the hot path.
 struct ProblemKey {
@@ -36,7 +39,9 @@ struct ProblemKey {
 std::int8_t bucket_log2(std::int64_t size);
 
 // Sequence lengths are the longest sequence's (packed: from cu_seqlens);
-// batch x heads counts query heads.
+// batch x heads counts query heads. Decode keys the cache: Sq x (Hq / Hkv)
+// query rows per KV head, the longest cache length, and batch x KV heads
+// (the CTAs a split multiplies).
 ProblemKey problem_key(Op op, const AttentionProblem& problem);
 
 // Distance between two keys of the same op, dtype, head dims and mask: the

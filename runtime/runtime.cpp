@@ -165,7 +165,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     s.arch = require_arch(kEmulatedArch);
     s.sm_count = kEmulatedSmCount;
   }
-  s.dispatcher = std::make_unique<Dispatcher>(s.device_key, s.arch, s.options.tuned);
+  s.dispatcher = std::make_unique<Dispatcher>(s.device_key, s.arch, s.options.tuned, s.sm_count);
 }
 
 Runtime::~Runtime() = default;
@@ -181,14 +181,13 @@ void Runtime::forward(const AttentionProblem& problem, const AttentionBuffers& b
 
 DecodeChoice Runtime::explain_decode(const AttentionProblem& problem, DecodeOptions options) const {
   validate(problem);
-  DecodeChoice choice{heuristic_decode_variant(problem, impl_->arch), options.splits, ""};
-  if (options.splits == 0) {
-    choice.splits = heuristic_splits(problem, choice.variant, impl_->sm_count);
-    choice.reason = "heuristic: " + std::to_string(choice.splits) + " splits fill " + std::to_string(impl_->sm_count) +
-                    " SMs in whole waves";
-  } else {
+  const DispatchChoice dispatched = impl_->dispatcher->resolve(Op::kDecode, problem);
+  DecodeChoice choice{dispatched.variant, dispatched.splits,
+                      std::string(to_string(dispatched.rule)) + ": " + dispatched.detail};
+  if (options.splits != 0) {
     check_splits(options.splits);
-    choice.reason = "heuristic variant, " + std::to_string(options.splits) + " splits as asked";
+    choice.splits = options.splits;
+    choice.reason += "; " + std::to_string(options.splits) + " splits as asked";
   }
   return choice;
 }
@@ -196,8 +195,9 @@ DecodeChoice Runtime::explain_decode(const AttentionProblem& problem, DecodeOpti
 void Runtime::decode(const AttentionProblem& problem, const AttentionBuffers& buffers, DecodeOptions options,
                      void* stream) {
   validate(problem, buffers);
-  const DecodeChoice choice = explain_decode(problem, options);
-  impl_->launch_decode(choice.variant, choice.splits, problem, buffers, stream);
+  if (options.splits != 0) check_splits(options.splits);
+  const DispatchChoice& choice = impl_->dispatcher->choose(Op::kDecode, problem);
+  impl_->launch_decode(choice.variant, options.splits != 0 ? options.splits : choice.splits, problem, buffers, stream);
 }
 
 void Runtime::decode_variant(const Variant& variant, int splits, const AttentionProblem& problem,
@@ -222,6 +222,7 @@ DispatchChoice Runtime::explain(const AttentionProblem& problem) const {
 Backend Runtime::backend() const { return impl_->options.backend; }
 const std::string& Runtime::device_key() const { return impl_->device_key; }
 const ArchLimits& Runtime::arch() const { return impl_->arch; }
+int Runtime::sm_count() const { return impl_->sm_count; }
 std::string Runtime::device_name() const { return impl_->device_name; }
 
 }  // namespace attune

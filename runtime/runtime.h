@@ -87,6 +87,7 @@ class Runtime {
   Backend backend() const;
   const std::string& device_key() const;
   const ArchLimits& arch() const;
+  int sm_count() const;  // the emulator: kEmulatedSmCount
   std::string device_name() const;
 
  private:

@@ -1,6 +1,7 @@
 #include "tuner/report.h"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <initializer_list>
@@ -8,9 +9,12 @@
 #include <set>
 #include <string_view>
 
+#include "core/error.h"
 #include "generator/variants.h"
 #include "runtime/db_tuned_source.h"
+#include "runtime/flash_decode_params.h"
 #include "runtime/runtime.h"
+#include "runtime/tuned_id.h"
 
 namespace attune::tuner {
 
@@ -19,11 +23,47 @@ namespace {
 constexpr std::size_t kMaxKeyCharts = 12;  // per device: the keys with most measurements
 constexpr std::size_t kMaxBars = 30;       // per key chart: the fastest variants
 
-// The heuristic default's id for the key, if the runtime knows the key.
-std::optional<std::string> default_variant_id(const tuning_db::ProblemKeyRecord& record) {
-  const std::optional<ProblemKey> key = to_problem_key(record);
+// The SM count in a device key ("NVIDIA H200/cc9.0/sm132"); the emulator's own.
+int sm_count_of(const std::string& device_key) {
+  const std::size_t at = device_key.rfind("/sm");
+  if (at != std::string::npos) {
+    int count = 0;
+    const char* first = device_key.data() + at + 3;
+    const char* last = device_key.data() + device_key.size();
+    if (const auto [end, error] = std::from_chars(first, last, count); error == std::errc() && end == last)
+      return count;
+  }
+  return kEmulatedSmCount;
+}
+
+// The heuristic default's id for the exact problem of the best row (decode's
+// default split count depends on the sizes and the device), if the runtime
+// knows the key.
+std::optional<std::string> default_variant_id(const std::vector<tuning_db::MeasurementRow>& rows,
+                                              const tuning_db::BestRow& best) {
+  const std::optional<ProblemKey> key = to_problem_key(best.key);
   if (!key) return std::nullopt;
-  return heuristic_variant("fwd", key->dtype, key->head_dim_k, key->head_dim_v, require_arch(kEmulatedArch)).id();
+  const ArchLimits arch = require_arch(kEmulatedArch);
+  if (key->op == Op::kForward) return heuristic_variant("fwd", key->dtype, key->head_dim_k, key->head_dim_v, arch).id();
+  const auto measured = std::find_if(rows.begin(), rows.end(), [&](const tuning_db::MeasurementRow& m) {
+    return m.ok && m.variant_id == best.variant_id;
+  });
+  if (key->op != Op::kDecode || measured == rows.end()) return std::nullopt;
+  const tuning_db::ProblemRecord& r = measured->problem;
+  try {
+    const AttentionProblem p =
+        make_problem(std::vector<std::int64_t>{r.batch, r.seqlen_q, r.heads_q, r.key.head_dim_k},
+                     std::vector<std::int64_t>{r.batch, r.seqlen_k, r.heads_kv, r.key.head_dim_k},
+                     std::vector<std::int64_t>{r.batch, r.seqlen_k, r.heads_kv, r.key.head_dim_v},
+                     {.dtype = key->dtype,
+                      .mask = key->mask == MaskKind::kCausalBottomRight ? Mask::causal_bottom_right()
+                              : key->mask == MaskKind::kCausalTopLeft   ? Mask::causal_top_left()
+                                                                        : Mask::none()});
+    const Variant v = heuristic_decode_variant(p, arch);
+    return tuned_id(v, heuristic_splits(p, v, sm_count_of(best.device_key)));
+  } catch (const InvalidArgument&) {
+    return std::nullopt;  // a record this attune cannot rebuild: no default to compare with
+  }
 }
 
 // gain_over_default on measurements already read (fastest ok first).
@@ -179,7 +219,8 @@ struct KeyData {
 };
 
 KeyData key_data(const tuning_db::TuningDb& db, const tuning_db::BestRow& row) {
-  KeyData k{.best = row, .rows = db.measurements(row.device_key, row.key), .default_id = default_variant_id(row.key)};
+  KeyData k{.best = row, .rows = db.measurements(row.device_key, row.key), .default_id = std::nullopt};
+  k.default_id = default_variant_id(k.rows, row);
   k.gain = gain_from(k.rows, row, k.default_id);
   for (const tuning_db::MeasurementRow& m : k.rows) {
     if (m.ok && m.variant_id == row.variant_id) {
@@ -348,9 +389,8 @@ std::string html_escape(const std::string& text) {
 }
 
 std::optional<double> gain_over_default(const tuning_db::TuningDb& db, const tuning_db::BestRow& row) {
-  const std::optional<std::string> default_id = default_variant_id(row.key);
-  if (!default_id) return std::nullopt;
-  return gain_from(db.measurements(row.device_key, row.key), row, default_id);
+  const std::vector<tuning_db::MeasurementRow> rows = db.measurements(row.device_key, row.key);
+  return gain_from(rows, row, default_variant_id(rows, row));
 }
 
 std::string html_report(const tuning_db::TuningDb& db, const std::string& title) {

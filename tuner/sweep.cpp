@@ -1,10 +1,13 @@
 #include "tuner/sweep.h"
 
+#include <algorithm>
 #include <charconv>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "runtime/flash_decode_params.h"
+#include "runtime/tuned_id.h"
 
 namespace attune::tuner {
 
@@ -81,9 +84,34 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
     }
   } else if (axis == "max_variants") {
     spec.max_variants = items.empty() ? 0 : static_cast<int>(positive(axis, items.front()));
+  } else if (axis == "op") {
+    if (items.size() != 1 || !parse_op(items.front())) {
+      throw InvalidArgument("op: got '" + values + "'; expected fwd or decode");
+    }
+    spec.op = items.front();
+  } else if (axis == "queries") {
+    spec.queries.clear();
+    for (const std::string& item : items) spec.queries.push_back(positive(axis, item));
+  } else if (axis == "gqa") {
+    if (items.size() != 1) throw InvalidArgument("gqa: got '" + values + "'; expected one group size");
+    spec.gqa = positive(axis, items.front());
+  } else if (axis == "splits") {
+    spec.splits.clear();
+    for (const std::string& item : items) {
+      if (item == "0" || item == "auto") {
+        spec.splits.push_back(0);
+        continue;
+      }
+      const std::int64_t n = positive(axis, item);
+      if (n > kMaxDecodeSplits) {
+        throw InvalidArgument("splits: got " + item + "; expected 1.." + std::to_string(kMaxDecodeSplits) + " or auto");
+      }
+      spec.splits.push_back(static_cast<int>(n));
+    }
   } else {
     throw InvalidArgument("sweep axis: got '" + axis +
-                          "'; expected dtypes, head_dims, masks, seqlens, batch_heads or max_variants");
+                          "'; expected dtypes, head_dims, masks, seqlens, batch_heads, max_variants, op, queries, "
+                          "gqa or splits");
   }
 }
 
@@ -124,30 +152,70 @@ Shard parse_shard(const std::string& text) {
   return {static_cast<int>(k), static_cast<int>(n)};
 }
 
-std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shard) {
+namespace {
+
+// The variants of a problem class, at most max_variants of them spread over
+// the list, the heuristic's always among them.
+std::vector<Variant> sweep_variants(const SweepSpec& spec, DType dtype, int d, const ArchLimits& arch,
+                                    const Variant& heuristic) {
+  std::vector<Variant> variants = enumerate_variants(spec.op, dtype, d, d, arch);
+  if (spec.max_variants > 0 && static_cast<int>(variants.size()) > spec.max_variants) {
+    std::vector<Variant> few;
+    const std::size_t step = variants.size() / static_cast<std::size_t>(spec.max_variants);
+    for (std::size_t i = 0; i < variants.size() && few.size() + 1 < static_cast<std::size_t>(spec.max_variants);
+         i += step) {
+      few.push_back(variants[i]);
+    }
+    if (std::find(few.begin(), few.end(), heuristic) == few.end()) few.push_back(heuristic);
+    variants = std::move(few);
+  }
+  return variants;
+}
+
+// Decode tasks of one problem: every variant with every split count of the
+// sweep (0: the heuristic's count for that variant), each count once.
+void add_decode_tasks(const SweepSpec& spec, const AttentionProblem& problem, const ArchLimits& arch, int sm_count,
+                      std::vector<Task>& tasks) {
+  const int d = static_cast<int>(problem.head_dim_k);
+  for (const Variant& v : sweep_variants(spec, problem.dtype, d, arch, heuristic_decode_variant(problem, arch))) {
+    std::vector<int> counts;
+    for (int splits : spec.splits) {
+      const int n = splits > 0 ? splits : heuristic_splits(problem, v, sm_count);
+      if (std::find(counts.begin(), counts.end(), n) == counts.end()) counts.push_back(n);
+    }
+    for (int n : counts) tasks.push_back({problem, v, n});
+  }
+}
+
+}  // namespace
+
+Op task_op(const Task& task) { return task.splits > 0 ? Op::kDecode : Op::kForward; }
+
+std::string task_variant_id(const Task& task) { return tuned_id(task.variant, task.splits); }
+
+std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shard, int sm_count) {
+  const bool decode = spec.op == "decode";
   std::vector<Task> tasks;
   for (DType dtype : spec.dtypes) {
     for (int d : spec.head_dims) {
-      std::vector<Variant> variants = enumerate_variants("fwd", dtype, d, d, arch);
-      if (spec.max_variants > 0 && static_cast<int>(variants.size()) > spec.max_variants) {
-        // Spread the chosen few over the whole list, and always keep the heuristic.
-        std::vector<Variant> few;
-        const std::size_t step = variants.size() / static_cast<std::size_t>(spec.max_variants);
-        for (std::size_t i = 0; i < variants.size() && few.size() + 1 < static_cast<std::size_t>(spec.max_variants);
-             i += step) {
-          few.push_back(variants[i]);
-        }
-        const Variant heuristic = heuristic_variant("fwd", dtype, d, d, arch);
-        if (std::find(few.begin(), few.end(), heuristic) == few.end()) few.push_back(heuristic);
-        variants = std::move(few);
-      }
       for (const Mask& mask : spec.masks) {
         for (std::int64_t s : spec.seqlens) {
           for (const auto& [b, h] : spec.batch_heads) {
-            const AttentionProblem problem =
-                make_problem(std::vector<std::int64_t>{b, s, h, d}, std::vector<std::int64_t>{b, s, h, d},
-                             std::vector<std::int64_t>{b, s, h, d}, {.dtype = dtype, .mask = mask});
-            for (const Variant& v : variants) tasks.push_back({problem, v});
+            if (!decode) {
+              const AttentionProblem problem =
+                  make_problem(std::vector<std::int64_t>{b, s, h, d}, std::vector<std::int64_t>{b, s, h, d},
+                               std::vector<std::int64_t>{b, s, h, d}, {.dtype = dtype, .mask = mask});
+              const Variant heuristic = heuristic_variant("fwd", dtype, d, d, arch);
+              for (const Variant& v : sweep_variants(spec, dtype, d, arch, heuristic)) tasks.push_back({problem, v});
+              continue;
+            }
+            for (std::int64_t sq : spec.queries) {
+              // h KV heads, each read by `gqa` query heads; a full cache of s keys.
+              const AttentionProblem problem =
+                  make_problem(std::vector<std::int64_t>{b, sq, h * spec.gqa, d}, std::vector<std::int64_t>{b, s, h, d},
+                               std::vector<std::int64_t>{b, s, h, d}, {.dtype = dtype, .mask = mask});
+              add_decode_tasks(spec, problem, arch, sm_count, tasks);
+            }
           }
         }
       }

@@ -8,8 +8,13 @@
 //   head_dims   = 64, 128            # Dk = Dv
 //   masks       = none, causal       # causal: bottom-right
 //   seqlens     = 128, 1024          # Sq = Sk
-//   batch_heads = 1x8, 4x16          # B x H (H query heads = kv heads)
+//   batch_heads = 1x8, 4x16          # B x H (H query heads = kv heads; decode: H kv heads)
 //   max_variants = 8                 # per problem class, spread over the list; 0: all
+//   op          = decode             # fwd (default) or decode (split-KV over a KV cache)
+// Decode only (seqlens are then the cache lengths):
+//   queries     = 1, 4               # Sq, query rows per sequence
+//   gqa         = 8                  # query heads per kv head
+//   splits      = 1, 4, 16           # split counts to time with each variant (0: the heuristic's)
 #pragma once
 
 #include <cstdint>
@@ -20,16 +25,21 @@
 
 #include "core/problem.h"
 #include "generator/variants.h"
+#include "runtime/problem_key.h"
 
 namespace attune::tuner {
 
 struct SweepSpec {
+  std::string op = "fwd";
   std::vector<DType> dtypes = {DType::kBF16};
   std::vector<int> head_dims = {64};
   std::vector<Mask> masks = {Mask::none()};
   std::vector<std::int64_t> seqlens = {128};
   std::vector<std::pair<std::int64_t, std::int64_t>> batch_heads = {{1, 2}};
   int max_variants = 0;
+  std::vector<std::int64_t> queries = {1};
+  std::int64_t gqa = 1;
+  std::vector<int> splits = {0};
 };
 
 // Sets one axis from its text ("dtypes", "bf16,fp16"); throws InvalidArgument
@@ -47,10 +57,17 @@ Shard parse_shard(const std::string& text);  // "K/N", 0 <= K < N
 struct Task {
   AttentionProblem problem;  // contiguous
   Variant variant;
+  int splits = 0;  // decode: CTAs along the keys (>= 1); 0 for the forward
 };
 
-// Every (problem, variant) of the sweep in a stable order, then this shard's part.
-std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shard = {});
+// The operation of a task, and its id as the tuning database records it
+// (the variant id; decode adds its split count, runtime/tuned_id.h).
+Op task_op(const Task& task);
+std::string task_variant_id(const Task& task);
+
+// Every (problem, variant[, split count]) of the sweep in a stable order, then
+// this shard's part. `sm_count`: what decode's heuristic split count fills.
+std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shard = {}, int sm_count = 132);
 
 // FLOPs of the forward pass: 4 * B * Hq * Dk * visible pairs (design brief).
 double forward_flops(const AttentionProblem& problem);

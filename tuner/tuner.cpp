@@ -33,12 +33,21 @@ Inputs make_inputs(const AttentionProblem& p, unsigned seed) {
           random_bits(v_extent(p), p.dtype, rng)};
 }
 
-// Runs the variant once on `inputs` and returns O and LSE as the reference lays them out.
-ReferenceOutput run_once(Runtime& runtime, const Variant& variant, const AttentionProblem& p, const Inputs& in) {
+// Launches the task's kernel (forward, or decode with its split count) on `p`.
+void launch(Runtime& runtime, const Task& task, const AttentionProblem& p, const AttentionBuffers& buffers) {
+  if (task.splits > 0) {
+    runtime.decode_variant(task.variant, task.splits, p, buffers);
+  } else {
+    runtime.forward_variant(task.variant, p, buffers);
+  }
+}
+
+// Runs the task once on `inputs` and returns O and LSE as the reference lays them out.
+ReferenceOutput run_once(Runtime& runtime, const Task& task, const AttentionProblem& p, const Inputs& in) {
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(p)), 0xFFFF);
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)));
   if (runtime.backend() == Backend::kEmu) {
-    runtime.forward_variant(variant, p, {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()});
+    launch(runtime, task, p, {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()});
   } else {
     cuda::Driver& driver = cuda::Driver::get();
     cuda::DeviceBuffers d(driver, {{in.q.data(), in.q.size() * 2},
@@ -46,7 +55,7 @@ ReferenceOutput run_once(Runtime& runtime, const Variant& variant, const Attenti
                                    {in.v.data(), in.v.size() * 2},
                                    {o.data(), o.size() * 2},
                                    {nullptr, lse.size() * sizeof(float)}});
-    runtime.forward_variant(variant, p, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4))});
+    launch(runtime, task, p, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4))});
     driver.synchronize(nullptr);
     driver.copy_to_host(o.data(), d.at(3), o.size() * 2);
     driver.copy_to_host(lse.data(), d.at(4), lse.size() * sizeof(float));
@@ -58,18 +67,33 @@ ReferenceOutput run_once(Runtime& runtime, const Variant& variant, const Attenti
   return out;
 }
 
-// The gate: the same problem class on a small instance (odd sizes, two heads
-// at most), against the fp64 reference with FlashAttention's rule.
-bool passes_gate(Runtime& runtime, const Variant& variant, const AttentionProblem& full, double* max_error,
-                 std::string* why) {
+// The small instance the gate checks: the same problem class with odd sizes
+// and two (KV) heads at most. Decode keeps its query rows and group size and
+// a cache long enough that several splits have keys and the last ones may not.
+AttentionProblem gate_problem(const Task& task) {
+  const AttentionProblem& full = task.problem;
+  const ProblemOptions options{.dtype = full.dtype, .mask = full.mask, .scale = full.scale};
+  if (task.splits > 0) {
+    const std::int64_t kv = std::min<std::int64_t>(full.heads_kv, 2);
+    const std::int64_t sq = std::min<std::int64_t>(full.seqlen_q, 77);
+    const std::int64_t sk = std::min<std::int64_t>(full.seqlen_k, 333) + 2;
+    return make_problem(std::vector<std::int64_t>{1, sq, kv * full.group_size(), full.head_dim_k},
+                        std::vector<std::int64_t>{1, sk, kv, full.head_dim_k},
+                        std::vector<std::int64_t>{1, sk, kv, full.head_dim_v}, options);
+  }
   const std::int64_t s = std::min<std::int64_t>(full.seqlen_q, 77);
   const std::int64_t h = std::min<std::int64_t>(full.heads_q, 2);
-  const AttentionProblem p = make_problem(std::vector<std::int64_t>{1, s, h, full.head_dim_k},
-                                          std::vector<std::int64_t>{1, s + 13, h, full.head_dim_k},
-                                          std::vector<std::int64_t>{1, s + 13, h, full.head_dim_v},
-                                          {.dtype = full.dtype, .mask = full.mask, .scale = full.scale});
+  return make_problem(std::vector<std::int64_t>{1, s, h, full.head_dim_k},
+                      std::vector<std::int64_t>{1, s + 13, h, full.head_dim_k},
+                      std::vector<std::int64_t>{1, s + 13, h, full.head_dim_v}, options);
+}
+
+// The gate: the task on a small instance of its problem class against the
+// fp64 reference with FlashAttention's rule.
+bool passes_gate(Runtime& runtime, const Task& task, double* max_error, std::string* why) {
+  const AttentionProblem p = gate_problem(task);
   const Inputs in = make_inputs(p, 7);
-  const ReferenceOutput got = run_once(runtime, variant, p, in);
+  const ReferenceOutput got = run_once(runtime, task, p, in);
   const ReferenceOutput want = reference_forward(p, in.q.data(), in.k.data(), in.v.data());
   *max_error = accuracy_errors(got, want).o;
   return within_accuracy_rule(got, want, naive_storage_attention(p, in.q.data(), in.k.data(), in.v.data()), 2.0, why);
@@ -80,7 +104,8 @@ struct Timing {
   double spread_ms;  // max - min
 };
 
-Timing time_variant(Runtime& runtime, const Variant& variant, const AttentionProblem& p, const TuneOptions& o) {
+Timing time_task(Runtime& runtime, const Task& task, const TuneOptions& o) {
+  const AttentionProblem& p = task.problem;
   // Two input sets, alternated, so repeated runs do not time a warm cache.
   const Inputs sets[2] = {make_inputs(p, 1), make_inputs(p, 2)};
   std::vector<double> times;
@@ -90,7 +115,7 @@ Timing time_variant(Runtime& runtime, const Variant& variant, const AttentionPro
     for (int r = 0; r < o.warmup + o.repetitions; ++r) {
       const Inputs& in = sets[r % 2];
       const auto start = std::chrono::steady_clock::now();
-      runtime.forward_variant(variant, p, {in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data()});
+      launch(runtime, task, p, {in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data()});
       const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
       if (r >= o.warmup) times.push_back(ms);
     }
@@ -108,7 +133,7 @@ Timing time_variant(Runtime& runtime, const Variant& variant, const AttentionPro
     for (int r = 0; r < o.warmup + o.repetitions; ++r) {
       const cuda::DeviceBuffers& d = *device[static_cast<std::size_t>(r % 2)];
       const AttentionBuffers buffers{d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4))};
-      const float ms = driver.time_ms(nullptr, [&] { runtime.forward_variant(variant, p, buffers); });
+      const float ms = driver.time_ms(nullptr, [&] { launch(runtime, task, p, buffers); });
       if (r >= o.warmup) times.push_back(ms);
     }
   }
@@ -123,13 +148,13 @@ Measurement measure(Runtime& runtime, const Task& task, const TuneOptions& optio
   try {
     double max_error = 0;
     std::string why;
-    m.ok = passes_gate(runtime, task.variant, task.problem, &max_error, &why);
+    m.ok = passes_gate(runtime, task, &max_error, &why);
     m.max_error = max_error;
     if (!m.ok) {
       m.error = "wrong result: " + why;
       return m;
     }
-    const Timing t = time_variant(runtime, task.variant, task.problem, options);
+    const Timing t = time_task(runtime, task, options);
     m.median_ms = t.median_ms;
     m.spread_ms = t.spread_ms;
     m.tflops = forward_flops(task.problem) / (t.median_ms * 1e-3) / 1e12;
@@ -154,8 +179,8 @@ std::size_t precompile(const std::vector<Task>& tasks, const std::string& arch,
   return failed;
 }
 
-tuning_db::ProblemRecord problem_record(const AttentionProblem& p) {
-  const ProblemKey key = problem_key(Op::kForward, p);
+tuning_db::ProblemRecord problem_record(Op op, const AttentionProblem& p) {
+  const ProblemKey key = problem_key(op, p);
   return {.key = {.op = std::string(to_string(key.op)),
                   .dtype = std::string(to_string(key.dtype)),
                   .head_dim_k = key.head_dim_k,
@@ -181,11 +206,11 @@ TuneSummary run_sweep(const std::vector<Task>& tasks, Runtime& runtime, tuning_d
   TuneSummary summary;
   Progress progress{.total = tasks.size()};
   for (const Task& task : tasks) {
-    progress.current = task.variant.id() + " on " + problem_key(Op::kForward, task.problem).to_string();
+    progress.current = task_variant_id(task) + " on " + problem_key(task_op(task), task.problem).to_string();
     const tuning_db::TemplateRowId tmpl =
         db.upsert_template(task.variant.kernel->name, task.variant.kernel->source_hash);
-    const tuning_db::VariantRowId variant = db.upsert_variant(tmpl, task.variant.id());
-    const tuning_db::ProblemRowId problem = db.upsert_problem(problem_record(task.problem));
+    const tuning_db::VariantRowId variant = db.upsert_variant(tmpl, task_variant_id(task));
+    const tuning_db::ProblemRowId problem = db.upsert_problem(problem_record(task_op(task), task.problem));
     if (db.has_measurement(device, problem, variant)) {
       ++summary.skipped;
       ++progress.skipped;

@@ -83,7 +83,7 @@ std::size_t precompile(const std::vector<Task>& tasks, const std::string& arch,
 TuneSummary run_sweep(const std::vector<Task>& tasks, Runtime& runtime, tuning_db::TuningDb& db,
                       const TuneOptions& options);
 
-// The database record of a problem (key and exact sizes).
-tuning_db::ProblemRecord problem_record(const AttentionProblem& problem);
+// The database record of a problem (key and exact sizes) for an operation.
+tuning_db::ProblemRecord problem_record(Op op, const AttentionProblem& problem);
 
 }  // namespace attune::tuner

@@ -32,7 +32,7 @@ namespace {
 
 // The domains of the mirrored runtime enums (core/problem.h, core/dtype.h,
 // runtime/problem_key.h), checked so a typo cannot become a key.
-constexpr std::array<std::string_view, 1> kOps = {"fwd"};
+constexpr std::array<std::string_view, 3> kOps = {"fwd", "decode", "bwd"};
 constexpr std::array<std::string_view, 2> kDTypes = {"fp16", "bf16"};
 constexpr std::array<std::string_view, 4> kMasks = {"none", "causal-bottom-right", "causal-top-left", "window"};
 constexpr int kMaxHeadDim = 256;

@@ -72,7 +72,7 @@ struct DeviceRecord {
 
 // The problem key (runtime's ProblemKey) as plain values.
 struct ProblemKeyRecord {
-  std::string op = "fwd";  // fwd
+  std::string op = "fwd";  // fwd, decode or bwd
   std::string dtype;       // fp16 | bf16
   int head_dim_k = 0;      // 1..256
   int head_dim_v = 0;

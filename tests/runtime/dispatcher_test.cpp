@@ -104,5 +104,51 @@ TEST(DispatcherTest, MemoAnswersRepeatsWithoutTheDatabase) {
   EXPECT_NE(&dispatcher.choose(problem(5000, 512)), first);
 }
 
+// Decode: keys by cache length and batch x KV heads; tuned rows carry their
+// split count; rows of another kernel or without a split count are passed over.
+AttentionProblem decode_problem(int64_t cache, int64_t kv_heads = 2) {
+  return make_problem(std::vector<int64_t>{1, 1, 4 * kv_heads, 64}, std::vector<int64_t>{1, cache, kv_heads, 64},
+                      std::vector<int64_t>{1, cache, kv_heads, 64}, {.dtype = DType::kBF16});
+}
+
+TEST(DispatcherTest, DecodeKeysTheCacheAndCarriesTheSplitCount) {
+  const ProblemKey key = problem_key(Op::kDecode, decode_problem(30000));
+  EXPECT_EQ(key.to_string(), "decode/bf16/dk64/dv64/none/sq2^2/sk2^15/bh2^1");  // 1 row x 4 heads per KV head
+  FakeTuned tuned;
+  tuned.device = "gpu-a";
+  tuned.entries = {{key, "flash_fwd/d64.bm128.bn64.wm8.wn1.st3"},              // another kernel
+                   {key, "flash_decode/d64.bm16.bn64.wn4.st2.pk1"},            // no split count
+                   {key, "flash_decode/d64.bm16.bn64.wn4.st2.pk1/splits999"},  // out of range
+                   {key, "flash_decode/d64.bm16.bn128.wn4.st1.pk1/splits12"}};
+  Dispatcher dispatcher("gpu-a", kArch, &tuned);
+  const DispatchChoice choice = dispatcher.resolve(Op::kDecode, decode_problem(20000));
+  EXPECT_EQ(choice.rule, DispatchRule::kTuned) << choice.detail;
+  EXPECT_EQ(choice.variant.id(), "flash_decode/d64.bm16.bn128.wn4.st1.pk1");
+  EXPECT_EQ(choice.splits, 12);
+  tuned.entries.pop_back();
+  const DispatchChoice fallback = dispatcher.resolve(Op::kDecode, decode_problem(20000));
+  EXPECT_EQ(fallback.rule, DispatchRule::kHeuristic);
+  EXPECT_GE(fallback.splits, 1);
+  for (const char* why : {"not a flash_decode variant", "no split count", "splits: got 999"}) {
+    EXPECT_NE(fallback.detail.find(why), std::string::npos) << why << " in " << fallback.detail;
+  }
+  // The forward never sees decode rows.
+  EXPECT_EQ(dispatcher.resolve(problem(1, 20000)).rule, DispatchRule::kHeuristic);
+}
+
+TEST(DispatcherTest, DecodeHeuristicFillsTheGpuInWholeWaves) {
+  Dispatcher dispatcher("gpu-a", kArch, nullptr, 132);
+  // One CTA per KV head: 2 CTAs; splits bring it near a full wave of 132.
+  const DispatchChoice few = dispatcher.resolve(Op::kDecode, decode_problem(32768));
+  EXPECT_GE(few.splits * 2, 132 * 85 / 100) << few.detail;
+  EXPECT_LE(few.splits * 2, 2 * 132);
+  // Enough CTAs already: no split.
+  const AttentionProblem many = make_problem(std::vector<int64_t>{64, 1, 32, 64}, std::vector<int64_t>{64, 4096, 8, 64},
+                                             std::vector<int64_t>{64, 4096, 8, 64}, {.dtype = DType::kBF16});
+  EXPECT_EQ(dispatcher.resolve(Op::kDecode, many).splits, 1);
+  // A short cache: never more splits than key tiles.
+  EXPECT_LE(dispatcher.resolve(Op::kDecode, decode_problem(100)).splits, 2);
+}
+
 }  // namespace
 }  // namespace attune

@@ -10,7 +10,9 @@
 #include <set>
 
 #include "core/error.h"
+#include "runtime/db_tuned_source.h"
 #include "runtime/kernel_cache.h"
+#include "runtime/tuned_id.h"
 #include "tuner/tuner.h"
 
 namespace attune::tuner {
@@ -145,6 +147,67 @@ TEST(TunerTest, PrecompileFillsTheKernelCacheInParallel) {
   EXPECT_EQ(precompile(tasks, "sm_90a", dir, 2), 0U);
   EXPECT_EQ(KernelCache({.directory = dir}).disk_entries(), 3U);
   fs::remove_all(dir);
+}
+
+TEST(SweepTest, DecodeAxesAndSplitCounts) {
+  SweepSpec spec;
+  set_axis(spec, "op", "decode");
+  set_axis(spec, "head_dims", "64");
+  set_axis(spec, "seqlens", "1000");
+  set_axis(spec, "batch_heads", "1x2");
+  set_axis(spec, "gqa", "4");
+  set_axis(spec, "queries", "1,3");
+  set_axis(spec, "splits", "1,4,4,auto");
+  spec.max_variants = 2;
+  const std::vector<Task> tasks = plan(spec, require_arch("sm_90a"), {}, 132);
+  std::set<std::string> ids;
+  for (const Task& t : tasks) {
+    EXPECT_EQ(t.problem.heads_q, 8);
+    EXPECT_EQ(t.problem.heads_kv, 2);
+    EXPECT_EQ(t.problem.seqlen_k, 1000);
+    EXPECT_GE(t.splits, 1);
+    EXPECT_EQ(task_op(t), Op::kDecode);
+    EXPECT_TRUE(ids.insert(std::to_string(t.problem.seqlen_q) + " " + task_variant_id(t)).second)
+        << "measured twice: " << task_variant_id(t);
+  }
+  // 2 query counts x 2 variants x (1, 4 and the heuristic's count, unless it is 1 or 4).
+  EXPECT_GE(tasks.size(), 2U * 2U * 2U);
+  EXPECT_LE(tasks.size(), 2U * 2U * 3U);
+  EXPECT_NE(error_of([&] { set_axis(spec, "splits", "300"); }).find("expected 1..256 or auto"), std::string::npos);
+  EXPECT_NE(error_of([&] { set_axis(spec, "op", "backward"); }).find("expected fwd or decode"), std::string::npos);
+}
+
+TEST(TunerTest, DecodeSweepOnTheEmulatorIsDispatchedFromTheDatabase) {
+  const fs::path db_path = fs::temp_directory_path() / ("attune_decode_tuner_" + std::to_string(::getpid()) + ".db");
+  fs::remove(db_path);
+  SweepSpec spec;
+  set_axis(spec, "op", "decode");
+  set_axis(spec, "head_dims", "32");
+  set_axis(spec, "seqlens", "600");
+  set_axis(spec, "batch_heads", "1x1");
+  set_axis(spec, "gqa", "4");
+  set_axis(spec, "splits", "1,3");
+  spec.max_variants = 2;
+  Runtime runtime({.backend = Backend::kEmu});
+  const std::vector<Task> tasks = plan(spec, runtime.arch(), {}, runtime.sm_count());
+  ASSERT_EQ(tasks.size(), 4U);
+  {
+    tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path);
+    const TuneSummary summary = run_sweep(tasks, runtime, db, {.repetitions = 1});
+    EXPECT_EQ(summary.measured, 4U);
+    EXPECT_EQ(summary.failed, 0U);
+    const auto best = db.best_for_device(kEmulatorDeviceKey);
+    ASSERT_EQ(best.size(), 1U);
+    EXPECT_EQ(best[0].key.op, "decode");
+    EXPECT_NE(best[0].variant_id.find("/splits"), std::string::npos) << best[0].variant_id;
+
+    const DbTunedSource source(db);
+    Runtime tuned({.backend = Backend::kEmu, .tuned = &source});
+    const DecodeChoice choice = tuned.explain_decode(tasks[0].problem);
+    EXPECT_EQ(tuned_id(choice.variant, choice.splits), best[0].variant_id) << choice.reason;
+    EXPECT_EQ(choice.reason.rfind("tuned", 0), 0U) << choice.reason;
+  }
+  fs::remove(db_path);
 }
 
 }  // namespace
