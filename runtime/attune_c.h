@@ -57,6 +57,13 @@ typedef struct {
   const int32_t* cu_seqlens_k;       /* [batch + 1] packed; seqlen_k is then the total keys */
   int64_t q_strides[3], k_strides[3], v_strides[3], o_strides[3];
   int64_t lse_strides[3]; /* [batch, seq, head] */
+  /* Paged KV cache (page_size > 0): k and v are page pools [num_pages,
+   * page_size, heads_kv, D]; block_table [batch, max_pages] (host memory)
+   * names each sequence's pages; seqlen_k is then max_pages * page_size and
+   * seqlens_k the cache lengths. Only attune_decode (and attune_forward,
+   * which runs decode for it) reads pages. */
+  const int32_t* block_table;
+  int64_t max_pages, page_size, num_pages;
 } attune_problem;
 
 typedef struct attune_runtime attune_runtime;
@@ -78,6 +85,11 @@ attune_status attune_forward(attune_runtime* runtime, const attune_problem* prob
 attune_status attune_forward_variant(attune_runtime* runtime, const char* variant_id, const attune_problem* problem,
                                      const void* q, const void* k, const void* v, void* o, float* lse, void* stream);
 
+/* Split-KV decode: few query rows against a long contiguous or paged KV
+ * cache, the keys split across `splits` CTAs (0: the dispatcher's choice,
+ * tuned or a heuristic that fills the GPU in whole waves). */
+attune_status attune_decode(attune_runtime* runtime, const attune_problem* problem, int splits, const void* q,
+                            const void* k, const void* v, void* o, float* lse, void* stream);
 /* The variant forward would run and the rule that chose it, as
  * "flash_fwd/d64.bm64.bn64.wm4.wn1.st2 (heuristic: ...)"; valid until the
  * next call on this thread. NULL on error. */

@@ -91,7 +91,22 @@ attune::AttentionProblem to_problem(const attune_problem& c) {
   p.seqlens_k = copy(c.seqlens_k, c.batch);
   p.cu_seqlens_q = copy(c.cu_seqlens_q, c.batch + 1);
   p.cu_seqlens_k = copy(c.cu_seqlens_k, c.batch + 1);
+  if (c.page_size != 0 || c.block_table != nullptr) {
+    if (c.block_table == nullptr || c.max_pages < 1 || c.page_size < 1 || c.num_pages < 0) {
+      throw attune::InvalidArgument("paged cache: got block_table " + std::string(c.block_table ? "set" : "NULL") +
+                                    ", max_pages " + std::to_string(c.max_pages) + ", page_size " +
+                                    std::to_string(c.page_size) + ", num_pages " + std::to_string(c.num_pages) +
+                                    "; expected a block table with max_pages >= 1, page_size >= 1, num_pages >= 0");
+    }
+    p.block_table = copy(c.block_table, c.batch * c.max_pages);
+    p.page_size = c.page_size;
+    p.num_pages = c.num_pages;
+  }
   attune::set_contiguous_strides(p);
+  if (p.is_paged()) {
+    p.k_strides.batch = p.page_size * p.k_strides.seq;  // pools: one page per "batch" entry
+    p.v_strides.batch = p.page_size * p.v_strides.seq;
+  }
   if (!all_zero(c.q_strides)) p.q_strides = strides_of(c.q_strides);
   if (!all_zero(c.k_strides)) p.k_strides = strides_of(c.k_strides);
   if (!all_zero(c.v_strides)) p.v_strides = strides_of(c.v_strides);
@@ -150,6 +165,15 @@ attune_status attune_forward_variant(attune_runtime* runtime, const char* varian
     if (variant_id == nullptr) throw attune::InvalidArgument("variant_id: got NULL; expected a variant id");
     runtime->runtime->forward_variant(attune::parse_variant_id(variant_id), to_problem(*problem), {q, k, v, o, lse},
                                       stream);
+  });
+}
+
+attune_status attune_decode(attune_runtime* runtime, const attune_problem* problem, int splits, const void* q,
+                            const void* k, const void* v, void* o, float* lse, void* stream) {
+  return guarded([&] {
+    if (runtime == nullptr) throw attune::InvalidArgument("runtime: got NULL; expected one from attune_runtime_create");
+    if (problem == nullptr) throw attune::InvalidArgument("problem: got NULL; expected an attune_problem");
+    runtime->runtime->decode(to_problem(*problem), {q, k, v, o, lse}, {.splits = splits}, stream);
   });
 }
 

@@ -10,6 +10,7 @@
 #include "reference/accuracy.h"
 #include "runtime/attune_c.h"
 #include "runtime/cuda_driver.h"
+#include "tests/support/decode_cases.h"
 #include "tests/support/families.h"
 
 namespace attune {
@@ -113,6 +114,55 @@ TEST(CApiTest, ErrorCodesAndMessages) {
   EXPECT_NE(std::string(attune_last_error()).find("missing bn"), std::string::npos) << attune_last_error();
   EXPECT_EQ(attune_forward(nullptr, &p, q.data(), k.data(), v.data(), o.data(), nullptr, nullptr),
             ATTUNE_ERROR_INVALID_ARGUMENT);
+  attune_runtime_destroy(rt);
+}
+
+TEST(CApiTest, DecodeReadsAPagedCacheThroughTheBlockTable) {
+  attune_runtime* rt = nullptr;
+  ASSERT_EQ(attune_runtime_create("emu", 0, &rt), ATTUNE_OK) << attune_last_error();
+  // One sequence, 8 query heads on 1 KV head, 70 cached keys in pages of 16
+  // stored in reverse order in a pool of 6 pages.
+  const testing::Inputs in = testing::make_decode_inputs({.name = "c_api",
+                                                          .batch = 1,
+                                                          .seqlen_q = 1,
+                                                          .heads_q = 8,
+                                                          .heads_kv = 1,
+                                                          .cache_seqlens = {70},
+                                                          .page_size = 16});
+  const AttentionProblem& ref = in.problem;
+  attune_problem p;
+  attune_problem_init(&p);
+  p.seqlen_q = 1;
+  p.heads_q = 8;
+  p.heads_kv = 1;
+  p.head_dim_k = 32;
+  p.head_dim_v = 32;
+  p.mask = ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT;
+  p.seqlens_k = ref.seqlens_k.data();
+  p.block_table = ref.block_table.data();
+  p.max_pages = ref.max_pages();
+  p.page_size = ref.page_size;
+  p.num_pages = ref.num_pages;
+  p.seqlen_k = ref.seqlen_k;
+  std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(ref)));
+  std::vector<float> lse(static_cast<std::size_t>(lse_extent(ref)));
+  for (int splits : {0, 3}) {
+    ASSERT_EQ(attune_decode(rt, &p, splits, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), nullptr),
+              ATTUNE_OK)
+        << attune_last_error();
+    ReferenceOutput got;
+    for (std::uint16_t bits : o) got.o.push_back(bits_to_float(ref.dtype, bits));
+    got.lse.assign(lse.begin(), lse.end());
+    const ReferenceOutput want = reference_forward(ref, in.q.data(), in.k.data(), in.v.data());
+    std::string why;
+    EXPECT_TRUE(
+        within_accuracy_rule(got, want, naive_storage_attention(ref, in.q.data(), in.k.data(), in.v.data()), 2.0, &why))
+        << splits << " splits: " << why;
+  }
+  p.max_pages = 0;  // inconsistent paging
+  EXPECT_EQ(attune_decode(rt, &p, 0, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), nullptr),
+            ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attune_last_error()).find("paged cache"), std::string::npos) << attune_last_error();
   attune_runtime_destroy(rt);
 }
 
