@@ -13,7 +13,12 @@ attune and SDPA run on the same inputs in the same process:
      and not: the heuristic variant, the best of a small sweep of listed
      variants, and SDPA's flash and cuDNN backends where present. Median of
      many runs after warm-up, inputs rotated among 4 sets (more than L2);
-  3. DIR/report.md with TFLOP/s (4 * B * H * D * visible pairs) and ratios.
+  3. split-KV decode on a long cache (batch 1, 32k tokens, 8 KV heads, 64
+     query heads, d 128, bf16): correctness against fp32 SDPA, then the bytes
+     of K and V read per call over the time, against the device's measured
+     copy bandwidth (a large device-to-device copy), for the built-in split
+     count and a few others;
+  4. DIR/report.md with TFLOP/s (4 * B * H * D * visible pairs) and ratios.
 """
 import argparse
 import ctypes
@@ -39,7 +44,9 @@ class Problem(ctypes.Structure):
                 ("seqlens_k", ctypes.c_void_p), ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
                 ("q_strides", ctypes.c_int64 * 3), ("k_strides", ctypes.c_int64 * 3),
                 ("v_strides", ctypes.c_int64 * 3), ("o_strides", ctypes.c_int64 * 3),
-                ("lse_strides", ctypes.c_int64 * 3)]
+                ("lse_strides", ctypes.c_int64 * 3),
+                ("block_table", ctypes.c_void_p),
+                ("max_pages", ctypes.c_int64), ("page_size", ctypes.c_int64), ("num_pages", ctypes.c_int64)]
 
 
 class Attune:
@@ -53,6 +60,8 @@ class Attune:
         lib.attune_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem)] + [ctypes.c_void_p] * 6
         lib.attune_forward_variant.argtypes = ([ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(Problem)] +
                                                [ctypes.c_void_p] * 6)
+        lib.attune_decode.argtypes = ([ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.c_int] +
+                                      [ctypes.c_void_p] * 6)
         lib.attune_explain.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem)]
         self.rt = ctypes.c_void_p()
         self._check(lib.attune_runtime_create(backend.encode(), 0, ctypes.byref(self.rt)))
@@ -71,7 +80,21 @@ class Attune:
         p.mask = ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT if causal else ATTUNE_MASK_NONE
         return p
 
+    @staticmethod
+    def decode_problem(b, cache, hq, hkv, d, dtype=ATTUNE_DTYPE_BF16):
+        """One query row per sequence against a contiguous cache of `cache` keys."""
+        p = Problem()
+        Attune.lib_init(p)
+        p.dtype, p.batch, p.seqlen_q, p.seqlen_k = dtype, b, 1, cache
+        p.heads_q, p.heads_kv = hq, hkv
+        p.head_dim_k = p.head_dim_v = d
+        return p
+
     lib_init = None  # set once the library is loaded
+
+    def decode(self, p, q, k, v, o, lse, splits=0):
+        args = [ctypes.c_void_p(x) for x in (q, k, v, o, lse)] + [ctypes.c_void_p(0)]
+        self._check(self.lib.attune_decode(self.rt, ctypes.byref(p), splits, *args))
 
     def forward(self, p, q, k, v, o, lse, variant=None):
         args = [ctypes.c_void_p(x) for x in (q, k, v, o, lse)] + [ctypes.c_void_p(0)]
@@ -117,7 +140,19 @@ def selftest_emu(lib_path):
                     np.exp(logits - logits.max(-1, keepdims=True)).sum(-1, keepdims=True), vf)
     err = np.abs(f(o) - ref).max()
     print("selftest-emu: %s; max |O - ref| = %.2e" % (a.explain(p), err))
-    return 0 if err < 2e-2 else 1
+    # attune_decode: one row, 8 query heads on 1 KV head, 300 cached keys, 3 splits.
+    cache, hq = 300, 8
+    q, k, v = bf16(rng.standard_normal((1, 1, hq, d))), *(bf16(rng.standard_normal((1, cache, 1, d))) for _ in range(2))
+    o = np.zeros((1, 1, hq, d), np.uint16)
+    lse = np.zeros((1, hq, 1), np.float32)
+    a.decode(Attune.decode_problem(1, cache, hq, 1, d), q.ctypes.data, k.ctypes.data, v.ctypes.data, o.ctypes.data,
+             lse.ctypes.data, 3)
+    logits = np.einsum("bihd,bjd->bhij", f(q), f(k)[:, :, 0]) / math.sqrt(d)
+    w = np.exp(logits - logits.max(-1, keepdims=True))
+    ref = np.einsum("bhij,bjd->bihd", w / w.sum(-1, keepdims=True), f(v)[:, :, 0])
+    decode_err = np.abs(f(o) - ref).max()
+    print("selftest-emu: decode, 3 splits; max |O - ref| = %.2e" % decode_err)
+    return 0 if err < 2e-2 and decode_err < 2e-2 else 1
 
 
 def median_ms(fn, inputs, warmup=3, reps=20):
@@ -145,6 +180,53 @@ def listed(attune_bin, d):
     out = subprocess.run([attune_bin, "variants", "list", "--dk", str(d), "--dv", str(d), "--arch", "sm_90a"],
                          capture_output=True, text=True, check=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.startswith("flash_fwd/")]
+
+
+def copy_bandwidth(nbytes=1 << 30):
+    """Device-to-device copy: bytes read plus written per second, median of 20."""
+    import torch
+    src = torch.empty(nbytes // 2, device="cuda", dtype=torch.bfloat16)
+    dst = torch.empty_like(src)
+    ms, _ = median_ms(lambda: dst.copy_(src), [()])
+    return 2 * nbytes / (ms * 1e-3)
+
+
+def decode_section(a, lines):
+    """Split-KV decode on a long cache: correctness, then bandwidth."""
+    import torch
+    import torch.nn.functional as F
+    dev = torch.device("cuda")
+    b, cache, hq, hkv, d = 1, 32768, 64, 8, 128
+    p = Attune.decode_problem(b, cache, hq, hkv, d)
+    kv_bytes = 2 * b * cache * hkv * d * 2
+    sets = [(torch.randn(b, 1, hq, d, device=dev, dtype=torch.bfloat16),
+             torch.randn(b, cache, hkv, d, device=dev, dtype=torch.bfloat16),
+             torch.randn(b, cache, hkv, d, device=dev, dtype=torch.bfloat16)) for _ in range(4)]
+    o = torch.empty(b, 1, hq, d, device=dev, dtype=torch.bfloat16)
+    lse = torch.empty(b, hq, 1, device=dev, dtype=torch.float32)
+    q, k, v = sets[0]
+    a.decode(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
+    torch.cuda.synchronize()
+    t = lambda x: x.transpose(1, 2)
+    rep = lambda x: x.repeat_interleave(hq // hkv, dim=2)
+    ref = F.scaled_dot_product_attention(t(q).float(), t(rep(k)).float(), t(rep(v)).float())
+    err = ((t(o).float() - ref).norm() / ref.norm()).item()
+    good = math.isfinite(err) and err <= 1e-2
+    peak = copy_bandwidth()
+    lines += ["", "## Split-KV decode (batch 1, 32k cached tokens, 8 KV heads, 64 query heads, d 128, bf16)", "",
+              "Relative error of O against fp32 SDPA: %.2e%s. K and V: %.0f MiB per call; device copy bandwidth "
+              "(read + write): %.0f GB/s." % (err, "" if good else " FAIL", kv_bytes / 2**20, peak / 1e9), "",
+              "| splits | ms | GB/s of K and V | share of copy bandwidth |", "|---|---|---|---|"]
+    for splits in (0, 1, 4, 16, 32, 64):
+        try:
+            ms, _ = median_ms(lambda q, k, v: a.decode(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
+                                                       lse.data_ptr(), splits), sets)
+        except RuntimeError as e:
+            lines.append("| %s | error: %s | | |" % (splits or "built-in", e))
+            continue
+        bw = kv_bytes / (ms * 1e-3)
+        lines.append("| %s | %.4f | %.0f | %.0f%% |" % (splits or "built-in", ms, bw / 1e9, 100 * bw / peak))
+    return good
 
 
 def main():
@@ -228,6 +310,7 @@ def main():
             lines.append("| %d | %s | %.3f | %.0f | %.3f (%s) | %.0f | %.3f | %.3f | %.2f |" % (
                 d, causal, heur_ms, tf(heur_ms), best[0], best[1], tf(best[0]), sdpa["flash"], sdpa["cudnn"],
                 best_sdpa / best[0] if math.isfinite(best_sdpa) else float("nan")))
+    ok &= decode_section(a, lines)
     report = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(report)
