@@ -438,6 +438,53 @@ void validate(const AttentionProblem& p, const AttentionBuffers& buffers) {
   if (overlaps(o, lse)) reject("output O memory", "overlap with output LSE", "O and LSE in disjoint memory");
 }
 
+void validate(const AttentionProblem& p, const BackwardBuffers& buffers) {
+  validate(p);
+  if (p.is_paged()) reject("backward K and V", "a paged KV cache", "contiguous K and V [B, Sk, Hkv, D]");
+  const int64_t elem = element_bytes(p.dtype);
+  const auto float_bytes = static_cast<int64_t>(sizeof(float));
+  const ByteSpan inputs[] = {
+      span_of("Q", buffers.q, q_extent(p), elem),    span_of("K", buffers.k, k_extent(p), elem),
+      span_of("V", buffers.v, v_extent(p), elem),    span_of("O", buffers.o, o_extent(p), elem),
+      span_of("dO", buffers.d_o, o_extent(p), elem), span_of("LSE", buffers.lse, lse_extent(p), float_bytes)};
+  const ByteSpan outputs[] = {span_of("dQ", buffers.dq, q_extent(p), elem),
+                              span_of("dK", buffers.dk, k_extent(p), elem),
+                              span_of("dV", buffers.dv, v_extent(p), elem)};
+  // A tensor without elements may have no storage at all.
+  for (const auto& spans : {std::span<const ByteSpan>(inputs), std::span<const ByteSpan>(outputs)}) {
+    for (const ByteSpan& t : spans) {
+      if (t.begin == 0 && t.end > t.begin) reject(std::string(t.name) + " pointer", "null", "a valid pointer");
+    }
+  }
+  const int64_t batches = batches_of(p);
+  check_no_self_overlap("dQ", {{{p.q_strides.batch, batches},
+                                {p.q_strides.seq, p.seqlen_q},
+                                {p.q_strides.head, p.heads_q},
+                                {1, p.head_dim_k}}});
+  check_no_self_overlap("dK", {{{p.k_strides.batch, batches},
+                                {p.k_strides.seq, p.seqlen_k},
+                                {p.k_strides.head, p.heads_kv},
+                                {1, p.head_dim_k}}});
+  check_no_self_overlap("dV", {{{p.v_strides.batch, batches},
+                                {p.v_strides.seq, p.seqlen_k},
+                                {p.v_strides.head, p.heads_kv},
+                                {1, p.head_dim_v}}});
+  for (std::size_t i = 0; i < std::size(outputs); ++i) {
+    for (const ByteSpan& in : inputs) {
+      if (overlaps(outputs[i], in)) {
+        reject(std::string("output ") + outputs[i].name + " memory", std::string("overlap with input ") + in.name,
+               "gradients in memory disjoint from every input");
+      }
+    }
+    for (std::size_t j = i + 1; j < std::size(outputs); ++j) {
+      if (overlaps(outputs[i], outputs[j])) {
+        reject(std::string("output ") + outputs[i].name + " memory",
+               std::string("overlap with output ") + outputs[j].name, "dQ, dK and dV in disjoint memory");
+      }
+    }
+  }
+}
+
 int64_t q_extent(const AttentionProblem& p) {
   return extent(p.q_strides, batches_of(p), p.seqlen_q, p.heads_q, p.head_dim_k);
 }

@@ -130,6 +130,23 @@ struct AttentionBuffers {
   float* lse = nullptr;
 };
 
+// Data pointers of one backward call, in the memory space of the backend
+// that runs it: the forward's inputs, its output O and LSE (as the forward
+// wrote them), and dO, the gradient of the loss with respect to O (laid out
+// like O). The gradients dQ, dK and dV are written in the storage dtype with
+// the layouts of Q, K and V; dK and dV of a kv head sum over its query heads.
+struct BackwardBuffers {
+  const void* q = nullptr;
+  const void* k = nullptr;
+  const void* v = nullptr;
+  const void* o = nullptr;
+  const void* d_o = nullptr;
+  const float* lse = nullptr;
+  void* dq = nullptr;
+  void* dk = nullptr;
+  void* dv = nullptr;
+};
+
 // What make_problem needs besides the tensor shapes.
 struct ProblemOptions {
   DType dtype = DType::kBF16;
@@ -169,6 +186,10 @@ void validate(const AttentionProblem& problem);
 // Also checks the pointers: non-null inputs and output, and outputs that
 // overlap neither an input nor each other.
 void validate(const AttentionProblem& problem, const AttentionBuffers& buffers);
+// The same for a backward call: non-null tensors (LSE included), gradients
+// whose strides never map two elements to one address, and gradients that
+// overlap neither an input nor each other. Paged caches are refused.
+void validate(const AttentionProblem& problem, const BackwardBuffers& buffers);
 
 // Elements spanned by each tensor (highest offset + 1; 0 when empty).
 int64_t q_extent(const AttentionProblem& problem);

@@ -89,7 +89,10 @@ const KernelSpec& kernel_for_op(std::string_view op) {
   if (op == "decode") {
     if (const KernelSpec* k = find_kernel_spec("flash_decode")) return *k;
   }
-  throw InvalidArgument("--op: got '" + std::string(op) + "'; expected fwd or decode");
+  if (op == "bwd") {
+    if (const KernelSpec* k = find_kernel_spec("flash_bwd")) return *k;
+  }
+  throw InvalidArgument("--op: got '" + std::string(op) + "'; expected fwd, decode or bwd");
 }
 
 int head_dim_bucket(const KernelSpec& kernel, int dk, int dv) {
@@ -175,8 +178,14 @@ Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, cons
   }
   // FlashAttention-2's usual shape: 4 warps of 16 rows each, one warp per
   // row block, a 2-deep pipeline, wider key tiles for small head dims.
+  // Backward (flash_bwd): 64 query rows against 64 keys on 2 x 4 warps (32
+  // keys on 4 x 2 warps from head dim 160 on, where dK and dV fill the
+  // registers), two Q / dO tiles in flight, dQ by atomics.
   const int bucket = candidates.front().values.front();
-  const std::vector<int> wanted = {bucket, 64, bucket <= 64 ? 64 : 32, 4, 1, 2};
+  const bool wide = bucket > 128;
+  const std::vector<int> wanted = op == "bwd"
+                                      ? std::vector<int>{bucket, 64, wide ? 32 : 64, wide ? 4 : 2, wide ? 2 : 4, 2, 1}
+                                      : std::vector<int>{bucket, 64, bucket <= 64 ? 64 : 32, 4, 1, 2};
   const auto distance = [&](const Variant& v) {
     int d = 0;
     for (std::size_t i = 0; i < v.values.size() && i < wanted.size(); ++i) d += v.values[i] == wanted[i] ? 0 : 1;

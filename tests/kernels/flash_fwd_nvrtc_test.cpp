@@ -3,12 +3,9 @@
 // spilling variant is marked as such.
 #include <gtest/gtest.h>
 
-#include <atomic>
-#include <iostream>
-#include <thread>
-
 #include "generator/variants.h"
 #include "runtime/nvrtc_compiler.h"
+#include "tests/support/nvrtc_sweep.h"
 
 namespace attune {
 namespace {
@@ -25,30 +22,8 @@ TEST_P(FlashFwdNvrtcTest, EveryVariantCompiles) {
   const Case c = GetParam();
   const std::vector<Variant> variants = enumerate_variants("fwd", c.dtype, c.head_dim, c.head_dim, *parse_arch(c.arch));
   ASSERT_FALSE(variants.empty());
-  std::vector<CompileResult> results(variants.size());
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> workers;
-  for (int w = 0; w < 2; ++w) {
-    workers.emplace_back([&] {
-      for (std::size_t i = next++; i < variants.size(); i = next++) {
-        results[i] = compile_with_nvrtc(variants[i].kernel->source, "flash_fwd.cu",
-                                        variants[i].name_expression(c.dtype), c.arch);
-      }
-    });
-  }
-  for (std::thread& t : workers) t.join();
-  int spilling = 0;
-  for (std::size_t i = 0; i < variants.size(); ++i) {
-    const CompileResult& r = results[i];
-    ASSERT_TRUE(r.ok) << variants[i].id() << ":\n" << r.log;
-    EXPECT_GT(r.registers, 0) << variants[i].id() << ": no ptxas register count in\n" << r.log;
-    EXPECT_LE(r.registers, 255) << variants[i].id();
-    if (r.spills()) {
-      ++spilling;
-      std::cout << "spills: " << variants[i].id() << " " << r.spill_bytes << " bytes\n";
-    }
-  }
-  std::cout << variants.size() << " variants, " << spilling << " spilling\n";
+  const testing::SweepSummary summary = testing::compile_sweep(variants, c.dtype, c.arch, "flash_fwd.cu");
+  const int spilling = summary.spilling;
   RecordProperty("variants", static_cast<int>(variants.size()));
   RecordProperty("spilling", spilling);
 }

@@ -1,0 +1,180 @@
+#include "runtime/flash_bwd_params.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace attune {
+
+namespace {
+
+bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
+
+// cp.async moves 16 bytes: every row must start on a 16-byte boundary.
+bool rows_aligned(const void* base, const TensorStrides& s, bool packed) {
+  return aligned16(base) && (packed || s.batch % 8 == 0) && s.seq % 8 == 0 && s.head % 8 == 0;
+}
+
+std::int64_t workspace_rows(const AttentionProblem& p) { return p.is_packed() ? p.seqlen_q : p.batch * p.seqlen_q; }
+
+std::int64_t longest_key_capacity(const AttentionProblem& p) {
+  if (!p.is_packed()) return p.seqlen_k;
+  std::int64_t most = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b) most = std::max(most, p.sequence(b).k_capacity);
+  return most;
+}
+
+// The one variant of a kernel with a single configuration.
+Variant only_variant(const char* name) {
+  const KernelSpec* spec = find_kernel_spec(name);
+  if (spec == nullptr) throw Error(std::string("backward: the ") + name + " kernel is not in this build");
+  return Variant{spec, {spec->tunables.front().values.front()}};
+}
+
+}  // namespace
+
+std::int64_t backward_key_blocks(const AttentionProblem& p, int block_n) {
+  return std::max<std::int64_t>((longest_key_capacity(p) + block_n - 1) / block_n, 1);
+}
+
+BackwardWorkspace backward_workspace(const AttentionProblem& p, const Variant& variant) {
+  const std::int64_t rows = workspace_rows(p);
+  const std::int64_t dq = rows * p.heads_q * p.head_dim_k;
+  BackwardWorkspace w;
+  w.d_floats = p.heads_q * rows;
+  if (variant.value("kDqAtomic") != 0) {
+    w.dq_accum_floats = dq;
+  } else {
+    w.dq_partial_floats = backward_key_blocks(p, variant.value("kBlockN")) * dq;
+  }
+  return w;
+}
+
+BackwardWorkspacePointers split_workspace(const BackwardWorkspace& sizes, float* base) {
+  BackwardWorkspacePointers w;
+  w.d = sizes.d_floats > 0 ? base : nullptr;
+  float* next = base + sizes.d_floats;
+  if (sizes.dq_accum_floats > 0) w.dq_accum = next;
+  next += sizes.dq_accum_floats;
+  if (sizes.dq_partial_floats > 0) w.dq_partial = next;
+  return w;
+}
+
+FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers& b, const DeviceLengths& lengths,
+                                const Variant& variant, const BackwardWorkspacePointers& workspace) {
+  if (p.is_paged()) throw InvalidArgument("backward: a paged KV cache; expected contiguous K and V");
+  FlashBwdParams k{};
+  k.q = static_cast<const u16*>(b.q);
+  k.k = static_cast<const u16*>(b.k);
+  k.v = static_cast<const u16*>(b.v);
+  k.o = static_cast<const u16*>(b.o);
+  k.d_o = static_cast<const u16*>(b.d_o);
+  k.lse = b.lse;
+  k.dq = static_cast<u16*>(b.dq);
+  k.dk = static_cast<u16*>(b.dk);
+  k.dv = static_cast<u16*>(b.dv);
+  k.d = workspace.d;
+  k.dq_accum = workspace.dq_accum;
+  k.dq_partial = workspace.dq_partial;
+  k.q_batch_stride = p.q_strides.batch;
+  k.q_row_stride = p.q_strides.seq;
+  k.q_head_stride = p.q_strides.head;
+  k.k_batch_stride = p.k_strides.batch;
+  k.k_row_stride = p.k_strides.seq;
+  k.k_head_stride = p.k_strides.head;
+  k.v_batch_stride = p.v_strides.batch;
+  k.v_row_stride = p.v_strides.seq;
+  k.v_head_stride = p.v_strides.head;
+  k.o_batch_stride = p.o_strides.batch;
+  k.o_row_stride = p.o_strides.seq;
+  k.o_head_stride = p.o_strides.head;
+  // dO like O, the gradients like their tensors.
+  k.do_batch_stride = p.o_strides.batch;
+  k.do_row_stride = p.o_strides.seq;
+  k.do_head_stride = p.o_strides.head;
+  k.lse_batch_stride = p.lse_strides.batch;
+  k.lse_row_stride = p.lse_strides.seq;
+  k.lse_head_stride = p.lse_strides.head;
+  k.dq_batch_stride = p.q_strides.batch;
+  k.dq_row_stride = p.q_strides.seq;
+  k.dq_head_stride = p.q_strides.head;
+  k.dk_batch_stride = p.k_strides.batch;
+  k.dk_row_stride = p.k_strides.seq;
+  k.dk_head_stride = p.k_strides.head;
+  k.dv_batch_stride = p.v_strides.batch;
+  k.dv_row_stride = p.v_strides.seq;
+  k.dv_head_stride = p.v_strides.head;
+  k.rows = workspace_rows(p);
+  k.cu_seqlens_q = p.is_packed() ? lengths.cu_seqlens_q : nullptr;
+  k.cu_seqlens_k = p.is_packed() ? lengths.cu_seqlens_k : nullptr;
+  k.seqlens_k = p.seqlens_k.empty() ? nullptr : lengths.seqlens_k;
+  k.seqlen_q = static_cast<i32>(p.seqlen_q);
+  k.seqlen_k = static_cast<i32>(p.seqlen_k);
+  k.heads_q = static_cast<i32>(p.heads_q);
+  k.group_size = static_cast<i32>(p.group_size());
+  k.head_dim_k = static_cast<i32>(p.head_dim_k);
+  k.head_dim_v = static_cast<i32>(p.head_dim_v);
+  k.mask = mask_params(p.mask);
+  k.scale = static_cast<float>(p.softmax_scale());
+  k.scale_log2 = static_cast<float>(p.softmax_scale() * std::numbers::log2e);
+  k.partial_keys = variant.value("kBlockN");
+  const bool packed = p.is_packed();
+  k.vectorized = rows_aligned(b.q, p.q_strides, packed) && rows_aligned(b.k, p.k_strides, packed) &&
+                         rows_aligned(b.v, p.v_strides, packed) && rows_aligned(b.d_o, p.o_strides, packed)
+                     ? 1
+                     : 0;
+  return k;
+}
+
+LaunchConfig flash_bwd_launch(const AttentionProblem& p, const Variant& variant) {
+  const std::int64_t blocks = backward_key_blocks(p, variant.value("kBlockN"));
+  return {.grid = {static_cast<i32>(blocks), static_cast<i32>(p.heads_kv),
+                   static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
+          .block = {variant.threads(), 1, 1},
+          .dynamic_shared_bytes = variant.shared_bytes()};
+}
+
+const Variant& bwd_preprocess_variant() {
+  static const Variant preprocess = only_variant("flash_bwd_preprocess");
+  return preprocess;
+}
+
+const Variant& bwd_dq_convert_variant() {
+  static const Variant convert = only_variant("flash_bwd_dq_convert");
+  return convert;
+}
+
+LaunchConfig flash_bwd_row_launch(const AttentionProblem& p, const Variant& row) {
+  const std::int64_t warps = row.value("kWarps");
+  const std::int64_t blocks = (max_query_rows(p) + warps - 1) / warps;
+  return {.grid = {static_cast<i32>(std::max<std::int64_t>(blocks, 1)), static_cast<i32>(p.heads_q),
+                   static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
+          .block = {row.threads(), 1, 1},
+          .dynamic_shared_bytes = 0};
+}
+
+Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic) {
+  Variant v = heuristic_variant("bwd", dtype, dk, dv, arch);
+  // The same shape with dQ summed per key block: kDqAtomic changes neither
+  // validity nor resources.
+  if (deterministic) v.values.back() = 0;
+  return v;
+}
+
+double backward_flops(const AttentionProblem& p) {
+  double pairs = 0;
+  for (std::int64_t b = 0; b < p.batch; ++b) {
+    const SequenceExtent s = p.sequence(b);
+    for (std::int64_t i = 0; i < s.q_len; ++i) {
+      const KeyRange r = visible_keys(p.mask, i, s.q_len, s.k_len);
+      pairs += static_cast<double>(r.end - r.begin);
+    }
+  }
+  return 2.5 * 4.0 * static_cast<double>(p.heads_q) * static_cast<double>(p.head_dim_k) * pairs;
+}
+
+}  // namespace attune

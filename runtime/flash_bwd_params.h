@@ -1,0 +1,75 @@
+// From the operator contract to the backward kernels' launches: the params
+// the three kernels share (flash_bwd_preprocess, flash_bwd,
+// flash_bwd_dq_convert), their grids, the fp32 workspaces and the built-in
+// choice of a flash_bwd variant.
+//
+// Example (one call, device or host memory alike):
+//   const attune::BackwardWorkspace sizes = attune::backward_workspace(problem, variant);
+//   // allocate sizes.total_floats() floats at `ws`
+//   const attune::FlashBwdParams p = attune::flash_bwd_params(problem, buffers, lengths, variant,
+//                                                             attune::split_workspace(sizes, ws));
+//   launch preprocess, main and convert with flash_bwd_*_launch(problem, ...) in that order.
+#pragma once
+
+#include <cstdint>
+
+#include "core/problem.h"
+#include "emulator/launch.h"
+#include "generator/variants.h"
+#include "runtime/flash_fwd_params.h"
+#include "templates/flash_bwd.cuh"
+
+namespace attune {
+
+// Floats of each fp32 workspace of a backward call with a flash_bwd variant:
+// D [Hq, rows], and either the atomic dQ accumulator [rows, Hq, Dk]
+// (kDqAtomic = 1) or one dQ slice per key block [key blocks, rows, Hq, Dk]
+// (kDqAtomic = 0, the deterministic mode), where rows = B x Sq (Tq packed)
+// and key blocks = ceil(longest key capacity / BLOCK_N).
+struct BackwardWorkspace {
+  std::int64_t d_floats = 0;
+  std::int64_t dq_accum_floats = 0;
+  std::int64_t dq_partial_floats = 0;
+  std::int64_t total_floats() const { return d_floats + dq_accum_floats + dq_partial_floats; }
+};
+BackwardWorkspace backward_workspace(const AttentionProblem& problem, const Variant& variant);
+
+// The workspace pointers inside one allocation of total_floats() floats
+// (null where a workspace is not used).
+struct BackwardWorkspacePointers {
+  float* d = nullptr;
+  float* dq_accum = nullptr;
+  float* dq_partial = nullptr;
+};
+BackwardWorkspacePointers split_workspace(const BackwardWorkspace& sizes, float* base);
+
+// Kernel params for a validated problem (the same struct for all three
+// kernels); `variant` is the flash_bwd variant that runs the main kernel.
+FlashBwdParams flash_bwd_params(const AttentionProblem& problem, const BackwardBuffers& buffers,
+                                const DeviceLengths& lengths, const Variant& variant,
+                                const BackwardWorkspacePointers& workspace);
+
+// Key blocks of the main kernel (its grid's x extent): ceil(longest key
+// capacity of a sequence / BLOCK_N), at least 1.
+std::int64_t backward_key_blocks(const AttentionProblem& problem, int block_n);
+
+// Grid (key blocks, Hkv, B) of a flash_bwd variant.
+LaunchConfig flash_bwd_launch(const AttentionProblem& problem, const Variant& variant);
+
+// The row kernels (one variant each, one warp per query row of a head):
+// grid (ceil(most query rows / warps), Hq, B).
+const Variant& bwd_preprocess_variant();
+const Variant& bwd_dq_convert_variant();
+LaunchConfig flash_bwd_row_launch(const AttentionProblem& problem, const Variant& row_variant);
+
+// The built-in flash_bwd variant for a problem class on an architecture
+// (heuristic_variant("bwd", ...)), with dQ summed per key block in a fixed
+// order instead of by atomics when `deterministic`.
+Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic = false);
+
+// FLOPs of a backward call: 2.5 x the forward's matmul FLOPs
+// (4 x Dk_eff x visible pairs per query head), i.e. the five products
+// S, dP, dV, dK, dQ of the recomputing backward.
+double backward_flops(const AttentionProblem& problem);
+
+}  // namespace attune

@@ -1,0 +1,659 @@
+// Backward attention, FlashAttention-2 style, in three kernels:
+//
+//   flash_bwd_preprocess  D_i = dO_i . O_i per query row (fp32), and zeroes
+//                         the fp32 dQ accumulator when dQ is summed with
+//                         atomics.
+//   flash_bwd             a CTA owns kBlockN keys of one (sequence, KV head),
+//                         holds their K and V tiles in shared memory and dK,
+//                         dV in registers, and loops over the query tiles of
+//                         every query head of the KV head's group (GQA: dK and
+//                         dV sum over the group inside the CTA, no atomics).
+//                         Per query tile, recomputed from Q, K and the saved
+//                         LSE:
+//                           S^T = K Q^T,  P^T = 2^(S^T scale_log2 - LSE_log2)
+//                           dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - D)
+//                           dK += dS^T Q, dQ += dS K (fp32, unscaled)
+//                         dQ goes to a [rows, Hq, Dk] fp32 accumulator with
+//                         atomic adds (kDqAtomic = 1), or to this key block's
+//                         slice of a [key blocks, rows, Hq, Dk] fp32 buffer
+//                         (kDqAtomic = 0: no atomics, deterministic).
+//   flash_bwd_dq_convert  dQ = scale x (the accumulator, or the sum of the
+//                         key blocks' slices in a fixed order), stored in the
+//                         storage dtype.
+//
+// Every product runs on mma.sync m16n8k16 with fp32 accumulators. The warps
+// form a kWarpsM x kWarpsN grid that each product splits its own way:
+//   S^T, dP^T  keys by kWarpsN, queries by kWarpsM   (A: K or V, B: Q or dO)
+//   dV, dK     keys by kWarpsN, head dim by kWarpsM  (A: P^T or dS^T from
+//              shared memory, B: dO or Q by ldmatrix.trans)
+//   dQ         queries by kWarpsM, head dim by kWarpsN (A: dS by
+//              ldmatrix.trans of dS^T, B: K by ldmatrix.trans)
+// P^T and dS^T pass through shared memory in the storage dtype (rounded as
+// FlashAttention rounds them), so every warp can read the slices it needs.
+// Rows with no visible key (LSE = -inf) and rows past the sequence use
+// LSE_log2 = +inf: their probabilities are exactly 0, never -inf - -inf.
+#pragma once
+
+#include "templates/flash_tile.cuh"
+
+namespace attune {
+
+// One backward call (device memory), shared by the three kernels. Strides
+// are in elements; index arrays are null when unused. The gradients have
+// the layouts of their tensors (dQ like Q, dK like K, dV like V, dO like O).
+struct FlashBwdParams {
+  const u16* q;       // [B, Sq, Hq, Dk] or packed [Tq, Hq, Dk]
+  const u16* k;       // [B, Sk, Hkv, Dk]
+  const u16* v;       // [B, Sk, Hkv, Dv]
+  const u16* o;       // [B, Sq, Hq, Dv]: the forward's output
+  const u16* d_o;     // [B, Sq, Hq, Dv]: gradient of the loss with respect to O
+  const float* lse;   // [B, Hq, Sq] or packed [Hq, Tq]: the forward's LSE (natural log, -inf for empty rows)
+  u16* dq;            // like Q
+  u16* dk;            // like K
+  u16* dv;            // like V
+  float* d;           // workspace [Hq, rows]: D_i = dO_i . O_i
+  float* dq_accum;    // workspace [rows, Hq, Dk]: sum_j dS_ij k_j by atomics; null when not used
+  float* dq_partial;  // workspace [key blocks, rows, Hq, Dk]: each key block's part; null when not used
+  i64 q_batch_stride, q_row_stride, q_head_stride;
+  i64 k_batch_stride, k_row_stride, k_head_stride;
+  i64 v_batch_stride, v_row_stride, v_head_stride;
+  i64 o_batch_stride, o_row_stride, o_head_stride;
+  i64 do_batch_stride, do_row_stride, do_head_stride;
+  i64 lse_batch_stride, lse_row_stride, lse_head_stride;
+  i64 dq_batch_stride, dq_row_stride, dq_head_stride;
+  i64 dk_batch_stride, dk_row_stride, dk_head_stride;
+  i64 dv_batch_stride, dv_row_stride, dv_head_stride;
+  i64 rows;                 // query rows of the workspaces: B x Sq, or Tq when packed
+  const i32* cu_seqlens_q;  // [B+1] packed row offsets
+  const i32* cu_seqlens_k;  // [B+1]
+  const i32* seqlens_k;     // [B] real keys per sequence (padding)
+  i32 seqlen_q;             // dense Sq
+  i32 seqlen_k;             // dense Sk
+  i32 heads_q;
+  i32 group_size;  // Hq / Hkv
+  i32 head_dim_k;
+  i32 head_dim_v;
+  MaskParams mask;
+  float scale;       // softmax scale: dQ and dK carry it
+  float scale_log2;  // scale * log2(e): probabilities are computed in base 2
+  i32 partial_keys;  // keys per dq_partial slice: the BLOCK_N of the flash_bwd variant
+  i32 vectorized;    // 1: Q, K, V and dO rows start 16-byte aligned, so tiles load with cp.async
+};
+
+namespace bwd_detail {
+
+// Where one sequence's rows and keys are. Workspace row of local query row
+// i: row_base + i.
+struct Sequence {
+  i64 q_begin;  // first global row of Q, O, dO
+  i64 q_len;
+  i64 k_begin;     // first global row of K, V
+  i64 k_len;       // keys that exist (padding cut)
+  i64 k_capacity;  // key rows the sequence owns in K, V, dK, dV
+  i64 row_base;
+};
+
+ATTUNE_DEVICE Sequence sequence(const FlashBwdParams& p, i32 batch) {
+  Sequence s{0, p.seqlen_q, 0, p.seqlen_k, p.seqlen_k, static_cast<i64>(batch) * p.seqlen_q};
+  if (p.cu_seqlens_q != nullptr) {
+    s.q_begin = dev::load_global(p.cu_seqlens_q + batch);
+    s.q_len = dev::load_global(p.cu_seqlens_q + batch + 1) - s.q_begin;
+    s.k_begin = dev::load_global(p.cu_seqlens_k + batch);
+    s.k_capacity = dev::load_global(p.cu_seqlens_k + batch + 1) - s.k_begin;
+    s.k_len = s.k_capacity;
+    s.row_base = s.q_begin;
+  }
+  if (p.seqlens_k != nullptr) s.k_len = dev::load_global(p.seqlens_k + batch);
+  return s;
+}
+
+// Every size of a flash_bwd variant, derived from its tunables in one place.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_, int kStages_, class DType_>
+struct BwdConfig {
+  using DType = DType_;
+  static constexpr int kHeadDim = kHeadDim_;
+  static constexpr int kBlockM = kBlockM_;
+  static constexpr int kBlockN = kBlockN_;
+  static constexpr int kWarpsM = kWarpsM_;
+  static constexpr int kWarpsN = kWarpsN_;
+  static constexpr int kStages = kStages_;
+  static constexpr int kThreads = kWarpsM * kWarpsN * kWarpSize;
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row (load_rows)
+
+  // S^T and dP^T: a warp's keys (16-row mma tiles) and queries (8 columns each).
+  static constexpr int kWarpKeys = kBlockN / kWarpsN;
+  static constexpr int kKeyTiles = kWarpKeys / 16;
+  static constexpr int kWarpQueries = kBlockM / kWarpsM;
+  static constexpr int kQueryTiles = kWarpQueries / 8;
+  static constexpr int kHeadSteps = kHeadDim / 16;  // reduction over the head dim
+  // dK and dV: the same keys, a slice of the head dim.
+  static constexpr int kKvCols = kHeadDim / kWarpsM;
+  static constexpr int kKvColTiles = kKvCols / 8;
+  static constexpr int kQuerySteps = kBlockM / 16;  // reduction over the queries
+  // dQ: the same queries (16-row tiles), a slice of the head dim.
+  static constexpr int kDqRowTiles = kWarpQueries / 16;
+  static constexpr int kDqCols = kHeadDim / kWarpsN;
+  static constexpr int kDqColTiles = kDqCols / 8;
+  static constexpr int kKeySteps = kBlockN / 16;  // reduction over the keys
+
+  // Shared memory, 16-bit elements first: K, V, `kStages` Q and dO tiles,
+  // P^T and dS^T ([key][query]); then floats: `kStages` LSE_log2 and D rows.
+  static constexpr int kKvElems = kBlockN * kHeadDim;
+  static constexpr int kQElems = kBlockM * kHeadDim;
+  static constexpr int kPElems = kBlockN * kBlockM;
+  static constexpr int kHalfElems = 2 * kKvElems + 2 * kStages * kQElems + 2 * kPElems;
+};
+
+// The query tiles [begin, end) of a sequence in which some row may see a key
+// of [key0, key0 + kBlockN). Bounds are non-decreasing in the row, so the
+// tiles form one range and include every tile with such a row.
+struct TileRange {
+  i64 begin;
+  i64 end;
+};
+
+template <int kBlockM, int kBlockN>
+ATTUNE_DEVICE TileRange query_tiles(const MaskParams& mask, i64 key0, i64 q_len, i64 k_len) {
+  const i64 tiles = (q_len + kBlockM - 1) / kBlockM;
+  TileRange r{tiles, tiles};
+  for (i64 m = 0; m < tiles; ++m) {
+    const i64 row0 = m * kBlockM;
+    const i64 last_row = row0 + kBlockM - 1 < q_len - 1 ? row0 + kBlockM - 1 : q_len - 1;
+    const KeyBounds first = key_bounds(mask, row0, q_len, k_len);
+    const KeyBounds last = key_bounds(mask, last_row, q_len, k_len);
+    const bool seen = first.begin < key0 + kBlockN && last.end > key0 && last.end > first.begin;
+    if (seen && r.begin == tiles) r.begin = m;
+    if (seen) r.end = m + 1;
+  }
+  return r;
+}
+
+// What attend_keys needs of the problem beyond the tiles.
+struct KeyMask {
+  MaskParams mask;
+  float scale_log2;
+};
+
+// S^T = K Q^T and dP^T = V dO^T for this warp's keys and queries, then
+// P^T = 2^(S^T scale_log2 - LSE_log2) (0 where masked) and
+// dS^T = P^T (dP^T - D), both stored to shared memory as [key][query] in the
+// storage dtype.
+template <class Config, bool kMasked>
+ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, const u16* do_s, const float* lse_s,
+                               const float* d_s, u16* p_s, u16* ds_s, const KeyMask& m, i64 row0, i64 key0, i64 q_len,
+                               i64 k_len) {
+  using D = typename Config::DType;
+  constexpr int kD = Config::kHeadDim;
+  const i32 lane = dev::lane_id();
+  const i32 warp = dev::warp_id();
+  const i32 warp_key0 = (warp % Config::kWarpsN) * Config::kWarpKeys;
+  const i32 warp_query0 = (warp / Config::kWarpsN) * Config::kWarpQueries;
+
+  float s[Config::kKeyTiles][Config::kQueryTiles][4];
+  float dp[Config::kKeyTiles][Config::kQueryTiles][4];
+  ATTUNE_UNROLL
+  for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
+    ATTUNE_UNROLL
+    for (int qt = 0; qt < Config::kQueryTiles; ++qt) {
+      ATTUNE_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        s[kt][qt][e] = 0.0f;
+        dp[kt][qt][e] = 0.0f;
+      }
+    }
+  }
+
+  // Both products reduce over the head dim, 16 at a time; keys are the A
+  // rows (ldmatrix.x4 of K or V), queries the B columns (ldmatrix.x2 of Q
+  // or dO, whose rows are the columns' k values). One product at a time
+  // keeps fewer fragments alive.
+  const auto product = [&](const u16* a_s, const u16* b_s, float(&acc)[Config::kKeyTiles][Config::kQueryTiles][4]) {
+    ATTUNE_UNROLL
+    for (int ks = 0; ks < Config::kHeadSteps; ++ks) {
+      u32 a[Config::kKeyTiles][4];
+      ATTUNE_UNROLL
+      for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
+        const i32 key = warp_key0 + kt * 16 + lane % 8 + 8 * ((lane / 8) % 2);
+        dev::warp::ldmatrix_x4(a[kt], a_s + key * kD + ks * 16 + 8 * (lane / 16));
+      }
+      ATTUNE_UNROLL
+      for (int qt = 0; qt < Config::kQueryTiles; ++qt) {
+        const i32 query = warp_query0 + qt * 8 + lane % 8;
+        u32 b[2];
+        dev::warp::ldmatrix_x2(b, b_s + query * kD + ks * 16 + 8 * ((lane / 8) % 2));
+        ATTUNE_UNROLL
+        for (int kt = 0; kt < Config::kKeyTiles; ++kt) dev::warp::mma_m16n8k16<D>(acc[kt][qt], a[kt], b, acc[kt][qt]);
+      }
+    }
+  };
+  product(k_s, q_s, s);
+  product(v_s, do_s, dp);
+
+  // A thread holds keys lane/4 (+8) of each key tile and queries 2 (lane%4)
+  // (+1) of each query tile: the pair of queries is one 32-bit store.
+  ATTUNE_UNROLL
+  for (int qt = 0; qt < Config::kQueryTiles; ++qt) {
+    ATTUNE_UNROLL
+    for (int c = 0; c < 2; ++c) {
+      const i32 query = warp_query0 + qt * 8 + 2 * (lane % 4) + c;
+      const float lse = dev::load_shared(lse_s + query);
+      const float row_d = dev::load_shared(d_s + query);
+      // The row's visible keys relative to this warp's first key, clamped
+      // to the warp's keys: 32-bit compares per element.
+      i32 begin = 0;
+      i32 end = Config::kWarpKeys;
+      if (kMasked) {
+        const KeyBounds bounds = key_bounds(m.mask, row0 + query, q_len, k_len);
+        const i64 base = key0 + warp_key0;
+        begin = static_cast<i32>(bounds.begin - base < 0 ? 0 : bounds.begin - base > end ? end : bounds.begin - base);
+        end = static_cast<i32>(bounds.end - base < begin ? begin : bounds.end - base > end ? end : bounds.end - base);
+      }
+      ATTUNE_UNROLL
+      for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
+        ATTUNE_UNROLL
+        for (int half = 0; half < 2; ++half) {
+          const i32 key = kt * 16 + lane / 4 + 8 * half;
+          const bool visible = !kMasked || (key >= begin && key < end);
+          const float prob = visible ? dev::exp2_approx(s[kt][qt][2 * half + c] * m.scale_log2 - lse) : 0.0f;
+          s[kt][qt][2 * half + c] = prob;
+          dp[kt][qt][2 * half + c] = prob * (dp[kt][qt][2 * half + c] - row_d);
+        }
+      }
+    }
+  }
+  ATTUNE_UNROLL
+  for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
+    ATTUNE_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      const i32 key = warp_key0 + kt * 16 + lane / 4 + 8 * half;
+      ATTUNE_UNROLL
+      for (int qt = 0; qt < Config::kQueryTiles; ++qt) {
+        const i32 at = key * Config::kBlockM + warp_query0 + qt * 8 + 2 * (lane % 4);
+        dev::store_shared(reinterpret_cast<u32*>(p_s + at),
+                          dev::pack2<D>(s[kt][qt][2 * half], s[kt][qt][2 * half + 1]));
+        dev::store_shared(reinterpret_cast<u32*>(ds_s + at),
+                          dev::pack2<D>(dp[kt][qt][2 * half], dp[kt][qt][2 * half + 1]));
+      }
+    }
+  }
+}
+
+// dV += P^T dO and dK += dS^T Q for this warp's keys and head-dim slice,
+// reducing over the tile's queries; one product at a time.
+template <class Config>
+ATTUNE_DEVICE void accumulate_kv(const u16* p_s, const u16* ds_s, const u16* q_s, const u16* do_s,
+                                 float (&dk)[Config::kKeyTiles][Config::kKvColTiles][4],
+                                 float (&dv)[Config::kKeyTiles][Config::kKvColTiles][4]) {
+  using D = typename Config::DType;
+  constexpr int kD = Config::kHeadDim;
+  const i32 lane = dev::lane_id();
+  const i32 warp = dev::warp_id();
+  const i32 warp_key0 = (warp % Config::kWarpsN) * Config::kWarpKeys;
+  const i32 col0 = (warp / Config::kWarpsN) * Config::kKvCols;
+  // acc += A B: A = [key][query] in shared memory, B = [query][column].
+  const auto product = [&](const u16* a_s, const u16* b_s, float(&acc)[Config::kKeyTiles][Config::kKvColTiles][4]) {
+    ATTUNE_UNROLL
+    for (int qs = 0; qs < Config::kQuerySteps; ++qs) {
+      u32 a[Config::kKeyTiles][4];
+      ATTUNE_UNROLL
+      for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
+        const i32 key = warp_key0 + kt * 16 + lane % 8 + 8 * ((lane / 8) % 2);
+        dev::warp::ldmatrix_x4(a[kt], a_s + key * Config::kBlockM + qs * 16 + 8 * (lane / 16));
+      }
+      const i32 query = qs * 16 + lane % 8 + 8 * ((lane / 8) % 2);
+      ATTUNE_UNROLL
+      for (int ct = 0; ct < Config::kKvColTiles; ++ct) {
+        u32 b[2];
+        dev::warp::ldmatrix_x2_trans(b, b_s + query * kD + col0 + ct * 8);
+        ATTUNE_UNROLL
+        for (int kt = 0; kt < Config::kKeyTiles; ++kt) dev::warp::mma_m16n8k16<D>(acc[kt][ct], a[kt], b, acc[kt][ct]);
+      }
+    }
+  };
+  product(p_s, do_s, dv);
+  product(ds_s, q_s, dk);
+}
+
+// dQ = dS K for this warp's queries and head-dim slice, reducing over the
+// block's keys: A is dS^T read transposed, B is K read transposed.
+template <class Config>
+ATTUNE_DEVICE void tile_dq(const u16* ds_s, const u16* k_s, float (&dq)[Config::kDqRowTiles][Config::kDqColTiles][4]) {
+  using D = typename Config::DType;
+  constexpr int kD = Config::kHeadDim;
+  const i32 lane = dev::lane_id();
+  const i32 warp = dev::warp_id();
+  const i32 warp_query0 = (warp / Config::kWarpsN) * Config::kWarpQueries;
+  const i32 col0 = (warp % Config::kWarpsN) * Config::kDqCols;
+  ATTUNE_UNROLL
+  for (int rt = 0; rt < Config::kDqRowTiles; ++rt) {
+    ATTUNE_UNROLL
+    for (int ct = 0; ct < Config::kDqColTiles; ++ct) {
+      ATTUNE_UNROLL
+      for (int e = 0; e < 4; ++e) dq[rt][ct][e] = 0.0f;
+    }
+  }
+  ATTUNE_UNROLL
+  for (int ks = 0; ks < Config::kKeySteps; ++ks) {
+    u32 a[Config::kDqRowTiles][4];
+    ATTUNE_UNROLL
+    for (int rt = 0; rt < Config::kDqRowTiles; ++rt) {
+      // Matrix j = lane / 8 of the A fragment: queries +8 (j odd), keys +8 (j >= 2).
+      const i32 key = ks * 16 + 8 * (lane / 16) + lane % 8;
+      const i32 query = warp_query0 + rt * 16 + 8 * ((lane / 8) % 2);
+      dev::warp::ldmatrix_x4_trans(a[rt], ds_s + key * Config::kBlockM + query);
+    }
+    const i32 key = ks * 16 + lane % 8 + 8 * ((lane / 8) % 2);
+    ATTUNE_UNROLL
+    for (int ct = 0; ct < Config::kDqColTiles; ++ct) {
+      u32 b[2];
+      dev::warp::ldmatrix_x2_trans(b, k_s + key * kD + col0 + ct * 8);
+      ATTUNE_UNROLL
+      for (int rt = 0; rt < Config::kDqRowTiles; ++rt) dev::warp::mma_m16n8k16<D>(dq[rt][ct], a[rt], b, dq[rt][ct]);
+    }
+  }
+}
+
+}  // namespace bwd_detail
+
+// The tunable space of flash_bwd (read by attune-gen).
+struct FlashBwdTunables {
+  static constexpr int kHeadDim[] = {32, 64, 96, 128, 160, 192, 224, 256};  // Dk and Dv padded up to it
+  static constexpr int kBlockM[] = {16, 32, 64};                            // query rows per tile
+  static constexpr int kBlockN[] = {32, 64, 128};                           // keys per block
+  static constexpr int kWarpsM[] = {1, 2, 4};  // warps along the queries (S, dQ) and the head dim (dK, dV)
+  static constexpr int kWarpsN[] = {2, 4};     // warps along the keys (S, dK, dV) and the head dim (dQ)
+  static constexpr int kStages[] = {1, 2};     // Q / dO tiles in flight (cp.async)
+  static constexpr int kDqAtomic[] = {0, 1};   // 1: dQ by fp32 atomics; 0: per key block, summed in order
+  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "wm", "wn", "st", "at"};
+
+  // Register model (fitted to ptxas of NVRTC 13.0 on sm_90a over every
+  // shape of head dims 32..256): fp32 accumulators per thread of dK and dV
+  // (held over the whole loop) plus the larger of the S^T and dP^T tiles
+  // and the dQ tile (one phase at a time). ptxas adds about 120 registers of
+  // fragments and addresses to this; past the budget it spills. The 32 x 32
+  // tile stays valid whatever its registers: the one shape of head dims 224
+  // and 256 that fits the 99 KiB of shared memory of sm_86/89/120.
+  static constexpr int kRegisterBudget = 144;
+
+  ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int /*block_m*/, int /*block_n*/, int warps_m,
+                                                  int warps_n, int /*stages*/, int /*dq_atomic*/) {
+    return warps_m * warps_n * kWarpSize;
+  }
+  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int head_dim, int block_m, int block_n, int /*warps_m*/,
+                                                       int /*warps_n*/, int stages, int /*dq_atomic*/) {
+    // K, V, the Q and dO stages and P^T, dS^T (16-bit), then the LSE and D
+    // stages (floats).
+    return 2 * (2 * block_n * head_dim + 2 * stages * block_m * head_dim + 2 * block_n * block_m) +
+           4 * 2 * stages * block_m;
+  }
+  ATTUNE_HOST_DEVICE static constexpr int registers(int head_dim, int block_m, int block_n, int warps_m, int warps_n) {
+    const int threads = warps_m * warps_n * kWarpSize;
+    const int kv = 2 * block_n * head_dim / threads;
+    const int sdp = 2 * block_n * block_m / threads;
+    const int dq = block_m * head_dim / threads;
+    return kv + (sdp > dq ? sdp : dq);
+  }
+  ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int warps_m, int warps_n,
+                                                 int stages, int dq_atomic) {
+    const int warps = warps_m * warps_n;
+    return head_dim % 16 == 0 && block_n % (16 * warps_n) == 0 && block_m % (16 * warps_m) == 0 &&
+           head_dim % (8 * warps_m) == 0 && head_dim % (8 * warps_n) == 0 && warps >= 4 && warps <= 8 && stages >= 1 &&
+           stages <= 2 && (dq_atomic == 0 || dq_atomic == 1) &&
+           (registers(head_dim, block_m, block_n, warps_m, warps_n) <= kRegisterBudget ||
+            (block_m == 32 && block_n == 32));
+  }
+};
+
+// Grid: (ceil(longest key capacity / kBlockN), Hkv, B); block: threads();
+// dynamic shared memory: shared_bytes() (FlashBwdTunables). Needs D from
+// flash_bwd_preprocess; dQ is finished by flash_bwd_dq_convert.
+template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kDqAtomic, class DType>
+ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
+  static_assert(FlashBwdTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kDqAtomic),
+                "flash_bwd: these tunables break FlashBwdTunables::valid");
+  using Config = bwd_detail::BwdConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType>;
+  using D = DType;
+  const i32 n_block = dev::block_index().x;
+  const i32 kv_head = dev::block_index().y;
+  const i32 batch = dev::block_index().z;
+  const bwd_detail::Sequence seq = bwd_detail::sequence(p, batch);
+  const i64 key0 = static_cast<i64>(n_block) * kBlockN;
+  if (key0 >= seq.k_capacity) return;  // the whole block leaves together
+  const i32 lane = dev::lane_id();
+  const i32 warp = dev::warp_id();
+  const i32 warp_key0 = (warp % kWarpsN) * Config::kWarpKeys;
+  const i32 kv_col0 = (warp / kWarpsN) * Config::kKvCols;
+
+  // Steps: every query tile that may see these keys, for each query head of
+  // the group.
+  const bwd_detail::TileRange tiles = bwd_detail::query_tiles<kBlockM, kBlockN>(p.mask, key0, seq.q_len, seq.k_len);
+  const i64 tile_count = tiles.end - tiles.begin;
+  const i64 steps = tile_count * p.group_size;
+
+  u16* smem = dev::shared_memory<u16>();
+  u16* k_s = smem;
+  u16* v_s = k_s + Config::kKvElems;
+  u16* q_s = v_s + Config::kKvElems;
+  u16* do_s = q_s + kStages * Config::kQElems;
+  u16* p_s = do_s + kStages * Config::kQElems;
+  u16* ds_s = p_s + Config::kPElems;
+  float* lse_s = reinterpret_cast<float*>(smem + Config::kHalfElems);
+  float* d_s = lse_s + kStages * kBlockM;
+  const bool vectorized = p.vectorized != 0;
+  const bwd_detail::KeyMask key_mask{p.mask, p.scale_log2};
+  constexpr float kLog2e = 1.4426950408889634f;
+
+  const auto issue = [&](i64 step) {
+    if (step < steps) {
+      const i32 stage = static_cast<i32>(step % kStages);
+      const i64 head = static_cast<i64>(kv_head) * p.group_size + step / tile_count;
+      const i64 row0 = (tiles.begin + step % tile_count) * kBlockM;
+      const u16* q_rows =
+          p.q + batch * p.q_batch_stride + (seq.q_begin + row0) * p.q_row_stride + head * p.q_head_stride;
+      const u16* do_rows =
+          p.d_o + batch * p.do_batch_stride + (seq.q_begin + row0) * p.do_row_stride + head * p.do_head_stride;
+      flash_detail::load_tile<Config, kBlockM>(q_s + stage * Config::kQElems, q_rows, p.q_row_stride, seq.q_len - row0,
+                                               p.head_dim_k, vectorized);
+      flash_detail::load_tile<Config, kBlockM>(do_s + stage * Config::kQElems, do_rows, p.do_row_stride,
+                                               seq.q_len - row0, p.head_dim_v, vectorized);
+      // LSE in base 2; +inf for empty rows and rows past the sequence, so
+      // their probabilities are 0. D is 0 there.
+      for (i32 r = dev::linear_thread(); r < kBlockM; r += Config::kThreads) {
+        float lse = dev::infinity();
+        float row_d = 0.0f;
+        if (row0 + r < seq.q_len) {
+          const i64 row = seq.q_begin + row0 + r;
+          const float x =
+              dev::load_global(p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride + row * p.lse_row_stride);
+          lse = x == -dev::infinity() ? dev::infinity() : x * kLog2e;
+          row_d = dev::load_global(p.d + head * p.rows + seq.row_base + row0 + r);
+        }
+        dev::store_shared(lse_s + stage * kBlockM + r, lse);
+        dev::store_shared(d_s + stage * kBlockM + r, row_d);
+      }
+    }
+    dev::cp_async::commit();  // possibly empty: keeps the group count uniform
+  };
+
+  float dk[Config::kKeyTiles][Config::kKvColTiles][4];
+  float dv[Config::kKeyTiles][Config::kKvColTiles][4];
+  ATTUNE_UNROLL
+  for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
+    ATTUNE_UNROLL
+    for (int ct = 0; ct < Config::kKvColTiles; ++ct) {
+      ATTUNE_UNROLL
+      for (int e = 0; e < 4; ++e) {
+        dk[kt][ct][e] = 0.0f;
+        dv[kt][ct][e] = 0.0f;
+      }
+    }
+  }
+
+  if (steps > 0) {
+    const u16* k_rows = p.k + batch * p.k_batch_stride + (seq.k_begin + key0) * p.k_row_stride +
+                        static_cast<i64>(kv_head) * p.k_head_stride;
+    const u16* v_rows = p.v + batch * p.v_batch_stride + (seq.k_begin + key0) * p.v_row_stride +
+                        static_cast<i64>(kv_head) * p.v_head_stride;
+    flash_detail::load_tile<Config, kBlockN>(k_s, k_rows, p.k_row_stride, seq.k_len - key0, p.head_dim_k, vectorized);
+    flash_detail::load_tile<Config, kBlockN>(v_s, v_rows, p.v_row_stride, seq.k_len - key0, p.head_dim_v, vectorized);
+    dev::cp_async::commit();
+    for (i64 step = 0; step < kStages - 1; ++step) issue(step);
+    for (i64 step = 0; step < steps; ++step) {
+      issue(step + kStages - 1);
+      dev::cp_async::wait<kStages - 1>();  // this step's Q and dO (and K, V) landed
+      dev::block::sync();
+      const i32 stage = static_cast<i32>(step % kStages);
+      const i64 head = static_cast<i64>(kv_head) * p.group_size + step / tile_count;
+      const i64 row0 = (tiles.begin + step % tile_count) * kBlockM;
+      const u16* q_t = q_s + stage * Config::kQElems;
+      const u16* do_t = do_s + stage * Config::kQElems;
+      const float* lse_t = lse_s + stage * kBlockM;
+      const float* d_t = d_s + stage * kBlockM;
+
+      // Every row of the tile sees every key of the block: no mask.
+      const i64 last_row = row0 + kBlockM - 1 < seq.q_len - 1 ? row0 + kBlockM - 1 : seq.q_len - 1;
+      const KeyBounds first = key_bounds(p.mask, row0, seq.q_len, seq.k_len);
+      const KeyBounds last = key_bounds(p.mask, last_row, seq.q_len, seq.k_len);
+      if (key0 >= last.begin && key0 + kBlockN <= first.end) {
+        bwd_detail::attend_keys<Config, false>(k_s, v_s, q_t, do_t, lse_t, d_t, p_s, ds_s, key_mask, row0, key0,
+                                               seq.q_len, seq.k_len);
+      } else {
+        bwd_detail::attend_keys<Config, true>(k_s, v_s, q_t, do_t, lse_t, d_t, p_s, ds_s, key_mask, row0, key0,
+                                              seq.q_len, seq.k_len);
+      }
+      dev::block::sync();  // P^T and dS^T complete
+
+      bwd_detail::accumulate_kv<Config>(p_s, ds_s, q_t, do_t, dk, dv);
+      float dq[Config::kDqRowTiles][Config::kDqColTiles][4];
+      bwd_detail::tile_dq<Config>(ds_s, k_s, dq);
+      const i32 warp_query0 = (warp / kWarpsN) * Config::kWarpQueries;
+      const i32 dq_col0 = (warp % kWarpsN) * Config::kDqCols;
+      ATTUNE_UNROLL
+      for (int rt = 0; rt < Config::kDqRowTiles; ++rt) {
+        ATTUNE_UNROLL
+        for (int half = 0; half < 2; ++half) {
+          const i64 row = row0 + warp_query0 + rt * 16 + lane / 4 + 8 * half;
+          if (row >= seq.q_len) continue;
+          const i64 at = ((seq.row_base + row) * p.heads_q + head) * p.head_dim_k;
+          ATTUNE_UNROLL
+          for (int ct = 0; ct < Config::kDqColTiles; ++ct) {
+            ATTUNE_UNROLL
+            for (int e = 0; e < 2; ++e) {
+              const i32 col = dq_col0 + ct * 8 + 2 * (lane % 4) + e;
+              if (col >= p.head_dim_k) continue;
+              if (kDqAtomic != 0) {
+                dev::atomic_add(p.dq_accum + at + col, dq[rt][ct][2 * half + e]);
+              } else {
+                const i64 slice = static_cast<i64>(n_block) * p.rows * p.heads_q * p.head_dim_k;
+                dev::store_global(p.dq_partial + slice + at + col, dq[rt][ct][2 * half + e]);
+              }
+            }
+          }
+        }
+      }
+      dev::block::sync();  // the stage, P^T and dS^T are overwritten next
+    }
+  }
+
+  // dK (scaled) and dV of this warp's keys; keys past the sequence's real
+  // keys (padding) and keys no row sees get exact zeros.
+  ATTUNE_UNROLL
+  for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
+    ATTUNE_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      const i64 key = key0 + warp_key0 + kt * 16 + lane / 4 + 8 * half;
+      if (key >= seq.k_capacity) continue;
+      u16* dk_row = p.dk + batch * p.dk_batch_stride + (seq.k_begin + key) * p.dk_row_stride +
+                    static_cast<i64>(kv_head) * p.dk_head_stride;
+      u16* dv_row = p.dv + batch * p.dv_batch_stride + (seq.k_begin + key) * p.dv_row_stride +
+                    static_cast<i64>(kv_head) * p.dv_head_stride;
+      ATTUNE_UNROLL
+      for (int ct = 0; ct < Config::kKvColTiles; ++ct) {
+        ATTUNE_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          const i32 col = kv_col0 + ct * 8 + 2 * (lane % 4) + e;
+          if (col < p.head_dim_k) dev::store_global(dk_row + col, dev::to_bits<D>(dk[kt][ct][2 * half + e] * p.scale));
+          if (col < p.head_dim_v) dev::store_global(dv_row + col, dev::to_bits<D>(dv[kt][ct][2 * half + e]));
+        }
+      }
+    }
+  }
+}
+
+// One warp per query row of one head.
+struct FlashBwdPreprocessTunables {
+  static constexpr int kWarps[] = {4};  // rows per block
+  static constexpr const char* kIdKeys[] = {"w"};
+  ATTUNE_HOST_DEVICE static constexpr int threads(int warps) { return warps * kWarpSize; }
+  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int /*warps*/) { return 0; }
+  ATTUNE_HOST_DEVICE static constexpr bool valid(int warps) { return warps >= 1 && warps <= 32; }
+};
+
+// Grid: (ceil(most query rows of a sequence / kWarps), Hq, B); block:
+// kWarps x 32 threads. D_i = dO_i . O_i in fp32 from the stored O and dO;
+// zeroes the row's dQ accumulator when there is one.
+template <int kWarps, class DType>
+ATTUNE_KERNEL void flash_bwd_preprocess(FlashBwdParams p) {
+  using D = DType;
+  const i32 batch = dev::block_index().z;
+  const i32 head = dev::block_index().y;
+  const i64 row = static_cast<i64>(dev::block_index().x) * kWarps + dev::warp_id();
+  const bwd_detail::Sequence seq = bwd_detail::sequence(p, batch);
+  if (row >= seq.q_len) return;  // whole warps leave together
+  const i32 lane = dev::lane_id();
+  const i64 global_row = seq.q_begin + row;
+  const u16* o_row = p.o + batch * p.o_batch_stride + global_row * p.o_row_stride + head * p.o_head_stride;
+  const u16* do_row = p.d_o + batch * p.do_batch_stride + global_row * p.do_row_stride + head * p.do_head_stride;
+  float sum = 0.0f;
+  for (i32 col = lane; col < p.head_dim_v; col += kWarpSize) {
+    sum += dev::to_float<D>(dev::load_global(o_row + col)) * dev::to_float<D>(dev::load_global(do_row + col));
+  }
+  sum = dev::warp::reduce_sum(sum);
+  if (lane == 0) dev::store_global(p.d + head * p.rows + seq.row_base + row, sum);
+  if (p.dq_accum != nullptr) {
+    float* accum = p.dq_accum + ((seq.row_base + row) * p.heads_q + head) * p.head_dim_k;
+    for (i32 col = lane; col < p.head_dim_k; col += kWarpSize) dev::store_global(accum + col, 0.0f);
+  }
+}
+
+// One warp per query row of one head.
+struct FlashBwdDqConvertTunables {
+  static constexpr int kWarps[] = {4};  // rows per block
+  static constexpr const char* kIdKeys[] = {"w"};
+  ATTUNE_HOST_DEVICE static constexpr int threads(int warps) { return warps * kWarpSize; }
+  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int /*warps*/) { return 0; }
+  ATTUNE_HOST_DEVICE static constexpr bool valid(int warps) { return warps >= 1 && warps <= 32; }
+};
+
+// Grid: (ceil(most query rows of a sequence / kWarps), Hq, B); block:
+// kWarps x 32 threads. dQ = scale x the atomic accumulator, or scale x the
+// sum, in key-block order, of the slices of the key blocks the row sees
+// (exactly the blocks whose CTA wrote the row: a fixed order, so the result
+// is the same bits on every run). A row that sees no key gets 0.
+template <int kWarps, class DType>
+ATTUNE_KERNEL void flash_bwd_dq_convert(FlashBwdParams p) {
+  using D = DType;
+  const i32 batch = dev::block_index().z;
+  const i32 head = dev::block_index().y;
+  const i64 row = static_cast<i64>(dev::block_index().x) * kWarps + dev::warp_id();
+  const bwd_detail::Sequence seq = bwd_detail::sequence(p, batch);
+  if (row >= seq.q_len) return;
+  const i32 lane = dev::lane_id();
+  const i64 at = ((seq.row_base + row) * p.heads_q + head) * p.head_dim_k;
+  const KeyBounds bounds = key_bounds(p.mask, row, seq.q_len, seq.k_len);
+  const i64 first_block = bounds.begin / p.partial_keys;
+  const i64 end_block = bounds.end > bounds.begin ? (bounds.end + p.partial_keys - 1) / p.partial_keys : first_block;
+  const i64 slice = p.rows * p.heads_q * p.head_dim_k;
+  u16* dq_row = p.dq + batch * p.dq_batch_stride + (seq.q_begin + row) * p.dq_row_stride + head * p.dq_head_stride;
+  for (i32 col = lane; col < p.head_dim_k; col += kWarpSize) {
+    float sum = 0.0f;
+    if (p.dq_partial != nullptr) {
+      for (i64 n = first_block; n < end_block; ++n) sum += dev::load_global(p.dq_partial + n * slice + at + col);
+    } else {
+      sum = dev::load_global(p.dq_accum + at + col);
+    }
+    dev::store_global(dq_row + col, dev::to_bits<D>(sum * p.scale));
+  }
+}
+
+}  // namespace attune

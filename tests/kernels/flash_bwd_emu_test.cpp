@@ -1,0 +1,384 @@
+// Backward-kernel variants on the emulator against the fp64 reference
+// backward, with FlashAttention's accuracy rule for gradients: each of dQ,
+// dK and dV at most three times the error of the naive storage-dtype
+// backward, plus a floor. The forward's O and LSE come from the fp64
+// reference, so the backward is tested on its own. The covering set holds
+// every value of every tunable (both dQ strategies) and runs the seed
+// families (every mask kind, empty rows, padding, GQA/MQA, packed varlen,
+// Dk != Dv) and odd sequence-length pairs. A launch in which the emulator
+// finds a bug (race, cp.async read before wait, out of bounds, the dQ
+// atomics included, divergence) throws, so the detectors staying silent is
+// part of every check. Planted kernel bugs (copies of the template made at
+// configure time) prove that the checks fail when they should.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <bit>
+#include <cmath>
+#include <iostream>
+#include <limits>
+#include <set>
+#include <string>
+
+#include "emulator/emulator.h"
+#include "flash_bwd_mask_off_by_one.cuh"
+#include "flash_bwd_no_row_d.cuh"
+#include "flash_bwd_no_tile_barrier.cuh"
+#include "reference/backward_accuracy.h"
+#include "runtime/flash_bwd_params.h"
+#include "tests/support/covering_set.h"
+#include "tests/support/emu_backward.h"
+
+namespace attune {
+
+// Readable test parameters.
+void PrintTo(const Variant& variant, std::ostream* out) { *out << variant.id(); }
+
+namespace {
+
+using testing::BackwardInputs;
+
+struct Expected {
+  ReferenceGradients want;
+  ReferenceGradients naive;
+};
+
+Expected expected(const BackwardInputs& in) {
+  const AttentionProblem& p = in.forward.problem;
+  return {reference_backward(p, in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.d_o.data()),
+          naive_storage_backward(p, in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.d_o.data())};
+}
+
+void check(const BackwardInputs& in, const Variant& variant, const std::string& what, double factor = 3.0) {
+  const Expected e = expected(in);
+  ReferenceGradients got;
+  try {
+    got = testing::run_backward_on_emulator(in, variant);
+  } catch (const Error& error) {
+    ADD_FAILURE() << variant.id() << " on " << what << ": " << error.what();
+    return;
+  }
+  std::string why;
+  EXPECT_TRUE(within_gradient_rule(got, e.want, e.naive, in.forward.problem.dtype, factor, &why))
+      << variant.id() << " on " << what << ": " << why;
+}
+
+void check_families(const Variant& variant, const std::vector<testing::Family>& families) {
+  for (const testing::Family& family : families) check(testing::make_backward_inputs(family), variant, family.name);
+}
+
+std::vector<Variant> covering_set() { return testing::covering_set(require_arch("sm_90a"), "bwd"); }
+
+TEST(FlashBwdEmuTest, CoveringSetCoversEveryTunableValue) {
+  const std::vector<Variant> set = covering_set();
+  const KernelSpec& kernel = kernel_for_op("bwd");
+  for (std::size_t i = 0; i < kernel.tunables.size(); ++i) {
+    for (int value : kernel.tunables[i].values) {
+      const bool present = std::any_of(set.begin(), set.end(), [&](const Variant& v) { return v.values[i] == value; });
+      EXPECT_TRUE(present) << kernel.tunables[i].name << "=" << value;
+    }
+  }
+  std::cout << "covering set (" << set.size() << "):";
+  for (const Variant& v : set) std::cout << " " << v.id();
+  std::cout << "\n";
+}
+
+class CoveringSetTest : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(CoveringSetTest, MatchesReferenceOnSeedAndOddLengthFamilies) {
+  const Variant& variant = GetParam();
+  // Both dtypes across the set, by the variant's place in it.
+  const std::vector<Variant> set = covering_set();
+  const auto place = static_cast<std::size_t>(std::find(set.begin(), set.end(), variant) - set.begin());
+  const DType dtype = place % 2 == 0 ? DType::kBF16 : DType::kF16;
+  check_families(variant, testing::seed_families(dtype));
+  // Two of FlashAttention's odd length pairs (with and without the causal
+  // mask), a different two per variant; head dims that fill the bucket on
+  // one side only (Dk != Dv).
+  const int d = variant.values.front();
+  const std::vector<testing::Family> odd = testing::odd_length_families(dtype, d, d - 8);
+  const std::size_t pairs = odd.size() / 2;
+  std::vector<testing::Family> chosen;
+  for (std::size_t k : {place % pairs, (place + pairs / 2) % pairs}) {
+    chosen.push_back(odd[2 * k]);
+    chosen.push_back(odd[2 * k + 1]);
+  }
+  check_families(variant, chosen);
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, CoveringSetTest, ::testing::ValuesIn(covering_set()), [](const auto& param_info) {
+  std::string name = param_info.param.id();
+  std::replace_if(
+      name.begin(), name.end(), [](char c) { return c == '/' || c == '.'; }, '_');
+  return name;
+});
+
+// FlashAttention's overflow test: Q x 5, K and V x 3 make large logits and
+// large dP; no NaN or infinity, and within five times the naive error.
+TEST(FlashBwdEmuTest, LargeInputsDoNotOverflow) {
+  for (DType dtype : {DType::kF16, DType::kBF16}) {
+    const Variant variant = heuristic_backward_variant(dtype, 64, 64, require_arch("sm_90a"));
+    for (int64_t length : {1, 2, 5, 17, 128}) {
+      for (const Mask& mask : {Mask::none(), Mask::causal_bottom_right()}) {
+        const testing::Family family{"overflow_" + std::to_string(length) + "_" + std::string(to_string(mask.kind)),
+                                     {2, length, 2, 64},
+                                     {2, length, 2, 64},
+                                     {2, length, 2, 64},
+                                     ProblemOptions{.dtype = dtype, .mask = mask}};
+        check(testing::make_backward_inputs(family, 7, 5.0F, 3.0F, 3.0F), variant,
+              family.name + " " + std::string(to_string(dtype)), 5.0);
+      }
+    }
+  }
+}
+
+// Packed sequences with no keys and padded sequences with no real key: their
+// rows are empty (LSE = -inf). No NaN anywhere, dQ of those rows and dK, dV
+// of keys no row sees are exactly zero.
+TEST(FlashBwdEmuTest, ZeroKeyLengthsGiveNoNan) {
+  testing::Family packed{"packed_zero_keys", {14, 4, 40}, {9, 2, 40}, {9, 2, 24}, {.dtype = DType::kF16}};
+  packed.options.cu_seqlens_q = {0, 3, 7, 7, 14};
+  packed.options.cu_seqlens_k = {0, 0, 5, 9, 9};  // sequences 0 and 3 have no keys
+  testing::Family padded{"padded_zero_keys", {3, 9, 2, 40}, {3, 70, 1, 40}, {3, 70, 1, 40}, {.dtype = DType::kBF16}};
+  padded.options.seqlens_k = {0, 70, 33};
+  padded.options.mask = Mask::causal_bottom_right();
+  for (const testing::Family& family : {packed, padded}) {
+    const BackwardInputs in = testing::make_backward_inputs(family);
+    for (int atomic : {0, 1}) {
+      Variant variant = heuristic_backward_variant(family.options.dtype, 40, 40, require_arch("sm_90a"), atomic == 0);
+      const ReferenceGradients got = testing::run_backward_on_emulator(in, variant);
+      for (const std::vector<double>* t : {&got.dq, &got.dk, &got.dv}) {
+        EXPECT_TRUE(std::all_of(t->begin(), t->end(), [](double x) { return std::isfinite(x); }))
+            << variant.id() << " on " << family.name;
+      }
+      const Expected e = expected(in);
+      for (std::size_t i = 0; i < got.dq.size(); ++i) {
+        if (e.want.dq[i] == 0) {
+          EXPECT_EQ(got.dq[i], 0.0) << family.name << " dQ[" << i << "]";
+        }
+      }
+      for (std::size_t i = 0; i < got.dk.size(); ++i) {
+        if (e.want.dk[i] == 0) {
+          EXPECT_EQ(got.dk[i], 0.0) << family.name << " dK[" << i << "]";
+        }
+      }
+      std::string why;
+      EXPECT_TRUE(within_gradient_rule(got, e.want, e.naive, family.options.dtype, 3.0, &why))
+          << variant.id() << " on " << family.name << ": " << why;
+    }
+  }
+}
+
+// Deterministic mode (kDqAtomic = 0): dQ is summed per key block in a fixed
+// order, so repeated runs give the same bits. The workspaces start as NaN in
+// every run: a read of a slot nobody wrote would show. (The emulator runs
+// blocks in a fixed order, so the atomic mode repeats here too; on a GPU it
+// does not, which is why the mode exists.)
+TEST(FlashBwdEmuTest, DeterministicModeRepeatsBitwise) {
+  testing::Family family{"gqa_many_key_blocks",
+                         {2, 77, 4, 64},
+                         {2, 300, 2, 64},
+                         {2, 300, 2, 48},
+                         {.dtype = DType::kBF16, .mask = Mask::window(90, 20)}};
+  const BackwardInputs in = testing::make_backward_inputs(family);
+  const Variant variant = heuristic_backward_variant(DType::kBF16, 64, 64, require_arch("sm_90a"), true);
+  ASSERT_EQ(variant.value("kDqAtomic"), 0);
+  const testing::StoredGradients first = testing::run_backward_bits(in, variant);
+  const testing::StoredGradients second = testing::run_backward_bits(in, variant);
+  EXPECT_TRUE(first == second);
+  const Expected e = expected(in);
+  std::string why;
+  EXPECT_TRUE(within_gradient_rule(testing::to_values(DType::kBF16, first), e.want, e.naive, DType::kBF16, 3.0, &why))
+      << why;
+  // The atomic twin computes the same gradients within the rule.
+  Variant atomic = variant;
+  atomic.values.back() = 1;
+  EXPECT_TRUE(
+      within_gradient_rule(testing::run_backward_on_emulator(in, atomic), e.want, e.naive, DType::kBF16, 3.0, &why))
+      << why;
+}
+
+TEST(FlashBwdEmuTest, StridedTensors) {
+  // Q and dQ inside wider rows (a slice of a fused QKV projection), O and dO
+  // with padded heads; K, V, dK and dV contiguous.
+  const testing::Family family{"strided",
+                               {2, 40, 2, 64},
+                               {2, 70, 1, 64},
+                               {2, 70, 1, 64},
+                               {.dtype = DType::kBF16, .mask = Mask::causal_bottom_right()}};
+  const BackwardInputs in = testing::make_backward_inputs(family);
+  const AttentionProblem& dense = in.forward.problem;
+  AttentionProblem strided = dense;
+  strided.q_strides = {.batch = dense.seqlen_q * 3 * 64 * 2, .seq = 3 * 64 * 2, .head = 3 * 64};
+  strided.o_strides = {.batch = dense.seqlen_q * 2 * 72, .seq = 2 * 72, .head = 72};
+  // Copies rows of `dim` elements between the dense and the strided layout.
+  const auto relayout = [&](const std::vector<std::uint16_t>& from, const TensorStrides& from_strides,
+                            const TensorStrides& to_strides, int64_t extent, int64_t dim) {
+    std::vector<std::uint16_t> to(static_cast<std::size_t>(extent), 0xFFFF);
+    for (int64_t b = 0; b < dense.batch; ++b)
+      for (int64_t i = 0; i < dense.seqlen_q; ++i)
+        for (int64_t h = 0; h < dense.heads_q; ++h)
+          for (int64_t d = 0; d < dim; ++d)
+            to[static_cast<std::size_t>(element_offset(to_strides, b, i, h) + d)] =
+                from[static_cast<std::size_t>(element_offset(from_strides, b, i, h) + d)];
+    return to;
+  };
+  const std::vector<std::uint16_t> q =
+      relayout(in.forward.q, dense.q_strides, strided.q_strides, q_extent(strided), 64);
+  const std::vector<std::uint16_t> o = relayout(in.o, dense.o_strides, strided.o_strides, o_extent(strided), 64);
+  const std::vector<std::uint16_t> d_o = relayout(in.d_o, dense.o_strides, strided.o_strides, o_extent(strided), 64);
+  testing::StoredGradients g{std::vector<std::uint16_t>(static_cast<std::size_t>(q_extent(strided)), 0xFFFF),
+                             std::vector<std::uint16_t>(in.forward.k.size(), 0xFFFF),
+                             std::vector<std::uint16_t>(in.forward.v.size(), 0xFFFF)};
+  emulate_backward(strided,
+                   {q.data(), in.forward.k.data(), in.forward.v.data(), o.data(), d_o.data(), in.lse.data(),
+                    g.dq.data(), g.dk.data(), g.dv.data()},
+                   heuristic_backward_variant(DType::kBF16, 64, 64, require_arch("sm_90a")));
+  g.dq = relayout(g.dq, strided.q_strides, dense.q_strides, q_extent(dense), 64);
+  const Expected e = expected(in);
+  std::string why;
+  EXPECT_TRUE(within_gradient_rule(testing::to_values(DType::kBF16, g), e.want, e.naive, DType::kBF16, 3.0, &why))
+      << why;
+}
+
+TEST(FlashBwdEmuTest, HeuristicIsAnEnumeratedVariant) {
+  for (const char* arch_name : {"sm_80", "sm_86", "sm_90a"}) {
+    const ArchLimits arch = require_arch(arch_name);
+    for (int d : {16, 64, 96, 128, 160, 192, 224, 256}) {
+      for (bool deterministic : {false, true}) {
+        const Variant h = heuristic_backward_variant(DType::kF16, d, d, arch, deterministic);
+        EXPECT_EQ(h.value("kDqAtomic"), deterministic ? 0 : 1) << h.id();
+        const std::vector<Variant> all = enumerate_variants("bwd", DType::kF16, d, d, arch);
+        EXPECT_NE(std::find(all.begin(), all.end(), h), all.end()) << h.id() << " on " << arch_name;
+      }
+    }
+  }
+}
+
+TEST(FlashBwdEmuTest, RefusesWhatItCannotRun) {
+  const BackwardInputs in = testing::make_backward_inputs(testing::seed_families()[0]);
+  testing::StoredGradients g{std::vector<std::uint16_t>(in.forward.q.size()),
+                             std::vector<std::uint16_t>(in.forward.k.size()),
+                             std::vector<std::uint16_t>(in.forward.v.size())};
+  const BackwardBuffers buffers{in.forward.q.data(), in.forward.k.data(), in.forward.v.data(),
+                                in.o.data(),         in.d_o.data(),       in.lse.data(),
+                                g.dq.data(),         g.dk.data(),         g.dv.data()};
+  const AttentionProblem& p = in.forward.problem;
+  EXPECT_THROW(emulate_backward(p, buffers, heuristic_variant("fwd", p.dtype, 4, 4, require_arch("sm_90a"))),
+               InvalidArgument);
+  BackwardBuffers overlapping = buffers;
+  overlapping.dk = const_cast<std::uint16_t*>(in.forward.k.data());
+  EXPECT_THROW(emulate_backward(p, overlapping, heuristic_backward_variant(p.dtype, 4, 4, require_arch("sm_90a"))),
+               InvalidArgument);
+  BackwardBuffers no_lse = buffers;
+  no_lse.lse = nullptr;
+  EXPECT_THROW(emulate_backward(p, no_lse, heuristic_backward_variant(p.dtype, 4, 4, require_arch("sm_90a"))),
+               InvalidArgument);
+  BackwardBuffers shared_grad = buffers;
+  shared_grad.dv = shared_grad.dq;
+  EXPECT_THROW(validate(p, shared_grad), InvalidArgument);
+}
+
+TEST(FlashBwdEmuTest, FlopsAreTwoAndAHalfForwards) {
+  // 3 x 5 visible pairs of a 3 x 5 unmasked problem, 2 heads, Dk 8.
+  const AttentionProblem p = make_problem(std::vector<int64_t>{1, 3, 2, 8}, std::vector<int64_t>{1, 5, 1, 8},
+                                          std::vector<int64_t>{1, 5, 1, 4}, {});
+  EXPECT_DOUBLE_EQ(backward_flops(p), 2.5 * 4 * 2 * 8 * 15);
+}
+
+// The planted bugs: copies of templates/flash_bwd.cuh with one change each
+// (made at configure time, see CMakeLists.txt), run in place of the real
+// main kernel with the real preprocess and convert kernels.
+template <class MutantParams>
+ReferenceGradients run_with_main_kernel(const BackwardInputs& in, const Variant& variant,
+                                        void (*main_kernel)(MutantParams)) {
+  const AttentionProblem& p = in.forward.problem;
+  testing::StoredGradients g{std::vector<std::uint16_t>(in.forward.q.size(), 0xFFFF),
+                             std::vector<std::uint16_t>(in.forward.k.size(), 0xFFFF),
+                             std::vector<std::uint16_t>(in.forward.v.size(), 0xFFFF)};
+  emu::Emulator emulator;
+  const auto add = [&](const char* name, const auto& t) {
+    if (!t.empty()) emulator.register_buffer(name, t.data(), t.size() * sizeof(t[0]));
+  };
+  add("Q", in.forward.q);
+  add("K", in.forward.k);
+  add("V", in.forward.v);
+  add("O", in.o);
+  add("dO", in.d_o);
+  add("LSE", in.lse);
+  add("dQ", g.dq);
+  add("dK", g.dk);
+  add("dV", g.dv);
+  add("cu_seqlens_q", p.cu_seqlens_q);
+  add("cu_seqlens_k", p.cu_seqlens_k);
+  add("seqlens_k", p.seqlens_k);
+  const BackwardWorkspace sizes = backward_workspace(p, variant);
+  std::vector<float> workspace(static_cast<std::size_t>(sizes.total_floats()), std::numeric_limits<float>::quiet_NaN());
+  add("workspace", workspace);
+  const FlashBwdParams params =
+      flash_bwd_params(p,
+                       {in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.o.data(), in.d_o.data(),
+                        in.lse.data(), g.dq.data(), g.dk.data(), g.dv.data()},
+                       {p.cu_seqlens_q.data(), p.cu_seqlens_k.data(), p.seqlens_k.data()}, variant,
+                       split_workspace(sizes, workspace.data()));
+  const auto run = [&](const Variant& v, const LaunchConfig& config) {
+    ASSERT_TRUE(v.kernel->launch_on_emulator(p.dtype, v.values, emulator, config, &params));
+  };
+  run(bwd_preprocess_variant(), flash_bwd_row_launch(p, bwd_preprocess_variant()));
+  emulator.launch(main_kernel, flash_bwd_launch(p, variant), std::bit_cast<MutantParams>(params));
+  run(bwd_dq_convert_variant(), flash_bwd_row_launch(p, bwd_dq_convert_variant()));
+  return testing::to_values(p.dtype, g);
+}
+
+// The mutants' variant: d32.bm64.bn32.wm2.wn2.st2, dQ by atomics.
+const Variant& mutant_variant() {
+  static const Variant v = parse_variant_id("flash_bwd/d32.bm64.bn32.wm2.wn2.st2.at1");
+  return v;
+}
+
+TEST(FlashBwdPlantedBugTest, DroppingDFromDsFailsTheRule) {
+  const BackwardInputs in = testing::make_backward_inputs(testing::odd_length_families(DType::kBF16, 32, 24)[1]);
+  const Expected e = expected(in);
+  std::string why;
+  // The real kernel through the same harness passes...
+  EXPECT_TRUE(within_gradient_rule(run_with_main_kernel(in, mutant_variant(), &flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16>),
+                                   e.want, e.naive, DType::kBF16, 3.0, &why))
+      << why;
+  // ... and dS = P dP instead of P (dP - D) does not (dV stays right).
+  const ReferenceGradients bad =
+      run_with_main_kernel(in, mutant_variant(), &no_row_d::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16>);
+  EXPECT_FALSE(within_gradient_rule(bad, e.want, e.naive, DType::kBF16, 3.0, &why));
+  EXPECT_NE(why.find("dQ error"), std::string::npos) << why;
+  EXPECT_NE(why.find("dK error"), std::string::npos) << why;
+  EXPECT_EQ(why.find("dV error"), std::string::npos) << why;
+}
+
+TEST(FlashBwdPlantedBugTest, MaskOffByOneFailsTheRule) {
+  // Every row of a causal square sees one key too many: its diagonal's right
+  // neighbour.
+  const testing::Family family = testing::seed_families(DType::kF16)[1];
+  ASSERT_EQ(family.name, "square_causal");
+  const BackwardInputs in = testing::make_backward_inputs(family);
+  const Expected e = expected(in);
+  std::string why;
+  EXPECT_TRUE(within_gradient_rule(run_with_main_kernel(in, mutant_variant(), &flash_bwd<32, 64, 32, 2, 2, 2, 1, Fp16>),
+                                   e.want, e.naive, DType::kF16, 3.0, &why))
+      << why;
+  const ReferenceGradients bad =
+      run_with_main_kernel(in, mutant_variant(), &mask_off_by_one::flash_bwd<32, 64, 32, 2, 2, 2, 1, Fp16>);
+  EXPECT_FALSE(within_gradient_rule(bad, e.want, e.naive, DType::kF16, 3.0, &why));
+  EXPECT_NE(why.find("dV error"), std::string::npos) << why;
+}
+
+TEST(FlashBwdPlantedBugTest, MissingBarrierBeforeReadingDsIsARace) {
+  const BackwardInputs in = testing::make_backward_inputs(testing::odd_length_families(DType::kBF16, 32, 32)[0]);
+  try {
+    run_with_main_kernel(in, mutant_variant(), &no_tile_barrier::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16>);
+    FAIL() << "the missing barrier was not reported";
+  } catch (const emu::KernelFault& fault) {
+    EXPECT_TRUE(fault.has(emu::BugKind::kSharedRace)) << fault.what();
+  }
+}
+
+}  // namespace
+}  // namespace attune

@@ -1,0 +1,56 @@
+// Every backward variant enumerated for fp16 and bf16 at Dk = Dv in {64,
+// 128} compiles with NVRTC for sm_80 and sm_90a, and so do the preprocess
+// and dQ-convert kernels; registers and spills are reported (the register
+// model of FlashBwdTunables::valid keeps every one of them at or under 255).
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "generator/variants.h"
+#include "runtime/flash_bwd_params.h"
+#include "tests/support/nvrtc_sweep.h"
+
+namespace attune {
+namespace {
+
+struct Case {
+  DType dtype;
+  int head_dim;
+  const char* arch;
+};
+
+class FlashBwdNvrtcTest : public ::testing::TestWithParam<Case> {};
+
+TEST_P(FlashBwdNvrtcTest, EveryVariantCompiles) {
+  const Case c = GetParam();
+  const std::vector<Variant> variants = enumerate_variants("bwd", c.dtype, c.head_dim, c.head_dim, *parse_arch(c.arch));
+  ASSERT_FALSE(variants.empty());
+  const testing::SweepSummary summary = testing::compile_sweep(variants, c.dtype, c.arch, "flash_bwd.cu");
+  EXPECT_EQ(summary.compiled, static_cast<int>(variants.size()));
+  RecordProperty("variants", static_cast<int>(variants.size()));
+  RecordProperty("spilling", summary.spilling);
+}
+
+INSTANTIATE_TEST_SUITE_P(Bwd, FlashBwdNvrtcTest,
+                         ::testing::Values(Case{DType::kF16, 64, "sm_80"}, Case{DType::kBF16, 64, "sm_80"},
+                                           Case{DType::kF16, 128, "sm_80"}, Case{DType::kBF16, 128, "sm_80"},
+                                           Case{DType::kF16, 64, "sm_90a"}, Case{DType::kBF16, 64, "sm_90a"},
+                                           Case{DType::kF16, 128, "sm_90a"}, Case{DType::kBF16, 128, "sm_90a"}),
+                         [](const auto& param_info) {
+                           return std::string(to_string(param_info.param.dtype)) + "_d" +
+                                  std::to_string(param_info.param.head_dim) + "_" + param_info.param.arch;
+                         });
+
+TEST(FlashBwdNvrtcTest, RowKernelsCompile) {
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    for (DType dtype : {DType::kF16, DType::kBF16}) {
+      const testing::SweepSummary summary =
+          testing::compile_sweep({bwd_preprocess_variant(), bwd_dq_convert_variant()}, dtype, arch, "flash_bwd.cu");
+      EXPECT_EQ(summary.compiled, 2) << arch << " " << to_string(dtype);
+      EXPECT_EQ(summary.spilling, 0) << arch << " " << to_string(dtype);
+    }
+  }
+}
+
+}  // namespace
+}  // namespace attune

@@ -1,0 +1,80 @@
+// Inputs of a backward test and a run of the backward kernels on the
+// emulator: the forward's O and LSE come from the fp64 reference (O rounded
+// to the storage dtype, LSE to float), so the backward is tested on its own.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "reference/backward.h"
+#include "reference/reference.h"
+#include "runtime/emu_backward.h"
+#include "tests/support/families.h"
+
+namespace attune::testing {
+
+struct BackwardInputs {
+  Inputs forward;                  // the problem (contiguous layouts), Q, K, V
+  std::vector<std::uint16_t> o;    // [B, Sq, Hq, Dv]: the reference's O in the storage dtype
+  std::vector<float> lse;          // [B, Hq, Sq]: the reference's LSE
+  std::vector<std::uint16_t> d_o;  // [B, Sq, Hq, Dv]: random, like V
+};
+
+// A family's inputs with Q, K and V multiplied by the given factors (then
+// rounded to the storage dtype), and a random dO.
+inline BackwardInputs make_backward_inputs(const Family& family, unsigned seed = 1234, float q_factor = 1.0F,
+                                           float k_factor = 1.0F, float v_factor = 1.0F) {
+  BackwardInputs in{make_inputs(family, seed), {}, {}, {}};
+  const AttentionProblem& p = in.forward.problem;
+  const auto multiply = [&](std::vector<std::uint16_t>& t, float factor) {
+    if (factor == 1.0F) return;
+    for (auto& bits : t) bits = float_to_bits(p.dtype, factor * bits_to_float(p.dtype, bits));
+  };
+  multiply(in.forward.q, q_factor);
+  multiply(in.forward.k, k_factor);
+  multiply(in.forward.v, v_factor);
+  const ReferenceOutput fwd = reference_forward(p, in.forward.q.data(), in.forward.k.data(), in.forward.v.data());
+  for (double x : fwd.o) in.o.push_back(float_to_bits(p.dtype, static_cast<float>(x)));
+  for (double x : fwd.lse) in.lse.push_back(static_cast<float>(x));
+  std::mt19937 rng(seed + 1);
+  in.d_o = random_bits(static_cast<int64_t>(in.o.size()), p.dtype, 0.0F, 1.0F, rng);
+  return in;
+}
+
+// The gradients as the kernels store them (bit patterns, the problem's
+// contiguous layouts).
+struct StoredGradients {
+  std::vector<std::uint16_t> dq, dk, dv;
+  bool operator==(const StoredGradients&) const = default;
+};
+
+// Runs the backward of `variant` on the emulator. Outputs start as NaN, so
+// an element the kernels forget shows up.
+inline StoredGradients run_backward_bits(const BackwardInputs& in, const Variant& variant) {
+  const AttentionProblem& p = in.forward.problem;
+  StoredGradients g{std::vector<std::uint16_t>(static_cast<std::size_t>(q_extent(p)), 0xFFFF),
+                    std::vector<std::uint16_t>(static_cast<std::size_t>(k_extent(p)), 0xFFFF),
+                    std::vector<std::uint16_t>(static_cast<std::size_t>(v_extent(p)), 0xFFFF)};
+  emulate_backward(p,
+                   {in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.o.data(), in.d_o.data(),
+                    in.lse.data(), g.dq.data(), g.dk.data(), g.dv.data()},
+                   variant);
+  return g;
+}
+
+// Stored gradients as values in ReferenceGradients' layout (the same as the
+// problem's contiguous layouts).
+inline ReferenceGradients to_values(DType dtype, const StoredGradients& g) {
+  ReferenceGradients out;
+  for (std::uint16_t bits : g.dq) out.dq.push_back(bits_to_float(dtype, bits));
+  for (std::uint16_t bits : g.dk) out.dk.push_back(bits_to_float(dtype, bits));
+  for (std::uint16_t bits : g.dv) out.dv.push_back(bits_to_float(dtype, bits));
+  return out;
+}
+
+inline ReferenceGradients run_backward_on_emulator(const BackwardInputs& in, const Variant& variant) {
+  return to_values(in.forward.problem.dtype, run_backward_bits(in, variant));
+}
+
+}  // namespace attune::testing

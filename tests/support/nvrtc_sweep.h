@@ -1,0 +1,59 @@
+// Compiles a list of kernel variants with NVRTC on two threads and checks
+// what every kernel test of the NVRTC sweep checks: each compiles, ptxas
+// reports its registers (at most 255), and spills are printed and counted.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <iostream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "generator/variants.h"
+#include "runtime/nvrtc_compiler.h"
+
+namespace attune::testing {
+
+struct SweepSummary {
+  int compiled = 0;
+  int spilling = 0;
+  int most_registers = 0;
+};
+
+inline SweepSummary compile_sweep(const std::vector<Variant>& variants, DType dtype, const char* arch,
+                                  const char* program_name) {
+  std::vector<CompileResult> results(variants.size());
+  std::atomic<std::size_t> next{0};
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 2; ++w) {
+    workers.emplace_back([&] {
+      for (std::size_t i = next++; i < variants.size(); i = next++) {
+        results[i] =
+            compile_with_nvrtc(variants[i].kernel->source, program_name, variants[i].name_expression(dtype), arch);
+      }
+    });
+  }
+  for (std::thread& t : workers) t.join();
+  SweepSummary summary;
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    const CompileResult& r = results[i];
+    EXPECT_TRUE(r.ok) << variants[i].id() << ":\n" << r.log;
+    if (!r.ok) continue;
+    ++summary.compiled;
+    EXPECT_GT(r.registers, 0) << variants[i].id() << ": no ptxas register count in\n" << r.log;
+    EXPECT_LE(r.registers, 255) << variants[i].id();
+    summary.most_registers = std::max(summary.most_registers, r.registers);
+    if (r.spills()) {
+      ++summary.spilling;
+      std::cout << "spills: " << variants[i].id() << " " << r.spill_bytes << " bytes\n";
+    }
+  }
+  std::cout << variants.size() << " variants, " << summary.spilling << " spilling, at most " << summary.most_registers
+            << " registers\n";
+  return summary;
+}
+
+}  // namespace attune::testing
