@@ -6,16 +6,11 @@
 #include <string>
 
 #include "core/error.h"
+#include "runtime/kernel_params.h"
 
 namespace attune {
 
 namespace {
-
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-bool rows_aligned(const void* base, const TensorStrides& s) {
-  return aligned16(base) && s.batch % 8 == 0 && s.seq % 8 == 0 && s.head % 8 == 0;
-}
 
 bool packs_gqa(const Variant& v) { return v.value("kPackGqa") != 0; }
 
@@ -57,21 +52,7 @@ FlashDecodeParams flash_decode_params(const AttentionProblem& p, const Attention
   k.o = static_cast<u16*>(b.o);
   k.lse = b.lse;
   k.partial = splits > 1 ? workspace : nullptr;
-  k.q_batch_stride = p.q_strides.batch;
-  k.q_row_stride = p.q_strides.seq;
-  k.q_head_stride = p.q_strides.head;
-  k.k_batch_stride = p.k_strides.batch;
-  k.k_row_stride = p.k_strides.seq;
-  k.k_head_stride = p.k_strides.head;
-  k.v_batch_stride = p.v_strides.batch;
-  k.v_row_stride = p.v_strides.seq;
-  k.v_head_stride = p.v_strides.head;
-  k.o_batch_stride = p.o_strides.batch;
-  k.o_row_stride = p.o_strides.seq;
-  k.o_head_stride = p.o_strides.head;
-  k.lse_batch_stride = p.lse_strides.batch;
-  k.lse_row_stride = p.lse_strides.seq;
-  k.lse_head_stride = p.lse_strides.head;
+  set_strides(k, p);
   k.cache_seqlens = p.seqlens_k.empty() ? nullptr : arrays.cache_seqlens;
   k.block_table = p.is_paged() ? arrays.block_table : nullptr;
   k.block_table_stride = static_cast<i32>(p.max_pages());
@@ -114,12 +95,7 @@ FlashDecodeCombineParams flash_decode_combine_params(const AttentionProblem& p, 
   k.partial = workspace;
   k.o = static_cast<u16*>(b.o);
   k.lse = b.lse;
-  k.o_batch_stride = p.o_strides.batch;
-  k.o_row_stride = p.o_strides.seq;
-  k.o_head_stride = p.o_strides.head;
-  k.lse_batch_stride = p.lse_strides.batch;
-  k.lse_row_stride = p.lse_strides.seq;
-  k.lse_head_stride = p.lse_strides.head;
+  set_output_strides(k, p);
   k.batch = static_cast<i32>(p.batch);
   k.heads_q = static_cast<i32>(p.heads_q);
   k.seqlen_q = static_cast<i32>(p.seqlen_q);

@@ -4,19 +4,9 @@
 #include <cmath>
 #include <numbers>
 
+#include "runtime/kernel_params.h"
+
 namespace attune {
-
-namespace {
-
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-// cp.async moves 16 bytes: every row of the tensor must start on a 16-byte
-// boundary, so the base and every stride (in 2-byte elements) must allow it.
-bool rows_aligned(const void* base, const TensorStrides& s, bool packed) {
-  return aligned16(base) && (packed || s.batch % 8 == 0) && s.seq % 8 == 0 && s.head % 8 == 0;
-}
-
-}  // namespace
 
 FlashFwdParams flash_fwd_params(const AttentionProblem& p, const AttentionBuffers& b, const DeviceLengths& lengths) {
   FlashFwdParams k{};
@@ -25,21 +15,7 @@ FlashFwdParams flash_fwd_params(const AttentionProblem& p, const AttentionBuffer
   k.v = static_cast<const u16*>(b.v);
   k.o = static_cast<u16*>(b.o);
   k.lse = b.lse;
-  k.q_batch_stride = p.q_strides.batch;
-  k.q_row_stride = p.q_strides.seq;
-  k.q_head_stride = p.q_strides.head;
-  k.k_batch_stride = p.k_strides.batch;
-  k.k_row_stride = p.k_strides.seq;
-  k.k_head_stride = p.k_strides.head;
-  k.v_batch_stride = p.v_strides.batch;
-  k.v_row_stride = p.v_strides.seq;
-  k.v_head_stride = p.v_strides.head;
-  k.o_batch_stride = p.o_strides.batch;
-  k.o_row_stride = p.o_strides.seq;
-  k.o_head_stride = p.o_strides.head;
-  k.lse_batch_stride = p.lse_strides.batch;
-  k.lse_row_stride = p.lse_strides.seq;
-  k.lse_head_stride = p.lse_strides.head;
+  set_strides(k, p);
   k.cu_seqlens_q = p.is_packed() ? lengths.cu_seqlens_q : nullptr;
   k.cu_seqlens_k = p.is_packed() ? lengths.cu_seqlens_k : nullptr;
   k.seqlens_k = p.seqlens_k.empty() ? nullptr : lengths.seqlens_k;
