@@ -10,6 +10,7 @@
 #include "runtime/runtime.h"
 #include "tests/support/covering_set.h"
 #include "tests/support/decode_cases.h"
+#include "tests/support/gpu_run.h"
 
 namespace attune {
 namespace {
@@ -26,27 +27,13 @@ class DecodeGpuTest : public ::testing::Test {
   void check(const testing::DecodeCase& c, const Variant* variant, int splits) {
     const testing::Inputs in = testing::make_decode_inputs(c);
     const AttentionProblem& p = in.problem;
-    std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(p)));
-    std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)));
-    cuda::Driver& driver = cuda::Driver::get();
-    cuda::DeviceBuffers device(driver, {{in.q.data(), in.q.size() * 2},
-                                        {in.k.data(), in.k.size() * 2},
-                                        {in.v.data(), in.v.size() * 2},
-                                        {nullptr, o.size() * 2},
-                                        {nullptr, lse.size() * sizeof(float)}});
-    const AttentionBuffers buffers{device.at(0), device.at(1), device.at(2), device.at(3),
-                                   static_cast<float*>(device.at(4))};
-    if (variant != nullptr) {
-      runtime_->decode_variant(*variant, splits, p, buffers);
-    } else {
-      runtime_->decode(p, buffers, {.splits = splits});
-    }
-    driver.synchronize(nullptr);
-    driver.copy_to_host(o.data(), device.at(3), o.size() * 2);
-    driver.copy_to_host(lse.data(), device.at(4), lse.size() * sizeof(float));
-    ReferenceOutput got;
-    for (std::uint16_t bits : o) got.o.push_back(bits_to_float(p.dtype, bits));
-    got.lse.assign(lse.begin(), lse.end());
+    const ReferenceOutput got = testing::run_on_gpu(in, [&](const AttentionBuffers& buffers) {
+      if (variant != nullptr) {
+        runtime_->decode_variant(*variant, splits, p, buffers);
+      } else {
+        runtime_->decode(p, buffers, {.splits = splits});
+      }
+    });
     std::string why;
     EXPECT_TRUE(within_accuracy_rule(got, reference_forward(p, in.q.data(), in.k.data(), in.v.data()),
                                      naive_storage_attention(p, in.q.data(), in.k.data(), in.v.data()), 2.0, &why))
