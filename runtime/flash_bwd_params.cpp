@@ -139,13 +139,13 @@ LaunchConfig flash_bwd_launch(const AttentionProblem& p, const Variant& variant)
 }
 
 const Variant& bwd_preprocess_variant() {
-  static const Variant preprocess = only_variant("flash_bwd_preprocess");
-  return preprocess;
+  static const Variant kPreprocess = only_variant("flash_bwd_preprocess");
+  return kPreprocess;
 }
 
 const Variant& bwd_dq_convert_variant() {
-  static const Variant convert = only_variant("flash_bwd_dq_convert");
-  return convert;
+  static const Variant kConvert = only_variant("flash_bwd_dq_convert");
+  return kConvert;
 }
 
 LaunchConfig flash_bwd_row_launch(const AttentionProblem& p, const Variant& row) {

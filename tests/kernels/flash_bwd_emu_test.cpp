@@ -31,7 +31,8 @@
 
 namespace attune {
 
-// Readable test parameters.
+// Readable test parameters (GoogleTest's name for the hook).
+// NOLINTNEXTLINE(readability-identifier-naming)
 void PrintTo(const Variant& variant, std::ostream* out) { *out << variant.id(); }
 
 namespace {
@@ -332,8 +333,8 @@ ReferenceGradients run_with_main_kernel(const BackwardInputs& in, const Variant&
 
 // The mutants' variant: d32.bm64.bn32.wm2.wn2.st2, dQ by atomics.
 const Variant& mutant_variant() {
-  static const Variant v = parse_variant_id("flash_bwd/d32.bm64.bn32.wm2.wn2.st2.at1");
-  return v;
+  static const Variant kMutant = parse_variant_id("flash_bwd/d32.bm64.bn32.wm2.wn2.st2.at1");
+  return kMutant;
 }
 
 TEST(FlashBwdPlantedBugTest, DroppingDFromDsFailsTheRule) {
