@@ -7,17 +7,11 @@
 #include <vector>
 
 #include "core/error.h"
+#include "runtime/kernel_params.h"
 
 namespace attune {
 
 namespace {
-
-bool aligned16(const void* p) { return reinterpret_cast<std::uintptr_t>(p) % 16 == 0; }
-
-// cp.async moves 16 bytes: every row must start on a 16-byte boundary.
-bool rows_aligned(const void* base, const TensorStrides& s, bool packed) {
-  return aligned16(base) && (packed || s.batch % 8 == 0) && s.seq % 8 == 0 && s.head % 8 == 0;
-}
 
 std::int64_t workspace_rows(const AttentionProblem& p) { return p.is_packed() ? p.seqlen_q : p.batch * p.seqlen_q; }
 
@@ -80,25 +74,11 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
   k.d = workspace.d;
   k.dq_accum = workspace.dq_accum;
   k.dq_partial = workspace.dq_partial;
-  k.q_batch_stride = p.q_strides.batch;
-  k.q_row_stride = p.q_strides.seq;
-  k.q_head_stride = p.q_strides.head;
-  k.k_batch_stride = p.k_strides.batch;
-  k.k_row_stride = p.k_strides.seq;
-  k.k_head_stride = p.k_strides.head;
-  k.v_batch_stride = p.v_strides.batch;
-  k.v_row_stride = p.v_strides.seq;
-  k.v_head_stride = p.v_strides.head;
-  k.o_batch_stride = p.o_strides.batch;
-  k.o_row_stride = p.o_strides.seq;
-  k.o_head_stride = p.o_strides.head;
+  set_strides(k, p);
   // dO like O, the gradients like their tensors.
   k.do_batch_stride = p.o_strides.batch;
   k.do_row_stride = p.o_strides.seq;
   k.do_head_stride = p.o_strides.head;
-  k.lse_batch_stride = p.lse_strides.batch;
-  k.lse_row_stride = p.lse_strides.seq;
-  k.lse_head_stride = p.lse_strides.head;
   k.dq_batch_stride = p.q_strides.batch;
   k.dq_row_stride = p.q_strides.seq;
   k.dq_head_stride = p.q_strides.head;
