@@ -1,5 +1,7 @@
 #include "cli/attention_command.h"
 
+#include "cli/attention_backward.h"
+#include "cli/npy_inputs.h"
 #include "cli/problem_flags.h"
 
 #include <CLI/CLI.hpp>
@@ -20,51 +22,6 @@ namespace attune::cli {
 
 namespace {
 
-npy::Array read_floats(const std::string& path, const char* name) {
-  npy::Array array = npy::read(path);
-  if (array.type == npy::ElementType::kInt32 || array.type == npy::ElementType::kInt64) {
-    throw InvalidArgument(path + ": " + name + " has dtype " + std::string(npy::to_string(array.type)) +
-                          "; expected a float32 or float16 array");
-  }
-  return array;
-}
-
-std::vector<int32_t> read_lengths(const std::string& path, const char* name) {
-  if (path.empty()) return {};
-  const npy::Array array = npy::read(path);
-  if (array.shape.size() != 1) {
-    throw InvalidArgument(path + ": " + name + " has " + std::to_string(array.shape.size()) +
-                          " dimensions; expected a 1-D integer array");
-  }
-  return array.to_int32(path + " (" + name + ")");
-}
-
-// A block table: int32 [B, max_pages] for `batch` sequences, flattened row-major.
-std::vector<int32_t> read_block_table(const std::string& path, int64_t batch) {
-  const npy::Array array = npy::read(path);
-  if (array.shape.size() != 2) {
-    throw InvalidArgument(path + ": block_table has " + std::to_string(array.shape.size()) +
-                          " dimensions; expected a 2-D integer array [B, max_pages]");
-  }
-  if (array.shape[0] != batch) {
-    throw InvalidArgument(path + ": block_table has " + std::to_string(array.shape[0]) +
-                          " rows; expected B = " + std::to_string(batch) + " (one per sequence of Q)");
-  }
-  return array.to_int32(path + " (block_table)");
-}
-
-// Rounds float inputs to the storage dtype (round to nearest even).
-std::vector<std::uint16_t> to_storage(const npy::Array& array, DType dtype) {
-  const std::vector<float> values = array.to_float32();
-  std::vector<std::uint16_t> bits(values.size());
-  for (std::size_t i = 0; i < values.size(); ++i) bits[i] = float_to_bits(dtype, values[i]);
-  return bits;
-}
-
-std::vector<float> to_float32(const std::vector<double>& values) { return {values.begin(), values.end()}; }
-
-// The forward kernel through attune::Runtime: the given variant or the
-// dispatcher's choice. The cuda backend stages the tensors in device memory.
 // How the call runs on a runtime: the forward kernel, or split-KV decode.
 struct RunChoice {
   std::string variant_id;  // empty: the runtime's choice
@@ -129,7 +86,8 @@ CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
   cmd->add_option("--q", o.q_path, "Q: float32/float16 [B,Sq,Hq,Dk], or [Tq,Hq,Dk] with cu_seqlens")->required();
   CLI::Option* k = cmd->add_option("--k", o.k_path, "K: [B,Sk,Hkv,Dk], or [Tk,Hkv,Dk]");
   CLI::Option* v = cmd->add_option("--v", o.v_path, "V: [B,Sk,Hkv,Dv], or [Tk,Hkv,Dv]");
-  cmd->add_option("--out", o.out_path, "O output: float32 [B,Sq,Hq,Dv] (packed: [Tq,Hq,Dv])")->required();
+  cmd->add_option("--out", o.out_path,
+                  "O output: float32 [B,Sq,Hq,Dv] (packed: [Tq,Hq,Dv]); required unless --backward");
   cmd->add_option("--lse", o.lse_path, "LSE output: float32 [B,Hq,Sq] (packed: [Hq,Tq])");
   cmd->add_option("--dtype", o.dtype, "Storage dtype the inputs are rounded to: fp16 or bf16")->capture_default_str();
   cmd->add_option("--causal", o.causal, "Causal mask: bottom-right (j <= i + Sk - Sq) or top-left (j <= i)");
@@ -150,6 +108,16 @@ CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
   cmd->add_option("--page-size", o.page_size, "Keys per page of a paged cache (with --block-table)");
   cmd->add_option("--splits", o.splits,
                   "Split-KV decode: CTAs along the keys (1..256; 0: the built-in choice). Runs the decode kernel");
+  cmd->add_flag("--backward", o.backward,
+                "Backward: write dQ, dK, dV (the gradients of sum(dO * O)) for the forward these flags describe");
+  cmd->add_option("--do", o.d_o_path, "Backward: dO, shaped like O");
+  cmd->add_option("--dq", o.dq_path, "Backward: dQ output, float32, shaped like Q");
+  cmd->add_option("--dk", o.dk_path, "Backward: dK output, float32, shaped like K");
+  cmd->add_option("--dv", o.dv_path, "Backward: dV output, float32, shaped like V");
+  cmd->add_option("--o-in", o.o_in_path, "Backward: the forward's O (default: computed)");
+  cmd->add_option("--lse-in", o.lse_in_path, "Backward: the forward's LSE, float32 (default: computed)");
+  cmd->add_flag("--deterministic", o.deterministic,
+                "Backward: dQ summed per key block in a fixed order (bitwise-repeatable gradients)");
   k->excludes(k_cache);
   v->excludes(v_cache);
   k_cache->needs(v_cache);
@@ -158,6 +126,16 @@ CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
 }
 
 void run_attention(const AttentionOptions& o) {
+  if (o.backward) {
+    check_backward_flags(o);
+  } else {
+    for (const auto& [flag, value] :
+         {std::pair{"--do", &o.d_o_path}, std::pair{"--dq", &o.dq_path}, std::pair{"--dk", &o.dk_path},
+          std::pair{"--dv", &o.dv_path}, std::pair{"--o-in", &o.o_in_path}, std::pair{"--lse-in", &o.lse_in_path}}) {
+      if (!value->empty()) bad_flag(flag, *value, "--backward with it");
+    }
+    if (o.out_path.empty()) bad_flag("--out", "(missing)", "a path for O");
+  }
   const std::optional<Backend> backend = o.backend == "reference" ? std::nullopt : parse_backend(o.backend);
   if (o.backend != "reference" && !backend) bad_flag("--backend", o.backend, "reference, emu or cuda");
   if (!o.variant.empty() && o.backend == "reference") {
@@ -202,6 +180,10 @@ void run_attention(const AttentionOptions& o) {
   const std::vector<std::uint16_t> q_bits = to_storage(q, dtype);
   const std::vector<std::uint16_t> k_bits = to_storage(k, dtype);
   const std::vector<std::uint16_t> v_bits = to_storage(v, dtype);
+  if (o.backward) {
+    run_backward(o, backend, problem, {q_bits, k_bits, v_bits}, {q.shape, k.shape, v.shape});
+    return;
+  }
   // The reference is exact: splits do not change what it computes.
   const RunChoice choice{
       .variant_id = o.variant,

@@ -25,6 +25,11 @@ struct AttentionOptions {
   std::string block_table_path;            // int32 [B, max_pages]: a paged cache
   std::int64_t page_size = 0;
   std::optional<int> splits;  // CTAs along the keys; unset or 0: the built-in choice
+  // Backward: gradients of sum(dO * O) from the forward's inputs and flags.
+  bool backward = false;
+  std::string d_o_path, dq_path, dk_path, dv_path;
+  std::string o_in_path, lse_in_path;  // the forward's O and LSE; empty: computed
+  bool deterministic = false;          // dQ summed in a fixed order: bitwise-repeatable gradients
 };
 
 // Registers the subcommand and its flags on `app`, bound to `options`.

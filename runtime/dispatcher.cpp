@@ -32,7 +32,7 @@ DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem) con
     choice.detail = std::to_string(choice.splits) + " splits fill " + std::to_string(sm_count_) + " SMs in whole waves";
     return choice;
   }
-  return {heuristic_variant("fwd", problem.dtype, static_cast<int>(problem.head_dim_k),
+  return {heuristic_variant(to_string(op), problem.dtype, static_cast<int>(problem.head_dim_k),
                             static_cast<int>(problem.head_dim_v), arch_),
           DispatchRule::kHeuristic, "", 0};
 }

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "emulator/emulator.h"
+#include "runtime/emu_launch.h"
 #include "runtime/flash_bwd_params.h"
 
 namespace attune {
@@ -13,15 +14,6 @@ namespace attune {
 namespace {
 
 std::size_t bytes(int64_t elements, std::size_t size) { return static_cast<std::size_t>(elements) * size; }
-
-void launch_variant(const Variant& variant, DType dtype, emu::Emulator& emulator, const LaunchConfig& config,
-                    const void* params) {
-  if (!variant.kernel->launch_on_emulator(dtype, variant.values, emulator, config, params)) {
-    throw InvalidArgument("variant " + variant.id() + ": not instantiated for the emulator");
-  }
-}
-
-const ArchLimits kEmulatorLimits{.name = "the emulator", .max_shared_bytes = 256 * 1024};
 
 }  // namespace
 
@@ -31,7 +23,7 @@ void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& bu
     throw InvalidArgument("variant " + variant.id() + ": expected a flash_bwd variant");
   }
   check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v),
-                     kEmulatorLimits);
+                     emulator_limits());
   if (problem.batch == 0) return;
 
   emu::Emulator emulator;
@@ -60,11 +52,11 @@ void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& bu
   const FlashBwdParams params = flash_bwd_params(
       problem, buffers, {problem.cu_seqlens_q.data(), problem.cu_seqlens_k.data(), problem.seqlens_k.data()}, variant,
       split_workspace(sizes, workspace.data()));
-  launch_variant(bwd_preprocess_variant(), problem.dtype, emulator,
-                 flash_bwd_row_launch(problem, bwd_preprocess_variant()), &params);
-  launch_variant(variant, problem.dtype, emulator, flash_bwd_launch(problem, variant), &params);
-  launch_variant(bwd_dq_convert_variant(), problem.dtype, emulator,
-                 flash_bwd_row_launch(problem, bwd_dq_convert_variant()), &params);
+  launch_on_emulator(bwd_preprocess_variant(), problem.dtype, emulator,
+                     flash_bwd_row_launch(problem, bwd_preprocess_variant()), &params);
+  launch_on_emulator(variant, problem.dtype, emulator, flash_bwd_launch(problem, variant), &params);
+  launch_on_emulator(bwd_dq_convert_variant(), problem.dtype, emulator,
+                     flash_bwd_row_launch(problem, bwd_dq_convert_variant()), &params);
 }
 
 }  // namespace attune

@@ -2,6 +2,7 @@
 
 #include "core/error.h"
 #include "emulator/emulator.h"
+#include "runtime/emu_launch.h"
 #include "runtime/flash_decode_params.h"
 #include "runtime/flash_fwd_params.h"
 
@@ -28,15 +29,6 @@ void register_problem_buffers(emu::Emulator& emulator, const AttentionProblem& p
   register_lengths("block_table", problem.block_table);
 }
 
-void launch_variant(const Variant& variant, DType dtype, emu::Emulator& emulator, const LaunchConfig& config,
-                    const void* params) {
-  if (!variant.kernel->launch_on_emulator(dtype, variant.values, emulator, config, params)) {
-    throw InvalidArgument("variant " + variant.id() + ": not instantiated for the emulator");
-  }
-}
-
-const ArchLimits kEmulatorLimits{.name = "the emulator", .max_shared_bytes = 256 * 1024};
-
 }  // namespace
 
 void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant) {
@@ -50,7 +42,7 @@ void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& bu
     throw InvalidArgument("forward: a paged KV cache; expected the decode operation for paged caches");
   }
   check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v),
-                     kEmulatorLimits);
+                     emulator_limits());
   if (problem.batch == 0 || max_query_rows(problem) == 0) return;
 
   emu::Emulator emulator;
@@ -59,7 +51,7 @@ void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& bu
       problem, buffers, {problem.cu_seqlens_q.data(), problem.cu_seqlens_k.data(), problem.seqlens_k.data()});
   const LaunchConfig config =
       flash_fwd_launch(problem, variant.value("kBlockM"), variant.threads(), variant.shared_bytes());
-  launch_variant(variant, problem.dtype, emulator, config, &params);
+  launch_on_emulator(variant, problem.dtype, emulator, config, &params);
 }
 
 void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant,
@@ -71,7 +63,7 @@ void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buf
   }
   check_splits(splits);
   check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v),
-                     kEmulatorLimits);
+                     emulator_limits());
   if (problem.batch == 0 || problem.seqlen_q == 0) return;
 
   emu::Emulator emulator;
@@ -80,10 +72,11 @@ void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buf
   if (!workspace.empty()) emulator.register_buffer("split workspace", workspace.data(), workspace.size() * 4);
   const FlashDecodeParams params = flash_decode_params(
       problem, buffers, {problem.seqlens_k.data(), problem.block_table.data()}, splits, workspace.data());
-  launch_variant(variant, problem.dtype, emulator, flash_decode_launch(problem, variant, splits), &params);
+  launch_on_emulator(variant, problem.dtype, emulator, flash_decode_launch(problem, variant, splits), &params);
   if (splits > 1) {
     const FlashDecodeCombineParams combine = flash_decode_combine_params(problem, buffers, splits, workspace.data());
-    launch_variant(decode_combine_variant(), problem.dtype, emulator, flash_decode_combine_launch(problem), &combine);
+    launch_on_emulator(decode_combine_variant(), problem.dtype, emulator, flash_decode_combine_launch(problem),
+                       &combine);
   }
 }
 

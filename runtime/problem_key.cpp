@@ -12,6 +12,8 @@ std::string_view to_string(Op op) {
       return "fwd";
     case Op::kDecode:
       return "decode";
+    case Op::kBackward:
+      return "bwd";
   }
   return "?";
 }
@@ -19,6 +21,7 @@ std::string_view to_string(Op op) {
 std::optional<Op> parse_op(std::string_view name) {
   if (name == "fwd") return Op::kForward;
   if (name == "decode") return Op::kDecode;
+  if (name == "bwd") return Op::kBackward;
   return std::nullopt;
 }
 

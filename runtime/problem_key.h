@@ -11,9 +11,9 @@
 
 namespace attune {
 
-enum class Op : std::uint8_t { kForward, kDecode };
+enum class Op : std::uint8_t { kForward, kDecode, kBackward };
 
-std::string_view to_string(Op op);  // "fwd", "decode"
+std::string_view to_string(Op op);  // "fwd", "decode", "bwd"
 std::optional<Op> parse_op(std::string_view name);
 
 // A plain value (no allocation), hashable and comparable on the hot path.

@@ -6,7 +6,9 @@
 #include "core/error.h"
 #include "runtime/compiler_service.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/emu_backward.h"
 #include "runtime/emu_forward.h"
+#include "runtime/flash_bwd_params.h"
 #include "runtime/flash_decode_params.h"
 #include "runtime/flash_fwd_params.h"
 
@@ -81,6 +83,8 @@ struct Runtime::Impl {
   void launch(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream);
   void launch_decode(const Variant& variant, int splits, const AttentionProblem& problem,
                      const AttentionBuffers& buffers, void* stream);
+  void launch_backward(const Variant& variant, const AttentionProblem& problem, const BackwardBuffers& buffers,
+                       void* stream);
 
   cuda::Driver::Function function_for(const Variant& variant, DType dtype) {
     const std::string key = variant.id() + "/" + std::string(to_string(dtype));
@@ -137,6 +141,31 @@ void Runtime::Impl::launch_decode(const Variant& variant, int splits, const Atte
     driver->launch(combine, flash_decode_combine_launch(problem), &merge, sizeof(merge), stream);
   }
   if (uploads.any()) driver->synchronize(stream);  // the uploads and the workspace are freed on return
+}
+
+void Runtime::Impl::launch_backward(const Variant& variant, const AttentionProblem& problem,
+                                    const BackwardBuffers& buffers, void* stream) {
+  if (options.backend == Backend::kEmu) {
+    emulate_backward(problem, buffers, variant);
+    return;
+  }
+  if (variant.kernel->name != "flash_bwd") {
+    throw InvalidArgument("variant " + variant.id() + ": expected a flash_bwd variant for the backward operation");
+  }
+  if (problem.batch == 0) return;
+  DeviceLengthsUpload uploads(*driver, options.device, problem);
+  const BackwardWorkspace sizes = backward_workspace(problem, variant);
+  auto* workspace = static_cast<float*>(
+      uploads.scratch(options.device, static_cast<std::size_t>(sizes.total_floats()) * sizeof(float)));
+  const FlashBwdParams params =
+      flash_bwd_params(problem, buffers, uploads.lengths(), variant, split_workspace(sizes, workspace));
+  const Variant* kernels[] = {&bwd_preprocess_variant(), &variant, &bwd_dq_convert_variant()};
+  for (const Variant* kernel : kernels) {
+    const LaunchConfig config =
+        kernel == &variant ? flash_bwd_launch(problem, variant) : flash_bwd_row_launch(problem, *kernel);
+    driver->launch(function_for(*kernel, problem.dtype), config, &params, sizeof(params), stream);
+  }
+  driver->synchronize(stream);  // the workspace and uploads are freed on return
 }
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
@@ -198,6 +227,54 @@ void Runtime::decode(const AttentionProblem& problem, const AttentionBuffers& bu
   if (options.splits != 0) check_splits(options.splits);
   const DispatchChoice& choice = impl_->dispatcher->choose(Op::kDecode, problem);
   impl_->launch_decode(choice.variant, options.splits != 0 ? options.splits : choice.splits, problem, buffers, stream);
+}
+
+namespace {
+
+// The deterministic twin of a flash_bwd variant: the same tiles with dQ
+// summed per key block (kDqAtomic = 0); nullopt when no such variant is valid.
+std::optional<Variant> deterministic_twin(const Variant& v) {
+  Variant twin = v;
+  const auto& tunables = v.kernel->tunables;
+  for (std::size_t i = 0; i < tunables.size(); ++i) {
+    if (tunables[i].name == "kDqAtomic") twin.values[i] = 0;
+  }
+  if (!v.kernel->valid(twin.values)) return std::nullopt;
+  return twin;
+}
+
+}  // namespace
+
+DispatchChoice Runtime::explain_backward(const AttentionProblem& problem, BackwardOptions options) const {
+  validate(problem);
+  DispatchChoice choice = impl_->dispatcher->resolve(Op::kBackward, problem);
+  if (options.deterministic && choice.variant.value("kDqAtomic") != 0) {
+    if (const std::optional<Variant> twin = deterministic_twin(choice.variant)) {
+      choice.variant = *twin;
+      choice.detail += "; its deterministic twin (dQ summed per key block)";
+    } else {
+      choice.variant = heuristic_backward_variant(problem.dtype, static_cast<int>(problem.head_dim_k),
+                                                  static_cast<int>(problem.head_dim_v), impl_->arch, true);
+      choice.rule = DispatchRule::kHeuristic;
+      choice.detail = "deterministic mode: the heuristic's deterministic variant";
+    }
+  }
+  return choice;
+}
+
+void Runtime::backward(const AttentionProblem& problem, const BackwardBuffers& buffers, BackwardOptions options,
+                       void* stream) {
+  validate(problem, buffers);
+  const Variant variant = options.deterministic ? explain_backward(problem, options).variant
+                                                : impl_->dispatcher->choose(Op::kBackward, problem).variant;
+  impl_->launch_backward(variant, problem, buffers, stream);
+}
+
+void Runtime::backward_variant(const Variant& variant, const AttentionProblem& problem, const BackwardBuffers& buffers,
+                               void* stream) {
+  validate(problem, buffers);
+  check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), impl_->arch);
+  impl_->launch_backward(variant, problem, buffers, stream);
 }
 
 void Runtime::decode_variant(const Variant& variant, int splits, const AttentionProblem& problem,

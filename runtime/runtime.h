@@ -34,6 +34,13 @@ struct DecodeOptions {
   int splits = 0;  // CTAs along the keys; 0: the built-in choice
 };
 
+struct BackwardOptions {
+  // dQ summed per key block in a fixed order instead of by atomics:
+  // bitwise-identical gradients across runs, for a workspace of
+  // key blocks x rows x Hq x Dk floats.
+  bool deterministic = false;
+};
+
 struct DecodeChoice {
   Variant variant;
   int splits = 1;
@@ -83,6 +90,18 @@ class Runtime {
                       const AttentionBuffers& buffers, void* stream = nullptr);
   // The variant and split count decode would use.
   DecodeChoice explain_decode(const AttentionProblem& problem, DecodeOptions options = {}) const;
+
+  // Backward attention: dQ, dK and dV from Q, K, V, O, dO and the forward's
+  // LSE (buffers as for forward; dO laid out like O, the gradients like Q, K
+  // and V). Probabilities are recomputed tile by tile from the LSE; dK and dV
+  // sum over the query heads of a KV head. Same validation and stream rules
+  // as forward; the fp32 workspaces are allocated per call.
+  void backward(const AttentionProblem& problem, const BackwardBuffers& buffers, BackwardOptions options = {},
+                void* stream = nullptr);
+  void backward_variant(const Variant& variant, const AttentionProblem& problem, const BackwardBuffers& buffers,
+                        void* stream = nullptr);
+  // The flash_bwd variant backward would run, and the rule that chose it.
+  DispatchChoice explain_backward(const AttentionProblem& problem, BackwardOptions options = {}) const;
 
   Backend backend() const;
   const std::string& device_key() const;

@@ -1,0 +1,173 @@
+#include "cli/attention_backward.h"
+
+#include <string>
+#include <utility>
+
+#include "cli/npy_inputs.h"
+#include "cli/problem_flags.h"
+#include "core/error.h"
+#include "reference/backward.h"
+#include "reference/reference.h"
+#include "runtime/cuda_driver.h"
+
+namespace attune::cli {
+
+namespace {
+
+// O and LSE of the forward in the layouts the backward reads: given, or
+// computed on the same backend (the reference for the reference backend).
+struct ForwardState {
+  std::vector<std::uint16_t> o;
+  std::vector<float> lse;
+};
+
+ForwardState forward_state(const AttentionOptions& opt, std::optional<Backend> backend, Runtime* runtime,
+                           const AttentionProblem& p, const std::array<std::vector<std::uint16_t>, 3>& in) {
+  ForwardState s;
+  if (!opt.o_in_path.empty()) {
+    const npy::Array o = read_floats(opt.o_in_path, "O");
+    const npy::Array lse = read_floats(opt.lse_in_path, "LSE");
+    if (static_cast<int64_t>(o.to_float32().size()) != o_extent(p)) {
+      throw InvalidArgument(opt.o_in_path + ": O has " + std::to_string(o.to_float32().size()) +
+                            " elements; expected " + std::to_string(o_extent(p)) + ", the shape of O");
+    }
+    if (static_cast<int64_t>(lse.to_float32().size()) != lse_extent(p)) {
+      throw InvalidArgument(opt.lse_in_path + ": LSE has " + std::to_string(lse.to_float32().size()) +
+                            " elements; expected " + std::to_string(lse_extent(p)) + ", the shape of LSE");
+    }
+    s.o = to_storage(o, p.dtype);
+    s.lse = lse.to_float32();
+    return s;
+  }
+  s.o.resize(static_cast<std::size_t>(o_extent(p)));
+  s.lse.resize(static_cast<std::size_t>(lse_extent(p)));
+  if (!backend || *backend == Backend::kEmu) {
+    if (backend) {
+      runtime->forward(p, {in[0].data(), in[1].data(), in[2].data(), s.o.data(), s.lse.data()});
+    } else {
+      const ReferenceOutput ref = reference_forward(p, in[0].data(), in[1].data(), in[2].data());
+      for (std::size_t i = 0; i < s.o.size(); ++i) s.o[i] = float_to_bits(p.dtype, static_cast<float>(ref.o[i]));
+      for (std::size_t i = 0; i < s.lse.size(); ++i) s.lse[i] = static_cast<float>(ref.lse[i]);
+    }
+    return s;
+  }
+  cuda::Driver& driver = cuda::Driver::get();
+  cuda::DeviceBuffers d(driver, {{in[0].data(), in[0].size() * 2},
+                                 {in[1].data(), in[1].size() * 2},
+                                 {in[2].data(), in[2].size() * 2},
+                                 {nullptr, s.o.size() * 2},
+                                 {nullptr, s.lse.size() * sizeof(float)}});
+  runtime->forward(p, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4))});
+  driver.synchronize(nullptr);
+  driver.copy_to_host(s.o.data(), d.at(3), s.o.size() * 2);
+  driver.copy_to_host(s.lse.data(), d.at(4), s.lse.size() * sizeof(float));
+  return s;
+}
+
+struct Gradients {
+  std::vector<float> dq, dk, dv;
+};
+
+Gradients from_bits(DType dtype, const std::array<std::vector<std::uint16_t>, 3>& bits) {
+  Gradients g;
+  std::vector<float>* out[] = {&g.dq, &g.dk, &g.dv};
+  for (std::size_t t = 0; t < 3; ++t) {
+    for (std::uint16_t b : bits[t]) out[t]->push_back(bits_to_float(dtype, b));
+  }
+  return g;
+}
+
+Gradients on_runtime(const AttentionOptions& opt, Backend backend, Runtime& runtime, const AttentionProblem& p,
+                     const std::array<std::vector<std::uint16_t>, 3>& in, const std::vector<std::uint16_t>& d_o,
+                     const ForwardState& fwd) {
+  std::array<std::vector<std::uint16_t>, 3> grads = {std::vector<std::uint16_t>(in[0].size()),
+                                                     std::vector<std::uint16_t>(in[1].size()),
+                                                     std::vector<std::uint16_t>(in[2].size())};
+  const auto run = [&](const BackwardBuffers& b) {
+    if (opt.variant.empty()) {
+      runtime.backward(p, b, {.deterministic = opt.deterministic});
+    } else {
+      runtime.backward_variant(parse_variant_id(opt.variant), p, b);
+    }
+  };
+  if (backend == Backend::kEmu) {
+    run({in[0].data(), in[1].data(), in[2].data(), fwd.o.data(), d_o.data(), fwd.lse.data(), grads[0].data(),
+         grads[1].data(), grads[2].data()});
+    return from_bits(p.dtype, grads);
+  }
+  cuda::Driver& driver = cuda::Driver::get();
+  cuda::DeviceBuffers d(driver, {{in[0].data(), in[0].size() * 2},
+                                 {in[1].data(), in[1].size() * 2},
+                                 {in[2].data(), in[2].size() * 2},
+                                 {fwd.o.data(), fwd.o.size() * 2},
+                                 {d_o.data(), d_o.size() * 2},
+                                 {fwd.lse.data(), fwd.lse.size() * sizeof(float)},
+                                 {nullptr, grads[0].size() * 2},
+                                 {nullptr, grads[1].size() * 2},
+                                 {nullptr, grads[2].size() * 2}});
+  run({d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), static_cast<const float*>(d.at(5)), d.at(6), d.at(7), d.at(8)});
+  driver.synchronize(nullptr);
+  for (std::size_t t = 0; t < 3; ++t) driver.copy_to_host(grads[t].data(), d.at(6 + t), grads[t].size() * 2);
+  return from_bits(p.dtype, grads);
+}
+
+}  // namespace
+
+void check_backward_flags(const AttentionOptions& o) {
+  for (const auto& [flag, value] : {std::pair{"--do", &o.d_o_path}, std::pair{"--dq", &o.dq_path},
+                                    std::pair{"--dk", &o.dk_path}, std::pair{"--dv", &o.dv_path}}) {
+    if (value->empty()) bad_flag(flag, "(missing)", "a path with --backward");
+  }
+  if (o.o_in_path.empty() != o.lse_in_path.empty()) {
+    bad_flag(o.o_in_path.empty() ? "--lse-in" : "--o-in", o.o_in_path.empty() ? o.lse_in_path : o.o_in_path,
+             "--o-in and --lse-in together (or neither: they are computed)");
+  }
+  if (!o.k_cache_path.empty() || o.splits) {
+    bad_flag(!o.k_cache_path.empty() ? "--k-cache" : "--splits",
+             !o.k_cache_path.empty() ? o.k_cache_path : std::to_string(*o.splits),
+             "no KV cache or splits with --backward (decode has no backward)");
+  }
+  if (o.deterministic && !o.variant.empty()) {
+    bad_flag("--deterministic", "with --variant " + o.variant, "one of them (choose an .at0 variant instead)");
+  }
+}
+
+void run_backward(const AttentionOptions& o, std::optional<Backend> backend, const AttentionProblem& p,
+                  const std::array<std::vector<std::uint16_t>, 3>& in,
+                  const std::array<std::vector<int64_t>, 3>& shapes) {
+  const npy::Array d_o = read_floats(o.d_o_path, "dO");
+  if (static_cast<int64_t>(d_o.to_float32().size()) != o_extent(p)) {
+    throw InvalidArgument(o.d_o_path + ": dO has " + std::to_string(d_o.to_float32().size()) + " elements; expected " +
+                          std::to_string(o_extent(p)) + ", the shape of O");
+  }
+  const std::vector<std::uint16_t> d_o_bits = to_storage(d_o, p.dtype);
+  Gradients g;
+  std::optional<Runtime> runtime;
+  if (backend) runtime.emplace(RuntimeOptions{.backend = *backend});
+  const ForwardState fwd = forward_state(o, backend, runtime ? &*runtime : nullptr, p, in);
+  if (!backend) {
+    // Exact: the fp64 reference recomputes O and LSE from Q, K and V.
+    const ReferenceGradients ref = reference_backward(p, in[0].data(), in[1].data(), in[2].data(), d_o_bits.data());
+    g = {to_float32(ref.dq), to_float32(ref.dk), to_float32(ref.dv)};
+  } else {
+    g = on_runtime(o, *backend, *runtime, p, in, d_o_bits, fwd);
+  }
+  npy::write(o.dq_path, shapes[0], g.dq);
+  npy::write(o.dk_path, shapes[1], g.dk);
+  npy::write(o.dv_path, shapes[2], g.dv);
+  // The forward's O and LSE as the backward used them, when asked for.
+  if (!o.out_path.empty()) {
+    std::vector<int64_t> o_shape = shapes[0];
+    o_shape.back() = p.head_dim_v;
+    std::vector<float> values;
+    for (std::uint16_t bits : fwd.o) values.push_back(bits_to_float(p.dtype, bits));
+    npy::write(o.out_path, o_shape, values);
+  }
+  if (!o.lse_path.empty()) {
+    const std::vector<int64_t> lse_shape = p.is_packed() ? std::vector<int64_t>{p.heads_q, p.seqlen_q}
+                                                         : std::vector<int64_t>{p.batch, p.heads_q, p.seqlen_q};
+    npy::write(o.lse_path, lse_shape, fwd.lse);
+  }
+}
+
+}  // namespace attune::cli
