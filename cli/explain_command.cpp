@@ -23,7 +23,8 @@ CLI::App* add_explain_command(CLI::App& app, ExplainOptions& o) {
   cmd->add_option("--causal", o.causal, "bottom-right or top-left");
   cmd->add_option("--window", o.window, "LEFT,RIGHT around the bottom-right diagonal");
   cmd->add_option("--db", o.db_path, "Tuning database (default: the default one, if it exists)");
-  cmd->add_option("--op", o.op, "fwd, or decode (split-KV over a KV cache of --seqlen-k keys)")->capture_default_str();
+  cmd->add_option("--op", o.op, "fwd, bwd, or decode (split-KV over a KV cache of --seqlen-k keys)")
+      ->capture_default_str();
   cmd->add_option("--splits", o.splits, "decode: a split count to use instead of the dispatcher's");
   return cmd;
 }
@@ -32,7 +33,7 @@ void run_explain(const ExplainOptions& o) {
   const auto backend = parse_backend(o.backend);
   if (!backend) bad_flag("--backend", o.backend, "cuda or emu");
   const std::optional<Op> op = parse_op(o.op);
-  if (!op) bad_flag("--op", o.op, "fwd or decode");
+  if (!op) bad_flag("--op", o.op, "fwd, bwd or decode");
   if (*op != Op::kDecode && o.splits != 0) bad_flag("--splits", std::to_string(o.splits), "--op decode with it");
   const std::vector<int64_t> q = {o.batch, o.seqlen_q, o.heads_q, o.dk};
   const std::vector<int64_t> k = {o.batch, o.seqlen_k, o.heads_kv, o.dk};
@@ -52,7 +53,7 @@ void run_explain(const ExplainOptions& o) {
     std::printf("rule:        %s\n", choice.reason.c_str());
     return;
   }
-  const DispatchChoice choice = runtime.explain(problem);
+  const DispatchChoice choice = *op == Op::kBackward ? runtime.explain_backward(problem) : runtime.explain(problem);
   std::printf("variant:     %s\n", choice.variant.id().c_str());
   std::printf("database:    %s\n", db ? db->path().c_str() : "none");
   std::printf("rule:        %s (%s)\n", std::string(to_string(choice.rule)).c_str(), choice.detail.c_str());

@@ -22,6 +22,7 @@ CLI::App* add_tune_worker_command(CLI::App& app, TuneWorkerOptions& o) {
   cmd->add_option("--seqlen-k", o.seqlen_k);  // default: --seqlen
   cmd->add_option("--heads-kv", o.heads_kv);  // default: --heads
   cmd->add_option("--splits", o.splits);      // > 0: split-KV decode
+  cmd->add_option("--op", o.op);
   cmd->add_option("--dk", o.dk)->required();
   cmd->add_option("--dv", o.dv)->required();
   cmd->add_option("--warmup", o.warmup);
@@ -43,7 +44,7 @@ void run_tune_worker(const TuneWorkerOptions& o) {
     const std::vector<std::int64_t> shape_k = {o.batch, seqlen_k, heads_kv, o.dk};
     const std::vector<std::int64_t> shape_v = {o.batch, seqlen_k, heads_kv, o.dv};
     const tuner::Task task{make_problem(shape_q, shape_k, shape_v, {.dtype = parse_dtype_flag(o.dtype), .mask = mask}),
-                           parse_variant_id(o.variant), o.splits};
+                           parse_variant_id(o.variant), o.splits, parse_op(o.op).value_or(Op::kForward)};
     Runtime runtime({.backend = *backend, .device = o.device});
     result = tuner::measure(runtime, task, {.warmup = o.warmup, .repetitions = o.repetitions});
   } catch (const Error& e) {

@@ -14,6 +14,7 @@ struct TuneWorkerOptions {
   long long batch = 1, seqlen = 0, heads = 1, dk = 0, dv = 0;
   long long seqlen_k = 0, heads_kv = 0;  // 0: as seqlen, heads
   int splits = 0;                        // > 0: split-KV decode
+  std::string op = "fwd";
   int warmup = 1, repetitions = 5;
 };
 

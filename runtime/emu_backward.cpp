@@ -1,5 +1,6 @@
 #include "runtime/emu_backward.h"
 
+#include <algorithm>
 #include <limits>
 #include <string>
 #include <vector>
@@ -19,7 +20,11 @@ std::size_t bytes(int64_t elements, std::size_t size) { return static_cast<std::
 
 void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& buffers, const Variant& variant) {
   validate(problem, buffers);
-  if (variant.kernel->params_type != "attune::FlashBwdParams" || variant.kernel->name != "flash_bwd") {
+  // What matters is the parameter block the launch passes, not the name.
+  const auto& tunables = variant.kernel->tunables;
+  const bool main_kernel =
+      std::any_of(tunables.begin(), tunables.end(), [](const TunableSpec& t) { return t.name == "kDqAtomic"; });
+  if (variant.kernel->params_type != "attune::FlashBwdParams" || !main_kernel) {
     throw InvalidArgument("variant " + variant.id() + ": expected a flash_bwd variant");
   }
   check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v),

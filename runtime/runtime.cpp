@@ -149,7 +149,7 @@ void Runtime::Impl::launch_backward(const Variant& variant, const AttentionProbl
     emulate_backward(problem, buffers, variant);
     return;
   }
-  if (variant.kernel->name != "flash_bwd") {
+  if (variant.kernel->params_type != "attune::FlashBwdParams") {
     throw InvalidArgument("variant " + variant.id() + ": expected a flash_bwd variant for the backward operation");
   }
   if (problem.batch == 0) return;

@@ -44,7 +44,9 @@ std::optional<std::string> default_variant_id(const std::vector<tuning_db::Measu
   const std::optional<ProblemKey> key = to_problem_key(best.key);
   if (!key) return std::nullopt;
   const ArchLimits arch = require_arch(kEmulatedArch);
-  if (key->op == Op::kForward) return heuristic_variant("fwd", key->dtype, key->head_dim_k, key->head_dim_v, arch).id();
+  if (key->op != Op::kDecode) {
+    return heuristic_variant(to_string(key->op), key->dtype, key->head_dim_k, key->head_dim_v, arch).id();
+  }
   const auto measured = std::find_if(rows.begin(), rows.end(), [&](const tuning_db::MeasurementRow& m) {
     return m.ok && m.variant_id == best.variant_id;
   });

@@ -86,7 +86,7 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
     spec.max_variants = items.empty() ? 0 : static_cast<int>(positive(axis, items.front()));
   } else if (axis == "op") {
     if (items.size() != 1 || !parse_op(items.front())) {
-      throw InvalidArgument("op: got '" + values + "'; expected fwd or decode");
+      throw InvalidArgument("op: got '" + values + "'; expected fwd, bwd or decode");
     }
     spec.op = items.front();
   } else if (axis == "queries") {
@@ -183,13 +183,13 @@ void add_decode_tasks(const SweepSpec& spec, const AttentionProblem& problem, co
       const int n = splits > 0 ? splits : heuristic_splits(problem, v, sm_count);
       if (std::find(counts.begin(), counts.end(), n) == counts.end()) counts.push_back(n);
     }
-    for (int n : counts) tasks.push_back({problem, v, n});
+    for (int n : counts) tasks.push_back({problem, v, n, Op::kDecode});
   }
 }
 
 }  // namespace
 
-Op task_op(const Task& task) { return task.splits > 0 ? Op::kDecode : Op::kForward; }
+Op task_op(const Task& task) { return task.op; }
 
 std::string task_variant_id(const Task& task) { return tuned_id(task.variant, task.splits); }
 
@@ -205,8 +205,11 @@ std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shar
               const AttentionProblem problem =
                   make_problem(std::vector<std::int64_t>{b, s, h, d}, std::vector<std::int64_t>{b, s, h, d},
                                std::vector<std::int64_t>{b, s, h, d}, {.dtype = dtype, .mask = mask});
-              const Variant heuristic = heuristic_variant("fwd", dtype, d, d, arch);
-              for (const Variant& v : sweep_variants(spec, dtype, d, arch, heuristic)) tasks.push_back({problem, v});
+              const Op op = *parse_op(spec.op);
+              const Variant heuristic = heuristic_variant(spec.op, dtype, d, d, arch);
+              for (const Variant& v : sweep_variants(spec, dtype, d, arch, heuristic)) {
+                tasks.push_back({problem, v, 0, op});
+              }
               continue;
             }
             for (std::int64_t sq : spec.queries) {

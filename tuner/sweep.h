@@ -10,7 +10,7 @@
 //   seqlens     = 128, 1024          # Sq = Sk
 //   batch_heads = 1x8, 4x16          # B x H (H query heads = kv heads; decode: H kv heads)
 //   max_variants = 8                 # per problem class, spread over the list; 0: all
-//   op          = decode             # fwd (default) or decode (split-KV over a KV cache)
+//   op          = decode             # fwd (default), bwd, or decode (split-KV over a KV cache)
 // Decode only (seqlens are then the cache lengths):
 //   queries     = 1, 4               # Sq, query rows per sequence
 //   gqa         = 8                  # query heads per kv head
@@ -57,7 +57,8 @@ Shard parse_shard(const std::string& text);  // "K/N", 0 <= K < N
 struct Task {
   AttentionProblem problem;  // contiguous
   Variant variant;
-  int splits = 0;  // decode: CTAs along the keys (>= 1); 0 for the forward
+  int splits = 0;  // decode: CTAs along the keys (>= 1); 0 otherwise
+  Op op = Op::kForward;
 };
 
 // The operation of a task, and its id as the tuning database records it

@@ -11,6 +11,7 @@
 #include "runtime/cuda_driver.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/problem_key.h"
+#include "tuner/timing.h"
 
 namespace attune::tuner {
 
@@ -99,51 +100,55 @@ bool passes_gate(Runtime& runtime, const Task& task, double* max_error, std::str
   return within_accuracy_rule(got, want, naive_storage_attention(p, in.q.data(), in.k.data(), in.v.data()), 2.0, why);
 }
 
-struct Timing {
-  double median_ms;
-  double spread_ms;  // max - min
-};
-
 Timing time_task(Runtime& runtime, const Task& task, const TuneOptions& o) {
   const AttentionProblem& p = task.problem;
   // Two input sets, alternated, so repeated runs do not time a warm cache.
   const Inputs sets[2] = {make_inputs(p, 1), make_inputs(p, 2)};
-  std::vector<double> times;
   std::vector<std::uint16_t> out(static_cast<std::size_t>(o_extent(p)));
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)));
   if (runtime.backend() == Backend::kEmu) {
-    for (int r = 0; r < o.warmup + o.repetitions; ++r) {
-      const Inputs& in = sets[r % 2];
-      const auto start = std::chrono::steady_clock::now();
+    return time_runs(runtime, o, [&](int set) {
+      const Inputs& in = sets[set];
       launch(runtime, task, p, {in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data()});
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-      if (r >= o.warmup) times.push_back(ms);
+    });
+  }
+  cuda::Driver& driver = cuda::Driver::get();
+  std::vector<std::unique_ptr<cuda::DeviceBuffers>> device;
+  for (const Inputs& in : sets) {
+    device.push_back(std::make_unique<cuda::DeviceBuffers>(
+        driver, std::vector<cuda::DeviceBuffers::Spec>{{in.q.data(), in.q.size() * 2},
+                                                       {in.k.data(), in.k.size() * 2},
+                                                       {in.v.data(), in.v.size() * 2},
+                                                       {nullptr, out.size() * 2},
+                                                       {nullptr, lse.size() * sizeof(float)}}));
+  }
+  return time_runs(runtime, o, [&](int set) {
+    const cuda::DeviceBuffers& d = *device[static_cast<std::size_t>(set)];
+    launch(runtime, task, p, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4))});
+  });
+}
+
+}  // namespace
+
+Timing time_runs(Runtime& runtime, const TuneOptions& o, const std::function<void(int)>& run) {
+  std::vector<double> times;
+  for (int r = 0; r < o.warmup + o.repetitions; ++r) {
+    double ms = 0;
+    if (runtime.backend() == Backend::kEmu) {
+      const auto start = std::chrono::steady_clock::now();
+      run(r % 2);
+      ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+    } else {
+      ms = cuda::Driver::get().time_ms(nullptr, [&] { run(r % 2); });
     }
-  } else {
-    cuda::Driver& driver = cuda::Driver::get();
-    std::vector<std::unique_ptr<cuda::DeviceBuffers>> device;
-    for (const Inputs& in : sets) {
-      device.push_back(std::make_unique<cuda::DeviceBuffers>(
-          driver, std::vector<cuda::DeviceBuffers::Spec>{{in.q.data(), in.q.size() * 2},
-                                                         {in.k.data(), in.k.size() * 2},
-                                                         {in.v.data(), in.v.size() * 2},
-                                                         {nullptr, out.size() * 2},
-                                                         {nullptr, lse.size() * sizeof(float)}}));
-    }
-    for (int r = 0; r < o.warmup + o.repetitions; ++r) {
-      const cuda::DeviceBuffers& d = *device[static_cast<std::size_t>(r % 2)];
-      const AttentionBuffers buffers{d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4))};
-      const float ms = driver.time_ms(nullptr, [&] { launch(runtime, task, p, buffers); });
-      if (r >= o.warmup) times.push_back(ms);
-    }
+    if (r >= o.warmup) times.push_back(ms);
   }
   std::sort(times.begin(), times.end());
   return {times[times.size() / 2], times.back() - times.front()};
 }
 
-}  // namespace
-
 Measurement measure(Runtime& runtime, const Task& task, const TuneOptions& options) {
+  if (task.op == Op::kBackward) return measure_backward(runtime, task, options);
   Measurement m;
   try {
     double max_error = 0;

@@ -61,6 +61,8 @@ std::vector<std::string> worker_arguments(const Task& task, const TuneOptions& o
           std::to_string(p.heads_kv),
           "--splits",
           std::to_string(task.splits),
+          "--op",
+          std::string(to_string(task.op)),
           "--dk",
           std::to_string(p.head_dim_k),
           "--dv",

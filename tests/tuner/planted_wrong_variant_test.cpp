@@ -1,4 +1,4 @@
-// A planted wrong variant in a sweep: the forward kernel that attends to the
+// Planted wrong variants in a sweep. The forward kernel that attends to the
 // first key tile only (a copy made at configure time, see CMakeLists.txt).
 // It does a fraction of the work, so it would be the fastest candidate; the
 // correctness gate must record it as failed and it must never become best.
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "flash_bwd_no_row_d.cuh"
 #include "flash_fwd_first_tile_only.cuh"
 #include "generator/kernel_registry.h"
 #include "generator/variants.h"
@@ -84,6 +85,51 @@ TEST(PlantedWrongVariantTest, TheGateRecordsItAsFailedAndItIsNeverBest) {
     EXPECT_NE(best[0].variant_id, planted_id);
     EXPECT_EQ(best[0].kernel, "flash_fwd");
     EXPECT_TRUE(db.verify().ok());
+  }
+  fs::remove(db_path);
+  fs::remove(fs::path(db_path.string() + "-wal"));
+  fs::remove(fs::path(db_path.string() + "-shm"));
+}
+
+// The same for the backward gate: flash_bwd with dS = P dP instead of
+// P (dP - D) (a mutant made for the kernel tests, see tests/kernels).
+constexpr int kPlantedBwdValues[] = {32, 64, 32, 2, 2, 2, 1};
+
+bool launch_planted_bwd(DType dtype, std::span<const int> values, emu::Emulator& emulator, const LaunchConfig& config,
+                        const void* params) {
+  if (dtype != DType::kBF16 || !std::equal(values.begin(), values.end(), std::begin(kPlantedBwdValues))) return false;
+  emulator.launch(&no_row_d::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16>, config,
+                  *static_cast<const no_row_d::FlashBwdParams*>(params));
+  return true;
+}
+
+TEST(PlantedWrongVariantTest, TheBackwardGateRecordsAWrongGradientAsFailed) {
+  const fs::path db_path = fs::temp_directory_path() / ("attune_planted_bwd_" + std::to_string(::getpid()) + ".db");
+  fs::remove(db_path);
+  Runtime runtime({.backend = Backend::kEmu});
+  KernelSpec planted = *find_kernel_spec("flash_bwd");
+  planted.name = "flash_bwd_without_d";
+  planted.source_hash = "planted-wrong-variant";
+  planted.launch_on_emulator = &launch_planted_bwd;
+  const AttentionProblem problem =
+      make_problem(std::vector<std::int64_t>{1, 80, 2, 32}, std::vector<std::int64_t>{1, 80, 2, 32},
+                   std::vector<std::int64_t>{1, 80, 2, 32}, {.dtype = DType::kBF16});
+  std::vector<Task> tasks;
+  tasks.push_back(
+      {problem, Variant{&planted, {std::begin(kPlantedBwdValues), std::end(kPlantedBwdValues)}}, 0, Op::kBackward});
+  tasks.push_back({problem, heuristic_variant("bwd", DType::kBF16, 32, 32, runtime.arch()), 0, Op::kBackward});
+  const Measurement alone = measure(runtime, tasks[0], {.repetitions = 1});
+  EXPECT_FALSE(alone.ok);
+  EXPECT_EQ(alone.error.rfind("wrong result", 0), 0U) << alone.error;
+  {
+    tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path);
+    const TuneSummary summary = run_sweep(tasks, runtime, db, {.repetitions = 1});
+    EXPECT_EQ(summary.failed, 1U);
+    EXPECT_EQ(summary.measured, 1U);
+    const auto best = db.best_for_device(kEmulatorDeviceKey);
+    ASSERT_EQ(best.size(), 1U);
+    EXPECT_EQ(best[0].kernel, "flash_bwd");
+    EXPECT_EQ(best[0].key.op, "bwd");
   }
   fs::remove(db_path);
   fs::remove(fs::path(db_path.string() + "-wal"));

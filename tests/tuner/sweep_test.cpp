@@ -174,7 +174,7 @@ TEST(SweepTest, DecodeAxesAndSplitCounts) {
   EXPECT_GE(tasks.size(), 2U * 2U * 2U);
   EXPECT_LE(tasks.size(), 2U * 2U * 3U);
   EXPECT_NE(error_of([&] { set_axis(spec, "splits", "300"); }).find("expected 1..256 or auto"), std::string::npos);
-  EXPECT_NE(error_of([&] { set_axis(spec, "op", "backward"); }).find("expected fwd or decode"), std::string::npos);
+  EXPECT_NE(error_of([&] { set_axis(spec, "op", "backward"); }).find("expected fwd, bwd or decode"), std::string::npos);
 }
 
 TEST(TunerTest, DecodeSweepOnTheEmulatorIsDispatchedFromTheDatabase) {

@@ -1,0 +1,166 @@
+#include <algorithm>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "reference/backward.h"
+#include "reference/backward_accuracy.h"
+#include "reference/reference.h"
+#include "runtime/cuda_driver.h"
+#include "runtime/flash_bwd_params.h"
+#include "tuner/timing.h"
+
+namespace attune::tuner {
+
+namespace {
+
+// Q, K, V, dO and the forward's O and LSE (from the fp64 reference on the
+// gate's small instance, from the runtime's forward when timing).
+struct BackwardInputs {
+  std::vector<std::uint16_t> q, k, v, o, d_o;
+  std::vector<float> lse;
+};
+
+std::vector<std::uint16_t> random_bits(std::int64_t count, DType dtype, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0F, 1.0F);
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(count));
+  for (auto& x : out) x = float_to_bits(dtype, normal(rng));
+  return out;
+}
+
+BackwardInputs random_inputs(const AttentionProblem& p, unsigned seed) {
+  std::mt19937 rng(seed);
+  BackwardInputs in;
+  in.q = random_bits(q_extent(p), p.dtype, rng);
+  in.k = random_bits(k_extent(p), p.dtype, rng);
+  in.v = random_bits(v_extent(p), p.dtype, rng);
+  in.d_o = random_bits(o_extent(p), p.dtype, rng);
+  in.o.resize(static_cast<std::size_t>(o_extent(p)));
+  in.lse.resize(static_cast<std::size_t>(lse_extent(p)));
+  return in;
+}
+
+// The gradients the kernels store, staged through device memory on cuda.
+ReferenceGradients run_backward(Runtime& runtime, const Task& task, const AttentionProblem& p,
+                                const BackwardInputs& in) {
+  std::vector<std::uint16_t> dq(in.q.size(), 0xFFFF), dk(in.k.size(), 0xFFFF), dv(in.v.size(), 0xFFFF);
+  if (runtime.backend() == Backend::kEmu) {
+    runtime.backward_variant(task.variant, p,
+                             {in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.d_o.data(), in.lse.data(),
+                              dq.data(), dk.data(), dv.data()});
+  } else {
+    cuda::Driver& driver = cuda::Driver::get();
+    cuda::DeviceBuffers d(driver, {{in.q.data(), in.q.size() * 2},
+                                   {in.k.data(), in.k.size() * 2},
+                                   {in.v.data(), in.v.size() * 2},
+                                   {in.o.data(), in.o.size() * 2},
+                                   {in.d_o.data(), in.d_o.size() * 2},
+                                   {in.lse.data(), in.lse.size() * sizeof(float)},
+                                   {nullptr, dq.size() * 2},
+                                   {nullptr, dk.size() * 2},
+                                   {nullptr, dv.size() * 2}});
+    runtime.backward_variant(
+        task.variant, p,
+        {d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), static_cast<const float*>(d.at(5)), d.at(6), d.at(7), d.at(8)});
+    driver.synchronize(nullptr);
+    driver.copy_to_host(dq.data(), d.at(6), dq.size() * 2);
+    driver.copy_to_host(dk.data(), d.at(7), dk.size() * 2);
+    driver.copy_to_host(dv.data(), d.at(8), dv.size() * 2);
+  }
+  ReferenceGradients g;
+  for (std::uint16_t b : dq) g.dq.push_back(bits_to_float(p.dtype, b));
+  for (std::uint16_t b : dk) g.dk.push_back(bits_to_float(p.dtype, b));
+  for (std::uint16_t b : dv) g.dv.push_back(bits_to_float(p.dtype, b));
+  return g;
+}
+
+// The gate: a small instance of the problem class (odd sizes, two heads at
+// most) against the fp64 reference backward with FlashAttention's rule.
+bool passes_backward_gate(Runtime& runtime, const Task& task, double* max_error, std::string* why) {
+  const AttentionProblem& full = task.problem;
+  const std::int64_t s = std::min<std::int64_t>(full.seqlen_q, 77);
+  const std::int64_t h = std::min<std::int64_t>(full.heads_kv, 2);
+  const AttentionProblem p = make_problem(std::vector<std::int64_t>{1, s, h * full.group_size(), full.head_dim_k},
+                                          std::vector<std::int64_t>{1, s + 13, h, full.head_dim_k},
+                                          std::vector<std::int64_t>{1, s + 13, h, full.head_dim_v},
+                                          {.dtype = full.dtype, .mask = full.mask, .scale = full.scale});
+  BackwardInputs in = random_inputs(p, 7);
+  const ReferenceOutput fwd = reference_forward(p, in.q.data(), in.k.data(), in.v.data());
+  for (std::size_t i = 0; i < in.o.size(); ++i) in.o[i] = float_to_bits(p.dtype, static_cast<float>(fwd.o[i]));
+  for (std::size_t i = 0; i < in.lse.size(); ++i) in.lse[i] = static_cast<float>(fwd.lse[i]);
+  const ReferenceGradients got = run_backward(runtime, task, p, in);
+  const ReferenceGradients want = reference_backward(p, in.q.data(), in.k.data(), in.v.data(), in.d_o.data());
+  const ReferenceGradients naive = naive_storage_backward(p, in.q.data(), in.k.data(), in.v.data(), in.d_o.data());
+  const GradientErrors e = gradient_errors(got, want);
+  *max_error = std::max({e.dq, e.dk, e.dv});
+  return within_gradient_rule(got, want, naive, p.dtype, 3.0, why);
+}
+
+Timing time_backward(Runtime& runtime, const Task& task, const TuneOptions& o) {
+  const AttentionProblem& p = task.problem;
+  BackwardInputs sets[2] = {random_inputs(p, 1), random_inputs(p, 2)};
+  std::vector<std::uint16_t> dq(sets[0].q.size()), dk(sets[0].k.size()), dv(sets[0].v.size());
+  if (runtime.backend() == Backend::kEmu) {
+    for (BackwardInputs& in : sets) {
+      runtime.forward(p, {in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.lse.data()});
+    }
+    return time_runs(runtime, o, [&](int set) {
+      const BackwardInputs& in = sets[set];
+      runtime.backward_variant(task.variant, p,
+                               {in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.d_o.data(), in.lse.data(),
+                                dq.data(), dk.data(), dv.data()});
+    });
+  }
+  cuda::Driver& driver = cuda::Driver::get();
+  std::vector<std::unique_ptr<cuda::DeviceBuffers>> device;
+  for (const BackwardInputs& in : sets) {
+    device.push_back(std::make_unique<cuda::DeviceBuffers>(
+        driver, std::vector<cuda::DeviceBuffers::Spec>{{in.q.data(), in.q.size() * 2},
+                                                       {in.k.data(), in.k.size() * 2},
+                                                       {in.v.data(), in.v.size() * 2},
+                                                       {nullptr, in.o.size() * 2},
+                                                       {in.d_o.data(), in.d_o.size() * 2},
+                                                       {nullptr, in.lse.size() * sizeof(float)},
+                                                       {nullptr, dq.size() * 2},
+                                                       {nullptr, dk.size() * 2},
+                                                       {nullptr, dv.size() * 2}}));
+    const cuda::DeviceBuffers& d = *device.back();
+    // O and LSE from the forward, so the backward's exponentials are the real ones.
+    runtime.forward(p, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(5))});
+  }
+  driver.synchronize(nullptr);
+  return time_runs(runtime, o, [&](int set) {
+    const cuda::DeviceBuffers& d = *device[static_cast<std::size_t>(set)];
+    runtime.backward_variant(
+        task.variant, p,
+        {d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), static_cast<const float*>(d.at(5)), d.at(6), d.at(7), d.at(8)});
+  });
+}
+
+}  // namespace
+
+Measurement measure_backward(Runtime& runtime, const Task& task, const TuneOptions& options) {
+  Measurement m;
+  try {
+    double max_error = 0;
+    std::string why;
+    m.ok = passes_backward_gate(runtime, task, &max_error, &why);
+    m.max_error = max_error;
+    if (!m.ok) {
+      m.error = "wrong result: " + why;
+      return m;
+    }
+    const Timing t = time_backward(runtime, task, options);
+    m.median_ms = t.median_ms;
+    m.spread_ms = t.spread_ms;
+    m.tflops = backward_flops(task.problem) / (t.median_ms * 1e-3) / 1e12;
+  } catch (const Error& e) {
+    m.ok = false;
+    m.error = e.what();
+  }
+  return m;
+}
+
+}  // namespace attune::tuner
