@@ -90,6 +90,12 @@ attune_status attune_forward_variant(attune_runtime* runtime, const char* varian
  * tuned or a heuristic that fills the GPU in whole waves). */
 attune_status attune_decode(attune_runtime* runtime, const attune_problem* problem, int splits, const void* q,
                             const void* k, const void* v, void* o, float* lse, void* stream);
+/* Backward: dq, dk, dv (laid out like q, k, v) from q, k, v, the forward's o
+ * and lse, and d_o (laid out like o). deterministic != 0: dQ summed in a
+ * fixed order, bitwise-repeatable (more workspace). */
+attune_status attune_backward(attune_runtime* runtime, const attune_problem* problem, int deterministic, const void* q,
+                              const void* k, const void* v, const void* o, const void* d_o, const float* lse, void* dq,
+                              void* dk, void* dv, void* stream);
 /* The variant forward would run and the rule that chose it, as
  * "flash_fwd/d64.bm64.bn64.wm4.wn1.st2 (heuristic: ...)"; valid until the
  * next call on this thread. NULL on error. */

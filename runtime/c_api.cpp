@@ -177,6 +177,17 @@ attune_status attune_decode(attune_runtime* runtime, const attune_problem* probl
   });
 }
 
+attune_status attune_backward(attune_runtime* runtime, const attune_problem* problem, int deterministic, const void* q,
+                              const void* k, const void* v, const void* o, const void* d_o, const float* lse, void* dq,
+                              void* dk, void* dv, void* stream) {
+  return guarded([&] {
+    if (runtime == nullptr) throw attune::InvalidArgument("runtime: got NULL; expected one from attune_runtime_create");
+    if (problem == nullptr) throw attune::InvalidArgument("problem: got NULL; expected an attune_problem");
+    runtime->runtime->backward(to_problem(*problem), {q, k, v, o, d_o, lse, dq, dk, dv},
+                               {.deterministic = deterministic != 0}, stream);
+  });
+}
+
 const char* attune_explain(attune_runtime* runtime, const attune_problem* problem) {
   const attune_status status = guarded([&] {
     if (runtime == nullptr) throw attune::InvalidArgument("runtime: got NULL; expected one from attune_runtime_create");

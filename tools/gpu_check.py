@@ -18,7 +18,10 @@ attune and SDPA run on the same inputs in the same process:
      of K and V read per call over the time, against the device's measured
      copy bandwidth (a large device-to-device copy), for the built-in split
      count and a few others;
-  4. DIR/report.md with TFLOP/s (4 * B * H * D * visible pairs) and ratios.
+  4. backward, bf16, d 64 and 128, causal and not: correctness of dQ, dK, dV
+     against fp32 autograd, then time against SDPA's backward (flash), TFLOP/s
+     from 2.5 times the forward's FLOPs;
+  5. DIR/report.md with TFLOP/s (4 * B * H * D * visible pairs) and ratios.
 """
 import argparse
 import ctypes
@@ -62,6 +65,8 @@ class Attune:
                                                [ctypes.c_void_p] * 6)
         lib.attune_decode.argtypes = ([ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.c_int] +
                                       [ctypes.c_void_p] * 6)
+        lib.attune_backward.argtypes = ([ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.c_int] +
+                                        [ctypes.c_void_p] * 10)
         lib.attune_explain.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem)]
         self.rt = ctypes.c_void_p()
         self._check(lib.attune_runtime_create(backend.encode(), 0, ctypes.byref(self.rt)))
@@ -91,6 +96,10 @@ class Attune:
         return p
 
     lib_init = None  # set once the library is loaded
+
+    def backward(self, p, q, k, v, o, d_o, lse, dq, dk, dv, deterministic=False):
+        args = [ctypes.c_void_p(x) for x in (q, k, v, o, d_o, lse, dq, dk, dv)] + [ctypes.c_void_p(0)]
+        self._check(self.lib.attune_backward(self.rt, ctypes.byref(p), 1 if deterministic else 0, *args))
 
     def decode(self, p, q, k, v, o, lse, splits=0):
         args = [ctypes.c_void_p(x) for x in (q, k, v, o, lse)] + [ctypes.c_void_p(0)]
@@ -152,7 +161,30 @@ def selftest_emu(lib_path):
     ref = np.einsum("bhij,bjd->bihd", w / w.sum(-1, keepdims=True), f(v)[:, :, 0])
     decode_err = np.abs(f(o) - ref).max()
     print("selftest-emu: decode, 3 splits; max |O - ref| = %.2e" % decode_err)
-    return 0 if err < 2e-2 and decode_err < 2e-2 else 1
+    # attune_backward: one causal sequence of 20 rows, 2 heads, d 32.
+    s_, h_, d_ = 20, 2, 32
+    q, k, v, d_o = (bf16(rng.standard_normal((1, s_, h_, d_))) for _ in range(4))
+    p = Attune.problem(1, s_, h_, d_, causal=True)
+    o = np.zeros((1, s_, h_, d_), np.uint16)
+    lse = np.zeros((1, h_, s_), np.float32)
+    a.forward(p, q.ctypes.data, k.ctypes.data, v.ctypes.data, o.ctypes.data, lse.ctypes.data)
+    grads = [np.zeros((1, s_, h_, d_), np.uint16) for _ in range(3)]
+    a.backward(p, q.ctypes.data, k.ctypes.data, v.ctypes.data, o.ctypes.data, d_o.ctypes.data, lse.ctypes.data,
+               *(g.ctypes.data for g in grads))
+    qf, kf, vf, dof = f(q)[0], f(k)[0], f(v)[0], f(d_o)[0]
+    want = [np.zeros((s_, h_, d_)) for _ in range(3)]
+    for hh in range(h_):
+        logits = np.where(np.tril(np.ones((s_, s_), bool)), qf[:, hh] @ kf[:, hh].T / math.sqrt(d_), -np.inf)
+        pr = np.exp(logits - logits.max(-1, keepdims=True))
+        pr /= pr.sum(-1, keepdims=True)
+        dp = dof[:, hh] @ vf[:, hh].T
+        ds = pr * (dp - (dof[:, hh] * (pr @ vf[:, hh])).sum(-1, keepdims=True))
+        want[0][:, hh] = ds @ kf[:, hh] / math.sqrt(d_)
+        want[1][:, hh] = ds.T @ qf[:, hh] / math.sqrt(d_)
+        want[2][:, hh] = pr.T @ dof[:, hh]
+    bwd_err = max(np.abs(f(g)[0] - w).max() / max(np.abs(w).max(), 1e-9) for g, w in zip(grads, want))
+    print("selftest-emu: backward; max relative |grad - ref| = %.2e" % bwd_err)
+    return 0 if err < 2e-2 and decode_err < 2e-2 and bwd_err < 3e-2 else 1
 
 
 def median_ms(fn, inputs, warmup=3, reps=20):
@@ -227,6 +259,73 @@ def decode_section(a, lines):
         bw = kv_bytes / (ms * 1e-3)
         lines.append("| %s | %.4f | %.0f | %.0f%% |" % (splits or "built-in", ms, bw / 1e9, 100 * bw / peak))
     return good
+
+
+def backward_section(a, lines):
+    """Backward: correctness against fp32 autograd, then timing against SDPA's."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    dev = torch.device("cuda")
+    t = lambda x: x.transpose(1, 2)
+    lines += ["", "## Backward (bf16; correctness: relative error against fp32 autograd)", "",
+              "| shape | causal | dQ | dK | dV |", "|---|---|---|---|---|"]
+    ok = True
+
+    def attune_grads(p, q, k, v, d_o, deterministic=False):
+        b, s, h, d = q.shape
+        o = torch.empty_like(q)
+        lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
+        a.forward(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
+        dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+        a.backward(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(), lse.data_ptr(),
+                   dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), deterministic)
+        return dq, dk, dv
+
+    for (b, s, h, d) in [(2, 1000, 4, 64), (1, 2048, 8, 128)]:
+        for causal in (False, True):
+            q, k, v, d_o = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(4))
+            p = Attune.problem(b, s, h, d, causal)
+            got = attune_grads(p, q, k, v, d_o)
+            qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
+            out = F.scaled_dot_product_attention(t(qf), t(kf), t(vf), is_causal=causal)
+            out.backward(t(d_o.float()))
+            errs = [((g.float() - w.grad).norm() / w.grad.norm()).item() for g, w in zip(got, (qf, kf, vf))]
+            good = all(math.isfinite(e) and e <= 2e-2 for e in errs)
+            ok &= good
+            lines.append("| %dx%dx%dx%d | %s | %.2e | %.2e | %.2e%s |" % (b, s, h, d, causal, *errs,
+                                                                        "" if good else " FAIL"))
+    lines += ["", "Timing: B 8, H 16, S 4096, median ms over 20 runs (attune: backward only, O and LSE precomputed; "
+              "SDPA flash: backward of a recorded forward).", "",
+              "| d | causal | attune | TFLOP/s | deterministic | SDPA flash bwd | TFLOP/s | attune / SDPA |",
+              "|---|---|---|---|---|---|---|---|"]
+    b, h, s = 8, 16, 4096
+    for d in (64, 128):
+        for causal in (False, True):
+            q, k, v, d_o = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(4))
+            p = Attune.problem(b, s, h, d, causal)
+            o = torch.empty_like(q)
+            lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
+            a.forward(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
+            dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
+            run = lambda det: a.backward(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(),
+                                         lse.data_ptr(), dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), det)
+            ms, _ = median_ms(lambda: run(False), [()])
+            det_ms, _ = median_ms(lambda: run(True), [()])
+            fl = 2.5 * flops(b, h, s, d, causal)
+            try:
+                with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                    qs, ks, vs = (t(x).detach().requires_grad_() for x in (q, k, v))
+                    out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)
+                    grad = t(d_o)
+                    sdpa_ms, _ = median_ms(lambda: torch.autograd.grad(out, (qs, ks, vs), grad, retain_graph=True),
+                                           [()])
+            except RuntimeError:
+                sdpa_ms = float("nan")
+            tf = lambda x: fl / (x * 1e-3) / 1e12
+            lines.append("| %d | %s | %.3f | %.0f | %.3f | %.3f | %.0f | %.2f |" % (
+                d, causal, ms, tf(ms), det_ms, sdpa_ms, tf(sdpa_ms), sdpa_ms / ms))
+    return ok
 
 
 def main():
@@ -311,6 +410,7 @@ def main():
                 d, causal, heur_ms, tf(heur_ms), best[0], best[1], tf(best[0]), sdpa["flash"], sdpa["cudnn"],
                 best_sdpa / best[0] if math.isfinite(best_sdpa) else float("nan")))
     ok &= decode_section(a, lines)
+    ok &= backward_section(a, lines)
     report = "\n".join(lines) + "\n"
     with open(os.path.join(args.out, "report.md"), "w") as f:
         f.write(report)
