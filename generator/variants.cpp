@@ -186,6 +186,10 @@ Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, cons
   const std::vector<int> wanted = op == "bwd"
                                       ? std::vector<int>{bucket, 64, wide ? 32 : 64, wide ? 4 : 2, wide ? 2 : 4, 2, 1}
                                       : std::vector<int>{bucket, 64, bucket <= 64 ? 64 : 32, 4, 1, 2};
+  return nearest_variant(candidates, wanted);
+}
+
+Variant nearest_variant(const std::vector<Variant>& candidates, const std::vector<int>& wanted) {
   const auto distance = [&](const Variant& v) {
     int d = 0;
     for (std::size_t i = 0; i < v.values.size() && i < wanted.size(); ++i) d += v.values[i] == wanted[i] ? 0 : 1;

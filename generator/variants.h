@@ -66,6 +66,10 @@ Variant parse_variant_id(std::string_view id);
 // (bucket, shared memory, threads). Throws InvalidArgument.
 void check_variant_fits(const Variant& variant, int dk, int dv, const ArchLimits& arch);
 
+// The candidate whose tunable values differ from `wanted` in the fewest
+// places (the first such in the list); candidates must not be empty.
+Variant nearest_variant(const std::vector<Variant>& candidates, const std::vector<int>& wanted);
+
 // The built-in default for the problem class on the architecture.
 Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch);
 

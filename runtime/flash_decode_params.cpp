@@ -127,13 +127,7 @@ Variant heuristic_decode_variant(const AttentionProblem& p, const ArchLimits& ar
   // Few rows: one 16-row warp row, four warps sharing each 64-key tile.
   const std::vector<int> wanted =
       rows <= 16 ? std::vector<int>{bucket, 16, 64, 4, 2, pack} : std::vector<int>{bucket, 64, 64, 1, 2, pack};
-  const auto distance = [&](const Variant& v) {
-    int d = 0;
-    for (std::size_t i = 0; i < v.values.size() && i < wanted.size(); ++i) d += v.values[i] == wanted[i] ? 0 : 1;
-    return d;
-  };
-  return *std::min_element(candidates.begin(), candidates.end(),
-                           [&](const Variant& a, const Variant& b) { return distance(a) < distance(b); });
+  return nearest_variant(candidates, wanted);
 }
 
 int heuristic_splits(const AttentionProblem& p, const Variant& v, int sm_count) {

@@ -13,11 +13,7 @@
 namespace attune {
 namespace {
 
-struct Case {
-  DType dtype;
-  int head_dim;
-  const char* arch;
-};
+using Case = testing::NvrtcCase;
 
 class FlashBwdNvrtcTest : public ::testing::TestWithParam<Case> {};
 
@@ -31,15 +27,7 @@ TEST_P(FlashBwdNvrtcTest, EveryVariantCompiles) {
   RecordProperty("spilling", summary.spilling);
 }
 
-INSTANTIATE_TEST_SUITE_P(Bwd, FlashBwdNvrtcTest,
-                         ::testing::Values(Case{DType::kF16, 64, "sm_80"}, Case{DType::kBF16, 64, "sm_80"},
-                                           Case{DType::kF16, 128, "sm_80"}, Case{DType::kBF16, 128, "sm_80"},
-                                           Case{DType::kF16, 64, "sm_90a"}, Case{DType::kBF16, 64, "sm_90a"},
-                                           Case{DType::kF16, 128, "sm_90a"}, Case{DType::kBF16, 128, "sm_90a"}),
-                         [](const auto& param_info) {
-                           return std::string(to_string(param_info.param.dtype)) + "_d" +
-                                  std::to_string(param_info.param.head_dim) + "_" + param_info.param.arch;
-                         });
+INSTANTIATE_TEST_SUITE_P(Bwd, FlashBwdNvrtcTest, testing::nvrtc_cases(), testing::nvrtc_case_name);
 
 TEST(FlashBwdNvrtcTest, RowKernelsCompile) {
   for (const char* arch : {"sm_80", "sm_90a"}) {

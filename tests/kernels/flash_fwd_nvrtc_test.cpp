@@ -10,11 +10,7 @@
 namespace attune {
 namespace {
 
-struct Case {
-  DType dtype;
-  int head_dim;
-  const char* arch;
-};
+using Case = testing::NvrtcCase;
 
 class FlashFwdNvrtcTest : public ::testing::TestWithParam<Case> {};
 
@@ -28,15 +24,7 @@ TEST_P(FlashFwdNvrtcTest, EveryVariantCompiles) {
   RecordProperty("spilling", spilling);
 }
 
-INSTANTIATE_TEST_SUITE_P(Fwd, FlashFwdNvrtcTest,
-                         ::testing::Values(Case{DType::kF16, 64, "sm_80"}, Case{DType::kBF16, 64, "sm_80"},
-                                           Case{DType::kF16, 128, "sm_80"}, Case{DType::kBF16, 128, "sm_80"},
-                                           Case{DType::kF16, 64, "sm_90a"}, Case{DType::kBF16, 64, "sm_90a"},
-                                           Case{DType::kF16, 128, "sm_90a"}, Case{DType::kBF16, 128, "sm_90a"}),
-                         [](const auto& param_info) {
-                           return std::string(to_string(param_info.param.dtype)) + "_d" +
-                                  std::to_string(param_info.param.head_dim) + "_" + param_info.param.arch;
-                         });
+INSTANTIATE_TEST_SUITE_P(Fwd, FlashFwdNvrtcTest, testing::nvrtc_cases(), testing::nvrtc_case_name);
 
 TEST(PtxasUsageTest, ReadsRegistersAndSpills) {
   CompileResult r;

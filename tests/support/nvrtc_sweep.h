@@ -56,4 +56,23 @@ inline SweepSummary compile_sweep(const std::vector<Variant>& variants, DType dt
   return summary;
 }
 
+// The cases every kernel's NVRTC test runs: fp16 and bf16, head dims 64 and
+// 128, sm_80 and sm_90a; with a readable test name.
+struct NvrtcCase {
+  DType dtype;
+  int head_dim;
+  const char* arch;
+};
+
+inline auto nvrtc_cases() {
+  return ::testing::Values(NvrtcCase{DType::kF16, 64, "sm_80"}, NvrtcCase{DType::kBF16, 64, "sm_80"},
+                           NvrtcCase{DType::kF16, 128, "sm_80"}, NvrtcCase{DType::kBF16, 128, "sm_80"},
+                           NvrtcCase{DType::kF16, 64, "sm_90a"}, NvrtcCase{DType::kBF16, 64, "sm_90a"},
+                           NvrtcCase{DType::kF16, 128, "sm_90a"}, NvrtcCase{DType::kBF16, 128, "sm_90a"});
+}
+
+inline std::string nvrtc_case_name(const ::testing::TestParamInfo<NvrtcCase>& info) {
+  return std::string(to_string(info.param.dtype)) + "_d" + std::to_string(info.param.head_dim) + "_" + info.param.arch;
+}
+
 }  // namespace attune::testing
