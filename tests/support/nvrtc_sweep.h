@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <iostream>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,6 +64,12 @@ struct NvrtcCase {
   int head_dim;
   const char* arch;
 };
+
+// How GoogleTest prints a case (else as raw bytes, pointer included).
+// NOLINTNEXTLINE(readability-identifier-naming)
+inline void PrintTo(const NvrtcCase& c, std::ostream* out) {
+  *out << to_string(c.dtype) << " d" << c.head_dim << " " << c.arch;
+}
 
 inline auto nvrtc_cases() {
   return ::testing::Values(NvrtcCase{DType::kF16, 64, "sm_80"}, NvrtcCase{DType::kBF16, 64, "sm_80"},
