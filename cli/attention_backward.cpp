@@ -145,12 +145,12 @@ void run_backward(const AttentionOptions& o, std::optional<Backend> backend, con
   std::optional<Runtime> runtime;
   if (backend) runtime.emplace(RuntimeOptions{.backend = *backend});
   const ForwardState fwd = forward_state(o, backend, runtime ? &*runtime : nullptr, p, in);
-  if (!backend) {
+  if (backend && runtime) {
+    g = on_runtime(o, *backend, *runtime, p, in, d_o_bits, fwd);
+  } else {
     // Exact: the fp64 reference recomputes O and LSE from Q, K and V.
     const ReferenceGradients ref = reference_backward(p, in[0].data(), in[1].data(), in[2].data(), d_o_bits.data());
     g = {to_float32(ref.dq), to_float32(ref.dk), to_float32(ref.dv)};
-  } else {
-    g = on_runtime(o, *backend, *runtime, p, in, d_o_bits, fwd);
   }
   npy::write(o.dq_path, shapes[0], g.dq);
   npy::write(o.dk_path, shapes[1], g.dk);
@@ -160,6 +160,7 @@ void run_backward(const AttentionOptions& o, std::optional<Backend> backend, con
     std::vector<int64_t> o_shape = shapes[0];
     o_shape.back() = p.head_dim_v;
     std::vector<float> values;
+    values.reserve(fwd.o.size());
     for (std::uint16_t bits : fwd.o) values.push_back(bits_to_float(p.dtype, bits));
     npy::write(o.out_path, o_shape, values);
   }

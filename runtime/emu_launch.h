@@ -14,8 +14,8 @@ namespace attune {
 // The emulator runs any block that fits in host memory; these are the limits
 // it checks variants against (256 KiB of shared memory per block).
 inline const ArchLimits& emulator_limits() {
-  static const ArchLimits limits{.name = "the emulator", .max_shared_bytes = 256 * 1024};
-  return limits;
+  static const ArchLimits kLimits{.name = "the emulator", .max_shared_bytes = 256 * 1024};
+  return kLimits;
 }
 
 inline void launch_on_emulator(const Variant& variant, DType dtype, emu::Emulator& emulator, const LaunchConfig& config,

@@ -81,12 +81,12 @@ LaunchConfig flash_decode_launch(const AttentionProblem& p, const Variant& v, in
 }
 
 const Variant& decode_combine_variant() {
-  static const Variant combine = [] {
+  static const Variant kCombine = [] {
     const KernelSpec* spec = find_kernel_spec("flash_decode_combine");
     if (spec == nullptr) throw Error("decode: the flash_decode_combine kernel is not in this build");
     return Variant{spec, {spec->tunables.front().values.front()}};
   }();
-  return combine;
+  return kCombine;
 }
 
 FlashDecodeCombineParams flash_decode_combine_params(const AttentionProblem& p, const AttentionBuffers& b, int splits,

@@ -149,43 +149,14 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
 
   float acc[Config::kMTiles][Config::kDTiles][4];
   RowState<Config> state;
-  ATTUNE_UNROLL
-  for (int mt = 0; mt < Config::kMTiles; ++mt) {
-    ATTUNE_UNROLL
-    for (int half = 0; half < 2; ++half) {
-      state.m[mt][half] = -dev::infinity();
-      state.l[mt][half] = 0.0f;
-    }
-    ATTUNE_UNROLL
-    for (int dt = 0; dt < Config::kDTiles; ++dt) {
-      ATTUNE_UNROLL
-      for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.0f;
-    }
-  }
+  flash_detail::init_row_state<Config>(acc, state);
 
   if (n_begin < n_end) {
     flash_detail::load_tile<Config, Config::kBlockM>(q_s, q_rows, p.q_row_stride, q_len - row0, p.head_dim_k,
                                                      vectorized);
     dev::cp_async::commit();
-    for (i64 n = n_begin; n < n_begin + Config::kStages - 1; ++n) issue(n);
-    for (i64 n = n_begin; n < n_end; ++n) {
-      issue(n + Config::kStages - 1);
-      dev::cp_async::wait<Config::kStages - 1>();  // tile n (and Q) landed
-      dev::block::sync();
-      const i32 stage = static_cast<i32>(n % Config::kStages);
-      const i64 key0 = n * Config::kBlockN;
-      // Every valid row of the block sees every key of the tile: no mask.
-      const bool unmasked = key0 >= last.begin && key0 + Config::kBlockN <= first.end;
-      if (unmasked) {
-        flash_detail::attend_tile<Config, false>(q_s, k_s + stage * Config::kTileElems,
-                                                 v_s + stage * Config::kTileElems, acc, state, tile_mask, row0, key0,
-                                                 q_len, k_len);
-      } else {
-        flash_detail::attend_tile<Config, true>(q_s, k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems,
-                                                acc, state, tile_mask, row0, key0, q_len, k_len);
-      }
-      dev::block::sync();  // the stage is overwritten next
-    }
+    flash_detail::attend_key_tiles<Config>(q_s, k_s, v_s, acc, state, tile_mask, row0, n_begin, n_end, first, last,
+                                           q_len, k_len, issue);
   }
 
   if (!flash_detail::merge_row_states<Config>(acc, state)) return;

@@ -202,6 +202,54 @@ ATTUNE_DEVICE void attend_tile(const u16* q_s, const u16* k_s, const u16* v_s,
   }
 }
 
+// Empty row states and output accumulators: m = -inf, l = 0, u = 0.
+template <class Config>
+ATTUNE_DEVICE void init_row_state(float (&acc)[Config::kMTiles][Config::kDTiles][4], RowState<Config>& state) {
+  ATTUNE_UNROLL
+  for (int mt = 0; mt < Config::kMTiles; ++mt) {
+    ATTUNE_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      state.m[mt][half] = -dev::infinity();
+      state.l[mt][half] = 0.0f;
+    }
+    ATTUNE_UNROLL
+    for (int dt = 0; dt < Config::kDTiles; ++dt) {
+      ATTUNE_UNROLL
+      for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.0f;
+    }
+  }
+}
+
+// The key loop of a block whose Q tile copy has been issued and committed:
+// K/V tiles [n_begin, n_end) stream through kStages shared buffers, `issue(n)`
+// copying tile n into its stage (and committing a possibly empty group, so the
+// count stays uniform); each tile is attended once it has landed, without the
+// mask when every row of the block (whose visible keys run from `first` to
+// `last`) sees all of it.
+template <class Config, class Issue>
+ATTUNE_DEVICE void attend_key_tiles(const u16* q_s, const u16* k_s, const u16* v_s,
+                                    float (&acc)[Config::kMTiles][Config::kDTiles][4], RowState<Config>& state,
+                                    const TileMask& mask, i64 row0, i64 n_begin, i64 n_end, const KeyBounds& first,
+                                    const KeyBounds& last, i64 q_len, i64 k_len, const Issue& issue) {
+  for (i64 n = n_begin; n < n_begin + Config::kStages - 1; ++n) issue(n);
+  for (i64 n = n_begin; n < n_end; ++n) {
+    issue(n + Config::kStages - 1);
+    dev::cp_async::wait<Config::kStages - 1>();  // tile n (and Q) landed
+    dev::block::sync();
+    const i32 stage = static_cast<i32>(n % Config::kStages);
+    const i64 key0 = n * Config::kBlockN;
+    const u16* k_tile = k_s + stage * Config::kTileElems;
+    const u16* v_tile = v_s + stage * Config::kTileElems;
+    // Every valid row of the block sees every key of the tile: no mask.
+    if (key0 >= last.begin && key0 + Config::kBlockN <= first.end) {
+      attend_tile<Config, false>(q_s, k_tile, v_tile, acc, state, mask, row0, key0, q_len, k_len);
+    } else {
+      attend_tile<Config, true>(q_s, k_tile, v_tile, acc, state, mask, row0, key0, q_len, k_len);
+    }
+    dev::block::sync();  // the stage is overwritten next
+  }
+}
+
 // After the key loop: completes each row's normalizer over its quad and,
 // with kWarpsN > 1, merges the (m, l, u) of the warps holding other keys of
 // the same rows into the warp with warp_n == 0, through shared memory (the

@@ -205,7 +205,7 @@ std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shar
               const AttentionProblem problem =
                   make_problem(std::vector<std::int64_t>{b, s, h, d}, std::vector<std::int64_t>{b, s, h, d},
                                std::vector<std::int64_t>{b, s, h, d}, {.dtype = dtype, .mask = mask});
-              const Op op = *parse_op(spec.op);
+              const Op op = parse_op(spec.op).value_or(Op::kForward);
               const Variant heuristic = heuristic_variant(spec.op, dtype, d, d, arch);
               for (const Variant& v : sweep_variants(spec, dtype, d, arch, heuristic)) {
                 tasks.push_back({problem, v, 0, op});

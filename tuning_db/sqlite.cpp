@@ -182,7 +182,7 @@ std::optional<std::string> Statement::optional_text(int column) const {
 }
 
 Transaction::Transaction(Connection& conn, Kind kind) : conn_(conn) {
-  conn_.exec(kind == Kind::immediate ? "BEGIN IMMEDIATE" : "BEGIN");
+  conn_.exec(kind == Kind::kImmediate ? "BEGIN IMMEDIATE" : "BEGIN");
 }
 
 Transaction::~Transaction() {

@@ -151,8 +151,8 @@ class Transaction {
  public:
   // Immediate: takes the write lock at once (every write). Read: a deferred
   // transaction that only reads, so several statements see one snapshot.
-  enum class Kind { immediate, read };
-  explicit Transaction(Connection& conn, Kind kind = Kind::immediate);
+  enum class Kind { kImmediate, kRead };
+  explicit Transaction(Connection& conn, Kind kind = Kind::kImmediate);
   ~Transaction();
   Transaction(const Transaction&) = delete;
   Transaction& operator=(const Transaction&) = delete;

@@ -149,7 +149,7 @@ std::vector<BestRow> read_best(sqlite::Statement& query) {
 // The version and the tables it is compared with, read in one snapshot:
 // another process may be creating the schema between two separate reads.
 void check_schema_snapshot(sqlite::Connection& conn) {
-  sqlite::Transaction snapshot(conn, sqlite::Transaction::Kind::read);
+  sqlite::Transaction snapshot(conn, sqlite::Transaction::Kind::kRead);
   check_schema_version(conn, read_schema_version(conn));
   snapshot.commit();
 }

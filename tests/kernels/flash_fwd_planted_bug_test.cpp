@@ -3,6 +3,8 @@
 // emulator must report the race; the real kernel runs clean on the same input.
 #include <gtest/gtest.h>
 
+#include <bit>
+
 #include "emulator/emulator.h"
 #include "flash_fwd_missing_barrier.cuh"
 #include "runtime/flash_fwd_params.h"
@@ -28,14 +30,15 @@ TEST(FlashFwdPlantedBugTest, MissingBarrierBetweenStagesIsARace) {
       flash_fwd_launch(p, 64, Tunables::threads(32, 64, 32, 4, 1, 2), Tunables::shared_bytes(32, 64, 32, 4, 1, 2));
   EXPECT_NO_THROW(emulator.launch(&flash_fwd<32, 64, 32, 4, 1, 2, Bf16>, config, params));
   try {
-    emulator.launch(&flash_fwd_missing_barrier<32, 64, 32, 4, 1, 2, Bf16>, config, params);
+    // The mutant's params type is its own copy of FlashFwdParams (same layout).
+    emulator.launch(&flash_fwd_missing_barrier::flash_fwd<32, 64, 32, 4, 1, 2, Bf16>, config,
+                    std::bit_cast<flash_fwd_missing_barrier::FlashFwdParams>(params));
     FAIL() << "the missing barrier was not reported";
   } catch (const emu::KernelFault& fault) {
     ASSERT_FALSE(fault.reports().empty());
     EXPECT_TRUE(fault.has(emu::BugKind::kSharedRace) || fault.has(emu::BugKind::kAsyncCopyReadBeforeWait))
         << fault.what();
-    // The racing write is the refill of the stage: the shared tile loader.
-    EXPECT_NE(fault.reports().front().site.find("templates/flash_tile.cuh"), std::string::npos)
+    EXPECT_NE(fault.reports().front().site.find("flash_fwd_missing_barrier.cuh"), std::string::npos)
         << fault.reports().front().to_string();
   }
 }

@@ -27,8 +27,9 @@ constexpr int kPlantedValues[] = {32, 64, 32, 4, 1, 2};
 bool launch_planted(DType dtype, std::span<const int> values, emu::Emulator& emulator, const LaunchConfig& config,
                     const void* params) {
   if (dtype != DType::kBF16 || !std::equal(values.begin(), values.end(), std::begin(kPlantedValues))) return false;
-  emulator.launch(&flash_fwd_first_tile_only<32, 64, 32, 4, 1, 2, Bf16>, config,
-                  *static_cast<const FlashFwdParams*>(params));
+  // The mutant's params type is its own copy of FlashFwdParams (same layout).
+  emulator.launch(&flash_fwd_first_tile_only::flash_fwd<32, 64, 32, 4, 1, 2, Bf16>, config,
+                  *static_cast<const flash_fwd_first_tile_only::FlashFwdParams*>(params));
   return true;
 }
 
