@@ -99,9 +99,8 @@ bool overlaps(const ByteSpan& a, const ByteSpan& b) {
   return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end;
 }
 
-void check_paged_options(const ProblemOptions& o, bool packed, std::span<const int64_t> q_shape,
-                         std::span<const int64_t> k_shape, std::span<const int64_t> v_shape) {
-  if (packed) reject("paged KV cache", "cu_seqlens given too", "a paged cache with dense [B, Sq, Hq, Dk] queries");
+void check_paged_options(const ProblemOptions& o, std::span<const int64_t> q_shape, std::span<const int64_t> k_shape,
+                         std::span<const int64_t> v_shape) {
   if (o.page_size < 1) reject("page size", str(o.page_size), "a page size >= 1 with a block table");
   if (o.block_table.empty()) reject("block table", "empty", "a block table [B, max_pages] with a page size");
   for (const auto& [name, shape] : {std::pair{"K", k_shape}, std::pair{"V", v_shape}}) {
@@ -215,6 +214,10 @@ AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const 
     reject("cu_seqlens", options.cu_seqlens_q.empty() ? "only cu_seqlens_k" : "only cu_seqlens_q",
            "both cu_seqlens_q and cu_seqlens_k for packed variable-length input");
   }
+  const bool paged = options.page_size != 0 || !options.block_table.empty();
+  if (paged && packed) {
+    reject("paged KV cache", "cu_seqlens given too", "a paged cache with dense [B, Sq, Hq, Dk] queries");
+  }
   const std::size_t rank = packed ? 3 : 4;
   const char* layout = packed ? "[T, H, D] (packed, with cu_seqlens)" : "[B, S, H, D]";
   const std::array<std::pair<const char*, std::span<const int64_t>>, 3> tensors = {
@@ -230,8 +233,7 @@ AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const 
     }
   }
   const std::size_t o = packed ? 0 : 1;  // offset of the sequence axis
-  const bool paged = options.page_size != 0 || !options.block_table.empty();
-  if (paged) check_paged_options(options, packed, q_shape, k_shape, v_shape);
+  if (paged) check_paged_options(options, q_shape, k_shape, v_shape);
   if (!packed && !paged && (k_shape[0] != q_shape[0] || v_shape[0] != q_shape[0])) {
     reject("batch size", "Q " + str(q_shape[0]) + ", K " + str(k_shape[0]) + ", V " + str(v_shape[0]),
            "Q, K and V to share B");

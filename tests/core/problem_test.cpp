@@ -239,6 +239,78 @@ TEST(ProblemTest, RejectsOutputsOverlappingInputs) {
   EXPECT_NO_THROW(validate(p, b));
 }
 
+// Paged KV caches: K and V are page pools, keys reached through a block table.
+TEST(ProblemTest, PagedCacheSizesAndExtents) {
+  // Two sequences, pages of 4 keys, 3 pages each, a pool of 7 pages.
+  const AttentionProblem p = dense({2, 1, 4, 8}, {7, 4, 2, 8}, {7, 4, 2, 6},
+                                   {.seqlens_k = {12, 5}, .block_table = {6, 0, 3, 2, 5, 1}, .page_size = 4});
+  EXPECT_TRUE(p.is_paged());
+  EXPECT_EQ(p.max_pages(), 3);
+  EXPECT_EQ(p.seqlen_k, 12);  // max_pages x page_size
+  EXPECT_EQ(p.num_pages, 7);
+  EXPECT_EQ(p.k_strides.batch, 4 * 2 * 8);  // one page
+  EXPECT_EQ(k_extent(p), 7 * 4 * 2 * 8);
+  EXPECT_EQ(v_extent(p), 7 * 4 * 2 * 6);
+}
+
+TEST(ProblemTest, RejectsBadPagedCaches) {
+  const Shape q = {2, 1, 4, 8}, pool_k = {7, 4, 2, 8}, pool_v = {7, 4, 2, 8};
+  expect_rejected(
+      [&] {
+        dense(q, pool_k, pool_v, {.block_table = {6, 0, 3, 2, 5, 7}, .page_size = 4});
+      },
+      {"block_table[1, 2]", "got 7", "[0, 7)"});
+  // Only the pages that hold keys are read, so only they are checked.
+  EXPECT_NO_THROW(dense(q, pool_k, pool_v, {.seqlens_k = {12, 5}, .block_table = {6, 0, 3, 2, 5, -1}, .page_size = 4}));
+  expect_rejected(
+      [&] {
+        dense(q, pool_k, pool_v, {.block_table = {6, 0, 3, 2, 5}, .page_size = 4});
+      },
+      {"block table", "B x max_pages"});
+  expect_rejected(
+      [&] {
+        dense(q, pool_k, pool_v, {.block_table = {0, 1}, .page_size = 8});
+      },
+      {"K page pool", "page_size = 8"});
+  expect_rejected([&] { dense(q, pool_k, pool_v, {.block_table = {0, 1}}); }, {"page size", "got 0"});
+  expect_rejected(
+      [&] {
+        dense(q, pool_k, pool_v, {.seqlens_k = {13, 1}, .block_table = {0, 1, 2, 3, 4, 5}, .page_size = 4});
+      },
+      {"seqlens_k[0]", "at most 12", "max_pages x page_size"});
+  expect_rejected(
+      [&] {
+        make_problem(Shape{4, 2, 8}, pool_k, pool_v,
+                     {.cu_seqlens_q = {0, 4}, .cu_seqlens_k = {0, 4}, .block_table = {0}, .page_size = 4});
+      },
+      {"paged KV cache", "dense"});
+}
+
+TEST(ProblemTest, UnpagingGathersEachSequencesKeysInOrder) {
+  // Pool element (page, row, head, d) holds 1000 page + 100 row + 10 head + d.
+  const AttentionProblem p = dense({2, 1, 2, 3}, {5, 2, 2, 3}, {5, 2, 2, 3},
+                                   {.seqlens_k = {3, 2}, .block_table = {4, 1, 0, 3}, .page_size = 2});
+  std::vector<std::uint16_t> pool(static_cast<std::size_t>(k_extent(p)));
+  for (int64_t page = 0; page < 5; ++page)
+    for (int64_t row = 0; row < 2; ++row)
+      for (int64_t h = 0; h < 2; ++h)
+        for (int64_t d = 0; d < 3; ++d)
+          pool[static_cast<std::size_t>(element_offset(p.k_strides, page, row, h) + d)] =
+              static_cast<std::uint16_t>(1000 * page + 100 * row + 10 * h + d);
+  const UnpagedKv c = unpage_kv(p, pool.data(), pool.data());
+  EXPECT_FALSE(c.problem.is_paged());
+  EXPECT_EQ(c.problem.seqlen_k, 4);
+  const auto at = [&](int64_t b, int64_t j, int64_t h, int64_t d) {
+    return c.k[static_cast<std::size_t>(element_offset(c.problem.k_strides, b, j, h) + d)];
+  };
+  EXPECT_EQ(at(0, 0, 1, 2), 4012);  // sequence 0: pages 4, 1
+  EXPECT_EQ(at(0, 1, 0, 0), 4100);
+  EXPECT_EQ(at(0, 2, 1, 1), 1011);
+  EXPECT_EQ(at(0, 3, 0, 0), 0);    // past its 3 keys: zero
+  EXPECT_EQ(at(1, 1, 0, 2), 102);  // sequence 1: page 0
+  EXPECT_EQ(at(1, 2, 0, 0), 0);    // past its 2 keys (page 3 is never read)
+}
+
 TEST(MaskTest, VisibleKeysFollowGlobalPositions) {
   const auto range = [](const Mask& m, int64_t i, int64_t sq, int64_t sk) {
     const KeyRange r = visible_keys(m, i, sq, sk);
