@@ -13,7 +13,7 @@ struct ExplainOptions {
   long long batch = 1, seqlen_q = 0, seqlen_k = 0, heads_q = 1, heads_kv = 1, dk = 0, dv = 0;
   std::string causal, window;
   std::string db_path;
-  std::string op = "fwd";  // fwd or decode (--seqlen-k is then the cache length)
+  std::string op = "fwd";  // fwd, bwd or decode (--seqlen-k is then the cache length)
   int splits = 0;          // decode: as asked; 0: the dispatcher's
 };
 

@@ -17,7 +17,7 @@ CLI::App* add_variants_command(CLI::App& app, VariantsOptions& o) {
   CLI::App* variants = app.add_subcommand("variants", "Inspect the kernel variant space");
   variants->require_subcommand(1);
   CLI::App* list = variants->add_subcommand("list", "Print the valid variants of a problem class on an architecture");
-  list->add_option("--op", o.op, "Operation: fwd or decode")->capture_default_str();
+  list->add_option("--op", o.op, "Operation: fwd, decode or bwd")->capture_default_str();
   list->add_option("--dtype", o.dtype, "Storage dtype: fp16 or bf16")->capture_default_str();
   list->add_option("--dk", o.dk, "Head dim of Q and K (1..256)")->required()->check(CLI::Range(1, 256));
   list->add_option("--dv", o.dv, "Head dim of V (1..256)")->required()->check(CLI::Range(1, 256));
