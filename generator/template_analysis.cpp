@@ -325,19 +325,38 @@ class TemplateVisitor : public RecursiveASTVisitor<TemplateVisitor> {
     return true;
   }
 
+  // The record's public bases with a definition, so that tunable spaces
+  // sharing their lists (kernels with the same launch shape) can inherit them.
+  static std::vector<const CXXRecordDecl*> bases_of(const CXXRecordDecl* record) {
+    std::vector<const CXXRecordDecl*> out;
+    for (const CXXBaseSpecifier& base : record->bases()) {
+      if (const CXXRecordDecl* b = base.getType()->getAsCXXRecordDecl(); b != nullptr && b->hasDefinition()) {
+        out.push_back(b->getDefinition());
+      }
+    }
+    return out;
+  }
+
   static const VarDecl* member(const CXXRecordDecl* record, const std::string& name) {
     for (const Decl* d : record->decls()) {
       if (const auto* var = dyn_cast<VarDecl>(d)) {
         if (var->getNameAsString() == name) return var;
       }
     }
+    for (const CXXRecordDecl* base : bases_of(record)) {
+      if (const VarDecl* var = member(base, name)) return var;
+    }
     return nullptr;
   }
 
   static bool has_method(const CXXRecordDecl* record, const std::string& name, std::size_t arity) {
-    return std::any_of(record->method_begin(), record->method_end(), [&](const CXXMethodDecl* m) {
+    const bool own = std::any_of(record->method_begin(), record->method_end(), [&](const CXXMethodDecl* m) {
       return m->getNameAsString() == name && m->isStatic() && m->isConstexpr() && m->getNumParams() == arity;
     });
+    if (own) return true;
+    const std::vector<const CXXRecordDecl*> bases = bases_of(record);
+    return std::any_of(bases.begin(), bases.end(),
+                       [&](const CXXRecordDecl* base) { return has_method(base, name, arity); });
   }
 
   std::vector<int> ints_of(const VarDecl* var) const {

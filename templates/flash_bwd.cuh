@@ -581,13 +581,7 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
 }
 
 // One warp per query row of one head.
-struct FlashBwdPreprocessTunables {
-  static constexpr int kWarps[] = {4};  // rows per block
-  static constexpr const char* kIdKeys[] = {"w"};
-  ATTUNE_HOST_DEVICE static constexpr int threads(int warps) { return warps * kWarpSize; }
-  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int /*warps*/) { return 0; }
-  ATTUNE_HOST_DEVICE static constexpr bool valid(int warps) { return warps >= 1 && warps <= 32; }
-};
+struct FlashBwdPreprocessTunables : WarpPerRowTunables {};
 
 // Grid: (ceil(most query rows of a sequence / kWarps), Hq, B); block:
 // kWarps x 32 threads. D_i = dO_i . O_i in fp32 from the stored O and dO;
@@ -617,13 +611,7 @@ ATTUNE_KERNEL void flash_bwd_preprocess(FlashBwdParams p) {
 }
 
 // One warp per query row of one head.
-struct FlashBwdDqConvertTunables {
-  static constexpr int kWarps[] = {4};  // rows per block
-  static constexpr const char* kIdKeys[] = {"w"};
-  ATTUNE_HOST_DEVICE static constexpr int threads(int warps) { return warps * kWarpSize; }
-  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int /*warps*/) { return 0; }
-  ATTUNE_HOST_DEVICE static constexpr bool valid(int warps) { return warps >= 1 && warps <= 32; }
-};
+struct FlashBwdDqConvertTunables : WarpPerRowTunables {};
 
 // Grid: (ceil(most query rows of a sequence / kWarps), Hq, B); block:
 // kWarps x 32 threads. dQ = scale x the atomic accumulator, or scale x the

@@ -256,13 +256,7 @@ struct FlashDecodeCombineParams {
   i32 splits;
 };
 
-struct FlashDecodeCombineTunables {
-  static constexpr int kWarps[] = {4};  // rows per block
-  static constexpr const char* kIdKeys[] = {"w"};
-  ATTUNE_HOST_DEVICE static constexpr int threads(int warps) { return warps * kWarpSize; }
-  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int /*warps*/) { return 0; }
-  ATTUNE_HOST_DEVICE static constexpr bool valid(int warps) { return warps >= 1 && warps <= 32; }
-};
+struct FlashDecodeCombineTunables : WarpPerRowTunables {};
 
 // Grid: (ceil(B x Hq x Sq / kWarps)); block: kWarps x 32 threads.
 template <int kWarps, class DType>

@@ -32,6 +32,17 @@ struct TileConfig {
   static constexpr int kTileElems = kBlockN * kHeadDim;
 };
 
+// The tunable space of the small kernels that give one warp to each output
+// row (the decode combine, the backward's preprocess and dQ convert): rows
+// per block. Each kernel's Tunables struct derives from it.
+struct WarpPerRowTunables {
+  static constexpr int kWarps[] = {4};  // rows per block
+  static constexpr const char* kIdKeys[] = {"w"};
+  ATTUNE_HOST_DEVICE static constexpr int threads(int warps) { return warps * kWarpSize; }
+  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int /*warps*/) { return 0; }
+  ATTUNE_HOST_DEVICE static constexpr bool valid(int warps) { return warps >= 1 && warps <= 32; }
+};
+
 namespace flash_detail {
 
 // Copies a tile of `rows` x kHeadDim elements into shared memory (row pitch

@@ -23,13 +23,6 @@ struct BackwardInputs {
   std::vector<float> lse;
 };
 
-std::vector<std::uint16_t> random_bits(std::int64_t count, DType dtype, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0F, 1.0F);
-  std::vector<std::uint16_t> out(static_cast<std::size_t>(count));
-  for (auto& x : out) x = float_to_bits(dtype, normal(rng));
-  return out;
-}
-
 BackwardInputs random_inputs(const AttentionProblem& p, unsigned seed) {
   std::mt19937 rng(seed);
   BackwardInputs in;
@@ -75,6 +68,8 @@ ReferenceGradients run_backward(Runtime& runtime, const Task& task, const Attent
   for (std::uint16_t b : dv) g.dv.push_back(bits_to_float(p.dtype, b));
   return g;
 }
+
+}  // namespace
 
 // The gate: a small instance of the problem class (odd sizes, two heads at
 // most) against the fp64 reference backward with FlashAttention's rule.
@@ -137,30 +132,6 @@ Timing time_backward(Runtime& runtime, const Task& task, const TuneOptions& o) {
         task.variant, p,
         {d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), static_cast<const float*>(d.at(5)), d.at(6), d.at(7), d.at(8)});
   });
-}
-
-}  // namespace
-
-Measurement measure_backward(Runtime& runtime, const Task& task, const TuneOptions& options) {
-  Measurement m;
-  try {
-    double max_error = 0;
-    std::string why;
-    m.ok = passes_backward_gate(runtime, task, &max_error, &why);
-    m.max_error = max_error;
-    if (!m.ok) {
-      m.error = "wrong result: " + why;
-      return m;
-    }
-    const Timing t = time_backward(runtime, task, options);
-    m.median_ms = t.median_ms;
-    m.spread_ms = t.spread_ms;
-    m.tflops = backward_flops(task.problem) / (t.median_ms * 1e-3) / 1e12;
-  } catch (const Error& e) {
-    m.ok = false;
-    m.error = e.what();
-  }
-  return m;
 }
 
 }  // namespace attune::tuner

@@ -1,9 +1,13 @@
-// Timing and the per-operation measurements of the tuner (internal to
-// tuner/): the forward and decode paths live in tuner.cpp, the backward's in
-// backward_task.cpp; both time with time_runs.
+// Pieces of the tuner's measure() shared across its files (internal to
+// tuner/): the forward and decode gate and timing live in tuner.cpp, the
+// backward's in backward_task.cpp; both time with time_runs.
 #pragma once
 
+#include <cstdint>
 #include <functional>
+#include <random>
+#include <string>
+#include <vector>
 
 #include "tuner/tuner.h"
 
@@ -19,9 +23,13 @@ struct Timing {
 // the cuda backend, wall-clock time on the emulator.
 Timing time_runs(Runtime& runtime, const TuneOptions& options, const std::function<void(int)>& run);
 
-// measure() of a backward task: the gate against the fp64 reference backward
-// with FlashAttention's gradient rule, then timing; TFLOP/s with
-// backward_flops (2.5 x the forward's).
-Measurement measure_backward(Runtime& runtime, const Task& task, const TuneOptions& options);
+// Normal random values rounded to the storage dtype, as bit patterns.
+std::vector<std::uint16_t> random_bits(std::int64_t count, DType dtype, std::mt19937& rng);
+
+// The backward task's parts of measure(): the gate against the fp64
+// reference backward with FlashAttention's gradient rule, and the timing
+// (with the forward's O and LSE).
+bool passes_backward_gate(Runtime& runtime, const Task& task, double* max_error, std::string* why);
+Timing time_backward(Runtime& runtime, const Task& task, const TuneOptions& options);
 
 }  // namespace attune::tuner

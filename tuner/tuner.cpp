@@ -9,6 +9,7 @@
 #include "reference/accuracy.h"
 #include "runtime/compiler_service.h"
 #include "runtime/cuda_driver.h"
+#include "runtime/flash_bwd_params.h"
 #include "runtime/nvrtc_compiler.h"
 #include "runtime/problem_key.h"
 #include "tuner/timing.h"
@@ -16,13 +17,6 @@
 namespace attune::tuner {
 
 namespace {
-
-std::vector<std::uint16_t> random_bits(std::int64_t count, DType dtype, std::mt19937& rng) {
-  std::normal_distribution<float> normal(0.0F, 1.0F);
-  std::vector<std::uint16_t> out(static_cast<std::size_t>(count));
-  for (auto& x : out) x = float_to_bits(dtype, normal(rng));
-  return out;
-}
 
 struct Inputs {
   std::vector<std::uint16_t> q, k, v;
@@ -130,6 +124,13 @@ Timing time_task(Runtime& runtime, const Task& task, const TuneOptions& o) {
 
 }  // namespace
 
+std::vector<std::uint16_t> random_bits(std::int64_t count, DType dtype, std::mt19937& rng) {
+  std::normal_distribution<float> normal(0.0F, 1.0F);
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(count));
+  for (auto& x : out) x = float_to_bits(dtype, normal(rng));
+  return out;
+}
+
 Timing time_runs(Runtime& runtime, const TuneOptions& o, const std::function<void(int)>& run) {
   std::vector<double> times;
   for (int r = 0; r < o.warmup + o.repetitions; ++r) {
@@ -148,21 +149,23 @@ Timing time_runs(Runtime& runtime, const TuneOptions& o, const std::function<voi
 }
 
 Measurement measure(Runtime& runtime, const Task& task, const TuneOptions& options) {
-  if (task.op == Op::kBackward) return measure_backward(runtime, task, options);
+  const bool backward = task.op == Op::kBackward;
   Measurement m;
   try {
     double max_error = 0;
     std::string why;
-    m.ok = passes_gate(runtime, task, &max_error, &why);
+    m.ok =
+        backward ? passes_backward_gate(runtime, task, &max_error, &why) : passes_gate(runtime, task, &max_error, &why);
     m.max_error = max_error;
     if (!m.ok) {
       m.error = "wrong result: " + why;
       return m;
     }
-    const Timing t = time_task(runtime, task, options);
+    const Timing t = backward ? time_backward(runtime, task, options) : time_task(runtime, task, options);
     m.median_ms = t.median_ms;
     m.spread_ms = t.spread_ms;
-    m.tflops = forward_flops(task.problem) / (t.median_ms * 1e-3) / 1e12;
+    const double flops = backward ? backward_flops(task.problem) : forward_flops(task.problem);
+    m.tflops = flops / (t.median_ms * 1e-3) / 1e12;
   } catch (const Error& e) {
     // A variant that cannot run (or that the emulator finds a bug in) is a
     // failed measurement: recorded, never best, and the sweep goes on.
