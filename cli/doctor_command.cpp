@@ -8,7 +8,7 @@
 #include "generator/kernel_registry.h"
 #include "runtime/cuda_driver.h"
 #include "runtime/kernel_cache.h"
-#include "runtime/nvrtc_compiler.h"
+#include "runtime/nvrtc_library.h"
 #include "tuning_db/tuning_db.h"
 
 namespace attune::cli {
@@ -19,7 +19,13 @@ CLI::App* add_doctor_command(CLI::App& app) {
 
 void run_doctor() {
   std::vector<std::string> missing;
-  std::printf("nvrtc:           %s\n", nvrtc_version().c_str());
+  if (std::string nvrtc_missing; nvrtc::available(&nvrtc_missing)) {
+    const nvrtc::Library& nvrtc = nvrtc::library();
+    std::printf("nvrtc:           %s (%s)\n", nvrtc.version.c_str(), nvrtc.path.c_str());
+  } else {
+    std::printf("nvrtc:           none (%s)\n", nvrtc_missing.c_str());
+    missing.push_back("NVRTC (to compile kernels)");
+  }
   for (const KernelSpec& k : kernel_specs()) {
     std::printf("kernel:          %s (template %s)\n", std::string(k.name).c_str(),
                 std::string(k.source_hash.substr(0, 16)).c_str());

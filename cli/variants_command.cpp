@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "generator/variants.h"
 #include "runtime/nvrtc_compiler.h"
+#include "runtime/nvrtc_library.h"
 
 namespace attune::cli {
 
@@ -39,6 +40,7 @@ void run_variants_list(const VariantsOptions& o) {
                 std::string(to_string(*dtype)).c_str(), o.dk, o.dv, arch.name.c_str());
     return;
   }
+  nvrtc::library();  // no NVRTC: one line here, before any worker starts
   std::vector<CompileResult> results(variants.size());
   std::atomic<std::size_t> next{0};
   const unsigned jobs = o.jobs > 0 ? static_cast<unsigned>(o.jobs) : std::max(1U, std::thread::hardware_concurrency());

@@ -4,6 +4,7 @@
 
 #include "core/error.h"
 #include "runtime/nvrtc_compiler.h"
+#include "runtime/nvrtc_library.h"
 
 namespace attune {
 
@@ -129,6 +130,9 @@ CompilerService::Result CompilerService::build(const CompileRequest& r, const Ca
 }
 
 std::shared_future<CompilerService::Result> CompilerService::compile(const CompileRequest& request) {
+  // No NVRTC is the caller's error, in the caller's thread (one line), not a
+  // failed compile remembered for this variant.
+  nvrtc::library();
   const CacheKey key = cache_key(request);
   const std::string digest = key.digest();
   const std::lock_guard<std::mutex> lock(mutex_);

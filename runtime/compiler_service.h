@@ -45,7 +45,9 @@ class CompilerService {
   CompilerService& operator=(const CompilerService&) = delete;
 
   using Result = std::shared_ptr<const CompiledKernel>;
-  // Starts (or joins) the compile of a request; every waiter gets the same result.
+  // Starts (or joins) the compile of a request; every waiter gets the same
+  // result. Throws nvrtc::NvrtcUnavailable (one line) when no NVRTC loads:
+  // the cache keys carry the NVRTC version, so nothing could be served.
   std::shared_future<Result> compile(const CompileRequest& request);
 
   // Everything that makes a binary different (design brief: cache key).

@@ -1,29 +1,30 @@
 #include "runtime/nvrtc_compiler.h"
 
-#include <nvrtc.h>
-
 #include <chrono>
 #include <regex>
+
+#include "runtime/nvrtc_library.h"
 
 namespace attune {
 
 namespace {
 
+constexpr int kSuccess = 0;  // NVRTC_SUCCESS
+
 // Frees the program however the compile ends.
 struct Program {
-  nvrtcProgram handle = nullptr;
+  const nvrtc::Library& nvrtc;
+  nvrtc::Library::Program handle = nullptr;
   ~Program() {
-    if (handle != nullptr) nvrtcDestroyProgram(&handle);
+    if (handle != nullptr) nvrtc.destroy_program(&handle);
   }
 };
 
 }  // namespace
 
 std::string nvrtc_version() {
-  int major = 0;
-  int minor = 0;
-  if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
-  return std::to_string(major) + "." + std::to_string(minor);
+  std::string why;
+  return nvrtc::available(&why) ? nvrtc::library().version : "none";
 }
 
 void parse_ptxas_usage(std::string_view log, CompileResult& result) {
@@ -41,32 +42,33 @@ CompileResult compile_with_nvrtc(std::string_view source, std::string_view progr
                                  std::string_view name_expression, std::string_view arch) {
   const auto start = std::chrono::steady_clock::now();
   CompileResult result;
-  Program program;
+  const nvrtc::Library& lib = nvrtc::library();
+  Program program{lib};
   const std::string src(source);
   const std::string name(program_name);
-  if (nvrtcCreateProgram(&program.handle, src.c_str(), name.c_str(), 0, nullptr, nullptr) != NVRTC_SUCCESS) {
+  if (lib.create_program(&program.handle, src.c_str(), name.c_str(), 0, nullptr, nullptr) != kSuccess) {
     result.log = "nvrtcCreateProgram failed";
     return result;
   }
   const std::string expression(name_expression);
-  nvrtcAddNameExpression(program.handle, expression.c_str());
+  lib.add_name_expression(program.handle, expression.c_str());
   const std::string arch_option = "--gpu-architecture=" + std::string(arch);
   const char* options[] = {"--std=c++20", arch_option.c_str(), "--ptxas-options=-v"};
-  const nvrtcResult status = nvrtcCompileProgram(program.handle, static_cast<int>(std::size(options)), options);
+  const int status = lib.compile_program(program.handle, static_cast<int>(std::size(options)), options);
   std::size_t log_size = 0;
-  nvrtcGetProgramLogSize(program.handle, &log_size);
+  lib.get_program_log_size(program.handle, &log_size);
   result.log.resize(log_size);
-  if (log_size > 0) nvrtcGetProgramLog(program.handle, result.log.data());
+  if (log_size > 0) lib.get_program_log(program.handle, result.log.data());
   while (!result.log.empty() && (result.log.back() == '\0' || result.log.back() == '\n')) result.log.pop_back();
-  if (status == NVRTC_SUCCESS) {
+  if (status == kSuccess) {
     const char* lowered = nullptr;
-    if (nvrtcGetLoweredName(program.handle, expression.c_str(), &lowered) == NVRTC_SUCCESS && lowered != nullptr) {
+    if (lib.get_lowered_name(program.handle, expression.c_str(), &lowered) == kSuccess && lowered != nullptr) {
       result.lowered_name = lowered;
     }
     std::size_t cubin_size = 0;
-    if (nvrtcGetCUBINSize(program.handle, &cubin_size) == NVRTC_SUCCESS && cubin_size > 0) {
+    if (lib.get_cubin_size(program.handle, &cubin_size) == kSuccess && cubin_size > 0) {
       result.cubin.resize(cubin_size);
-      nvrtcGetCUBIN(program.handle, result.cubin.data());
+      lib.get_cubin(program.handle, result.cubin.data());
     }
     result.ok = !result.cubin.empty() && !result.lowered_name.empty();
     if (!result.ok && result.log.empty()) result.log = "NVRTC produced no cubin (is the architecture a real sm_XX?)";

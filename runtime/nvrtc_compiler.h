@@ -22,10 +22,12 @@ struct CompileResult {
 
 // Compiles `source` for `arch` ("sm_80", "sm_90a", ...) and resolves
 // `name_expression` (e.g. "attune::flash_fwd<64, 64, 64, 4, 1, 2, attune::Bf16>").
+// Throws nvrtc::NvrtcUnavailable (one line naming where NVRTC was looked
+// for) when no NVRTC loads; a failed compile is a value.
 CompileResult compile_with_nvrtc(std::string_view source, std::string_view program_name,
                                  std::string_view name_expression, std::string_view arch);
 
-// "13.0", as the NVRTC library reports it.
+// "13.0", as the NVRTC library reports it; "none" when no NVRTC loads.
 std::string nvrtc_version();
 
 // Fills registers, spill_bytes and stack_bytes from a ptxas -v log.

@@ -1,30 +1,33 @@
 #!/usr/bin/env python3
-"""Checks and times attune's forward kernels on a GPU against PyTorch SDPA.
+"""The stages of tools/gpu_check.sh that need Python, and the binding's self-test.
 
 Usage:
-  gpu_check.py --attune BUILD/cli/attune --lib BUILD/runtime/libattune.so --out DIR
-  gpu_check.py --lib BUILD/runtime/libattune.so --selftest-emu   (no GPU: checks the ctypes binding)
+  gpu_check.py --bundle DIR --out DIR/raw --stage facts|ceilings|forward|decode|backward
+  gpu_check.py --bundle DIR --out DIR/raw --summary [--stage-results "facts=ok;..."]
+  gpu_check.py --lib libattune.so --selftest-emu      (no GPU: the ctypes binding on the emulator)
 
-Through the C API (libattune.so, ctypes) on torch's own device tensors, so
-attune and SDPA run on the same inputs in the same process:
-  1. correctness: attune's dispatched variant against an fp32 SDPA reference
-     (relative error, next to bf16 SDPA's own) on a few shapes;
-  2. timing, bf16, B*H*S chosen to fill the GPU, head dim 64 and 128, causal
-     and not: the heuristic variant, the best of a small sweep of listed
-     variants, and SDPA's flash and cuDNN backends where present. Median of
-     many runs after warm-up, inputs rotated among 4 sets (more than L2);
-  3. split-KV decode on a long cache (batch 1, 32k tokens, 8 KV heads, 64
-     query heads, d 128, bf16): correctness against fp32 SDPA, then the bytes
-     of K and V read per call over the time, against the device's measured
-     copy bandwidth (a large device-to-device copy), for the built-in split
-     count and a few others;
-  4. backward, bf16, d 64 and 128, causal and not: correctness of dQ, dK, dV
-     against fp32 autograd, then time against SDPA's backward (flash), TFLOP/s
-     from 2.5 times the forward's FLOPs;
-  5. DIR/report.md with TFLOP/s (4 * B * H * D * visible pairs) and ratios.
+Each stage writes OUT/STAGE.json (raw numbers) and OUT/STAGE.md (its report
+section). Through the C API (libattune.so, ctypes) on torch's own device
+tensors, so attune and SDPA run on the same inputs in the same process:
+  facts     device name, SMs, clocks, driver, memory; torch and CUDA versions;
+  ceilings  device-to-device copy bandwidth (read + write) and a bf16 GEMM
+            rate (torch.matmul, 8192^3), the ceilings every ratio is read against;
+  forward   attune's dispatched variant against fp32 SDPA (relative error next
+            to bf16 SDPA's own), then bf16 timing at d 64 and 128, causal and
+            not: the heuristic, the best of a small sweep of listed variants,
+            and SDPA's flash and cuDNN backends. Median of 20 runs after
+            warm-up, inputs rotated among 4 sets (more than L2);
+  decode    split-KV decode on a 32k-token cache (8 KV heads, 64 query heads,
+            d 128): correctness, then K and V bytes per second against the copy
+            bandwidth, for the built-in split count and a few others;
+  backward  dQ, dK, dV against fp32 autograd, then time against SDPA's flash
+            backward, TFLOP/s from 2.5 times the forward's FLOPs.
+FLOPs of a forward: 4 * B * H * D * visible pairs.
 """
 import argparse
+import concurrent.futures
 import ctypes
+import json
 import math
 import os
 import statistics
@@ -54,6 +57,11 @@ class Problem(ctypes.Structure):
 
 class Attune:
     def __init__(self, lib_path, backend):
+        # NVRTC may come from pip (site-packages/nvidia/cu*/lib): tell the
+        # library where this Python's site directories are.
+        if "ATTUNE_PYTHON_SITE" not in os.environ:
+            import site
+            os.environ["ATTUNE_PYTHON_SITE"] = ":".join(site.getsitepackages() + sys.path)
         self.lib = ctypes.CDLL(os.path.abspath(lib_path))
         lib = self.lib
         lib.attune_last_error.restype = ctypes.c_char_p
@@ -187,7 +195,11 @@ def selftest_emu(lib_path):
     return 0 if err < 2e-2 and decode_err < 2e-2 and bwd_err < 3e-2 else 1
 
 
+
+# ---------------------------------------------------------------- measuring
+
 def median_ms(fn, inputs, warmup=3, reps=20):
+    """Median and spread (max - min) in ms of `fn(*inputs[i % n])`, timed by device events."""
     import torch
     for i in range(warmup):
         fn(*inputs[i % len(inputs)])
@@ -208,26 +220,217 @@ def flops(b, h, s, d, causal):
     return 4.0 * b * h * d * pairs
 
 
-def listed(attune_bin, d):
-    out = subprocess.run([attune_bin, "variants", "list", "--dk", str(d), "--dv", str(d), "--arch", "sm_90a"],
+def tflops(fl, ms):
+    return fl / (ms * 1e-3) / 1e12 if ms and math.isfinite(ms) else float("nan")
+
+
+def device_arch():
+    import torch
+    major, minor = torch.cuda.get_device_capability()
+    return "sm_%d%d%s" % (major, minor, "a" if major in (9, 10) and minor == 0 else "")
+
+
+def listed(attune_bin, d, arch):
+    out = subprocess.run([attune_bin, "variants", "list", "--dk", str(d), "--dv", str(d), "--arch", arch],
                          capture_output=True, text=True, check=True).stdout
     return [line.split()[0] for line in out.splitlines() if line.startswith("flash_fwd/")]
 
 
-def copy_bandwidth(nbytes=1 << 30):
-    """Device-to-device copy: bytes read plus written per second, median of 20."""
+class Stage:
+    """One stage's raw record (OUT/NAME.json) and report section (OUT/NAME.md),
+    rewritten after every row so a stage cut short keeps what it measured."""
+
+    def __init__(self, out, name, title):
+        self.out, self.name = out, name
+        self.record = {"stage": name, "ok": True, "rows": []}
+        self.lines = ["## " + title, ""]
+        self.flush()
+
+    def text(self, *lines):
+        self.lines += list(lines)
+        self.flush()
+
+    def row(self, line, **values):
+        self.lines.append(line)
+        self.record["rows"].append(values)
+        self.flush()
+
+    def fail(self):
+        self.record["ok"] = False
+
+    def flush(self):
+        with open(os.path.join(self.out, self.name + ".json"), "w") as f:
+            json.dump(self.record, f, indent=1)
+        with open(os.path.join(self.out, self.name + ".md"), "w") as f:
+            f.write("\n".join(self.lines) + "\n")
+
+
+def load_json(out, name):
+    try:
+        with open(os.path.join(out, name + ".json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return None
+
+
+# ---------------------------------------------------------------- stages
+
+def stage_facts(args):
     import torch
+    st = Stage(args.out, "facts", "Device and software")
+    facts = {}
+    smi = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version,clocks.max.sm,clocks.max.memory,clocks.sm,"
+                          "memory.total,power.limit,pcie.link.gen.current", "--format=csv,noheader"],
+                         capture_output=True, text=True)
+    keys = ["name", "driver", "max_sm_clock", "max_memory_clock", "sm_clock", "memory", "power_limit", "pcie_gen"]
+    if smi.returncode == 0 and smi.stdout.strip():
+        facts.update(dict(zip(keys, [x.strip() for x in smi.stdout.splitlines()[0].split(",")])))
+    props = torch.cuda.get_device_properties(0)
+    facts.update({"torch": torch.__version__, "torch_cuda": torch.version.cuda, "sm_count": props.multi_processor_count,
+                  "compute_capability": "%d.%d" % (props.major, props.minor), "arch": device_arch(),
+                  "device_name": props.name, "total_memory_gib": round(props.total_memory / 2**30, 1)})
+    doctor = subprocess.run([args.attune, "doctor"], capture_output=True, text=True)
+    facts["doctor"] = doctor.stdout
+    st.record["facts"] = facts
+    st.text("| fact | value |", "|---|---|")
+    for k in ["device_name", "compute_capability", "arch", "sm_count", "max_sm_clock", "sm_clock", "max_memory_clock",
+              "memory", "total_memory_gib", "power_limit", "driver", "torch", "torch_cuda"]:
+        st.text("| %s | %s |" % (k, facts.get(k, "?")))
+    st.text("", "`attune doctor`:", "", "```", doctor.stdout.rstrip(), "```")
+    if doctor.returncode != 0 or "gpu use:         ready" not in doctor.stdout:
+        st.fail()
+    return 0 if st.record["ok"] else 1
+
+
+def stage_ceilings(args):
+    import torch
+    st = Stage(args.out, "ceilings", "Ceilings measured in this run")
+    nbytes = 1 << 30
     src = torch.empty(nbytes // 2, device="cuda", dtype=torch.bfloat16)
     dst = torch.empty_like(src)
-    ms, _ = median_ms(lambda: dst.copy_(src), [()])
-    return 2 * nbytes / (ms * 1e-3)
+    ms, spread = median_ms(lambda: dst.copy_(src), [()])
+    copy = 2 * nbytes / (ms * 1e-3)
+    del src, dst
+    n = 8192
+    a, b = (torch.randn(n, n, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    gms, gspread = median_ms(lambda: a @ b, [()])
+    gemm = 2.0 * n ** 3 / (gms * 1e-3) / 1e12
+    st.record.update({"copy_bytes_per_s": copy, "gemm_bf16_tflops": gemm})
+    st.text("| ceiling | value | median ms (spread) |", "|---|---|---|",
+            "| device copy, 1 GiB (read + write) | %.0f GB/s | %.3f (%.3f) |" % (copy / 1e9, ms, spread),
+            "| bf16 GEMM %d^3 (torch.matmul) | %.0f TFLOP/s | %.3f (%.3f) |" % (n, gemm, gms, gspread))
+    return 0
 
 
-def decode_section(a, lines):
-    """Split-KV decode on a long cache: correctness, then bandwidth."""
+def ceiling(args, key):
+    c = load_json(args.out, "ceilings")
+    return c.get(key) if c else None
+
+
+def stage_forward(args):
     import torch
     import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    a = bind(args.lib, "cuda")
     dev = torch.device("cuda")
+    t = lambda x: x.transpose(1, 2)
+    st = Stage(args.out, "forward", "Forward")
+    st.text("Correctness: relative error of O against fp32 SDPA, next to bf16 SDPA's own.", "",
+            "| shape | causal | variant | attune | bf16 SDPA |", "|---|---|---|---|---|")
+
+    def run(p, q, k, v, o, lse, variant=None):
+        a.forward(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), variant)
+
+    for (b, s, h, d) in [(2, 1024, 8, 64), (2, 1000, 8, 128), (1, 4096, 16, 128)]:
+        for causal in (False, True):
+            q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+            o = torch.full_like(q, float("nan"))
+            lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
+            p = Attune.problem(b, s, h, d, causal)
+            run(p, q, k, v, o, lse)
+            torch.cuda.synchronize()
+            ref = F.scaled_dot_product_attention(t(q).float(), t(k).float(), t(v).float(), is_causal=causal)
+            low = F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=causal)
+            err = ((t(o).float() - ref).norm() / ref.norm()).item()
+            sdpa_err = ((low.float() - ref).norm() / ref.norm()).item()
+            good = math.isfinite(err) and err <= max(2 * sdpa_err, 1e-3)
+            if not good:
+                st.fail()
+            variant = a.explain(p).split()[0]
+            st.row("| %dx%dx%dx%d | %s | %s | %.2e%s | %.2e |" % (b, s, h, d, causal, variant, err,
+                                                                  "" if good else " FAIL", sdpa_err),
+                   kind="correctness", shape=[b, s, h, d], causal=causal, variant=variant, error=err,
+                   sdpa_error=sdpa_err, ok=good)
+
+    gemm = ceiling(args, "gemm_bf16_tflops")
+    st.text("", "Timing: bf16, B 16, H 16, S 4096, median ms of 20 runs, inputs rotated among 4 sets; "
+            "%% of GEMM: best attune against the bf16 GEMM ceiling (%s)." %
+            ("%.0f TFLOP/s" % gemm if gemm else "not measured"), "",
+            "| d | causal | heuristic | TFLOP/s | best of sweep | TFLOP/s | SDPA flash | SDPA cuDNN | "
+            "best attune / best SDPA | % of GEMM |", "|---|---|---|---|---|---|---|---|---|---|")
+    b, h, s = 16, 16, 4096
+    arch = device_arch()
+    for d in (64, 128):
+        ids = listed(args.attune, d, arch)
+        step = max(1, len(ids) // args.sweep)
+        sweep = ids[::step][:args.sweep]
+        # Compile the sweep in parallel first (ctypes releases the GIL).
+        small = Attune.problem(1, 128, 1, d, False)
+        xs = [torch.randn(1, 128, 1, d, device=dev, dtype=torch.bfloat16) for _ in range(3)]
+        so, sl = torch.empty_like(xs[0]), torch.empty(1, 1, 128, device=dev, dtype=torch.float32)
+        with concurrent.futures.ThreadPoolExecutor(8) as pool:
+            list(pool.map(lambda vid: _try(lambda: run(small, *xs, so, sl, vid)), sweep + [None]))
+        for causal in (False, True):
+            sets = [tuple(torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
+                    for _ in range(4)]
+            o = torch.empty(b, s, h, d, device=dev, dtype=torch.bfloat16)
+            lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
+            p = Attune.problem(b, s, h, d, causal)
+            fl = flops(b, h, s, d, causal)
+            heur_ms, _ = median_ms(lambda q, k, v: run(p, q, k, v, o, lse), sets)
+            best = (heur_ms, a.explain(p).split()[0])
+            swept = {}
+            for vid in sweep:
+                try:
+                    ms, _ = median_ms(lambda q, k, v: run(p, q, k, v, o, lse, vid), sets)
+                    swept[vid] = ms
+                    best = min(best, (ms, vid))
+                except RuntimeError as e:
+                    swept[vid] = str(e)
+            sdpa = {}
+            for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                try:
+                    with sdpa_kernel([backend]):
+                        sdpa[name], _ = median_ms(lambda q, k, v: F.scaled_dot_product_attention(
+                            t(q), t(k), t(v), is_causal=causal), sets)
+                except RuntimeError:
+                    sdpa[name] = float("nan")
+            finite = [x for x in sdpa.values() if math.isfinite(x)]
+            best_sdpa = min(finite) if finite else float("nan")
+            ratio = best_sdpa / best[0] if finite else float("nan")
+            share = 100 * tflops(fl, best[0]) / gemm if gemm else float("nan")
+            st.row("| %d | %s | %.3f | %.0f | %.3f (%s) | %.0f | %.3f | %.3f | %.2f | %.0f%% |" % (
+                d, causal, heur_ms, tflops(fl, heur_ms), best[0], best[1], tflops(fl, best[0]), sdpa["flash"],
+                sdpa["cudnn"], ratio, share),
+                kind="timing", d=d, causal=causal, heuristic_ms=heur_ms, heuristic_tflops=tflops(fl, heur_ms),
+                best_ms=best[0], best_variant=best[1], best_tflops=tflops(fl, best[0]), sweep=swept,
+                sdpa_flash_ms=sdpa["flash"], sdpa_cudnn_ms=sdpa["cudnn"], best_over_sdpa=ratio, gemm_share=share)
+    return 0 if st.record["ok"] else 1
+
+
+def _try(fn):
+    try:
+        fn()
+    except RuntimeError:
+        pass
+
+
+def stage_decode(args):
+    import torch
+    import torch.nn.functional as F
+    a = bind(args.lib, "cuda")
+    dev = torch.device("cuda")
+    st = Stage(args.out, "decode", "Split-KV decode (batch 1, 32k cached tokens, 8 KV heads, 64 query heads, d 128, bf16)")
     b, cache, hq, hkv, d = 1, 32768, 64, 8, 128
     p = Attune.decode_problem(b, cache, hq, hkv, d)
     kv_bytes = 2 * b * cache * hkv * d * 2
@@ -244,61 +447,65 @@ def decode_section(a, lines):
     ref = F.scaled_dot_product_attention(t(q).float(), t(rep(k)).float(), t(rep(v)).float())
     err = ((t(o).float() - ref).norm() / ref.norm()).item()
     good = math.isfinite(err) and err <= 1e-2
-    peak = copy_bandwidth()
-    lines += ["", "## Split-KV decode (batch 1, 32k cached tokens, 8 KV heads, 64 query heads, d 128, bf16)", "",
-              "Relative error of O against fp32 SDPA: %.2e%s. K and V: %.0f MiB per call; device copy bandwidth "
-              "(read + write): %.0f GB/s." % (err, "" if good else " FAIL", kv_bytes / 2**20, peak / 1e9), "",
-              "| splits | ms | GB/s of K and V | share of copy bandwidth |", "|---|---|---|---|"]
+    if not good:
+        st.fail()
+    peak = ceiling(args, "copy_bytes_per_s")
+    st.record.update({"error": err, "kv_bytes": kv_bytes, "copy_bytes_per_s": peak})
+    st.text("Relative error of O against fp32 SDPA: %.2e%s. K and V: %.0f MiB per call; copy bandwidth (ceilings "
+            "stage): %s." % (err, "" if good else " FAIL", kv_bytes / 2**20,
+                             "%.0f GB/s" % (peak / 1e9) if peak else "not measured"), "",
+            "| splits | ms | GB/s of K and V | share of copy bandwidth |", "|---|---|---|---|")
     for splits in (0, 1, 4, 16, 32, 64):
         try:
             ms, _ = median_ms(lambda q, k, v: a.decode(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(),
                                                        lse.data_ptr(), splits), sets)
         except RuntimeError as e:
-            lines.append("| %s | error: %s | | |" % (splits or "built-in", e))
+            st.row("| %s | error: %s | | |" % (splits or "built-in", e), splits=splits, error=str(e))
             continue
         bw = kv_bytes / (ms * 1e-3)
-        lines.append("| %s | %.4f | %.0f | %.0f%% |" % (splits or "built-in", ms, bw / 1e9, 100 * bw / peak))
-    return good
+        share = 100 * bw / peak if peak else float("nan")
+        st.row("| %s | %.4f | %.0f | %.0f%% |" % (splits or "built-in", ms, bw / 1e9, share),
+               splits=splits, ms=ms, bytes_per_s=bw, copy_share=share)
+    return 0 if st.record["ok"] else 1
 
 
-def backward_section(a, lines):
-    """Backward: correctness against fp32 autograd, then timing against SDPA's."""
+def stage_backward(args):
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
+    a = bind(args.lib, "cuda")
     dev = torch.device("cuda")
     t = lambda x: x.transpose(1, 2)
-    lines += ["", "## Backward (bf16; correctness: relative error against fp32 autograd)", "",
-              "| shape | causal | dQ | dK | dV |", "|---|---|---|---|---|"]
-    ok = True
+    st = Stage(args.out, "backward", "Backward")
+    st.text("Correctness (bf16): relative error against fp32 autograd.", "",
+            "| shape | causal | dQ | dK | dV |", "|---|---|---|---|---|")
 
-    def attune_grads(p, q, k, v, d_o, deterministic=False):
+    def grads(p, q, k, v, d_o):
         b, s, h, d = q.shape
         o = torch.empty_like(q)
         lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
         a.forward(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
         dq, dk, dv = torch.empty_like(q), torch.empty_like(k), torch.empty_like(v)
         a.backward(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), d_o.data_ptr(), lse.data_ptr(),
-                   dq.data_ptr(), dk.data_ptr(), dv.data_ptr(), deterministic)
+                   dq.data_ptr(), dk.data_ptr(), dv.data_ptr())
         return dq, dk, dv
 
     for (b, s, h, d) in [(2, 1000, 4, 64), (1, 2048, 8, 128)]:
         for causal in (False, True):
             q, k, v, d_o = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(4))
-            p = Attune.problem(b, s, h, d, causal)
-            got = attune_grads(p, q, k, v, d_o)
+            got = grads(Attune.problem(b, s, h, d, causal), q, k, v, d_o)
             qf, kf, vf = (x.float().requires_grad_() for x in (q, k, v))
-            out = F.scaled_dot_product_attention(t(qf), t(kf), t(vf), is_causal=causal)
-            out.backward(t(d_o.float()))
+            F.scaled_dot_product_attention(t(qf), t(kf), t(vf), is_causal=causal).backward(t(d_o.float()))
             errs = [((g.float() - w.grad).norm() / w.grad.norm()).item() for g, w in zip(got, (qf, kf, vf))]
             good = all(math.isfinite(e) and e <= 2e-2 for e in errs)
-            ok &= good
-            lines.append("| %dx%dx%dx%d | %s | %.2e | %.2e | %.2e%s |" % (b, s, h, d, causal, *errs,
-                                                                        "" if good else " FAIL"))
-    lines += ["", "Timing: B 8, H 16, S 4096, median ms over 20 runs (attune: backward only, O and LSE precomputed; "
-              "SDPA flash: backward of a recorded forward).", "",
-              "| d | causal | attune | TFLOP/s | deterministic | SDPA flash bwd | TFLOP/s | attune / SDPA |",
-              "|---|---|---|---|---|---|---|---|"]
+            if not good:
+                st.fail()
+            st.row("| %dx%dx%dx%d | %s | %.2e | %.2e | %.2e%s |" % (b, s, h, d, causal, *errs, "" if good else " FAIL"),
+                   kind="correctness", shape=[b, s, h, d], causal=causal, errors=errs, ok=good)
+    st.text("", "Timing: B 8, H 16, S 4096, median ms of 20 runs (attune: backward only, O and LSE precomputed; "
+            "SDPA flash: backward of a recorded forward); TFLOP/s from 2.5x the forward's FLOPs.", "",
+            "| d | causal | attune | TFLOP/s | deterministic | SDPA flash bwd | TFLOP/s | SDPA / attune |",
+            "|---|---|---|---|---|---|---|---|")
     b, h, s = 8, 16, 4096
     for d in (64, 128):
         for causal in (False, True):
@@ -317,105 +524,82 @@ def backward_section(a, lines):
                 with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
                     qs, ks, vs = (t(x).detach().requires_grad_() for x in (q, k, v))
                     out = F.scaled_dot_product_attention(qs, ks, vs, is_causal=causal)
-                    grad = t(d_o)
-                    sdpa_ms, _ = median_ms(lambda: torch.autograd.grad(out, (qs, ks, vs), grad, retain_graph=True),
+                    sdpa_ms, _ = median_ms(lambda: torch.autograd.grad(out, (qs, ks, vs), t(d_o), retain_graph=True),
                                            [()])
             except RuntimeError:
                 sdpa_ms = float("nan")
-            tf = lambda x: fl / (x * 1e-3) / 1e12
-            lines.append("| %d | %s | %.3f | %.0f | %.3f | %.3f | %.0f | %.2f |" % (
-                d, causal, ms, tf(ms), det_ms, sdpa_ms, tf(sdpa_ms), sdpa_ms / ms))
-    return ok
+            st.row("| %d | %s | %.3f | %.0f | %.3f | %.3f | %.0f | %.2f |" % (
+                d, causal, ms, tflops(fl, ms), det_ms, sdpa_ms, tflops(fl, sdpa_ms), sdpa_ms / ms),
+                kind="timing", d=d, causal=causal, ms=ms, tflops=tflops(fl, ms), deterministic_ms=det_ms,
+                sdpa_flash_ms=sdpa_ms, sdpa_over_attune=sdpa_ms / ms)
+    return 0 if st.record["ok"] else 1
+
+
+def summary(args):
+    """One screen from the raw records, whatever stages finished."""
+    results = dict(x.split("=", 1) for x in args.stage_results.split(";") if "=" in x)
+    out = []
+    facts = (load_json(args.out, "facts") or {}).get("facts", {})
+    out.append("device:   %s, cc %s, %s SMs, SM clock %s (max %s), driver %s, torch %s" % (
+        facts.get("device_name", "?"), facts.get("compute_capability", "?"), facts.get("sm_count", "?"),
+        facts.get("sm_clock", "?"), facts.get("max_sm_clock", "?"), facts.get("driver", "?"), facts.get("torch", "?")))
+    c = load_json(args.out, "ceilings") or {}
+    if c.get("copy_bytes_per_s"):
+        out.append("ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s" % (c["copy_bytes_per_s"] / 1e9,
+                                                                        c["gemm_bf16_tflops"]))
+    for name in ("facts", "tests", "ceilings", "forward", "decode", "backward"):
+        out.append("stage %-9s %s" % (name, results.get(name, "not run")))
+    fwd = load_json(args.out, "forward") or {"rows": []}
+    for r in fwd["rows"]:
+        if r.get("kind") == "timing":
+            out.append("forward  d%-3d %-6s best %4.0f TFLOP/s (%s), %.2fx SDPA, %.0f%% of GEMM" % (
+                r["d"], "causal" if r["causal"] else "full", r["best_tflops"], r["best_variant"],
+                r["best_over_sdpa"], r["gemm_share"]))
+    bad = [r for r in fwd["rows"] if r.get("kind") == "correctness" and not r.get("ok")]
+    if bad:
+        out.append("forward  %d correctness rows FAIL" % len(bad))
+    dec = load_json(args.out, "decode") or {"rows": []}
+    for r in dec["rows"]:
+        if "ms" in r and r["splits"] == 0:
+            out.append("decode   built-in splits: %.4f ms, %.0f GB/s, %.0f%% of copy bandwidth" % (
+                r["ms"], r["bytes_per_s"] / 1e9, r["copy_share"]))
+    bwd = load_json(args.out, "backward") or {"rows": []}
+    for r in bwd["rows"]:
+        if r.get("kind") == "timing":
+            out.append("backward d%-3d %-6s %4.0f TFLOP/s, SDPA/attune %.2f" % (
+                r["d"], "causal" if r["causal"] else "full", r["tflops"], r["sdpa_over_attune"]))
+    print("\n".join(out))
+    return 0
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lib", required=True)
-    ap.add_argument("--attune")
-    ap.add_argument("--out")
+    ap.add_argument("--bundle", help="the bundle directory (bin/attune, lib/libattune.so)")
+    ap.add_argument("--lib", help="libattune.so (default: BUNDLE/lib/libattune.so)")
+    ap.add_argument("--attune", help="the attune CLI (default: BUNDLE/bin/attune)")
+    ap.add_argument("--out", help="where STAGE.json and STAGE.md go")
+    ap.add_argument("--stage", choices=["facts", "ceilings", "forward", "decode", "backward"])
+    ap.add_argument("--summary", action="store_true")
+    ap.add_argument("--stage-results", default="")
     ap.add_argument("--selftest-emu", action="store_true")
-    ap.add_argument("--sweep", type=int, default=8, help="listed variants timed per configuration")
+    ap.add_argument("--sweep", type=int, default=6, help="listed variants timed per configuration")
     args = ap.parse_args()
+    if args.bundle:
+        args.lib = args.lib or os.path.join(args.bundle, "lib", "libattune.so")
+        args.attune = args.attune or os.path.join(args.bundle, "bin", "attune")
     if args.selftest_emu:
+        if not args.lib:
+            ap.error("--selftest-emu needs --lib or --bundle")
         return selftest_emu(args.lib)
-
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
+    if not args.out:
+        ap.error("--out is required")
     os.makedirs(args.out, exist_ok=True)
-    a = bind(args.lib, "cuda")
-    dev = torch.device("cuda")
-    lines = ["# GPU check: attune vs PyTorch SDPA", "",
-             "GPU: %s; torch %s" % (torch.cuda.get_device_name(), torch.__version__), ""]
-
-    def run_attune(p, q, k, v, o, lse, variant=None):
-        a.forward(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr(), variant)
-
-    # 1. Correctness against an fp32 reference.
-    lines += ["## Correctness (relative error of O against fp32 SDPA)", "",
-              "| shape | causal | variant | attune | bf16 SDPA |", "|---|---|---|---|---|"]
-    ok = True
-    for (b, s, h, d) in [(2, 1024, 8, 64), (2, 1000, 8, 128), (1, 4096, 16, 128)]:
-        for causal in (False, True):
-            q, k, v = (torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3))
-            o = torch.full_like(q, float("nan"))
-            lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
-            p = Attune.problem(b, s, h, d, causal)
-            run_attune(p, q, k, v, o, lse)
-            torch.cuda.synchronize()
-            t = lambda x: x.transpose(1, 2)
-            ref = F.scaled_dot_product_attention(t(q).float(), t(k).float(), t(v).float(), is_causal=causal)
-            low = F.scaled_dot_product_attention(t(q), t(k), t(v), is_causal=causal)
-            err = ((t(o).float() - ref).norm() / ref.norm()).item()
-            sdpa_err = ((low.float() - ref).norm() / ref.norm()).item()
-            good = math.isfinite(err) and err <= max(2 * sdpa_err, 1e-3)
-            ok &= good
-            lines.append("| %dx%dx%dx%d | %s | %s | %.2e%s | %.2e |" % (b, s, h, d, causal, a.explain(p).split()[0],
-                                                                       err, "" if good else " FAIL", sdpa_err))
-
-    # 2. Timing.
-    lines += ["", "## Timing (bf16, median ms over 20 runs, inputs rotated among 4 sets)", "",
-              "| d | causal | heuristic | TFLOP/s | best of sweep | TFLOP/s | SDPA flash | SDPA cuDNN | best attune / best SDPA |",
-              "|---|---|---|---|---|---|---|---|---|"]
-    b, h, s = 16, 16, 4096
-    for d in (64, 128):
-        ids = listed(args.attune, d)
-        step = max(1, len(ids) // args.sweep)
-        sweep = ids[::step][:args.sweep]
-        for causal in (False, True):
-            sets = [tuple(torch.randn(b, s, h, d, device=dev, dtype=torch.bfloat16) for _ in range(3)) for _ in range(4)]
-            o = torch.empty(b, s, h, d, device=dev, dtype=torch.bfloat16)
-            lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
-            p = Attune.problem(b, s, h, d, causal)
-            fl = flops(b, h, s, d, causal)
-            heur_ms, _ = median_ms(lambda q, k, v: run_attune(p, q, k, v, o, lse), sets)
-            best = (heur_ms, a.explain(p).split()[0])
-            for vid in sweep:
-                try:
-                    ms, _ = median_ms(lambda q, k, v: run_attune(p, q, k, v, o, lse, vid), sets)
-                    best = min(best, (ms, vid))
-                except RuntimeError as e:
-                    lines.append("<!-- %s: %s -->" % (vid, e))
-            sdpa = {}
-            for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-                try:
-                    with sdpa_kernel([backend]):
-                        sdpa[name], _ = median_ms(lambda q, k, v: F.scaled_dot_product_attention(
-                            q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), is_causal=causal), sets)
-                except RuntimeError:
-                    sdpa[name] = float("nan")
-            best_sdpa = min(x for x in sdpa.values() if math.isfinite(x)) if any(math.isfinite(x) for x in sdpa.values()) else float("nan")
-            tf = lambda ms: fl / (ms * 1e-3) / 1e12
-            lines.append("| %d | %s | %.3f | %.0f | %.3f (%s) | %.0f | %.3f | %.3f | %.2f |" % (
-                d, causal, heur_ms, tf(heur_ms), best[0], best[1], tf(best[0]), sdpa["flash"], sdpa["cudnn"],
-                best_sdpa / best[0] if math.isfinite(best_sdpa) else float("nan")))
-    ok &= decode_section(a, lines)
-    ok &= backward_section(a, lines)
-    report = "\n".join(lines) + "\n"
-    with open(os.path.join(args.out, "report.md"), "w") as f:
-        f.write(report)
-    print(report)
-    return 0 if ok else 1
+    if args.summary:
+        return summary(args)
+    if not args.stage:
+        ap.error("one of --stage, --summary, --selftest-emu")
+    return {"facts": stage_facts, "ceilings": stage_ceilings, "forward": stage_forward, "decode": stage_decode,
+            "backward": stage_backward}[args.stage](args)
 
 
 if __name__ == "__main__":

@@ -1,48 +1,106 @@
 #!/usr/bin/env bash
-# On a machine with an NVIDIA GPU, in one run (under 10 minutes on an H200):
-# builds attune (or reuses a build tree carried there), runs the GPU tests
-# (ctest -L gpu: the emulator-checked covering set and every d64 variant on the
-# GPU against the fp64 reference), times the heuristic variant and the best of
-# a small sweep against PyTorch SDPA (flash and cuDNN) on the same tensors, and
-# writes a Markdown report into DIR.
+# One bounded GPU run from a bundle made by tools/gpu_bundle.sh; no build step.
 #
-#   tools/gpu_check.sh DIR
+#   bash tools/gpu_check.sh DIR      (DIR: the bundle; also DIR/tools/gpu_check.sh DIR)
 #
-# The device machines of this workplace cannot install packages: build there
-# with what the image has (CMake, Ninja, CUDA), or set ATTUNE_GPU_BUILD to a
-# build tree prepared elsewhere and carried along.
-set -euo pipefail
-out="${1:?usage: tools/gpu_check.sh DIR}"
-mkdir -p "$out"
-out="$(cd "$out" && pwd)"
-cd "$(dirname "$0")/.."
-build="${ATTUNE_GPU_BUILD:-build/gpu}"
-
-if [ ! -x "$build/cli/attune" ] || [ ! -f "$build/runtime/libattune.so" ]; then
-  echo "gpu_check: building in $build"
-  cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DATTUNE_BUILD_BENCHMARKS=OFF >"$out/configure.log"
-  cmake --build "$build" -j "$(nproc)" >"$out/build.log"
+# Stages, each under its own time limit; DIR/report.md (and DIR/raw/STAGE.*)
+# grows after every stage, so a stage that hangs or crashes loses only itself:
+#   facts     attune doctor, nvidia-smi (name, SMs, clocks, driver), torch
+#   tests     the GPU test programs against the fp64 reference
+#   ceilings  device copy bandwidth and a bf16 GEMM rate, measured now
+#   forward   correctness, then the heuristic and a small sweep vs SDPA flash/cuDNN
+#   decode    split-KV decode on a 32k-token cache vs the copy bandwidth
+#   backward  gradients vs fp32 autograd, then time vs SDPA's flash backward
+# and ends with a one-screen summary. docs/gpu-run.md explains the report.
+set -uo pipefail
+dir="$(cd "${1:?usage: tools/gpu_check.sh DIR (a bundle from tools/gpu_bundle.sh)}" && pwd)"
+if [ ! -x "$dir/bin/attune" ] || [ ! -f "$dir/lib/libattune.so" ]; then
+  echo "gpu_check: $dir is not a bundle (no bin/attune, lib/libattune.so): make one with tools/gpu_bundle.sh DIR" >&2
+  exit 2
 fi
+tools="$dir/tools"
+raw="$dir/raw"
+report="$dir/report.md"
+mkdir -p "$raw"
+python="${PYTHON:-python3}"
 
-echo "gpu_check: doctor"
-"$build/cli/attune" doctor | tee "$out/doctor.txt"
+# Stage names and time limits (seconds); the total stays under 8 minutes.
+stages=(facts tests ceilings forward decode backward)
+declare -A limit=([facts]=40 [tests]=150 [ceilings]=30 [forward]=120 [decode]=45 [backward]=75)
+total=0
+for s in "${stages[@]}"; do total=$((total + limit[$s])); done
+printf 'gpu_check: bundle %s\n' "$dir"
+printf 'gpu_check: budget per stage (s):'
+for s in "${stages[@]}"; do printf ' %s %d,' "$s" "${limit[$s]}"; done
+printf ' total %d (%d min %d s)\n' "$total" $((total / 60)) $((total % 60))
 
-echo "gpu_check: GPU tests (ctest -L gpu)"
-status=0
-(cd "$build" && ctest -L gpu --output-on-failure --timeout 400) >"$out/gpu_tests.log" 2>&1 || status=1
-tail -n 5 "$out/gpu_tests.log"
-
-echo "gpu_check: timing against PyTorch SDPA"
-PYTHONUNBUFFERED=1 python3 tools/gpu_check.py --attune "$build/cli/attune" --lib "$build/runtime/libattune.so" \
-  --out "$out" || status=1
+# NVRTC from pip (torch's nvidia/cu*/lib) when the toolkit has none; kernels
+# compiled in this run are cached beside the report.
+export ATTUNE_PYTHON_SITE="${ATTUNE_PYTHON_SITE:-$("$python" -c 'import site; print(":".join(site.getsitepackages()))' 2>/dev/null)}"
+export ATTUNE_CACHE_DIR="${ATTUNE_CACHE_DIR:-$dir/cache}"
+export PYTHONUNBUFFERED=1
 
 {
+  echo "# GPU check"
   echo
-  echo "## GPU tests"
+  sed 's/^/    /' "$dir/BUNDLE" 2>/dev/null
+  echo
+  echo "Started $(date -u +%Y-%m-%dT%H:%M:%SZ); stage budgets (s): $(for s in "${stages[@]}"; do printf '%s %d, ' "$s" "${limit[$s]}"; done)total $total."
+} >"$report"
+
+declare -A result
+run_stage() {  # run_stage NAME COMMAND...: runs it under its limit, appends its section
+  local name="$1"
+  shift
+  local start end rc
+  start=$(date +%s)
+  echo "gpu_check: stage $name (limit ${limit[$name]} s)"
+  timeout -k 5 "${limit[$name]}" "$@" >"$raw/$name.log" 2>&1
+  rc=$?
+  end=$(date +%s)
+  case $rc in
+    0) result[$name]="ok" ;;
+    124 | 137) result[$name]="TIMED OUT after ${limit[$name]} s" ;;
+    *) result[$name]="FAILED (exit $rc)" ;;
+  esac
+  {
+    echo
+    if [ -s "$raw/$name.md" ]; then
+      cat "$raw/$name.md"
+    else
+      echo "## $name"
+      echo
+      echo '```'
+      tail -n 30 "$raw/$name.log"
+      echo '```'
+    fi
+    echo
+    echo "_Stage $name: ${result[$name]} in $((end - start)) s._"
+  } >>"$report"
+  tail -n 3 "$raw/$name.log" | sed "s/^/  $name: /"
+}
+
+check=("$python" "$tools/gpu_check.py" --bundle "$dir" --out "$raw")
+run_stage facts "${check[@]}" --stage facts
+run_stage tests bash -c "bash '$tools/run_gpu_tests.sh' --expect-gpu '$dir' '$raw/tests' | tee '$raw/tests.txt'; rc=\${PIPESTATUS[0]};
+  { echo '## GPU tests'; echo; echo '\`\`\`'; cat '$raw/tests.txt'; echo '\`\`\`'; } > '$raw/tests.md'; exit \$rc"
+run_stage ceilings "${check[@]}" --stage ceilings
+run_stage forward "${check[@]}" --stage forward
+run_stage decode "${check[@]}" --stage decode
+run_stage backward "${check[@]}" --stage backward
+
+status=0
+for s in "${stages[@]}"; do [ "${result[$s]}" = ok ] || status=1; done
+summary=$("$python" "$tools/gpu_check.py" --bundle "$dir" --out "$raw" --summary \
+  --stage-results "$(for s in "${stages[@]}"; do printf '%s=%s;' "$s" "${result[$s]}"; done)" 2>&1)
+{
+  echo
+  echo "## Summary"
   echo
   echo '```'
-  tail -n 20 "$out/gpu_tests.log"
+  echo "$summary"
   echo '```'
-} >>"$out/report.md"
-echo "gpu_check: report in $out/report.md (status $status)"
+} >>"$report"
+echo "$summary"
+echo "gpu_check: report in $report (status $status)"
 exit "$status"

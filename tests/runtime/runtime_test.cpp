@@ -1,5 +1,5 @@
-// The public API end to end on the emulator backend, the C API's error codes,
-// and the cuda backend's one clear line where no driver exists.
+// The public API end to end on the emulator backend, and the cuda backend's
+// one clear line where no driver exists.
 #include "runtime/runtime.h"
 
 #include <gtest/gtest.h>
@@ -8,7 +8,6 @@
 #include <cstring>
 
 #include "reference/accuracy.h"
-#include "runtime/attune_c.h"
 #include "runtime/cuda_driver.h"
 #include "tests/support/decode_cases.h"
 #include "tests/support/families.h"
@@ -58,112 +57,6 @@ TEST(RuntimeTest, CudaBackendWithoutDriverIsOneClearLine) {
     EXPECT_EQ(message.find('\n'), std::string::npos) << message;
     EXPECT_NE(message.find("libcuda.so.1"), std::string::npos) << message;
   }
-}
-
-TEST(CApiTest, ErrorCodesAndMessages) {
-  attune_runtime* rt = nullptr;
-  EXPECT_EQ(attune_runtime_create("tpu", 0, &rt), ATTUNE_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(attune_last_error()).find("backend: got 'tpu'"), std::string::npos) << attune_last_error();
-  EXPECT_EQ(rt, nullptr);
-  std::string why;
-  if (!cuda::Driver::available(&why)) {
-    EXPECT_EQ(attune_runtime_create("cuda", 0, &rt), ATTUNE_ERROR_UNAVAILABLE);
-    EXPECT_NE(std::string(attune_last_error()).find("libcuda.so.1"), std::string::npos) << attune_last_error();
-  }
-  ASSERT_EQ(attune_runtime_create("emu", 0, &rt), ATTUNE_OK) << attune_last_error();
-
-  attune_problem p;
-  attune_problem_init(&p);
-  p.seqlen_q = 5;
-  p.seqlen_k = 9;
-  p.heads_q = 3;
-  p.heads_kv = 2;  // not a divisor
-  p.head_dim_k = 4;
-  p.head_dim_v = 3;
-  std::vector<std::uint16_t> q(5 * 3 * 4), k(9 * 2 * 4), v(9 * 2 * 3), o(5 * 3 * 3);
-  EXPECT_EQ(attune_forward(rt, &p, q.data(), k.data(), v.data(), o.data(), nullptr, nullptr),
-            ATTUNE_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(attune_last_error()).find("multiple of Hkv"), std::string::npos) << attune_last_error();
-
-  // A valid call: uniform logits (q = 0) average the values exactly.
-  p.heads_q = 2;
-  p.mask = ATTUNE_MASK_CAUSAL_TOP_LEFT;
-  q.assign(5 * 2 * 4, 0);
-  k.assign(9 * 2 * 4, 0x3F80);  // bf16 1.0
-  for (std::size_t j = 0; j < 9; ++j)
-    for (std::size_t h = 0; h < 2; ++h)
-      for (std::size_t d = 0; d < 3; ++d) v[(j * 2 + h) * 3 + d] = float_to_bfloat16_bits(static_cast<float>(j));
-  o.assign(5 * 2 * 3, 0xFFFF);
-  std::vector<float> lse(2 * 5);
-  ASSERT_EQ(attune_forward(rt, &p, q.data(), k.data(), v.data(), o.data(), lse.data(), nullptr), ATTUNE_OK)
-      << attune_last_error();
-  EXPECT_EQ(bfloat16_bits_to_float(o[(4 * 2 + 1) * 3]), 2.0F);  // row 4 averages 0..4
-  EXPECT_FLOAT_EQ(lse[4], std::log(5.0F));
-  EXPECT_STREQ(attune_last_error(), "");
-  const char* explained = attune_explain(rt, &p);
-  ASSERT_NE(explained, nullptr);
-  EXPECT_NE(std::string(explained).find("flash_fwd/d32"), std::string::npos) << explained;
-  EXPECT_EQ(attune_forward_variant(rt, "flash_fwd/d32.bm64.bn32.wm2.wn2.st3", &p, q.data(), k.data(), v.data(),
-                                   o.data(), lse.data(), nullptr),
-            ATTUNE_OK)
-      << attune_last_error();
-  EXPECT_EQ(bfloat16_bits_to_float(o[(4 * 2 + 1) * 3]), 2.0F);
-  EXPECT_EQ(
-      attune_forward_variant(rt, "flash_fwd/d32.bm64", &p, q.data(), k.data(), v.data(), o.data(), lse.data(), nullptr),
-      ATTUNE_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(attune_last_error()).find("missing bn"), std::string::npos) << attune_last_error();
-  EXPECT_EQ(attune_forward(nullptr, &p, q.data(), k.data(), v.data(), o.data(), nullptr, nullptr),
-            ATTUNE_ERROR_INVALID_ARGUMENT);
-  attune_runtime_destroy(rt);
-}
-
-TEST(CApiTest, DecodeReadsAPagedCacheThroughTheBlockTable) {
-  attune_runtime* rt = nullptr;
-  ASSERT_EQ(attune_runtime_create("emu", 0, &rt), ATTUNE_OK) << attune_last_error();
-  // One sequence, 8 query heads on 1 KV head, 70 cached keys in pages of 16
-  // stored in reverse order in a pool of 6 pages.
-  const testing::Inputs in = testing::make_decode_inputs({.name = "c_api",
-                                                          .batch = 1,
-                                                          .seqlen_q = 1,
-                                                          .heads_q = 8,
-                                                          .heads_kv = 1,
-                                                          .cache_seqlens = {70},
-                                                          .page_size = 16});
-  const AttentionProblem& ref = in.problem;
-  attune_problem p;
-  attune_problem_init(&p);
-  p.seqlen_q = 1;
-  p.heads_q = 8;
-  p.heads_kv = 1;
-  p.head_dim_k = 32;
-  p.head_dim_v = 32;
-  p.mask = ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT;
-  p.seqlens_k = ref.seqlens_k.data();
-  p.block_table = ref.block_table.data();
-  p.max_pages = ref.max_pages();
-  p.page_size = ref.page_size;
-  p.num_pages = ref.num_pages;
-  p.seqlen_k = ref.seqlen_k;
-  std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(ref)));
-  std::vector<float> lse(static_cast<std::size_t>(lse_extent(ref)));
-  for (int splits : {0, 3}) {
-    ASSERT_EQ(attune_decode(rt, &p, splits, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), nullptr),
-              ATTUNE_OK)
-        << attune_last_error();
-    ReferenceOutput got;
-    for (std::uint16_t bits : o) got.o.push_back(bits_to_float(ref.dtype, bits));
-    got.lse.assign(lse.begin(), lse.end());
-    const ReferenceOutput want = reference_forward(ref, in.q.data(), in.k.data(), in.v.data());
-    std::string why;
-    EXPECT_TRUE(
-        within_accuracy_rule(got, want, naive_storage_attention(ref, in.q.data(), in.k.data(), in.v.data()), 2.0, &why))
-        << splits << " splits: " << why;
-  }
-  p.max_pages = 0;  // inconsistent paging
-  EXPECT_EQ(attune_decode(rt, &p, 0, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), nullptr),
-            ATTUNE_ERROR_INVALID_ARGUMENT);
-  EXPECT_NE(std::string(attune_last_error()).find("paged cache"), std::string::npos) << attune_last_error();
-  attune_runtime_destroy(rt);
 }
 
 }  // namespace
