@@ -8,9 +8,9 @@
 #include <filesystem>
 #include <thread>
 
-#include "runtime/compiler_service.h"
-#include "runtime/dispatcher.h"
-#include "runtime/nvrtc_compiler.h"
+#include "runtime/dispatch/dispatcher.h"
+#include "runtime/jit/compiler_service.h"
+#include "runtime/jit/nvrtc_compiler.h"
 
 namespace attune {
 namespace {

@@ -5,8 +5,8 @@
 #include <unistd.h>
 #include <filesystem>
 
-#include "runtime/db_tuned_source.h"
-#include "runtime/dispatcher.h"
+#include "runtime/dispatch/db_tuned_source.h"
+#include "runtime/dispatch/dispatcher.h"
 #include "tuning_db/tuning_db.h"
 
 namespace attune {

@@ -8,7 +8,7 @@
 #include "core/error.h"
 #include "reference/backward.h"
 #include "reference/reference.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 
 namespace attune::cli {
 

@@ -13,9 +13,9 @@
 #include "core/problem.h"
 #include "io/npy.h"
 #include "reference/reference.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/db_tuned_source.h"
-#include "runtime/flash_decode_params.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/dispatch/db_tuned_source.h"
+#include "runtime/launch/flash_decode_params.h"
 #include "runtime/runtime.h"
 
 namespace attune::cli {

@@ -6,9 +6,9 @@
 
 #include "core/error.h"
 #include "generator/kernel_registry.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/kernel_cache.h"
-#include "runtime/nvrtc_library.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/jit/kernel_cache.h"
+#include "runtime/jit/nvrtc_library.h"
 #include "tuning_db/tuning_db.h"
 
 namespace attune::cli {

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "cli/problem_flags.h"
-#include "runtime/db_tuned_source.h"
+#include "runtime/dispatch/db_tuned_source.h"
 #include "runtime/runtime.h"
 
 namespace attune::cli {

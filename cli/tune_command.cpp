@@ -13,7 +13,7 @@
 #include "cli/problem_flags.h"
 #include "core/error.h"
 #include "core/version.h"
-#include "runtime/kernel_cache.h"
+#include "runtime/jit/kernel_cache.h"
 #include "tuner/exchange.h"
 #include "tuner/report.h"
 #include "tuner/tuner.h"

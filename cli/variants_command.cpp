@@ -9,8 +9,8 @@
 
 #include "core/error.h"
 #include "generator/variants.h"
-#include "runtime/nvrtc_compiler.h"
-#include "runtime/nvrtc_library.h"
+#include "runtime/jit/nvrtc_compiler.h"
+#include "runtime/jit/nvrtc_library.h"
 
 namespace attune::cli {
 

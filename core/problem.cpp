@@ -174,6 +174,18 @@ KeyRange visible_keys(const Mask& mask, int64_t row, int64_t seqlen_q, int64_t s
   return {b.begin, std::max(b.begin, b.end)};
 }
 
+double visible_pairs(const AttentionProblem& p) {
+  double pairs = 0;
+  for (int64_t b = 0; b < p.batch; ++b) {
+    const SequenceExtent s = p.sequence(b);
+    for (int64_t i = 0; i < s.q_len; ++i) {
+      const KeyRange r = visible_keys(p.mask, i, s.q_len, s.k_len);
+      pairs += static_cast<double>(r.end - r.begin);
+    }
+  }
+  return pairs;
+}
+
 double AttentionProblem::softmax_scale() const {
   return scale.value_or(1.0 / std::sqrt(static_cast<double>(head_dim_k)));
 }

@@ -120,6 +120,11 @@ struct AttentionProblem {
   SequenceExtent sequence(int64_t b) const;
 };
 
+// (query, key) pairs a problem attends over, per query head: the sum over
+// every sequence's rows of their visible keys. FLOPs of a forward are
+// 4 x Hq x Dk x visible_pairs (docs/perf), of a backward 2.5 times that.
+double visible_pairs(const AttentionProblem& problem);
+
 // Data pointers of one call, in the memory space of the backend that runs
 // it. LSE may be null (not written).
 struct AttentionBuffers {

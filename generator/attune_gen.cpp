@@ -6,6 +6,7 @@
 //              [--out DIR --shards N] TEMPLATE...
 // Without --out it only checks. Exit status 1 when a rule is broken.
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <exception>
 #include <iostream>
 
@@ -43,6 +44,29 @@ int main(int argc, char** argv) {
       const std::string source = attune::gen::bundle_source(path, options.root);
       for (const attune::gen::KernelInfo& kernel : result.kernels) {
         kernels.push_back({kernel, source, attune::gen::content_hash(source)});
+      }
+    }
+    // A field carrying another kernel's tunable must name a real one.
+    for (const auto& k : kernels) {
+      for (const attune::gen::TunableField& f : k.info.tunable_fields) {
+        const auto owner = std::find_if(kernels.begin(), kernels.end(),
+                                        [&](const attune::gen::BundledKernel& o) { return o.info.name == f.kernel; });
+        if (owner == kernels.end()) {
+          std::cerr << f.where << ": error: field '" << f.field << "' of " << k.info.params_type
+                    << " carries a tunable of kernel '" << f.kernel << "', which is not a kernel of these templates\n";
+          ok = false;
+          continue;
+        }
+        const auto& tunables = owner->info.tunables;
+        if (std::none_of(tunables.begin(), tunables.end(),
+                         [&](const attune::gen::TunableInfo& t) { return t.name == f.tunable; })) {
+          std::string names;
+          for (const auto& t : tunables) names += (names.empty() ? "" : ", ") + t.name;
+          std::cerr << f.where << ": error: field '" << f.field << "' of " << k.info.params_type << " carries "
+                    << f.kernel << "." << f.tunable << ", which is not a tunable of " << f.kernel << " (it has "
+                    << names << ")\n";
+          ok = false;
+        }
       }
     }
     if (!ok) {

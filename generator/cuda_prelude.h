@@ -6,6 +6,8 @@
 // clang defines this only in its CUDA wrapper headers, which we leave out:
 // it makes the templates pick templates/primitives/cuda.h, as NVRTC does.
 #define __CUDACC__ 1
+// Lets the templates annotate declarations for attune-gen (ATTUNE_TUNABLE_OF).
+#define ATTUNE_GEN 1
 
 #define __host__ __attribute__((host))
 #define __device__ __attribute__((device))

@@ -13,13 +13,24 @@ struct TunableInfo {
   std::vector<int> values;
 };
 
+// A field of a kernel's params struct that carries a tunable of another
+// kernel (ATTUNE_TUNABLE_OF in the template): filled from that kernel's
+// typed shape by generated code, never by hand.
+struct TunableField {
+  std::string field;    // partial_keys
+  std::string kernel;   // flash_bwd
+  std::string tunable;  // kBlockN
+  std::string where;    // templates/flash_bwd.cuh:87
+};
+
 struct KernelInfo {
-  std::string name;                   // flash_fwd
-  std::string qualified_name;         // attune::flash_fwd
-  std::string tunables_struct;        // attune::FlashFwdTunables
-  std::string params_type;            // attune::FlashFwdParams
-  std::string header;                 // root-relative path of the template, e.g. templates/flash_fwd.cuh
-  std::vector<TunableInfo> tunables;  // the int template parameters, in order
+  std::string name;                          // flash_fwd
+  std::string qualified_name;                // attune::flash_fwd
+  std::string tunables_struct;               // attune::FlashFwdTunables
+  std::string params_type;                   // attune::FlashFwdParams
+  std::string header;                        // root-relative path of the template, e.g. templates/flash_fwd.cuh
+  std::vector<TunableInfo> tunables;         // the int template parameters, in order
+  std::vector<TunableField> tunable_fields;  // of params_type
 };
 
 }  // namespace attune::gen

@@ -7,6 +7,7 @@
 
 #include "core/dtype.h"
 #include "emulator/emulator.h"
+#include "generated/kernel_ids.h"
 
 namespace attune {
 
@@ -17,6 +18,7 @@ struct TunableSpec {
 };
 
 struct KernelSpec {
+  KernelId id;                      // KernelId::kFlashFwd
   std::string_view name;            // flash_fwd
   std::string_view qualified_name;  // attune::flash_fwd
   std::string_view params_type;     // attune::FlashFwdParams
@@ -37,5 +39,7 @@ std::span<const KernelSpec> kernel_specs();
 
 // The kernel of that name, or null.
 const KernelSpec* find_kernel_spec(std::string_view name);
+// The kernel of that id (every id has one).
+const KernelSpec& kernel_spec(KernelId id);
 
 }  // namespace attune

@@ -167,6 +167,16 @@ class TemplateVisitor : public RecursiveASTVisitor<TemplateVisitor> {
       const CXXRecordDecl* record = fn->getParamDecl(0)->getType()->getAsCXXRecordDecl();
       kernel.params_type = record->getQualifiedNameAsString();
       for (const FieldDecl* field : record->fields()) {
+        for (const auto* note : field->specific_attrs<AnnotateAttr>()) {
+          const std::string text = note->getAnnotation().str();
+          const std::string prefix = "attune_tunable_of ";
+          if (text.rfind(prefix, 0) != 0) continue;
+          const std::string rest = text.substr(prefix.size());
+          const std::size_t space = rest.find(' ');
+          kernel.tunable_fields.push_back({field->getNameAsString(), rest.substr(0, space),
+                                           space == std::string::npos ? "" : rest.substr(space + 1),
+                                           where(field->getLocation())});
+        }
         for (const TunableInfo& t : kernel.tunables) {
           if (normalized(field->getNameAsString()) == normalized(t.name)) {
             error(field->getLocation(), "field '" + field->getNameAsString() + "' of " + kernel.params_type +
@@ -240,6 +250,11 @@ class TemplateVisitor : public RecursiveASTVisitor<TemplateVisitor> {
   bool in_rules_scope(SourceLocation loc) const {
     const std::string file = file_of(loc);
     return file.rfind(templates_dir_, 0) == 0 && file.rfind(primitives_dir_, 0) != 0;
+  }
+
+  std::string where(SourceLocation loc) const {
+    const SourceManager& sm = context_.getSourceManager();
+    return relative_path(loc) + ":" + std::to_string(sm.getSpellingLineNumber(loc));
   }
 
   std::string relative_path(SourceLocation loc) const {

@@ -77,6 +77,20 @@ int Variant::value(std::string_view tunable) const {
   throw InvalidArgument("kernel " + std::string(kernel->name) + " has no tunable " + std::string(tunable));
 }
 
+void require_kernel(const Variant& variant, KernelId id) {
+  if (variant.kernel == nullptr || variant.kernel->id != id) {
+    throw InvalidArgument("variant " + (variant.kernel == nullptr ? std::string("(none)") : variant.id()) +
+                          ": expected a " + std::string(kernel_spec(id).name) + " variant");
+  }
+}
+
+Variant only_variant(KernelId id) {
+  const KernelSpec& spec = kernel_spec(id);
+  Variant v{&spec, {}};
+  for (const TunableSpec& t : spec.tunables) v.values.push_back(t.values.front());
+  return v;
+}
+
 std::string Variant::name_expression(DType dtype) const {
   return std::string(kernel->qualified_name) + "<" + values_text(values) + ", " +
          (dtype == DType::kF16 ? "attune::Fp16" : "attune::Bf16") + ">";
@@ -168,25 +182,6 @@ Variant parse_variant_id(std::string_view id) {
     throw bad("these tunables break the template's constraints", "an id that 'attune variants list' prints");
   }
   return v;
-}
-
-Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch) {
-  const std::vector<Variant> candidates = enumerate_variants(op, dtype, dk, dv, arch);
-  if (candidates.empty()) {
-    throw InvalidArgument("no " + std::string(op) + " variant fits Dk " + std::to_string(dk) + ", Dv " +
-                          std::to_string(dv) + " on " + arch.name);
-  }
-  // FlashAttention-2's usual shape: 4 warps of 16 rows each, one warp per
-  // row block, a 2-deep pipeline, wider key tiles for small head dims.
-  // Backward (flash_bwd): 64 query rows against 64 keys on 2 x 4 warps (32
-  // keys on 4 x 2 warps from head dim 160 on, where dK and dV fill the
-  // registers), two Q / dO tiles in flight, dQ by atomics.
-  const int bucket = candidates.front().values.front();
-  const bool wide = bucket > 128;
-  const std::vector<int> wanted = op == "bwd"
-                                      ? std::vector<int>{bucket, 64, wide ? 32 : 64, wide ? 4 : 2, wide ? 2 : 4, 2, 1}
-                                      : std::vector<int>{bucket, 64, bucket <= 64 ? 64 : 32, 4, 1, 2};
-  return nearest_variant(candidates, wanted);
 }
 
 Variant nearest_variant(const std::vector<Variant>& candidates, const std::vector<int>& wanted) {

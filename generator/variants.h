@@ -48,6 +48,14 @@ struct Variant {
   bool operator==(const Variant& other) const { return kernel == other.kernel && values == other.values; }
 };
 
+// Throws InvalidArgument unless `variant` is a variant of kernel `id`
+// ("variant flash_decode/...: expected a flash_fwd variant").
+void require_kernel(const Variant& variant, KernelId id);
+
+// The one variant of a kernel whose tunables each have one value (the
+// decode combine, the backward's row kernels).
+Variant only_variant(KernelId id);
+
 // The kernel of an operation: "fwd" -> flash_fwd. Throws InvalidArgument.
 const KernelSpec& kernel_for_op(std::string_view op);
 
@@ -69,8 +77,5 @@ void check_variant_fits(const Variant& variant, int dk, int dv, const ArchLimits
 // The candidate whose tunable values differ from `wanted` in the fewest
 // places (the first such in the list); candidates must not be empty.
 Variant nearest_variant(const std::vector<Variant>& candidates, const std::vector<int>& wanted);
-
-// The built-in default for the problem class on the architecture.
-Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch);
 
 }  // namespace attune

@@ -7,8 +7,8 @@
 #include "emulator/report.h"
 #include "generator/variants.h"
 #include "runtime/attune_c.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/kernel_cache.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/jit/kernel_cache.h"
 #include "runtime/runtime.h"
 
 struct attune_runtime {

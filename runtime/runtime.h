@@ -15,7 +15,7 @@
 #include <string>
 
 #include "core/problem.h"
-#include "runtime/dispatcher.h"
+#include "runtime/dispatch/dispatcher.h"
 
 namespace attune {
 

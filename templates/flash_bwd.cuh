@@ -74,10 +74,10 @@ struct FlashBwdParams {
   i32 head_dim_k;
   i32 head_dim_v;
   MaskParams mask;
-  float scale;       // softmax scale: dQ and dK carry it
-  float scale_log2;  // scale * log2(e): probabilities are computed in base 2
-  i32 partial_keys;  // keys per dq_partial slice: the BLOCK_N of the flash_bwd variant
-  i32 vectorized;    // 1: Q, K, V and dO rows start 16-byte aligned, so tiles load with cp.async
+  float scale;                                             // softmax scale: dQ and dK carry it
+  float scale_log2;                                        // scale * log2(e): probabilities are computed in base 2
+  i32 partial_keys ATTUNE_TUNABLE_OF(flash_bwd, kBlockN);  // keys per dq_partial slice
+  i32 vectorized;  // 1: Q, K, V and dO rows start 16-byte aligned, so tiles load with cp.async
 };
 
 namespace bwd_detail {
@@ -138,9 +138,12 @@ struct BwdConfig {
 
   // Shared memory, 16-bit elements first: K, V, `kStages` Q and dO tiles,
   // P^T and dS^T ([key][query]); then floats: `kStages` LSE_log2 and D rows.
-  static constexpr int kKvElems = kBlockN * kHeadDim;
-  static constexpr int kQElems = kBlockM * kHeadDim;
-  static constexpr int kPElems = kBlockN * kBlockM;
+  using KvTile = SmemTile<kBlockN, kHeadDim>;  // K, V
+  using QTile = SmemTile<kBlockM, kHeadDim>;   // one stage of Q or of dO
+  using PTile = SmemTile<kBlockN, kBlockM>;    // P^T, dS^T: [key][query]
+  static constexpr int kKvElems = KvTile::kElems;
+  static constexpr int kQElems = QTile::kElems;
+  static constexpr int kPElems = PTile::kElems;
   static constexpr int kHalfElems = 2 * kKvElems + 2 * kStages * kQElems + 2 * kPElems;
 };
 
@@ -183,7 +186,9 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
                                const float* d_s, u16* p_s, u16* ds_s, const KeyMask& m, i64 row0, i64 key0, i64 q_len,
                                i64 k_len) {
   using D = typename Config::DType;
-  constexpr int kD = Config::kHeadDim;
+  using KvTile = typename Config::KvTile;
+  using QTile = typename Config::QTile;
+  using PTile = typename Config::PTile;
   const i32 lane = dev::lane_id();
   const i32 warp = dev::warp_id();
   const i32 warp_key0 = (warp % Config::kWarpsN) * Config::kWarpKeys;
@@ -213,14 +218,14 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
       u32 a[Config::kKeyTiles][4];
       ATTUNE_UNROLL
       for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
-        const i32 key = warp_key0 + kt * 16 + lane % 8 + 8 * ((lane / 8) % 2);
-        dev::warp::ldmatrix_x4(a[kt], a_s + key * kD + ks * 16 + 8 * (lane / 16));
+        const i32 key = warp_key0 + kt * 16 + frag::x4_row(lane);
+        dev::warp::ldmatrix_x4(a[kt], a_s + KvTile::offset(key, ks * 16 + frag::x4_col(lane)));
       }
       ATTUNE_UNROLL
       for (int qt = 0; qt < Config::kQueryTiles; ++qt) {
-        const i32 query = warp_query0 + qt * 8 + lane % 8;
+        const i32 query = warp_query0 + qt * 8 + frag::x2_row(lane);
         u32 b[2];
-        dev::warp::ldmatrix_x2(b, b_s + query * kD + ks * 16 + 8 * ((lane / 8) % 2));
+        dev::warp::ldmatrix_x2(b, b_s + QTile::offset(query, ks * 16 + frag::x2_col(lane)));
         ATTUNE_UNROLL
         for (int kt = 0; kt < Config::kKeyTiles; ++kt) dev::warp::mma_m16n8k16<D>(acc[kt][qt], a[kt], b, acc[kt][qt]);
       }
@@ -229,13 +234,13 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
   product(k_s, q_s, s);
   product(v_s, do_s, dp);
 
-  // A thread holds keys lane/4 (+8) of each key tile and queries 2 (lane%4)
-  // (+1) of each query tile: the pair of queries is one 32-bit store.
+  // A thread holds keys frag::acc_row of each key tile and the two queries
+  // frag::acc_col of each query tile: the pair is one 32-bit store.
   ATTUNE_UNROLL
   for (int qt = 0; qt < Config::kQueryTiles; ++qt) {
     ATTUNE_UNROLL
     for (int c = 0; c < 2; ++c) {
-      const i32 query = warp_query0 + qt * 8 + 2 * (lane % 4) + c;
+      const i32 query = warp_query0 + qt * 8 + frag::acc_col(lane, c);
       const float lse = dev::load_shared(lse_s + query);
       const float row_d = dev::load_shared(d_s + query);
       // The row's visible keys relative to this warp's first key, clamped
@@ -252,7 +257,7 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
       for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
         ATTUNE_UNROLL
         for (int half = 0; half < 2; ++half) {
-          const i32 key = kt * 16 + lane / 4 + 8 * half;
+          const i32 key = kt * 16 + frag::acc_row(lane, half);
           const bool visible = !kMasked || (key >= begin && key < end);
           const float prob = visible ? dev::exp2_approx(s[kt][qt][2 * half + c] * m.scale_log2 - lse) : 0.0f;
           s[kt][qt][2 * half + c] = prob;
@@ -265,10 +270,10 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
   for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
     ATTUNE_UNROLL
     for (int half = 0; half < 2; ++half) {
-      const i32 key = warp_key0 + kt * 16 + lane / 4 + 8 * half;
+      const i32 key = warp_key0 + kt * 16 + frag::acc_row(lane, half);
       ATTUNE_UNROLL
       for (int qt = 0; qt < Config::kQueryTiles; ++qt) {
-        const i32 at = key * Config::kBlockM + warp_query0 + qt * 8 + 2 * (lane % 4);
+        const i32 at = PTile::offset(key, warp_query0 + qt * 8 + frag::acc_col(lane, 0));
         dev::store_shared(reinterpret_cast<u32*>(p_s + at),
                           dev::pack2<D>(s[kt][qt][2 * half], s[kt][qt][2 * half + 1]));
         dev::store_shared(reinterpret_cast<u32*>(ds_s + at),
@@ -285,7 +290,8 @@ ATTUNE_DEVICE void accumulate_kv(const u16* p_s, const u16* ds_s, const u16* q_s
                                  float (&dk)[Config::kKeyTiles][Config::kKvColTiles][4],
                                  float (&dv)[Config::kKeyTiles][Config::kKvColTiles][4]) {
   using D = typename Config::DType;
-  constexpr int kD = Config::kHeadDim;
+  using QTile = typename Config::QTile;
+  using PTile = typename Config::PTile;
   const i32 lane = dev::lane_id();
   const i32 warp = dev::warp_id();
   const i32 warp_key0 = (warp % Config::kWarpsN) * Config::kWarpKeys;
@@ -297,14 +303,14 @@ ATTUNE_DEVICE void accumulate_kv(const u16* p_s, const u16* ds_s, const u16* q_s
       u32 a[Config::kKeyTiles][4];
       ATTUNE_UNROLL
       for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
-        const i32 key = warp_key0 + kt * 16 + lane % 8 + 8 * ((lane / 8) % 2);
-        dev::warp::ldmatrix_x4(a[kt], a_s + key * Config::kBlockM + qs * 16 + 8 * (lane / 16));
+        const i32 key = warp_key0 + kt * 16 + frag::x4_row(lane);
+        dev::warp::ldmatrix_x4(a[kt], a_s + PTile::offset(key, qs * 16 + frag::x4_col(lane)));
       }
-      const i32 query = qs * 16 + lane % 8 + 8 * ((lane / 8) % 2);
+      const i32 query = qs * 16 + frag::x4_row(lane);
       ATTUNE_UNROLL
       for (int ct = 0; ct < Config::kKvColTiles; ++ct) {
         u32 b[2];
-        dev::warp::ldmatrix_x2_trans(b, b_s + query * kD + col0 + ct * 8);
+        dev::warp::ldmatrix_x2_trans(b, b_s + QTile::offset(query, col0 + ct * 8));
         ATTUNE_UNROLL
         for (int kt = 0; kt < Config::kKeyTiles; ++kt) dev::warp::mma_m16n8k16<D>(acc[kt][ct], a[kt], b, acc[kt][ct]);
       }
@@ -319,7 +325,8 @@ ATTUNE_DEVICE void accumulate_kv(const u16* p_s, const u16* ds_s, const u16* q_s
 template <class Config>
 ATTUNE_DEVICE void tile_dq(const u16* ds_s, const u16* k_s, float (&dq)[Config::kDqRowTiles][Config::kDqColTiles][4]) {
   using D = typename Config::DType;
-  constexpr int kD = Config::kHeadDim;
+  using KvTile = typename Config::KvTile;
+  using PTile = typename Config::PTile;
   const i32 lane = dev::lane_id();
   const i32 warp = dev::warp_id();
   const i32 warp_query0 = (warp / Config::kWarpsN) * Config::kWarpQueries;
@@ -337,16 +344,15 @@ ATTUNE_DEVICE void tile_dq(const u16* ds_s, const u16* k_s, float (&dq)[Config::
     u32 a[Config::kDqRowTiles][4];
     ATTUNE_UNROLL
     for (int rt = 0; rt < Config::kDqRowTiles; ++rt) {
-      // Matrix j = lane / 8 of the A fragment: queries +8 (j odd), keys +8 (j >= 2).
-      const i32 key = ks * 16 + 8 * (lane / 16) + lane % 8;
-      const i32 query = warp_query0 + rt * 16 + 8 * ((lane / 8) % 2);
-      dev::warp::ldmatrix_x4_trans(a[rt], ds_s + key * Config::kBlockM + query);
+      const i32 key = ks * 16 + frag::x4t_row(lane);
+      const i32 query = warp_query0 + rt * 16 + frag::x4t_col(lane);
+      dev::warp::ldmatrix_x4_trans(a[rt], ds_s + PTile::offset(key, query));
     }
-    const i32 key = ks * 16 + lane % 8 + 8 * ((lane / 8) % 2);
+    const i32 key = ks * 16 + frag::x4_row(lane);
     ATTUNE_UNROLL
     for (int ct = 0; ct < Config::kDqColTiles; ++ct) {
       u32 b[2];
-      dev::warp::ldmatrix_x2_trans(b, k_s + key * kD + col0 + ct * 8);
+      dev::warp::ldmatrix_x2_trans(b, k_s + KvTile::offset(key, col0 + ct * 8));
       ATTUNE_UNROLL
       for (int rt = 0; rt < Config::kDqRowTiles; ++rt) dev::warp::mma_m16n8k16<D>(dq[rt][ct], a[rt], b, dq[rt][ct]);
     }
@@ -441,7 +447,6 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
   float* d_s = lse_s + kStages * kBlockM;
   const bool vectorized = p.vectorized != 0;
   const bwd_detail::KeyMask key_mask{p.mask, p.scale_log2};
-  constexpr float kLog2e = 1.4426950408889634f;
 
   const auto issue = [&](i64 step) {
     if (step < steps) {
@@ -532,14 +537,14 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
       for (int rt = 0; rt < Config::kDqRowTiles; ++rt) {
         ATTUNE_UNROLL
         for (int half = 0; half < 2; ++half) {
-          const i64 row = row0 + warp_query0 + rt * 16 + lane / 4 + 8 * half;
+          const i64 row = row0 + warp_query0 + rt * 16 + frag::acc_row(lane, half);
           if (row >= seq.q_len) continue;
           const i64 at = ((seq.row_base + row) * p.heads_q + head) * p.head_dim_k;
           ATTUNE_UNROLL
           for (int ct = 0; ct < Config::kDqColTiles; ++ct) {
             ATTUNE_UNROLL
             for (int e = 0; e < 2; ++e) {
-              const i32 col = dq_col0 + ct * 8 + 2 * (lane % 4) + e;
+              const i32 col = dq_col0 + ct * 8 + frag::acc_col(lane, e);
               if (col >= p.head_dim_k) continue;
               if (kDqAtomic != 0) {
                 dev::atomic_add(p.dq_accum + at + col, dq[rt][ct][2 * half + e]);
@@ -561,7 +566,7 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
   for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
     ATTUNE_UNROLL
     for (int half = 0; half < 2; ++half) {
-      const i64 key = key0 + warp_key0 + kt * 16 + lane / 4 + 8 * half;
+      const i64 key = key0 + warp_key0 + kt * 16 + frag::acc_row(lane, half);
       if (key >= seq.k_capacity) continue;
       u16* dk_row = p.dk + batch * p.dk_batch_stride + (seq.k_begin + key) * p.dk_row_stride +
                     static_cast<i64>(kv_head) * p.dk_head_stride;
@@ -571,7 +576,7 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
       for (int ct = 0; ct < Config::kKvColTiles; ++ct) {
         ATTUNE_UNROLL
         for (int e = 0; e < 2; ++e) {
-          const i32 col = kv_col0 + ct * 8 + 2 * (lane % 4) + e;
+          const i32 col = kv_col0 + ct * 8 + frag::acc_col(lane, e);
           if (col < p.head_dim_k) dev::store_global(dk_row + col, dev::to_bits<D>(dk[kt][ct][2 * half + e] * p.scale));
           if (col < p.head_dim_v) dev::store_global(dv_row + col, dev::to_bits<D>(dv[kt][ct][2 * half + e]));
         }

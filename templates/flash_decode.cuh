@@ -124,8 +124,6 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
   static_assert(FlashDecodeTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsN, kStages, kPackGqa),
                 "flash_decode: these tunables break FlashDecodeTunables::valid");
   using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kBlockM / 16, kWarpsN, kStages, DType>;
-  using D = typename Config::DType;
-  using flash_detail::RowState;
   const i32 pack = kPackGqa != 0 ? p.group_size : 1;
   const i64 q_len = p.seqlen_q;
   const i64 rows = q_len * pack;
@@ -182,63 +180,31 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
     dev::cp_async::commit();  // possibly empty: keeps the group count uniform
   };
 
-  float acc[Config::kMTiles][Config::kDTiles][4];
-  RowState<Config> state;
-  flash_detail::init_row_state<Config>(acc, state);
-
+  typename Config::Softmax softmax;
+  softmax.init();
   if (n_begin < n_end) {
     flash_detail::load_rows<Config, Config::kBlockM>(q_s, q_row, rows - row0, p.head_dim_k, vectorized);
     dev::cp_async::commit();
-    flash_detail::attend_key_tiles<Config>(q_s, k_s, v_s, acc, state, tile_mask, row0, n_begin, n_end, first, last,
-                                           q_len, k_len, issue);
+    flash_detail::attend_key_tiles<Config>(q_s, k_s, v_s, softmax, tile_mask, row0, n_begin, n_end, first, last, q_len,
+                                           k_len, issue);
   }
 
-  if (!flash_detail::merge_row_states<Config>(acc, state)) return;
-  const i32 lane = dev::lane_id();
-  const i32 warp_row0 = (dev::warp_id() / Config::kWarpsN) * Config::kWarpRows;
-  constexpr float kLn2 = 0.6931471805599453f;
-  ATTUNE_UNROLL
-  for (int r = 0; r < 2 * Config::kMTiles; ++r) {  // the rows this thread holds
-    const int mt = r / 2;
-    const int half = r % 2;
-    const i64 row = row0 + warp_row0 + mt * 16 + lane / 4 + 8 * half;
-    if (row >= rows) continue;
+  if (!flash_detail::merge_warps<Config>(softmax)) return;
+  // With one split, O and LSE; with more, this split's unnormalized state
+  // (an empty split leaves m = -inf, l = 0) for flash_decode_combine.
+  const bool partial = p.splits > 1;
+  flash_detail::store_rows<Config>(softmax, p.head_dim_v, partial, [&](i32 r) {
+    const i64 row = row0 + r;
+    if (row >= rows) return flash_detail::RowOut{nullptr, nullptr, nullptr};
     const decode_detail::RowPlace at = decode_detail::place<kPackGqa>(row, slot, p.group_size);
-    const float l = state.l[mt][half];
-    if (p.splits > 1) {
-      // This split's state, unnormalized; an empty split leaves m = -inf, l = 0.
-      const i64 index = ((static_cast<i64>(split) * p.batch + batch) * p.heads_q + at.head) * q_len + at.position;
-      float* slot_out = p.partial + index * (p.head_dim_v + 2);
-      ATTUNE_UNROLL
-      for (int dt = 0; dt < Config::kDTiles; ++dt) {
-        ATTUNE_UNROLL
-        for (int e = 0; e < 2; ++e) {
-          const i32 col = dt * 8 + 2 * (lane % 4) + e;
-          if (col < p.head_dim_v) dev::store_global(slot_out + col, acc[mt][dt][2 * half + e]);
-        }
-      }
-      if (lane % 4 == 0) {
-        dev::store_global(slot_out + p.head_dim_v, state.m[mt][half]);
-        dev::store_global(slot_out + p.head_dim_v + 1, l);
-      }
-      continue;
-    }
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    u16* o_row = p.o + batch * p.o_batch_stride + at.position * p.o_row_stride + at.head * p.o_head_stride;
-    ATTUNE_UNROLL
-    for (int dt = 0; dt < Config::kDTiles; ++dt) {
-      ATTUNE_UNROLL
-      for (int e = 0; e < 2; ++e) {
-        const i32 col = dt * 8 + 2 * (lane % 4) + e;
-        if (col < p.head_dim_v) dev::store_global(o_row + col, dev::to_bits<D>(acc[mt][dt][2 * half + e] * inv));
-      }
-    }
-    if (p.lse != nullptr && lane % 4 == 0) {
-      const float lse = l > 0.0f ? (state.m[mt][half] + dev::log2_approx(l)) * kLn2 : -dev::infinity();
-      dev::store_global(
-          p.lse + batch * p.lse_batch_stride + at.head * p.lse_head_stride + at.position * p.lse_row_stride, lse);
-    }
-  }
+    u16* o = p.o + batch * p.o_batch_stride + at.position * p.o_row_stride + at.head * p.o_head_stride;
+    float* lse = p.lse == nullptr ? nullptr
+                                  : p.lse + batch * p.lse_batch_stride + at.head * p.lse_head_stride +
+                                        at.position * p.lse_row_stride;
+    const i64 index = ((static_cast<i64>(split) * p.batch + batch) * p.heads_q + at.head) * q_len + at.position;
+    float* state = partial ? p.partial + index * (p.head_dim_v + 2) : nullptr;
+    return flash_detail::RowOut{o, lse, state};
+  });
 }
 
 // The merge of the splits' states: one warp per output row (b, h, i), lanes
@@ -258,10 +224,15 @@ struct FlashDecodeCombineParams {
 
 struct FlashDecodeCombineTunables : WarpPerRowTunables {};
 
-// Grid: (ceil(B x Hq x Sq / kWarps)); block: kWarps x 32 threads.
+// Grid: (ceil(B x Hq x Sq / kWarps)); block: kWarps x 32 threads. A lane
+// holds columns lane, lane + 32, ... of its warp's row; the splits' states
+// merge one by one by the softmax's rule, empty splits (l = 0) skipped
+// explicitly.
 template <int kWarps, class DType>
 ATTUNE_KERNEL void flash_decode_combine(FlashDecodeCombineParams p) {
   using D = DType;
+  constexpr int kMaxDv = 256;
+  constexpr int kColsPerLane = kMaxDv / kWarpSize;
   const i64 rows = static_cast<i64>(p.batch) * p.heads_q * p.seqlen_q;
   const i64 row = static_cast<i64>(dev::block_index().x) * kWarps + dev::warp_id();
   if (row >= rows) return;  // whole warps leave together
@@ -269,38 +240,36 @@ ATTUNE_KERNEL void flash_decode_combine(FlashDecodeCombineParams p) {
   const i64 stride = p.head_dim_v + 2;
   const i64 split_stride = rows * stride;
 
-  // The common maximum over the splits that saw a key; empty splits
-  // (l = 0, m = -inf) are skipped explicitly.
   float m = -dev::infinity();
-  for (i32 s = 0; s < p.splits; ++s) {
-    const float* state = p.partial + s * split_stride + row * stride + p.head_dim_v;
-    if (dev::load_global(state + 1) > 0.0f) m = flash_detail::max2(m, dev::load_global(state));
-  }
   float l = 0.0f;
+  float u[kColsPerLane];
+  ATTUNE_UNROLL
+  for (int c = 0; c < kColsPerLane; ++c) u[c] = 0.0f;
   for (i32 s = 0; s < p.splits; ++s) {
-    const float* state = p.partial + s * split_stride + row * stride + p.head_dim_v;
-    const float ls = dev::load_global(state + 1);
-    if (ls > 0.0f) l += dev::exp2_approx(dev::load_global(state) - m) * ls;
+    const float* state = p.partial + s * split_stride + row * stride;
+    const float ls = dev::load_global(state + p.head_dim_v + 1);
+    if (!(ls > 0.0f)) continue;
+    const softmax::Rescale r = softmax::rescale(m, dev::load_global(state + p.head_dim_v));
+    l = r.a1 * l + r.a2 * ls;
+    ATTUNE_UNROLL
+    for (int c = 0; c < kColsPerLane; ++c) {
+      const i32 col = lane + c * kWarpSize;
+      if (col < p.head_dim_v) u[c] = r.a1 * u[c] + r.a2 * dev::load_global(state + col);
+    }
+    m = r.m;
   }
   const i64 position = row % p.seqlen_q;
   const i64 head = (row / p.seqlen_q) % p.heads_q;
   const i64 b = row / (static_cast<i64>(p.seqlen_q) * p.heads_q);
   u16* o_row = p.o + b * p.o_batch_stride + position * p.o_row_stride + head * p.o_head_stride;
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-  for (i32 col = lane; col < p.head_dim_v; col += kWarpSize) {
-    // Each split's weighted sum, rescaled to the common maximum like its normalizer.
-    float u = 0.0f;
-    for (i32 s = 0; s < p.splits; ++s) {
-      const float* state = p.partial + s * split_stride + row * stride;
-      const float ls = dev::load_global(state + p.head_dim_v + 1);
-      if (ls > 0.0f) u += dev::exp2_approx(dev::load_global(state + p.head_dim_v) - m) * dev::load_global(state + col);
-    }
-    dev::store_global(o_row + col, dev::to_bits<D>(u * inv));
+  const softmax::RowEnd end = softmax::finalize(m, l);
+  ATTUNE_UNROLL
+  for (int c = 0; c < kColsPerLane; ++c) {
+    const i32 col = lane + c * kWarpSize;
+    if (col < p.head_dim_v) dev::store_global(o_row + col, dev::to_bits<D>(u[c] * end.inv_l));
   }
   if (p.lse != nullptr && lane == 0) {
-    constexpr float kLn2 = 0.6931471805599453f;
-    const float lse = l > 0.0f ? (m + dev::log2_approx(l)) * kLn2 : -dev::infinity();
-    dev::store_global(p.lse + b * p.lse_batch_stride + head * p.lse_head_stride + position * p.lse_row_stride, lse);
+    dev::store_global(p.lse + b * p.lse_batch_stride + head * p.lse_head_stride + position * p.lse_row_stride, end.lse);
   }
 }
 

@@ -96,8 +96,6 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType>;
   static_assert(FlashFwdTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages),
                 "flash_fwd: these tunables break FlashFwdTunables::valid");
-  using D = typename Config::DType;
-  using flash_detail::RowState;
   const i32 m_block = dev::block_index().x;
   const i32 head = dev::block_index().y;
   const i32 batch = dev::block_index().z;
@@ -147,47 +145,27 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
     dev::cp_async::commit();  // possibly empty: keeps the group count uniform
   };
 
-  float acc[Config::kMTiles][Config::kDTiles][4];
-  RowState<Config> state;
-  flash_detail::init_row_state<Config>(acc, state);
-
+  typename Config::Softmax softmax;
+  softmax.init();
   if (n_begin < n_end) {
     flash_detail::load_tile<Config, Config::kBlockM>(q_s, q_rows, p.q_row_stride, q_len - row0, p.head_dim_k,
                                                      vectorized);
     dev::cp_async::commit();
-    flash_detail::attend_key_tiles<Config>(q_s, k_s, v_s, acc, state, tile_mask, row0, n_begin, n_end, first, last,
-                                           q_len, k_len, issue);
+    flash_detail::attend_key_tiles<Config>(q_s, k_s, v_s, softmax, tile_mask, row0, n_begin, n_end, first, last, q_len,
+                                           k_len, issue);
   }
 
-  if (!flash_detail::merge_row_states<Config>(acc, state)) return;
-  const i32 lane = dev::lane_id();
-  const i32 warp_row0 = (dev::warp_id() / Config::kWarpsN) * Config::kWarpRows;
-
+  if (!flash_detail::merge_warps<Config>(softmax)) return;
   // Normalize once; a row with no visible key is 0 with LSE = -inf.
-  constexpr float kLn2 = 0.6931471805599453f;
-  ATTUNE_UNROLL
-  for (int r = 0; r < 2 * Config::kMTiles; ++r) {  // the rows this thread holds
-    const int mt = r / 2;
-    const int half = r % 2;
-    const i64 row = row0 + warp_row0 + mt * 16 + lane / 4 + 8 * half;
-    if (row >= q_len) continue;
-    const float l = state.l[mt][half];
-    const float inv = l > 0.0f ? 1.0f / l : 0.0f;
-    u16* o_row = p.o + batch * p.o_batch_stride + (q_begin + row) * p.o_row_stride + head * p.o_head_stride;
-    ATTUNE_UNROLL
-    for (int dt = 0; dt < Config::kDTiles; ++dt) {
-      ATTUNE_UNROLL
-      for (int e = 0; e < 2; ++e) {
-        const i32 col = dt * 8 + 2 * (lane % 4) + e;
-        if (col < p.head_dim_v) dev::store_global(o_row + col, dev::to_bits<D>(acc[mt][dt][2 * half + e] * inv));
-      }
-    }
-    if (p.lse != nullptr && lane % 4 == 0) {
-      const float lse = l > 0.0f ? (state.m[mt][half] + dev::log2_approx(l)) * kLn2 : -dev::infinity();
-      dev::store_global(
-          p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride + (q_begin + row) * p.lse_row_stride, lse);
-    }
-  }
+  flash_detail::store_rows<Config>(softmax, p.head_dim_v, /*partial=*/false, [&](i32 r) {
+    const i64 row = row0 + r;
+    if (row >= q_len) return flash_detail::RowOut{nullptr, nullptr, nullptr};
+    u16* o = p.o + batch * p.o_batch_stride + (q_begin + row) * p.o_row_stride + head * p.o_head_stride;
+    float* lse = p.lse == nullptr ? nullptr
+                                  : p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride +
+                                        (q_begin + row) * p.lse_row_stride;
+    return flash_detail::RowOut{o, lse, nullptr};
+  });
 }
 
 }  // namespace attune

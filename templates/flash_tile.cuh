@@ -1,10 +1,12 @@
 // The tile machinery shared by the attention kernels (forward, split-KV
-// decode): sizes of a block's tiles, tile loads, the online-softmax step of
-// one K/V tile on mma.sync, and the merge of the warps' row states.
+// decode): sizes of a block's tiles, tile loads, the step of one K/V tile on
+// mma.sync (scores, scale and mask, softmax update, P V), the K/V pipeline,
+// the merge of the warps' row states, and the store of finished rows.
 #pragma once
 
 #include "templates/mask.h"
-#include "templates/primitives/primitives.h"
+#include "templates/online_softmax.cuh"
+#include "templates/smem_layout.cuh"
 
 namespace attune {
 
@@ -28,8 +30,12 @@ struct TileConfig {
   static constexpr int kPSteps = kWarpKeys / 16;       // PV reduction steps
   static constexpr int kDTiles = kHeadDim / 8;         // O columns
   static constexpr int kChunks = kHeadDim / 8;         // 16-byte chunks per row
-  static constexpr int kQElems = kBlockM * kHeadDim;
-  static constexpr int kTileElems = kBlockN * kHeadDim;
+  using QTile = SmemTile<kBlockM, kHeadDim>;           // Q in shared memory
+  using KvTile = SmemTile<kBlockN, kHeadDim>;          // one stage of K or of V
+  static constexpr int kQElems = QTile::kElems;
+  static constexpr int kTileElems = KvTile::kElems;
+  // The per-thread softmax state of a warp's rows.
+  using Softmax = OnlineSoftmax<kMTiles, kDTiles>;
 };
 
 // The tunable space of the small kernels that give one warp to each output
@@ -45,12 +51,13 @@ struct WarpPerRowTunables {
 
 namespace flash_detail {
 
-// Copies a tile of `rows` x kHeadDim elements into shared memory (row pitch
-// kHeadDim); rows >= rows_valid and columns >= cols_valid are zero. Row r
-// starts at row_address(r): tensors whose rows are not evenly spaced (paged
-// caches, packed query heads) load through the same code.
+// Copies a tile of kRows x kHeadDim elements into shared memory, laid out as
+// SmemTile<kRows, kHeadDim>; rows >= rows_valid and columns >= cols_valid
+// are zero. Row r starts at row_address(r): tensors whose rows are not evenly
+// spaced (paged caches, packed query heads) load through the same code.
 template <class Config, int kRows, class RowAddress>
 ATTUNE_DEVICE void load_rows(u16* dst, const RowAddress& row_address, i64 rows_valid, i32 cols_valid, bool vectorized) {
+  using Tile = SmemTile<kRows, Config::kHeadDim>;
   const i32 tid = dev::linear_thread();
   for (i32 c = tid; c < kRows * Config::kChunks; c += Config::kThreads) {
     const i32 row = c / Config::kChunks;
@@ -58,7 +65,7 @@ ATTUNE_DEVICE void load_rows(u16* dst, const RowAddress& row_address, i64 rows_v
     const bool row_ok = row < rows_valid;
     const i32 cols = row_ok ? (cols_valid - col < 8 ? cols_valid - col : 8) : 0;
     const i32 valid = cols > 0 ? cols : 0;
-    u16* to = dst + row * Config::kHeadDim + col;
+    u16* to = dst + Tile::offset(row, col);
     const u16* from = row_address(row_ok ? row : 0) + (row_ok ? col : 0);
     if (vectorized) {
       dev::cp_async::copy16(to, from, valid * 2);
@@ -79,20 +86,6 @@ ATTUNE_DEVICE void load_tile(u16* dst, const u16* src, i64 row_stride, i64 rows_
       dst, [&](i32 row) { return src + row * row_stride; }, rows_valid, cols_valid, vectorized);
 }
 
-// Running softmax state of the rows a thread holds: two rows per m-tile
-// (lane/4 and lane/4 + 8), in base-2 units.
-template <class Config>
-struct RowState {
-  float m[Config::kMTiles][2];  // max logit so far, -inf when no key yet
-  float l[Config::kMTiles][2];  // this thread's part of sum 2^(s - m)
-};
-
-// exp2 reference point for a row whose maximum may still be -inf: keeps
-// -inf - -inf out of the arithmetic.
-ATTUNE_DEVICE float safe_max(float m) { return m == -dev::infinity() ? 0.0f : m; }
-
-ATTUNE_DEVICE float max2(float a, float b) { return a > b ? a : b; }
-
 // What attend_tile needs of the problem: the mask band, the softmax scale in
 // base 2, and how block rows map to query positions (row / pack: `pack`
 // query heads of one position sit in consecutive rows, 1 when unpacked).
@@ -102,18 +95,15 @@ struct TileMask {
   i32 pack;
 };
 
-// One K/V tile: S = Q K^T, mask, online softmax, O += P V.
-template <class Config, bool kMasked>
-ATTUNE_DEVICE void attend_tile(const u16* q_s, const u16* k_s, const u16* v_s,
-                               float (&acc)[Config::kMTiles][Config::kDTiles][4], RowState<Config>& state,
-                               const TileMask& p, i64 row0, i64 key0, i64 q_len, i64 k_len) {
+// S = Q K^T for this warp's rows and keys of the tile, over the head
+// dimension 16 at a time.
+template <class Config>
+ATTUNE_DEVICE void tile_scores(const u16* q_s, const u16* k_s, float (&s)[Config::kMTiles][Config::kNTiles][4],
+                               i32 warp_row0, i32 warp_key0) {
   using D = typename Config::DType;
+  using QTile = typename Config::QTile;
+  using KvTile = typename Config::KvTile;
   const i32 lane = dev::lane_id();
-  const i32 warp = dev::warp_id();
-  const i32 warp_row0 = (warp / Config::kWarpsN) * Config::kWarpRows;
-  const i32 warp_key0 = (warp % Config::kWarpsN) * Config::kWarpKeys;
-
-  float s[Config::kMTiles][Config::kNTiles][4];
   ATTUNE_UNROLL
   for (int mt = 0; mt < Config::kMTiles; ++mt) {
     ATTUNE_UNROLL
@@ -122,113 +112,96 @@ ATTUNE_DEVICE void attend_tile(const u16* q_s, const u16* k_s, const u16* v_s,
       for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
     }
   }
-
-  // S = Q K^T over the head dimension, 16 at a time.
   ATTUNE_UNROLL
   for (int ks = 0; ks < Config::kKSteps; ++ks) {
     u32 a[Config::kMTiles][4];
     ATTUNE_UNROLL
     for (int mt = 0; mt < Config::kMTiles; ++mt) {
-      const i32 row = warp_row0 + mt * 16 + lane % 8 + 8 * ((lane / 8) % 2);
-      dev::warp::ldmatrix_x4(a[mt], q_s + row * Config::kHeadDim + ks * 16 + 8 * (lane / 16));
+      const i32 row = warp_row0 + mt * 16 + frag::x4_row(lane);
+      dev::warp::ldmatrix_x4(a[mt], q_s + QTile::offset(row, ks * 16 + frag::x4_col(lane)));
     }
     ATTUNE_UNROLL
     for (int nt = 0; nt < Config::kNTiles; ++nt) {
       u32 b[2];
-      const i32 key = warp_key0 + nt * 8 + lane % 8;
-      dev::warp::ldmatrix_x2(b, k_s + key * Config::kHeadDim + ks * 16 + 8 * ((lane / 8) % 2));
+      const i32 key = warp_key0 + nt * 8 + frag::x2_row(lane);
+      dev::warp::ldmatrix_x2(b, k_s + KvTile::offset(key, ks * 16 + frag::x2_col(lane)));
       ATTUNE_UNROLL
       for (int mt = 0; mt < Config::kMTiles; ++mt) dev::warp::mma_m16n8k16<D>(s[mt][nt], a[mt], b, s[mt][nt]);
     }
   }
+}
 
-  // Scale to base 2, mask by global positions, and update the row states.
+// Scores to base-2 logits, -inf for keys a row does not see, by global
+// position: `row0` and `key0` are the warp's first row and key, and block
+// row r is query position r / pack.
+template <class Config, bool kMasked>
+ATTUNE_DEVICE void scale_and_mask(float (&s)[Config::kMTiles][Config::kNTiles][4], const TileMask& p, i64 row0,
+                                  i64 key0, i64 q_len, i64 k_len) {
+  const i32 lane = dev::lane_id();
   ATTUNE_UNROLL
   for (int mt = 0; mt < Config::kMTiles; ++mt) {
     ATTUNE_UNROLL
     for (int half = 0; half < 2; ++half) {
-      const i64 row = row0 + warp_row0 + mt * 16 + lane / 4 + 8 * half;
+      const i64 row = row0 + mt * 16 + frag::acc_row(lane, half);
       const KeyBounds bounds = kMasked ? key_bounds(p.mask, row / p.pack, q_len, k_len) : KeyBounds{0, k_len};
-      float tile_max = -dev::infinity();
       ATTUNE_UNROLL
       for (int nt = 0; nt < Config::kNTiles; ++nt) {
         ATTUNE_UNROLL
         for (int e = 0; e < 2; ++e) {
           float x = s[mt][nt][2 * half + e] * p.scale_log2;
           if (kMasked) {
-            const i64 key = key0 + warp_key0 + nt * 8 + 2 * (lane % 4) + e;
+            const i64 key = key0 + nt * 8 + frag::acc_col(lane, e);
             if (key < bounds.begin || key >= bounds.end) x = -dev::infinity();
           }
           s[mt][nt][2 * half + e] = x;
-          tile_max = max2(tile_max, x);
         }
-      }
-      // The four lanes of a quad hold the same row.
-      tile_max = max2(tile_max, dev::warp::shfl_xor(tile_max, 1));
-      tile_max = max2(tile_max, dev::warp::shfl_xor(tile_max, 2));
-      const float new_max = max2(state.m[mt][half], tile_max);
-      const float ref = safe_max(new_max);
-      // Rescale BOTH the normalizer and the accumulated output.
-      const float factor = dev::exp2_approx(state.m[mt][half] - ref);
-      float sum = 0.0f;
-      ATTUNE_UNROLL
-      for (int nt = 0; nt < Config::kNTiles; ++nt) {
-        ATTUNE_UNROLL
-        for (int e = 0; e < 2; ++e) {
-          const float prob = dev::exp2_approx(s[mt][nt][2 * half + e] - ref);
-          s[mt][nt][2 * half + e] = prob;
-          sum += prob;
-        }
-      }
-      state.l[mt][half] = state.l[mt][half] * factor + sum;
-      state.m[mt][half] = new_max;
-      ATTUNE_UNROLL
-      for (int dt = 0; dt < Config::kDTiles; ++dt) {
-        acc[mt][dt][2 * half] *= factor;
-        acc[mt][dt][2 * half + 1] *= factor;
       }
     }
   }
+}
 
-  // O += P V: the S accumulators of two adjacent key tiles are exactly the A
-  // fragment of one 16-key step.
+// u += P V: the S accumulators of two adjacent 8-key tiles are exactly the A
+// fragment of one 16-key step.
+template <class Config>
+ATTUNE_DEVICE void accumulate_pv(const float (&p)[Config::kMTiles][Config::kNTiles][4], const u16* v_s,
+                                 float (&u)[Config::kMTiles][Config::kDTiles][4], i32 warp_key0) {
+  using D = typename Config::DType;
+  using KvTile = typename Config::KvTile;
+  const i32 lane = dev::lane_id();
   ATTUNE_UNROLL
   for (int ps = 0; ps < Config::kPSteps; ++ps) {
     u32 a[Config::kMTiles][4];
     ATTUNE_UNROLL
     for (int mt = 0; mt < Config::kMTiles; ++mt) {
-      a[mt][0] = dev::pack2<D>(s[mt][2 * ps][0], s[mt][2 * ps][1]);
-      a[mt][1] = dev::pack2<D>(s[mt][2 * ps][2], s[mt][2 * ps][3]);
-      a[mt][2] = dev::pack2<D>(s[mt][2 * ps + 1][0], s[mt][2 * ps + 1][1]);
-      a[mt][3] = dev::pack2<D>(s[mt][2 * ps + 1][2], s[mt][2 * ps + 1][3]);
+      a[mt][0] = dev::pack2<D>(p[mt][2 * ps][0], p[mt][2 * ps][1]);
+      a[mt][1] = dev::pack2<D>(p[mt][2 * ps][2], p[mt][2 * ps][3]);
+      a[mt][2] = dev::pack2<D>(p[mt][2 * ps + 1][0], p[mt][2 * ps + 1][1]);
+      a[mt][3] = dev::pack2<D>(p[mt][2 * ps + 1][2], p[mt][2 * ps + 1][3]);
     }
     ATTUNE_UNROLL
     for (int dt = 0; dt < Config::kDTiles; ++dt) {
       u32 b[2];
-      const i32 key = warp_key0 + ps * 16 + lane % 8 + 8 * ((lane / 8) % 2);
-      dev::warp::ldmatrix_x2_trans(b, v_s + key * Config::kHeadDim + dt * 8);
+      const i32 key = warp_key0 + ps * 16 + frag::x4_row(lane);
+      dev::warp::ldmatrix_x2_trans(b, v_s + KvTile::offset(key, dt * 8));
       ATTUNE_UNROLL
-      for (int mt = 0; mt < Config::kMTiles; ++mt) dev::warp::mma_m16n8k16<D>(acc[mt][dt], a[mt], b, acc[mt][dt]);
+      for (int mt = 0; mt < Config::kMTiles; ++mt) dev::warp::mma_m16n8k16<D>(u[mt][dt], a[mt], b, u[mt][dt]);
     }
   }
 }
 
-// Empty row states and output accumulators: m = -inf, l = 0, u = 0.
-template <class Config>
-ATTUNE_DEVICE void init_row_state(float (&acc)[Config::kMTiles][Config::kDTiles][4], RowState<Config>& state) {
-  ATTUNE_UNROLL
-  for (int mt = 0; mt < Config::kMTiles; ++mt) {
-    ATTUNE_UNROLL
-    for (int half = 0; half < 2; ++half) {
-      state.m[mt][half] = -dev::infinity();
-      state.l[mt][half] = 0.0f;
-    }
-    ATTUNE_UNROLL
-    for (int dt = 0; dt < Config::kDTiles; ++dt) {
-      ATTUNE_UNROLL
-      for (int e = 0; e < 4; ++e) acc[mt][dt][e] = 0.0f;
-    }
-  }
+// One K/V tile, step by step: scores, scale and mask by global position,
+// the softmax update, then P V.
+template <class Config, bool kMasked>
+ATTUNE_DEVICE void attend_tile(const u16* q_s, const u16* k_s, const u16* v_s, typename Config::Softmax& softmax,
+                               const TileMask& mask, i64 row0, i64 key0, i64 q_len, i64 k_len) {
+  const i32 warp = dev::warp_id();
+  const i32 warp_row0 = (warp / Config::kWarpsN) * Config::kWarpRows;
+  const i32 warp_key0 = (warp % Config::kWarpsN) * Config::kWarpKeys;
+  float s[Config::kMTiles][Config::kNTiles][4];
+  tile_scores<Config>(q_s, k_s, s, warp_row0, warp_key0);
+  scale_and_mask<Config, kMasked>(s, mask, row0 + warp_row0, key0 + warp_key0, q_len, k_len);
+  softmax.update(s);
+  accumulate_pv<Config>(s, v_s, softmax.u, warp_key0);
 }
 
 // The key loop of a block whose Q tile copy has been issued and committed:
@@ -238,8 +211,7 @@ ATTUNE_DEVICE void init_row_state(float (&acc)[Config::kMTiles][Config::kDTiles]
 // mask when every row of the block (whose visible keys run from `first` to
 // `last`) sees all of it.
 template <class Config, class Issue>
-ATTUNE_DEVICE void attend_key_tiles(const u16* q_s, const u16* k_s, const u16* v_s,
-                                    float (&acc)[Config::kMTiles][Config::kDTiles][4], RowState<Config>& state,
+ATTUNE_DEVICE void attend_key_tiles(const u16* q_s, const u16* k_s, const u16* v_s, typename Config::Softmax& softmax,
                                     const TileMask& mask, i64 row0, i64 n_begin, i64 n_end, const KeyBounds& first,
                                     const KeyBounds& last, i64 q_len, i64 k_len, const Issue& issue) {
   for (i64 n = n_begin; n < n_begin + Config::kStages - 1; ++n) issue(n);
@@ -253,92 +225,106 @@ ATTUNE_DEVICE void attend_key_tiles(const u16* q_s, const u16* k_s, const u16* v
     const u16* v_tile = v_s + stage * Config::kTileElems;
     // Every valid row of the block sees every key of the tile: no mask.
     if (key0 >= last.begin && key0 + Config::kBlockN <= first.end) {
-      attend_tile<Config, false>(q_s, k_tile, v_tile, acc, state, mask, row0, key0, q_len, k_len);
+      attend_tile<Config, false>(q_s, k_tile, v_tile, softmax, mask, row0, key0, q_len, k_len);
     } else {
-      attend_tile<Config, true>(q_s, k_tile, v_tile, acc, state, mask, row0, key0, q_len, k_len);
+      attend_tile<Config, true>(q_s, k_tile, v_tile, softmax, mask, row0, key0, q_len, k_len);
     }
     dev::block::sync();  // the stage is overwritten next
   }
 }
 
-// After the key loop: completes each row's normalizer over its quad and,
-// with kWarpsN > 1, merges the (m, l, u) of the warps holding other keys of
-// the same rows into the warp with warp_n == 0, through shared memory (the
-// pipeline buffers, no longer in use). Returns whether this thread holds
-// merged rows; the others are done.
+// A row's state another warp left in shared memory: u at `at`, then m, l.
+struct StoredRow {
+  const float* at;
+  float m;
+  float l;
+  ATTUNE_DEVICE float u(i32 col) const { return dev::load_shared(at + col); }
+};
+
+// After the key loop: completes each row's l over its quad and, with
+// kWarpsN > 1, merges the states of the warps holding other keys of the
+// same rows into the warp with warp_n == 0, through shared memory (the
+// pipeline buffers, no longer in use), by the softmax's one rule. Returns
+// whether this thread holds merged rows; the others are done.
 template <class Config>
-ATTUNE_DEVICE bool merge_row_states(float (&acc)[Config::kMTiles][Config::kDTiles][4], RowState<Config>& state) {
+ATTUNE_DEVICE bool merge_warps(typename Config::Softmax& softmax) {
+  using Softmax = typename Config::Softmax;
+  softmax.merge_quad();
+  if (Config::kWarpsN == 1) return true;
   const i32 lane = dev::lane_id();
   const i32 warp = dev::warp_id();
   const i32 warp_n = warp % Config::kWarpsN;
   const i32 warp_row0 = (warp / Config::kWarpsN) * Config::kWarpRows;
-
-  // Complete the normalizers over the quad.
-  ATTUNE_UNROLL
-  for (int r = 0; r < 2 * Config::kMTiles; ++r) {  // the rows this thread holds
-    const int mt = r / 2;
-    const int half = r % 2;
-    state.l[mt][half] += dev::warp::shfl_xor(state.l[mt][half], 1);
-    state.l[mt][half] += dev::warp::shfl_xor(state.l[mt][half], 2);
-  }
-
-  if (Config::kWarpsN > 1) {
-    // Warps holding other keys of the same rows hand over (m, l, u).
-    float* merge = dev::shared_memory<float>();
-    constexpr int kRowFloats = Config::kHeadDim + 2;
-    if (warp_n > 0) {
-      ATTUNE_UNROLL
-      for (int r = 0; r < 2 * Config::kMTiles; ++r) {  // the rows this thread holds
-        const int mt = r / 2;
-        const int half = r % 2;
-        const i32 row = warp_row0 + mt * 16 + lane / 4 + 8 * half;
-        float* slot = merge + ((warp_n - 1) * Config::kBlockM + row) * kRowFloats;
-        ATTUNE_UNROLL
-        for (int dt = 0; dt < Config::kDTiles; ++dt) {
-          dev::store_shared(slot + dt * 8 + 2 * (lane % 4), acc[mt][dt][2 * half]);
-          dev::store_shared(slot + dt * 8 + 2 * (lane % 4) + 1, acc[mt][dt][2 * half + 1]);
-        }
-        if (lane % 4 == 0) {
-          dev::store_shared(slot + Config::kHeadDim, state.m[mt][half]);
-          dev::store_shared(slot + Config::kHeadDim + 1, state.l[mt][half]);
-        }
-      }
-    }
-    dev::block::sync();
-    if (warp_n > 0) return false;
-    ATTUNE_UNROLL
-    for (int r = 0; r < 2 * Config::kMTiles; ++r) {  // the rows this thread holds
-      const int mt = r / 2;
-      const int half = r % 2;
-      const i32 row = warp_row0 + mt * 16 + lane / 4 + 8 * half;
-      float new_max = state.m[mt][half];
-      for (int w = 1; w < Config::kWarpsN; ++w) {
-        new_max =
-            max2(new_max, dev::load_shared(merge + ((w - 1) * Config::kBlockM + row) * kRowFloats + Config::kHeadDim));
-      }
-      const float ref = safe_max(new_max);
-      const float own = dev::exp2_approx(state.m[mt][half] - ref);
-      state.l[mt][half] *= own;
+  // One slot of kHeadDim + 2 floats per (other warp, row): u, then m and l.
+  float* merge = dev::shared_memory<float>();
+  constexpr int kRowFloats = Config::kHeadDim + 2;
+  const auto slot = [&](i32 w, i32 row) { return merge + ((w - 1) * Config::kBlockM + warp_row0 + row) * kRowFloats; };
+  if (warp_n > 0) {
+    softmax.for_each_row(lane, [&](i32 row, const typename Softmax::Row& r) {
+      float* out = slot(warp_n, row);
       ATTUNE_UNROLL
       for (int dt = 0; dt < Config::kDTiles; ++dt) {
-        acc[mt][dt][2 * half] *= own;
-        acc[mt][dt][2 * half + 1] *= own;
-      }
-      for (int w = 1; w < Config::kWarpsN; ++w) {
-        const float* slot = merge + ((w - 1) * Config::kBlockM + row) * kRowFloats;
-        const float factor = dev::exp2_approx(dev::load_shared(slot + Config::kHeadDim) - ref);
-        state.l[mt][half] += factor * dev::load_shared(slot + Config::kHeadDim + 1);
         ATTUNE_UNROLL
-        for (int dt = 0; dt < Config::kDTiles; ++dt) {
-          acc[mt][dt][2 * half] += factor * dev::load_shared(slot + dt * 8 + 2 * (lane % 4));
-          acc[mt][dt][2 * half + 1] += factor * dev::load_shared(slot + dt * 8 + 2 * (lane % 4) + 1);
+        for (int e = 0; e < 2; ++e) dev::store_shared(out + Softmax::column(lane, dt, e), r.u[dt][e]);
+      }
+      if (frag::row_leader(lane)) {
+        dev::store_shared(out + Config::kHeadDim, r.m);
+        dev::store_shared(out + Config::kHeadDim + 1, r.l);
+      }
+    });
+  }
+  dev::block::sync();
+  if (warp_n > 0) return false;
+  for (int w = 1; w < Config::kWarpsN; ++w) {
+    softmax.merge_rows(lane, [&](i32 row) {
+      const float* at = slot(w, row);
+      return StoredRow{at, dev::load_shared(at + Config::kHeadDim), dev::load_shared(at + Config::kHeadDim + 1)};
+    });
+  }
+  return true;
+}
+
+// Stores the finished rows this thread holds: O = u / l in the storage
+// dtype and LSE (natural log, -inf for a row that saw no key), or, with
+// `partial`, the unnormalized state (u, m, l) as floats for a later merge.
+// out(row) gives the destinations of block row `row` as a RowOut.
+struct RowOut {
+  u16* o;          // null: a row past the end, not stored
+  float* lse;      // may be null
+  float* partial;  // [Dv + 2] floats: u, m, l (with `partial`)
+};
+
+template <class Config, class Out>
+ATTUNE_DEVICE void store_rows(const typename Config::Softmax& softmax, i32 head_dim_v, bool partial, const Out& out) {
+  using D = typename Config::DType;
+  using Softmax = typename Config::Softmax;
+  const i32 lane = dev::lane_id();
+  const i32 warp_row0 = (dev::warp_id() / Config::kWarpsN) * Config::kWarpRows;
+  softmax.for_each_row(lane, [&](i32 row, const typename Softmax::Row& r) {
+    const RowOut to = out(warp_row0 + row);
+    if (to.o == nullptr) return;
+    const softmax::RowEnd end = softmax::finalize(r.m, r.l);  // normalize once
+    ATTUNE_UNROLL
+    for (int dt = 0; dt < Config::kDTiles; ++dt) {
+      ATTUNE_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        const i32 col = Softmax::column(lane, dt, e);
+        if (col >= head_dim_v) continue;
+        if (partial) {
+          dev::store_global(to.partial + col, r.u[dt][e]);
+        } else {
+          dev::store_global(to.o + col, dev::to_bits<D>(r.u[dt][e] * end.inv_l));
         }
       }
-      state.m[mt][half] = new_max;
     }
-  }
-
-  return true;
+    if (!frag::row_leader(lane)) return;
+    if (partial) {
+      dev::store_global(to.partial + head_dim_v, r.m);
+      dev::store_global(to.partial + head_dim_v + 1, r.l);
+    } else if (to.lse != nullptr) {
+      dev::store_global(to.lse, end.lse);
+    }
+  });
 }
 
 }  // namespace flash_detail

@@ -8,8 +8,8 @@
 #include "reference/backward.h"
 #include "reference/backward_accuracy.h"
 #include "reference/reference.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/flash_bwd_params.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/launch/flash_bwd_params.h"
 #include "tuner/timing.h"
 
 namespace attune::tuner {

@@ -11,10 +11,11 @@
 
 #include "core/error.h"
 #include "generator/variants.h"
-#include "runtime/db_tuned_source.h"
-#include "runtime/flash_decode_params.h"
+#include "runtime/dispatch/db_tuned_source.h"
+#include "runtime/dispatch/heuristics.h"
+#include "runtime/dispatch/tuned_id.h"
+#include "runtime/launch/flash_decode_params.h"
 #include "runtime/runtime.h"
-#include "runtime/tuned_id.h"
 
 namespace attune::tuner {
 

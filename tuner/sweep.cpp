@@ -6,8 +6,9 @@
 #include <sstream>
 
 #include "core/error.h"
-#include "runtime/flash_decode_params.h"
-#include "runtime/tuned_id.h"
+#include "runtime/dispatch/heuristics.h"
+#include "runtime/dispatch/tuned_id.h"
+#include "runtime/launch/flash_decode_params.h"
 
 namespace attune::tuner {
 
@@ -232,15 +233,9 @@ std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shar
 }
 
 double forward_flops(const AttentionProblem& p) {
-  double pairs = 0;
-  for (std::int64_t b = 0; b < p.batch; ++b) {
-    const SequenceExtent s = p.sequence(b);
-    for (std::int64_t i = 0; i < s.q_len; ++i) {
-      const KeyRange r = visible_keys(p.mask, i, s.q_len, s.k_len);
-      pairs += static_cast<double>(r.end - r.begin);
-    }
-  }
-  return 4.0 * static_cast<double>(p.heads_q) * static_cast<double>(p.head_dim_k) * pairs;
+  return 4.0 * static_cast<double>(p.heads_q) * static_cast<double>(p.head_dim_k) * visible_pairs(p);
 }
+
+double backward_flops(const AttentionProblem& p) { return 2.5 * forward_flops(p); }
 
 }  // namespace attune::tuner

@@ -24,8 +24,8 @@
 #include <vector>
 
 #include "core/problem.h"
+#include "core/problem_key.h"
 #include "generator/variants.h"
-#include "runtime/problem_key.h"
 
 namespace attune::tuner {
 
@@ -72,5 +72,8 @@ std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shar
 
 // FLOPs of the forward pass: 4 * B * Hq * Dk * visible pairs (design brief).
 double forward_flops(const AttentionProblem& problem);
+// FLOPs of a backward call: 2.5 x the forward's (the five products S, dP,
+// dV, dK, dQ of the recomputing backward).
+double backward_flops(const AttentionProblem& problem);
 
 }  // namespace attune::tuner

@@ -5,13 +5,13 @@
 #include <random>
 
 #include "core/error.h"
+#include "core/problem_key.h"
 #include "core/version.h"
 #include "reference/accuracy.h"
-#include "runtime/compiler_service.h"
-#include "runtime/cuda_driver.h"
-#include "runtime/flash_bwd_params.h"
-#include "runtime/nvrtc_compiler.h"
-#include "runtime/problem_key.h"
+#include "runtime/cuda/cuda_driver.h"
+#include "runtime/jit/compiler_service.h"
+#include "runtime/jit/nvrtc_compiler.h"
+#include "runtime/launch/flash_bwd_params.h"
 #include "tuner/timing.h"
 
 namespace attune::tuner {

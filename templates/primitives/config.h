@@ -23,6 +23,17 @@
 #define ATTUNE_UNROLL
 #endif
 
+// Marks a params field that carries a tunable of a kernel (a value one
+// kernel needs at run time that is another kernel's template parameter,
+// e.g. the key block of flash_bwd for its dQ convert): attune-gen checks
+// that the kernel and tunable exist and generates the code that fills the
+// field from that kernel's typed shape (fill_tunable_fields).
+#if defined(ATTUNE_GEN)
+#define ATTUNE_TUNABLE_OF(kernel, tunable) __attribute__((annotate("attune_tunable_of " #kernel " " #tunable)))
+#else
+#define ATTUNE_TUNABLE_OF(kernel, tunable)
+#endif
+
 namespace attune {
 
 using i32 = int;

@@ -7,7 +7,7 @@
 #include <string>
 
 #include "generator/variants.h"
-#include "runtime/flash_bwd_params.h"
+#include "runtime/launch/flash_bwd_params.h"
 #include "tests/support/nvrtc_sweep.h"
 
 namespace attune {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "emulator/emulator.h"
-#include "runtime/flash_decode_params.h"
+#include "runtime/launch/flash_decode_params.h"
 
 namespace attune {
 namespace {

@@ -11,7 +11,8 @@
 #include <vector>
 
 #include "reference/accuracy.h"
-#include "runtime/flash_decode_params.h"
+#include "runtime/dispatch/heuristics.h"
+#include "runtime/launch/flash_decode_params.h"
 #include "runtime/runtime.h"
 #include "tests/support/covering_set.h"
 #include "tests/support/decode_cases.h"

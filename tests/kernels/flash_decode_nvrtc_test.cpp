@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "generator/variants.h"
-#include "runtime/flash_decode_params.h"
+#include "runtime/launch/flash_decode_params.h"
 #include "tests/support/nvrtc_sweep.h"
 
 namespace attune {

@@ -4,7 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "generator/variants.h"
-#include "runtime/nvrtc_compiler.h"
+#include "runtime/jit/nvrtc_compiler.h"
 #include "tests/support/nvrtc_sweep.h"
 
 namespace attune {

@@ -7,7 +7,7 @@
 
 #include "emulator/emulator.h"
 #include "flash_fwd_missing_barrier.cuh"
-#include "runtime/flash_fwd_params.h"
+#include "runtime/launch/flash_fwd_params.h"
 #include "tests/support/families.h"
 
 namespace attune {
@@ -25,9 +25,7 @@ TEST(FlashFwdPlantedBugTest, MissingBarrierBetweenStagesIsARace) {
   emulator.register_buffer("O", o.data(), o.size() * 2);
   emulator.register_buffer("LSE", lse.data(), lse.size() * 4);
   const FlashFwdParams params = flash_fwd_params(p, {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}, {});
-  using Tunables = FlashFwdTunables;
-  const LaunchConfig config =
-      flash_fwd_launch(p, 64, Tunables::threads(32, 64, 32, 4, 1, 2), Tunables::shared_bytes(32, 64, 32, 4, 1, 2));
+  const LaunchConfig config = flash_fwd_launch(p, parse_variant_id("flash_fwd/d32.bm64.bn32.wm4.wn1.st2"));
   EXPECT_NO_THROW(emulator.launch(&flash_fwd<32, 64, 32, 4, 1, 2, Bf16>, config, params));
   try {
     // The mutant's params type is its own copy of FlashFwdParams (same layout).

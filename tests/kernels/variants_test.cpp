@@ -1,6 +1,8 @@
 // The variant space: enumeration per architecture, canonical ids, parsing
 // with clear errors, the head-dim bucket and the heuristic default.
 #include "generator/variants.h"
+#include "generated/kernel_shapes.h"
+#include "runtime/dispatch/heuristics.h"
 
 #include <gtest/gtest.h>
 
@@ -111,7 +113,7 @@ TEST(VariantsTest, NameExpressionInstantiatesTheTemplate) {
   const Variant v = parse_variant_id("flash_fwd/d64.bm128.bn64.wm8.wn1.st3");
   EXPECT_EQ(v.name_expression(DType::kBF16), "attune::flash_fwd<64, 128, 64, 8, 1, 3, attune::Bf16>");
   EXPECT_EQ(v.name_expression(DType::kF16), "attune::flash_fwd<64, 128, 64, 8, 1, 3, attune::Fp16>");
-  EXPECT_EQ(v.value("kStages"), 3);
+  EXPECT_EQ(FlashFwdShape::of(v).stages, 3);
   EXPECT_EQ(v.threads(), 256);
 }
 

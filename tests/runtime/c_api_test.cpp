@@ -10,7 +10,7 @@
 
 #include "core/dtype.h"
 #include "reference/accuracy.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 #include "tests/support/decode_cases.h"
 
 namespace attune {

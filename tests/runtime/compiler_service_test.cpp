@@ -1,6 +1,6 @@
 // The compiler service: one compile per binary however many ask at once,
 // results through the kernel cache, a failed compile as a value.
-#include "runtime/compiler_service.h"
+#include "runtime/jit/compiler_service.h"
 
 #include <gtest/gtest.h>
 

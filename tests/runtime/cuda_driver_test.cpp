@@ -2,7 +2,7 @@
 // "cuda backend unavailable" reasons, error names and sticky errors, device
 // arch and key. With a GPU (suite CudaDriverGpuTest, CTest label gpu):
 // devices, memory, and a kernel compiled with NVRTC, loaded and launched.
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "generator/variants.h"
-#include "runtime/nvrtc_compiler.h"
+#include "runtime/jit/nvrtc_compiler.h"
 
 namespace attune::cuda {
 namespace {

@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "reference/accuracy.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 #include "runtime/runtime.h"
 #include "tests/support/covering_set.h"
 #include "tests/support/decode_cases.h"

@@ -1,6 +1,7 @@
 // The dispatch order: memo, tuned best for (device, key), nearest tuned key
 // (bucket distance), heuristic; stale or invalid database rows are passed over.
-#include "runtime/dispatcher.h"
+#include "runtime/dispatch/dispatcher.h"
+#include "runtime/dispatch/heuristics.h"
 
 #include <gtest/gtest.h>
 

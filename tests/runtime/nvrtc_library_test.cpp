@@ -2,7 +2,7 @@
 // candidate that is not NVRTC. (Each test runs in its own process under
 // CTest, so each starts with no NVRTC loaded. Hiding every NVRTC of the
 // machine is done by tools/gpu_rehearsal.sh, in a mount namespace.)
-#include "runtime/nvrtc_library.h"
+#include "runtime/jit/nvrtc_library.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

@@ -8,7 +8,7 @@
 #include <cstring>
 
 #include "reference/accuracy.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 #include "tests/support/decode_cases.h"
 #include "tests/support/families.h"
 

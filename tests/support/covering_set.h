@@ -9,6 +9,7 @@
 #include <string_view>
 #include <vector>
 
+#include "generated/kernel_shapes.h"
 #include "generator/variants.h"
 
 namespace attune::testing {
@@ -26,7 +27,8 @@ inline std::vector<Variant> covering_set(const ArchLimits& arch, std::string_vie
       f.insert(std::string(kernel.tunables[i].name) + "=" + std::to_string(v.values[i]));
     }
     if (partitions) {
-      f.insert("partition=" + std::to_string(v.value("kWarpsM")) + "x" + std::to_string(v.value("kWarpsN")));
+      const FlashFwdShape shape = FlashFwdShape::of(v);
+      f.insert("partition=" + std::to_string(shape.warps_m) + "x" + std::to_string(shape.warps_n));
     }
     return f;
   };

@@ -9,7 +9,7 @@
 
 #include "reference/backward.h"
 #include "reference/reference.h"
-#include "runtime/emu_backward.h"
+#include "runtime/launch/emu_backend.h"
 #include "tests/support/families.h"
 
 namespace attune::testing {

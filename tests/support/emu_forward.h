@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "reference/reference.h"
-#include "runtime/emu_forward.h"
+#include "runtime/launch/emu_backend.h"
 #include "tests/support/families.h"
 
 namespace attune::testing {

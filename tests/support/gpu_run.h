@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "reference/reference.h"
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 #include "tests/support/families.h"
 
 namespace attune::testing {

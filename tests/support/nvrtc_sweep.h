@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "generator/variants.h"
-#include "runtime/nvrtc_compiler.h"
+#include "runtime/jit/nvrtc_compiler.h"
 
 namespace attune::testing {
 

@@ -14,6 +14,7 @@
 #include "flash_fwd_first_tile_only.cuh"
 #include "generator/kernel_registry.h"
 #include "generator/variants.h"
+#include "runtime/dispatch/heuristics.h"
 #include "tuner/tuner.h"
 
 namespace attune::tuner {

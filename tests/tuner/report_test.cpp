@@ -2,6 +2,7 @@
 // the gain over the heuristic default, and the caps on charts and bars.
 // tests/cli/report_test.py renders a real page in Chromium.
 #include "tuner/report.h"
+#include "runtime/dispatch/heuristics.h"
 
 #include <gtest/gtest.h>
 

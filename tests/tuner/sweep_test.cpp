@@ -1,6 +1,7 @@
 // Sweep planning (axes, sweep files, shards) and the tuning loop on the
 // emulator: every task recorded once, a second run measures nothing.
 #include "tuner/sweep.h"
+#include "runtime/dispatch/heuristics.h"
 
 #include <gtest/gtest.h>
 
@@ -10,9 +11,9 @@
 #include <set>
 
 #include "core/error.h"
-#include "runtime/db_tuned_source.h"
-#include "runtime/kernel_cache.h"
-#include "runtime/tuned_id.h"
+#include "runtime/dispatch/db_tuned_source.h"
+#include "runtime/dispatch/tuned_id.h"
+#include "runtime/jit/kernel_cache.h"
 #include "tuner/tuner.h"
 
 namespace attune::tuner {
@@ -208,6 +209,14 @@ TEST(TunerTest, DecodeSweepOnTheEmulatorIsDispatchedFromTheDatabase) {
     EXPECT_EQ(choice.reason.rfind("tuned", 0), 0U) << choice.reason;
   }
   fs::remove(db_path);
+}
+
+TEST(SweepTest, BackwardFlopsAreTwoAndAHalfForwards) {
+  // 3 x 5 visible pairs of a 3 x 5 unmasked problem, 2 heads, Dk 8.
+  const AttentionProblem p = make_problem(std::vector<int64_t>{1, 3, 2, 8}, std::vector<int64_t>{1, 5, 1, 8},
+                                          std::vector<int64_t>{1, 5, 1, 4}, {});
+  EXPECT_DOUBLE_EQ(forward_flops(p), 4 * 2 * 8 * 15);
+  EXPECT_DOUBLE_EQ(backward_flops(p), 2.5 * 4 * 2 * 8 * 15);
 }
 
 }  // namespace

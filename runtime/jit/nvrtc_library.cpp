@@ -1,4 +1,4 @@
-#include "runtime/nvrtc_library.h"
+#include "runtime/jit/nvrtc_library.h"
 
 #include <dlfcn.h>
 

@@ -1,13 +1,11 @@
-#include "runtime/flash_bwd_params.h"
+#include "runtime/launch/flash_bwd_params.h"
 
 #include <algorithm>
-#include <cmath>
-#include <numbers>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
-#include "runtime/kernel_params.h"
+#include "runtime/launch/kernel_params.h"
 
 namespace attune {
 
@@ -22,28 +20,21 @@ std::int64_t longest_key_capacity(const AttentionProblem& p) {
   return most;
 }
 
-// The one variant of a kernel with a single configuration.
-Variant only_variant(const char* name) {
-  const KernelSpec* spec = find_kernel_spec(name);
-  if (spec == nullptr) throw Error(std::string("backward: the ") + name + " kernel is not in this build");
-  return Variant{spec, {spec->tunables.front().values.front()}};
-}
-
 }  // namespace
 
 std::int64_t backward_key_blocks(const AttentionProblem& p, int block_n) {
   return std::max<std::int64_t>((longest_key_capacity(p) + block_n - 1) / block_n, 1);
 }
 
-BackwardWorkspace backward_workspace(const AttentionProblem& p, const Variant& variant) {
+BackwardWorkspace backward_workspace(const AttentionProblem& p, const FlashBwdShape& shape) {
   const std::int64_t rows = workspace_rows(p);
   const std::int64_t dq = rows * p.heads_q * p.head_dim_k;
   BackwardWorkspace w;
   w.d_floats = p.heads_q * rows;
-  if (variant.value("kDqAtomic") != 0) {
+  if (shape.dq_atomic != 0) {
     w.dq_accum_floats = dq;
   } else {
-    w.dq_partial_floats = backward_key_blocks(p, variant.value("kBlockN")) * dq;
+    w.dq_partial_floats = backward_key_blocks(p, shape.block_n) * dq;
   }
   return w;
 }
@@ -58,8 +49,8 @@ BackwardWorkspacePointers split_workspace(const BackwardWorkspace& sizes, float*
   return w;
 }
 
-FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers& b, const DeviceLengths& lengths,
-                                const Variant& variant, const BackwardWorkspacePointers& workspace) {
+FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers& b, const DeviceMetadata& metadata,
+                                const FlashBwdShape& shape, const BackwardWorkspacePointers& workspace) {
   if (p.is_paged()) throw InvalidArgument("backward: a paged KV cache; expected contiguous K and V");
   FlashBwdParams k{};
   k.q = static_cast<const u16*>(b.q);
@@ -76,32 +67,17 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
   k.dq_partial = workspace.dq_partial;
   set_strides(k, p);
   // dO like O, the gradients like their tensors.
-  k.do_batch_stride = p.o_strides.batch;
-  k.do_row_stride = p.o_strides.seq;
-  k.do_head_stride = p.o_strides.head;
-  k.dq_batch_stride = p.q_strides.batch;
-  k.dq_row_stride = p.q_strides.seq;
-  k.dq_head_stride = p.q_strides.head;
-  k.dk_batch_stride = p.k_strides.batch;
-  k.dk_row_stride = p.k_strides.seq;
-  k.dk_head_stride = p.k_strides.head;
-  k.dv_batch_stride = p.v_strides.batch;
-  k.dv_row_stride = p.v_strides.seq;
-  k.dv_head_stride = p.v_strides.head;
+  put_strides(k.do_batch_stride, k.do_row_stride, k.do_head_stride, p.o_strides);
+  put_strides(k.dq_batch_stride, k.dq_row_stride, k.dq_head_stride, p.q_strides);
+  put_strides(k.dk_batch_stride, k.dk_row_stride, k.dk_head_stride, p.k_strides);
+  put_strides(k.dv_batch_stride, k.dv_row_stride, k.dv_head_stride, p.v_strides);
   k.rows = workspace_rows(p);
-  k.cu_seqlens_q = p.is_packed() ? lengths.cu_seqlens_q : nullptr;
-  k.cu_seqlens_k = p.is_packed() ? lengths.cu_seqlens_k : nullptr;
-  k.seqlens_k = p.seqlens_k.empty() ? nullptr : lengths.seqlens_k;
-  k.seqlen_q = static_cast<i32>(p.seqlen_q);
-  k.seqlen_k = static_cast<i32>(p.seqlen_k);
-  k.heads_q = static_cast<i32>(p.heads_q);
-  k.group_size = static_cast<i32>(p.group_size());
-  k.head_dim_k = static_cast<i32>(p.head_dim_k);
-  k.head_dim_v = static_cast<i32>(p.head_dim_v);
-  k.mask = mask_params(p.mask);
+  k.cu_seqlens_q = p.is_packed() ? metadata.cu_seqlens_q : nullptr;
+  k.cu_seqlens_k = p.is_packed() ? metadata.cu_seqlens_k : nullptr;
+  k.seqlens_k = p.seqlens_k.empty() ? nullptr : metadata.seqlens_k;
+  set_problem_fields(k, p);
   k.scale = static_cast<float>(p.softmax_scale());
-  k.scale_log2 = static_cast<float>(p.softmax_scale() * std::numbers::log2e);
-  k.partial_keys = variant.value("kBlockN");
+  fill_tunable_fields(k, shape);  // partial_keys: the key block of the main kernel
   const bool packed = p.is_packed();
   k.vectorized = rows_aligned(b.q, p.q_strides, packed) && rows_aligned(b.k, p.k_strides, packed) &&
                          rows_aligned(b.v, p.v_strides, packed) && rows_aligned(b.d_o, p.o_strides, packed)
@@ -111,7 +87,7 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
 }
 
 LaunchConfig flash_bwd_launch(const AttentionProblem& p, const Variant& variant) {
-  const std::int64_t blocks = backward_key_blocks(p, variant.value("kBlockN"));
+  const std::int64_t blocks = backward_key_blocks(p, FlashBwdShape::of(variant).block_n);
   return {.grid = {static_cast<i32>(blocks), static_cast<i32>(p.heads_kv),
                    static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
           .block = {variant.threads(), 1, 1},
@@ -119,42 +95,23 @@ LaunchConfig flash_bwd_launch(const AttentionProblem& p, const Variant& variant)
 }
 
 const Variant& bwd_preprocess_variant() {
-  static const Variant kPreprocess = only_variant("flash_bwd_preprocess");
+  static const Variant kPreprocess = only_variant(KernelId::kFlashBwdPreprocess);
   return kPreprocess;
 }
 
 const Variant& bwd_dq_convert_variant() {
-  static const Variant kConvert = only_variant("flash_bwd_dq_convert");
+  static const Variant kConvert = only_variant(KernelId::kFlashBwdDqConvert);
   return kConvert;
 }
 
 LaunchConfig flash_bwd_row_launch(const AttentionProblem& p, const Variant& row) {
-  const std::int64_t warps = row.value("kWarps");
+  const std::int64_t warps = row.kernel->id == KernelId::kFlashBwdPreprocess ? FlashBwdPreprocessShape::of(row).warps
+                                                                             : FlashBwdDqConvertShape::of(row).warps;
   const std::int64_t blocks = (max_query_rows(p) + warps - 1) / warps;
   return {.grid = {static_cast<i32>(std::max<std::int64_t>(blocks, 1)), static_cast<i32>(p.heads_q),
                    static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
           .block = {row.threads(), 1, 1},
           .dynamic_shared_bytes = 0};
-}
-
-Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic) {
-  Variant v = heuristic_variant("bwd", dtype, dk, dv, arch);
-  // The same shape with dQ summed per key block: kDqAtomic changes neither
-  // validity nor resources.
-  if (deterministic) v.values.back() = 0;
-  return v;
-}
-
-double backward_flops(const AttentionProblem& p) {
-  double pairs = 0;
-  for (std::int64_t b = 0; b < p.batch; ++b) {
-    const SequenceExtent s = p.sequence(b);
-    for (std::int64_t i = 0; i < s.q_len; ++i) {
-      const KeyRange r = visible_keys(p.mask, i, s.q_len, s.k_len);
-      pairs += static_cast<double>(r.end - r.begin);
-    }
-  }
-  return 2.5 * 4.0 * static_cast<double>(p.heads_q) * static_cast<double>(p.head_dim_k) * pairs;
 }
 
 }  // namespace attune

@@ -1,4 +1,4 @@
-#include "runtime/problem_key.h"
+#include "core/problem_key.h"
 
 #include <algorithm>
 #include <cstdlib>

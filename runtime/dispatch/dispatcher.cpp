@@ -1,10 +1,10 @@
-#include "runtime/dispatcher.h"
+#include "runtime/dispatch/dispatcher.h"
 
 #include <limits>
 
 #include "core/error.h"
-#include "runtime/flash_decode_params.h"
-#include "runtime/tuned_id.h"
+#include "runtime/dispatch/heuristics.h"
+#include "runtime/dispatch/tuned_id.h"
 
 namespace attune {
 

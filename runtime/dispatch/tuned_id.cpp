@@ -1,9 +1,9 @@
-#include "runtime/tuned_id.h"
+#include "runtime/dispatch/tuned_id.h"
 
 #include <charconv>
 
 #include "core/error.h"
-#include "runtime/flash_decode_params.h"
+#include "runtime/launch/flash_decode_params.h"
 
 namespace attune {
 
@@ -27,7 +27,7 @@ TunedChoice parse_tuned_id(std::string_view id) {
   }
   check_splits(splits);
   TunedChoice choice{parse_variant_id(id.substr(0, at)), splits};
-  if (choice.variant.kernel->params_type != "attune::FlashDecodeParams") {
+  if (choice.variant.kernel->id != KernelId::kFlashDecode) {
     throw InvalidArgument("tuned choice \"" + std::string(id) + "\": " + std::string(choice.variant.kernel->name) +
                           " takes no split count; expected a flash_decode variant");
   }

@@ -1,14 +1,12 @@
-#include "runtime/flash_fwd_params.h"
+#include "runtime/launch/flash_fwd_params.h"
 
 #include <algorithm>
-#include <cmath>
-#include <numbers>
 
-#include "runtime/kernel_params.h"
+#include "generated/kernel_shapes.h"
 
 namespace attune {
 
-FlashFwdParams flash_fwd_params(const AttentionProblem& p, const AttentionBuffers& b, const DeviceLengths& lengths) {
+FlashFwdParams flash_fwd_params(const AttentionProblem& p, const AttentionBuffers& b, const DeviceMetadata& metadata) {
   FlashFwdParams k{};
   k.q = static_cast<const u16*>(b.q);
   k.k = static_cast<const u16*>(b.k);
@@ -16,17 +14,10 @@ FlashFwdParams flash_fwd_params(const AttentionProblem& p, const AttentionBuffer
   k.o = static_cast<u16*>(b.o);
   k.lse = b.lse;
   set_strides(k, p);
-  k.cu_seqlens_q = p.is_packed() ? lengths.cu_seqlens_q : nullptr;
-  k.cu_seqlens_k = p.is_packed() ? lengths.cu_seqlens_k : nullptr;
-  k.seqlens_k = p.seqlens_k.empty() ? nullptr : lengths.seqlens_k;
-  k.seqlen_q = static_cast<i32>(p.seqlen_q);
-  k.seqlen_k = static_cast<i32>(p.seqlen_k);
-  k.heads_q = static_cast<i32>(p.heads_q);
-  k.group_size = static_cast<i32>(p.group_size());
-  k.head_dim_k = static_cast<i32>(p.head_dim_k);
-  k.head_dim_v = static_cast<i32>(p.head_dim_v);
-  k.mask = mask_params(p.mask);
-  k.scale_log2 = static_cast<float>(p.softmax_scale() * std::numbers::log2e);
+  k.cu_seqlens_q = p.is_packed() ? metadata.cu_seqlens_q : nullptr;
+  k.cu_seqlens_k = p.is_packed() ? metadata.cu_seqlens_k : nullptr;
+  k.seqlens_k = p.seqlens_k.empty() ? nullptr : metadata.seqlens_k;
+  set_problem_fields(k, p);
   const bool packed = p.is_packed();
   k.vectorized = rows_aligned(b.q, p.q_strides, packed) && rows_aligned(b.k, p.k_strides, packed) &&
                          rows_aligned(b.v, p.v_strides, packed)
@@ -42,12 +33,13 @@ std::int64_t max_query_rows(const AttentionProblem& p) {
   return most;
 }
 
-LaunchConfig flash_fwd_launch(const AttentionProblem& p, int block_m, int threads, int shared_bytes) {
+LaunchConfig flash_fwd_launch(const AttentionProblem& p, const Variant& variant) {
+  const std::int64_t block_m = FlashFwdShape::of(variant).block_m;
   const std::int64_t blocks = (max_query_rows(p) + block_m - 1) / block_m;
   return {.grid = {static_cast<i32>(std::max<std::int64_t>(blocks, 1)), static_cast<i32>(p.heads_q),
                    static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
-          .block = {threads, 1, 1},
-          .dynamic_shared_bytes = shared_bytes};
+          .block = {variant.threads(), 1, 1},
+          .dynamic_shared_bytes = variant.shared_bytes()};
 }
 
 }  // namespace attune

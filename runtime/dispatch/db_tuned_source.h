@@ -1,7 +1,7 @@
 // The tuning database as the dispatcher's source of tuned results.
 #pragma once
 
-#include "runtime/dispatcher.h"
+#include "runtime/dispatch/dispatcher.h"
 #include "tuning_db/tuning_db.h"
 
 namespace attune {

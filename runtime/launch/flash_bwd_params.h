@@ -3,10 +3,11 @@
 // flash_bwd_dq_convert), their grids, the fp32 workspaces and the built-in
 // choice of a flash_bwd variant.
 //
-// Example (one call, device or host memory alike):
-//   const attune::BackwardWorkspace sizes = attune::backward_workspace(problem, variant);
+// Example (one call, device or host memory alike; launch/ops.cpp does this):
+//   const attune::FlashBwdShape shape = attune::FlashBwdShape::of(variant);
+//   const attune::BackwardWorkspace sizes = attune::backward_workspace(problem, shape);
 //   // allocate sizes.total_floats() floats at `ws`
-//   const attune::FlashBwdParams p = attune::flash_bwd_params(problem, buffers, lengths, variant,
+//   const attune::FlashBwdParams p = attune::flash_bwd_params(problem, buffers, metadata, shape,
 //                                                             attune::split_workspace(sizes, ws));
 //   launch preprocess, main and convert with flash_bwd_*_launch(problem, ...) in that order.
 #pragma once
@@ -15,8 +16,9 @@
 
 #include "core/problem.h"
 #include "emulator/launch.h"
+#include "generated/kernel_shapes.h"
 #include "generator/variants.h"
-#include "runtime/flash_fwd_params.h"
+#include "runtime/launch/flash_fwd_params.h"
 #include "templates/flash_bwd.cuh"
 
 namespace attune {
@@ -32,7 +34,7 @@ struct BackwardWorkspace {
   std::int64_t dq_partial_floats = 0;
   std::int64_t total_floats() const { return d_floats + dq_accum_floats + dq_partial_floats; }
 };
-BackwardWorkspace backward_workspace(const AttentionProblem& problem, const Variant& variant);
+BackwardWorkspace backward_workspace(const AttentionProblem& problem, const FlashBwdShape& shape);
 
 // The workspace pointers inside one allocation of total_floats() floats
 // (null where a workspace is not used).
@@ -44,9 +46,9 @@ struct BackwardWorkspacePointers {
 BackwardWorkspacePointers split_workspace(const BackwardWorkspace& sizes, float* base);
 
 // Kernel params for a validated problem (the same struct for all three
-// kernels); `variant` is the flash_bwd variant that runs the main kernel.
+// kernels); `shape` is the flash_bwd variant's that runs the main kernel.
 FlashBwdParams flash_bwd_params(const AttentionProblem& problem, const BackwardBuffers& buffers,
-                                const DeviceLengths& lengths, const Variant& variant,
+                                const DeviceMetadata& metadata, const FlashBwdShape& shape,
                                 const BackwardWorkspacePointers& workspace);
 
 // Key blocks of the main kernel (its grid's x extent): ceil(longest key
@@ -61,15 +63,5 @@ LaunchConfig flash_bwd_launch(const AttentionProblem& problem, const Variant& va
 const Variant& bwd_preprocess_variant();
 const Variant& bwd_dq_convert_variant();
 LaunchConfig flash_bwd_row_launch(const AttentionProblem& problem, const Variant& row_variant);
-
-// The built-in flash_bwd variant for a problem class on an architecture
-// (heuristic_variant("bwd", ...)), with dQ summed per key block in a fixed
-// order instead of by atomics when `deterministic`.
-Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic = false);
-
-// FLOPs of a backward call: 2.5 x the forward's matmul FLOPs
-// (4 x Dk_eff x visible pairs per query head), i.e. the five products
-// S, dP, dV, dK, dQ of the recomputing backward.
-double backward_flops(const AttentionProblem& problem);
 
 }  // namespace attune

@@ -1,4 +1,4 @@
-#include "runtime/kernel_cache.h"
+#include "runtime/jit/kernel_cache.h"
 
 #include <dirent.h>
 #include <fcntl.h>

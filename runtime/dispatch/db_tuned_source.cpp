@@ -1,4 +1,4 @@
-#include "runtime/db_tuned_source.h"
+#include "runtime/dispatch/db_tuned_source.h"
 
 #include "generator/kernel_registry.h"
 

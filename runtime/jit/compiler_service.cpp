@@ -1,10 +1,10 @@
-#include "runtime/compiler_service.h"
+#include "runtime/jit/compiler_service.h"
 
 #include <cstring>
 
 #include "core/error.h"
-#include "runtime/nvrtc_compiler.h"
-#include "runtime/nvrtc_library.h"
+#include "runtime/jit/nvrtc_compiler.h"
+#include "runtime/jit/nvrtc_library.h"
 
 namespace attune {
 

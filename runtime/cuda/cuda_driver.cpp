@@ -1,4 +1,4 @@
-#include "runtime/cuda_driver.h"
+#include "runtime/cuda/cuda_driver.h"
 
 #include <cuda.h>
 #include <dlfcn.h>

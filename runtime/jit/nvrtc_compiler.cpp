@@ -1,9 +1,9 @@
-#include "runtime/nvrtc_compiler.h"
+#include "runtime/jit/nvrtc_compiler.h"
 
 #include <chrono>
 #include <regex>
 
-#include "runtime/nvrtc_library.h"
+#include "runtime/jit/nvrtc_library.h"
 
 namespace attune {
 

@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "generator/variants.h"
-#include "runtime/kernel_cache.h"
+#include "runtime/jit/kernel_cache.h"
 
 namespace attune {
 

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "core/problem_key.h"
 #include "generator/variants.h"
-#include "runtime/problem_key.h"
 
 namespace attune {
 

@@ -1,0 +1,95 @@
+#include "runtime/dispatch/heuristics.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "generated/kernel_shapes.h"
+#include "runtime/launch/flash_decode_params.h"
+
+namespace attune {
+
+namespace {
+
+std::vector<Variant> candidates_for(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch) {
+  std::vector<Variant> candidates = enumerate_variants(op, dtype, dk, dv, arch);
+  if (candidates.empty()) {
+    throw InvalidArgument("no " + std::string(op) + " variant fits Dk " + std::to_string(dk) + ", Dv " +
+                          std::to_string(dv) + " on " + arch.name);
+  }
+  return candidates;
+}
+
+}  // namespace
+
+Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch) {
+  if (op == "bwd") return heuristic_backward_variant(dtype, dk, dv, arch);
+  const std::vector<Variant> candidates = candidates_for(op, dtype, dk, dv, arch);
+  // FlashAttention-2's usual shape: 4 warps of 16 rows each, one warp per
+  // row block, a 2-deep pipeline, wider key tiles for small head dims.
+  const int bucket = FlashFwdShape::of(candidates.front()).head_dim;
+  const FlashFwdShape wanted{
+      .head_dim = bucket, .block_m = 64, .block_n = bucket <= 64 ? 64 : 32, .warps_m = 4, .warps_n = 1, .stages = 2};
+  return nearest_variant(candidates, wanted.values());
+}
+
+Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic) {
+  const std::vector<Variant> candidates = candidates_for("bwd", dtype, dk, dv, arch);
+  // 64 query rows against 64 keys on 2 x 4 warps (32 keys on 4 x 2 warps
+  // from head dim 160 on, where dK and dV fill the registers), two Q / dO
+  // tiles in flight; dQ by atomics unless deterministic (which changes
+  // neither validity nor resources).
+  const int bucket = FlashBwdShape::of(candidates.front()).head_dim;
+  const bool wide = bucket > 128;
+  const FlashBwdShape wanted{.head_dim = bucket,
+                             .block_m = 64,
+                             .block_n = wide ? 32 : 64,
+                             .warps_m = wide ? 4 : 2,
+                             .warps_n = wide ? 2 : 4,
+                             .stages = 2,
+                             .dq_atomic = deterministic ? 0 : 1};
+  return nearest_variant(candidates, wanted.values());
+}
+
+Variant heuristic_decode_variant(const AttentionProblem& p, const ArchLimits& arch) {
+  const auto dk = static_cast<int>(p.head_dim_k);
+  const auto dv = static_cast<int>(p.head_dim_v);
+  const std::vector<Variant> candidates = candidates_for("decode", p.dtype, dk, dv, arch);
+  const int pack = p.group_size() > 1 ? 1 : 0;
+  const std::int64_t rows = p.seqlen_q * (pack != 0 ? p.group_size() : 1);
+  const int bucket = FlashDecodeShape::of(candidates.front()).head_dim;
+  // Few rows: one 16-row warp row, four warps sharing each 64-key tile.
+  const bool few = rows <= 16;
+  const FlashDecodeShape wanted{.head_dim = bucket,
+                                .block_m = few ? 16 : 64,
+                                .block_n = 64,
+                                .warps_n = few ? 4 : 1,
+                                .stages = 2,
+                                .pack_gqa = pack};
+  return nearest_variant(candidates, wanted.values());
+}
+
+int heuristic_splits(const AttentionProblem& p, const Variant& v, int sm_count) {
+  const LaunchConfig one = flash_decode_launch(p, v, 1);
+  const std::int64_t ctas = static_cast<std::int64_t>(one.grid.y) * one.grid.z;
+  const std::int64_t block_n = FlashDecodeShape::of(v).block_n;
+  const std::int64_t tiles = std::max<std::int64_t>((longest_cache(p) + block_n - 1) / block_n, 1);
+  const std::int64_t most = std::min<std::int64_t>({tiles, kMaxDecodeSplits, 2 * std::max(sm_count, 1)});
+  // Wave efficiency: the share of the last wave's SMs that have work; take
+  // the fewest splits within 85% of the best, since each split adds a
+  // workspace round trip and combine work.
+  const auto efficiency = [&](std::int64_t s) {
+    const double waves = static_cast<double>(ctas * s) / std::max(sm_count, 1);
+    return waves / std::ceil(waves);
+  };
+  double best = 0;
+  for (std::int64_t s = 1; s <= most; ++s) best = std::max(best, efficiency(s));
+  for (std::int64_t s = 1; s <= most; ++s) {
+    if (efficiency(s) >= 0.85 * best) return static_cast<int>(s);
+  }
+  return 1;
+}
+
+}  // namespace attune

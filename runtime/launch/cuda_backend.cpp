@@ -1,0 +1,56 @@
+#include "runtime/launch/cuda_backend.h"
+
+#include "core/error.h"
+
+namespace attune {
+
+namespace {
+
+class CudaCall final : public LaunchBackend::Call {
+ public:
+  CudaCall(cuda::Driver& driver, int device, void* stream) : driver_(driver), device_(device), stream_(stream) {}
+  void buffer(const char* /*name*/, const void* /*data*/, std::size_t /*bytes*/) override {}
+  void launch(const LoadedKernel& kernel, const LaunchConfig& config, const void* params,
+              std::size_t params_size) override {
+    driver_.launch({kernel.function, device_}, config, params, params_size, stream_);
+  }
+
+ private:
+  cuda::Driver& driver_;
+  int device_;
+  void* stream_;
+};
+
+}  // namespace
+
+CudaBackend::CudaBackend(cuda::Driver& driver, int device, std::string arch, CompilerService& compiler)
+    : driver_(driver), device_(device), arch_(std::move(arch)), compiler_(compiler) {}
+
+LoadedKernel CudaBackend::load(const Variant& variant, DType dtype) {
+  const std::string key = variant.id() + "/" + std::string(to_string(dtype));
+  {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (auto it = loaded_.find(key); it != loaded_.end()) return {variant, dtype, it->second.handle};
+  }
+  const CompilerService::Result compiled = compiler_.compile({variant, dtype, arch_}).get();
+  if (!compiled->ok) throw Error("compiling " + variant.id() + " for " + arch_ + " failed:\n" + compiled->log);
+  const cuda::Driver::Module module = driver_.load_module(device_, compiled->cubin);
+  const cuda::Driver::Function function = driver_.function(module, compiled->lowered_name);
+  driver_.set_max_dynamic_shared(function, variant.shared_bytes());
+  const std::lock_guard<std::mutex> lock(mutex_);
+  // A racing loader's module stays loaded; harmless.
+  return {variant, dtype, loaded_.emplace(key, function).first->second.handle};
+}
+
+std::unique_ptr<LaunchBackend::Call> CudaBackend::begin(void* stream) {
+  return std::make_unique<CudaCall>(driver_, device_, stream);
+}
+
+void* CudaBackend::allocate(std::size_t bytes) { return driver_.allocate(device_, bytes); }
+void CudaBackend::release(void* pointer) { driver_.release(pointer); }
+void CudaBackend::copy_to_device(void* dst, const void* src, std::size_t bytes) {
+  driver_.copy_to_device(dst, src, bytes);
+}
+void CudaBackend::synchronize(void* stream) { driver_.synchronize(stream); }
+
+}  // namespace attune

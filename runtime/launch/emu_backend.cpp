@@ -1,0 +1,122 @@
+#include "runtime/launch/emu_backend.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "core/error.h"
+#include "emulator/emulator.h"
+#include "runtime/launch/ops.h"
+
+namespace attune {
+
+namespace {
+
+// One call: a fresh emulator, so each call's detectors see only its buffers.
+class EmuCall final : public LaunchBackend::Call {
+ public:
+  void buffer(const char* name, const void* data, std::size_t bytes) override {
+    emulator_.register_buffer(name, data, bytes);
+  }
+  void launch(const LoadedKernel& kernel, const LaunchConfig& config, const void* params,
+              std::size_t /*params_size*/) override {
+    if (!kernel.variant.kernel->launch_on_emulator(kernel.dtype, kernel.variant.values, emulator_, config, params)) {
+      throw InvalidArgument("variant " + kernel.variant.id() + ": not instantiated for the emulator");
+    }
+  }
+
+ private:
+  emu::Emulator emulator_;
+};
+
+}  // namespace
+
+const ArchLimits& emulator_limits() {
+  static const ArchLimits kLimits{.name = "the emulator", .max_shared_bytes = 256 * 1024};
+  return kLimits;
+}
+
+LoadedKernel EmuBackend::load(const Variant& variant, DType dtype) {
+  if (variant.kernel == nullptr || !variant.kernel->valid(variant.values)) {
+    throw InvalidArgument("variant " + (variant.kernel == nullptr ? std::string("(none)") : variant.id()) +
+                          ": not a valid variant");
+  }
+  if (variant.shared_bytes() > emulator_limits().max_shared_bytes) {
+    throw InvalidArgument("variant " + variant.id() + ": needs " + std::to_string(variant.shared_bytes()) +
+                          " bytes of shared memory; the emulator allows " +
+                          std::to_string(emulator_limits().max_shared_bytes));
+  }
+  return {variant, dtype, nullptr};
+}
+
+std::unique_ptr<LaunchBackend::Call> EmuBackend::begin(void* /*stream*/) { return std::make_unique<EmuCall>(); }
+
+void* EmuBackend::allocate(std::size_t bytes) {
+  void* p = std::malloc(bytes);
+  if (p == nullptr) throw std::bad_alloc();
+  std::memset(p, 0xFF, bytes);  // NaN in every float: unwritten slots show
+  return p;
+}
+
+void EmuBackend::release(void* pointer) { std::free(pointer); }
+
+void EmuBackend::copy_to_device(void* dst, const void* src, std::size_t bytes) { std::memcpy(dst, src, bytes); }
+
+namespace {
+
+// Runs one call of an operation on a fresh emulator backend.
+template <class Load, class Workspace, class Launch>
+void emulate(const AttentionProblem& problem, const Load& load, const Workspace& workspace, const Launch& launch) {
+  EmuBackend backend;
+  const auto kernels = load(backend);
+  CallMemory memory(backend, problem, workspace(kernels), nullptr);
+  const std::unique_ptr<LaunchBackend::Call> call = backend.begin(nullptr);
+  launch(*call, kernels, memory);
+  memory.finish();
+}
+
+void check_fits(const Variant& variant, const AttentionProblem& problem) {
+  check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v),
+                     emulator_limits());
+}
+
+}  // namespace
+
+void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant) {
+  validate(problem, buffers);
+  require_kernel(variant, KernelId::kFlashFwd);
+  check_fits(variant, problem);
+  emulate(
+      problem, [&](LaunchBackend& b) { return load_forward(b, variant, problem.dtype); },
+      [](const ForwardKernels&) { return std::size_t{0}; },
+      [&](LaunchBackend::Call& call, const ForwardKernels& k, const CallMemory& m) {
+        launch_forward(call, problem, k, buffers, m.metadata());
+      });
+}
+
+void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant,
+                    int splits) {
+  validate(problem, buffers);
+  require_kernel(variant, KernelId::kFlashDecode);
+  check_fits(variant, problem);
+  emulate(
+      problem, [&](LaunchBackend& b) { return load_decode(b, variant, splits, problem.dtype); },
+      [&](const DecodeKernels& k) { return decode_workspace_bytes(problem, k); },
+      [&](LaunchBackend::Call& call, const DecodeKernels& k, const CallMemory& m) {
+        launch_decode(call, problem, k, buffers, m.metadata(), m.workspace());
+      });
+}
+
+void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& buffers, const Variant& variant) {
+  validate(problem, buffers);
+  require_kernel(variant, KernelId::kFlashBwd);
+  check_fits(variant, problem);
+  emulate(
+      problem, [&](LaunchBackend& b) { return load_backward(b, variant, problem.dtype); },
+      [&](const BackwardKernels& k) { return backward_workspace_bytes(problem, k); },
+      [&](LaunchBackend::Call& call, const BackwardKernels& k, const CallMemory& m) {
+        launch_backward(call, problem, k, buffers, m.metadata(), m.workspace());
+      });
+}
+
+}  // namespace attune

@@ -1,0 +1,45 @@
+// The emulator backend: kernels run on the CPU over host buffers, every
+// access checked (emu::KernelFault on a bug), and the emulate_* calls that
+// run one variant of an operation on it (tests, `attune attention --backend
+// emu --variant`).
+#pragma once
+
+#include "core/problem.h"
+#include "runtime/launch/backend.h"
+
+namespace attune {
+
+// The limits variants are checked against on the emulator: any block that
+// fits in host memory (256 KiB of shared memory per block).
+const ArchLimits& emulator_limits();
+
+class EmuBackend final : public LaunchBackend {
+ public:
+  LoadedKernel load(const Variant& variant, DType dtype) override;
+  std::unique_ptr<Call> begin(void* stream) override;
+  void* allocate(std::size_t bytes) override;
+  void release(void* pointer) override;
+  void copy_to_device(void* dst, const void* src, std::size_t bytes) override;
+  void synchronize(void* /*stream*/) override {}
+  bool host_memory() const override { return true; }
+};
+
+// Computes O (and LSE when buffers.lse is set) for a validated problem whose
+// tensors are 16-bit storage in host memory, with a flash_fwd variant.
+// Throws emu::KernelFault when the emulator finds a bug, InvalidArgument
+// when the variant cannot run the problem.
+void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant);
+
+// The split-KV decode: a flash_decode variant over `splits` CTAs per row
+// block, then flash_decode_combine when splits > 1. Contiguous or paged.
+void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant,
+                    int splits);
+
+// dQ, dK and dV with a flash_bwd variant (O and LSE as the forward wrote
+// them); the fp32 workspaces start as NaN.
+//
+//   emulate_backward(problem, {q, k, v, o, d_o, lse, dq, dk, dv},
+//                    parse_variant_id("flash_bwd/d64.bm64.bn64.wm2.wn4.st2.at0"));
+void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& buffers, const Variant& variant);
+
+}  // namespace attune

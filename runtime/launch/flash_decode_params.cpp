@@ -1,0 +1,103 @@
+#include "runtime/launch/flash_decode_params.h"
+
+#include <algorithm>
+#include <string>
+
+#include "core/error.h"
+#include "generated/kernel_shapes.h"
+
+namespace attune {
+
+namespace {
+
+// Packed rows per block slot and the slots (query or KV heads).
+std::int64_t rows_per_slot(const AttentionProblem& p, const FlashDecodeShape& s) {
+  return p.seqlen_q * (s.pack_gqa != 0 ? p.group_size() : 1);
+}
+std::int64_t slots(const AttentionProblem& p, const FlashDecodeShape& s) {
+  return s.pack_gqa != 0 ? p.heads_kv : p.heads_q;
+}
+
+}  // namespace
+
+std::int64_t longest_cache(const AttentionProblem& p) {
+  if (p.seqlens_k.empty()) return p.seqlen_k;
+  return *std::max_element(p.seqlens_k.begin(), p.seqlens_k.end());
+}
+
+void check_splits(int splits) {
+  if (splits < 1 || splits > kMaxDecodeSplits) {
+    throw InvalidArgument("splits: got " + std::to_string(splits) + "; expected 1.." +
+                          std::to_string(kMaxDecodeSplits));
+  }
+}
+
+std::int64_t decode_workspace_floats(const AttentionProblem& p, int splits) {
+  if (splits <= 1) return 0;
+  return static_cast<std::int64_t>(splits) * p.batch * p.heads_q * p.seqlen_q * (p.head_dim_v + 2);
+}
+
+FlashDecodeParams flash_decode_params(const AttentionProblem& p, const AttentionBuffers& b,
+                                      const DeviceMetadata& metadata, int splits, float* workspace) {
+  check_splits(splits);
+  if (p.is_packed()) {
+    throw InvalidArgument("decode: packed (cu_seqlens) queries; expected dense [B, Sq, Hq, Dk] queries");
+  }
+  FlashDecodeParams k{};
+  k.q = static_cast<const u16*>(b.q);
+  k.k = static_cast<const u16*>(b.k);
+  k.v = static_cast<const u16*>(b.v);
+  k.o = static_cast<u16*>(b.o);
+  k.lse = b.lse;
+  k.partial = splits > 1 ? workspace : nullptr;
+  set_strides(k, p);
+  k.cache_seqlens = p.seqlens_k.empty() ? nullptr : metadata.seqlens_k;
+  k.block_table = p.is_paged() ? metadata.block_table : nullptr;
+  k.block_table_stride = static_cast<i32>(p.max_pages());
+  k.page_size = static_cast<i32>(p.page_size);
+  k.batch = static_cast<i32>(p.batch);
+  set_problem_fields(k, p);
+  k.vectorized = rows_aligned(b.q, p.q_strides) && rows_aligned(b.k, p.k_strides) && rows_aligned(b.v, p.v_strides);
+  k.splits = splits;
+  return k;
+}
+
+LaunchConfig flash_decode_launch(const AttentionProblem& p, const Variant& v, int splits) {
+  const FlashDecodeShape shape = FlashDecodeShape::of(v);
+  const std::int64_t row_blocks = (rows_per_slot(p, shape) + shape.block_m - 1) / shape.block_m;
+  return {.grid = {splits, static_cast<i32>(std::max<std::int64_t>(row_blocks * slots(p, shape), 1)),
+                   static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
+          .block = {v.threads(), 1, 1},
+          .dynamic_shared_bytes = v.shared_bytes()};
+}
+
+const Variant& decode_combine_variant() {
+  static const Variant kCombine = only_variant(KernelId::kFlashDecodeCombine);
+  return kCombine;
+}
+
+FlashDecodeCombineParams flash_decode_combine_params(const AttentionProblem& p, const AttentionBuffers& b, int splits,
+                                                     const float* workspace) {
+  FlashDecodeCombineParams k{};
+  k.partial = workspace;
+  k.o = static_cast<u16*>(b.o);
+  k.lse = b.lse;
+  set_output_strides(k, p);
+  k.batch = static_cast<i32>(p.batch);
+  k.heads_q = static_cast<i32>(p.heads_q);
+  k.seqlen_q = static_cast<i32>(p.seqlen_q);
+  k.head_dim_v = static_cast<i32>(p.head_dim_v);
+  k.splits = splits;
+  return k;
+}
+
+LaunchConfig flash_decode_combine_launch(const AttentionProblem& p) {
+  const Variant& combine = decode_combine_variant();
+  const std::int64_t warps = FlashDecodeCombineShape::of(combine).warps;
+  const std::int64_t rows = p.batch * p.heads_q * p.seqlen_q;
+  return {.grid = {static_cast<i32>(std::max<std::int64_t>((rows + warps - 1) / warps, 1)), 1, 1},
+          .block = {combine.threads(), 1, 1},
+          .dynamic_shared_bytes = 0};
+}
+
+}  // namespace attune

@@ -1,0 +1,66 @@
+// What every attention kernel's params struct shares, filled in one place:
+// the problem's sizes, mask and scale, the tensors' element strides, whether
+// their rows allow 16-byte cp.async loads, and the index arrays in backend
+// memory. The params structs (templates/) use the same field names.
+#pragma once
+
+#include <cstdint>
+#include <numbers>
+
+#include "core/problem.h"
+
+namespace attune {
+
+// A problem's index arrays in backend memory (null where it has none).
+struct DeviceMetadata {
+  const std::int32_t* cu_seqlens_q = nullptr;  // [B+1]
+  const std::int32_t* cu_seqlens_k = nullptr;  // [B+1]
+  const std::int32_t* seqlens_k = nullptr;     // [B]: key padding, or a decode call's cache lengths
+  const std::int32_t* block_table = nullptr;   // [B, max_pages]
+};
+
+// cp.async moves 16 bytes: every row of the tensor must start on a 16-byte
+// boundary, so the base and every stride (in 2-byte elements) must allow it.
+inline bool rows_aligned(const void* base, const TensorStrides& s, bool packed = false) {
+  return reinterpret_cast<std::uintptr_t>(base) % 16 == 0 && (packed || s.batch % 8 == 0) && s.seq % 8 == 0 &&
+         s.head % 8 == 0;
+}
+
+// One tensor's three strides into the params fields that hold them.
+inline void put_strides(i64& batch, i64& row, i64& head, const TensorStrides& s) {
+  batch = s.batch;
+  row = s.seq;
+  head = s.head;
+}
+
+// O and LSE strides only (the decode combine kernel writes just these).
+template <class Params>
+void set_output_strides(Params& k, const AttentionProblem& p) {
+  put_strides(k.o_batch_stride, k.o_row_stride, k.o_head_stride, p.o_strides);
+  put_strides(k.lse_batch_stride, k.lse_row_stride, k.lse_head_stride, p.lse_strides);
+}
+
+// Q, K, V, O and LSE strides of `p` into a params struct with the fields
+// q_batch_stride, q_row_stride, q_head_stride, ... lse_head_stride.
+template <class Params>
+void set_strides(Params& k, const AttentionProblem& p) {
+  put_strides(k.q_batch_stride, k.q_row_stride, k.q_head_stride, p.q_strides);
+  put_strides(k.k_batch_stride, k.k_row_stride, k.k_head_stride, p.k_strides);
+  put_strides(k.v_batch_stride, k.v_row_stride, k.v_head_stride, p.v_strides);
+  set_output_strides(k, p);
+}
+
+// The sizes, mask and base-2 scale every attention kernel takes.
+template <class Params>
+void set_problem_fields(Params& k, const AttentionProblem& p) {
+  k.seqlen_q = static_cast<i32>(p.seqlen_q);
+  k.seqlen_k = static_cast<i32>(p.seqlen_k);
+  k.heads_q = static_cast<i32>(p.heads_q);
+  k.group_size = static_cast<i32>(p.group_size());
+  k.head_dim_k = static_cast<i32>(p.head_dim_k);
+  k.head_dim_v = static_cast<i32>(p.head_dim_v);
+  k.mask = mask_params(p.mask);
+  k.scale_log2 = static_cast<float>(p.softmax_scale() * std::numbers::log2e);
+}
+
+}  // namespace attune

@@ -1,0 +1,169 @@
+#include "runtime/launch/ops.h"
+
+#include <cstring>
+
+#include "core/error.h"
+#include "generated/kernel_shapes.h"
+#include "runtime/launch/flash_bwd_params.h"
+#include "runtime/launch/flash_decode_params.h"
+#include "runtime/launch/flash_fwd_params.h"
+
+namespace attune {
+
+namespace {
+
+std::size_t bytes(std::int64_t elements, std::size_t size) { return static_cast<std::size_t>(elements) * size; }
+
+// The index arrays a call's kernels read, as the emulator checks them.
+void describe_metadata(LaunchBackend::Call& call, const AttentionProblem& p, const DeviceMetadata& m) {
+  const auto ints = [&](const char* name, const std::int32_t* data, std::size_t count) {
+    if (data != nullptr && count > 0) call.buffer(name, data, count * sizeof(std::int32_t));
+  };
+  ints("cu_seqlens_q", m.cu_seqlens_q, p.cu_seqlens_q.size());
+  ints("cu_seqlens_k", m.cu_seqlens_k, p.cu_seqlens_k.size());
+  ints("seqlens_k", m.seqlens_k, p.seqlens_k.size());
+  ints("block_table", m.block_table, p.block_table.size());
+}
+
+void describe(LaunchBackend::Call& call, const char* name, const void* data, std::int64_t elements, std::size_t size) {
+  if (data != nullptr && elements > 0) call.buffer(name, data, bytes(elements, size));
+}
+
+template <class Params>
+void launch(LaunchBackend::Call& call, const LoadedKernel& kernel, const LaunchConfig& config, const Params& params) {
+  call.launch(kernel, config, &params, sizeof(params));
+}
+
+}  // namespace
+
+ForwardKernels load_forward(LaunchBackend& backend, const Variant& variant, DType dtype) {
+  require_kernel(variant, KernelId::kFlashFwd);
+  return {backend.load(variant, dtype)};
+}
+
+DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int splits, DType dtype) {
+  require_kernel(variant, KernelId::kFlashDecode);
+  check_splits(splits);
+  DecodeKernels k{backend.load(variant, dtype), {}, splits};
+  if (splits > 1) k.combine = backend.load(decode_combine_variant(), dtype);
+  return k;
+}
+
+BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype) {
+  require_kernel(variant, KernelId::kFlashBwd);
+  return {backend.load(bwd_preprocess_variant(), dtype), backend.load(variant, dtype),
+          backend.load(bwd_dq_convert_variant(), dtype)};
+}
+
+std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels) {
+  return bytes(decode_workspace_floats(problem, kernels.splits), sizeof(float));
+}
+
+std::size_t backward_workspace_bytes(const AttentionProblem& problem, const BackwardKernels& kernels) {
+  return bytes(backward_workspace(problem, FlashBwdShape::of(kernels.main.variant)).total_floats(), sizeof(float));
+}
+
+void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const ForwardKernels& kernels,
+                    const AttentionBuffers& b, const DeviceMetadata& metadata) {
+  if (p.is_paged()) throw InvalidArgument("forward: a paged KV cache; expected the decode operation for paged caches");
+  if (p.batch == 0 || max_query_rows(p) == 0) return;
+  describe(call, "Q", b.q, q_extent(p), 2);
+  describe(call, "K", b.k, k_extent(p), 2);
+  describe(call, "V", b.v, v_extent(p), 2);
+  describe(call, "O", b.o, o_extent(p), 2);
+  describe(call, "LSE", b.lse, lse_extent(p), sizeof(float));
+  describe_metadata(call, p, metadata);
+  launch(call, kernels.main, flash_fwd_launch(p, kernels.main.variant), flash_fwd_params(p, b, metadata));
+}
+
+void launch_decode(LaunchBackend::Call& call, const AttentionProblem& p, const DecodeKernels& kernels,
+                   const AttentionBuffers& b, const DeviceMetadata& metadata, float* workspace) {
+  if (p.batch == 0 || p.seqlen_q == 0) return;
+  describe(call, "Q", b.q, q_extent(p), 2);
+  describe(call, "K", b.k, k_extent(p), 2);
+  describe(call, "V", b.v, v_extent(p), 2);
+  describe(call, "O", b.o, o_extent(p), 2);
+  describe(call, "LSE", b.lse, lse_extent(p), sizeof(float));
+  describe_metadata(call, p, metadata);
+  describe(call, "split workspace", workspace, decode_workspace_floats(p, kernels.splits), sizeof(float));
+  launch(call, kernels.main, flash_decode_launch(p, kernels.main.variant, kernels.splits),
+         flash_decode_params(p, b, metadata, kernels.splits, workspace));
+  if (kernels.splits > 1) {
+    launch(call, kernels.combine, flash_decode_combine_launch(p),
+           flash_decode_combine_params(p, b, kernels.splits, workspace));
+  }
+}
+
+void launch_backward(LaunchBackend::Call& call, const AttentionProblem& p, const BackwardKernels& kernels,
+                     const BackwardBuffers& b, const DeviceMetadata& metadata, float* workspace) {
+  if (p.is_paged()) throw InvalidArgument("backward: a paged KV cache; expected contiguous K and V");
+  if (p.batch == 0) return;
+  const FlashBwdShape shape = FlashBwdShape::of(kernels.main.variant);
+  describe(call, "Q", b.q, q_extent(p), 2);
+  describe(call, "K", b.k, k_extent(p), 2);
+  describe(call, "V", b.v, v_extent(p), 2);
+  describe(call, "O", b.o, o_extent(p), 2);
+  describe(call, "dO", b.d_o, o_extent(p), 2);
+  describe(call, "LSE", b.lse, lse_extent(p), sizeof(float));
+  describe(call, "dQ", b.dq, q_extent(p), 2);
+  describe(call, "dK", b.dk, k_extent(p), 2);
+  describe(call, "dV", b.dv, v_extent(p), 2);
+  describe_metadata(call, p, metadata);
+  const BackwardWorkspace sizes = backward_workspace(p, shape);
+  describe(call, "backward workspace", workspace, sizes.total_floats(), sizeof(float));
+  const FlashBwdParams params = flash_bwd_params(p, b, metadata, shape, split_workspace(sizes, workspace));
+  launch(call, kernels.preprocess, flash_bwd_row_launch(p, kernels.preprocess.variant), params);
+  launch(call, kernels.main, flash_bwd_launch(p, kernels.main.variant), params);
+  launch(call, kernels.convert, flash_bwd_row_launch(p, kernels.convert.variant), params);
+}
+
+CallMemory::CallMemory(LaunchBackend& backend, const AttentionProblem& problem, std::size_t workspace_bytes,
+                       void* stream)
+    : backend_(backend), stream_(stream) {
+  try {
+    metadata_.cu_seqlens_q = copy(problem.cu_seqlens_q);
+    metadata_.cu_seqlens_k = copy(problem.cu_seqlens_k);
+    metadata_.seqlens_k = copy(problem.seqlens_k);
+    metadata_.block_table = copy(problem.block_table);
+    if (workspace_bytes > 0) {
+      workspace_ = backend_.allocate(workspace_bytes);
+      owned_.push_back(workspace_);
+    }
+  } catch (...) {
+    release_all();
+    throw;
+  }
+}
+
+CallMemory::~CallMemory() {
+  if (owned_.empty()) return;
+  try {
+    backend_.synchronize(stream_);  // the kernels may still read it
+  } catch (const Error&) {
+    // Already failing (a sticky error): free anyway.
+  }
+  release_all();
+}
+
+void CallMemory::finish() {
+  if (owned_.empty()) return;
+  backend_.synchronize(stream_);
+  release_all();
+}
+
+void CallMemory::release_all() {
+  for (void* p : owned_) backend_.release(p);
+  owned_.clear();
+}
+
+const std::int32_t* CallMemory::copy(const std::vector<std::int32_t>& host) {
+  if (host.empty()) return nullptr;
+  if (backend_.host_memory()) return host.data();
+  const std::size_t size = host.size() * sizeof(std::int32_t);
+  void* device = backend_.allocate(size);
+  owned_.push_back(device);
+  backend_.copy_to_device(device, host.data(), size);
+  return static_cast<const std::int32_t*>(device);
+}
+
+}  // namespace attune

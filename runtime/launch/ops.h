@@ -1,0 +1,80 @@
+// One launch sequence per operation over a LaunchBackend::Call: the kernels a call
+// needs, their params and grids, the buffers they touch, early returns and
+// the split combine, written once for the cuda backend and the emulator.
+//
+//   const ForwardKernels kernels = load_forward(backend, variant, problem.dtype);
+//   CallMemory memory(backend, problem, 0, stream);    // host metadata, copied when needed
+//   launch_forward(*backend.begin(stream), problem, kernels, buffers, memory.metadata());
+//   memory.finish();                                    // waits before freeing what it allocated
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "core/problem.h"
+#include "runtime/launch/backend.h"
+#include "runtime/launch/kernel_params.h"
+
+namespace attune {
+
+// The loaded kernels of one call of each operation.
+struct ForwardKernels {
+  LoadedKernel main;  // flash_fwd
+};
+struct DecodeKernels {
+  LoadedKernel main;     // flash_decode
+  LoadedKernel combine;  // flash_decode_combine, when splits > 1
+  int splits = 1;
+};
+struct BackwardKernels {
+  LoadedKernel preprocess;  // flash_bwd_preprocess
+  LoadedKernel main;        // flash_bwd
+  LoadedKernel convert;     // flash_bwd_dq_convert
+};
+
+// Loads what a call needs; InvalidArgument when `variant` is not a variant
+// of the operation's kernel (or the split count is out of range).
+ForwardKernels load_forward(LaunchBackend& backend, const Variant& variant, DType dtype);
+DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int splits, DType dtype);
+BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype);
+
+// Bytes of fp32 workspace a call needs (0: none).
+std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels);
+std::size_t backward_workspace_bytes(const AttentionProblem& problem, const BackwardKernels& kernels);
+
+// The launches of one validated call. Buffers and metadata are in backend
+// memory; `workspace` holds the bytes the functions above give.
+void launch_forward(LaunchBackend::Call& call, const AttentionProblem& problem, const ForwardKernels& kernels,
+                    const AttentionBuffers& buffers, const DeviceMetadata& metadata);
+void launch_decode(LaunchBackend::Call& call, const AttentionProblem& problem, const DecodeKernels& kernels,
+                   const AttentionBuffers& buffers, const DeviceMetadata& metadata, float* workspace);
+void launch_backward(LaunchBackend::Call& call, const AttentionProblem& problem, const BackwardKernels& kernels,
+                     const BackwardBuffers& buffers, const DeviceMetadata& metadata, float* workspace);
+
+// A call's host metadata and workspace in backend memory: on the emulator
+// the problem's own arrays and a NaN-filled workspace; on cuda device copies
+// made here. finish() waits for the stream before freeing anything it
+// allocated; the destructor (reached without finish() only when an
+// exception is on its way) waits too, ignoring a failure, then frees.
+class CallMemory {
+ public:
+  CallMemory(LaunchBackend& backend, const AttentionProblem& problem, std::size_t workspace_bytes, void* stream);
+  ~CallMemory();
+  CallMemory(const CallMemory&) = delete;
+  CallMemory& operator=(const CallMemory&) = delete;
+  const DeviceMetadata& metadata() const { return metadata_; }
+  float* workspace() const { return static_cast<float*>(workspace_); }
+  void finish();
+
+ private:
+  const std::int32_t* copy(const std::vector<std::int32_t>& host);
+  void release_all();
+
+  LaunchBackend& backend_;
+  void* stream_;
+  DeviceMetadata metadata_;
+  void* workspace_ = nullptr;
+  std::vector<void*> owned_;
+};
+
+}  // namespace attune
