@@ -59,6 +59,13 @@ echo "rehearsal: no file holds ${build_dirs[*]}"
 work="$(mktemp -d /tmp/attune-rehearsal.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 cp -a "$bundle" "$work/bundle"
+# A stand-in driver (tests/fake_driver), so --backend cuda gets as far as
+# compiling: the NVRTC line is what must come back.
+fake=""
+if [ -n "${ATTUNE_REHEARSAL_FAKE_LIBCUDA:-}" ] && [ -f "$ATTUNE_REHEARSAL_FAKE_LIBCUDA" ]; then
+  fake="$work/libcuda-fake.so"
+  cp "$ATTUNE_REHEARSAL_FAKE_LIBCUDA" "$fake"
+fi
 mkdir -p "$work/cwd" "$work/home"
 # NVRTC laid out as `pip install torch` leaves it, for the pip step of the search.
 nvrtc_dir="$(dirname "$(readlink -f /usr/local/cuda/lib64/libnvrtc.so)" 2>/dev/null || true)"
@@ -72,6 +79,7 @@ set -euo pipefail
 b="$1"
 cd "$2"
 site="$3"
+fake="$4"
 echo "inside: $(pwd), PATH=$PATH, $(env | wc -l) environment variables"
 for d in /usr/local/cuda /usr/local/cuda-*; do
   [ -e "$d/lib64" ] && { echo "inside: FAIL: $d/lib64 is still visible"; exit 1; }
@@ -125,6 +133,16 @@ rc=$?
 set -e
 [ "$rc" -ne 0 ] && [ "$(wc -l <cuda.err)" -eq 1 ] || { echo "inside: FAIL: --backend cuda:"; cat cuda.err; exit 1; }
 echo "inside: --backend cuda fails with: $(cat cuda.err)"
+if [ -n "$fake" ]; then
+  set +e
+  ATTUNE_LIBCUDA="$fake" "$b/bin/attune" attention --backend cuda --q q.npy --k k.npy --v v.npy --out o_cuda.npy \
+    2>cuda.err
+  rc=$?
+  set -e
+  [ "$rc" -ne 0 ] && [ "$(wc -l <cuda.err)" -eq 1 ] && grep -q "NVRTC not found" cuda.err ||
+    { echo "inside: FAIL: --backend cuda on a driver without NVRTC:"; cat cuda.err; exit 1; }
+  echo "inside: --backend cuda with a driver but no NVRTC fails with: $(cat cuda.err)"
+fi
 if [ -d "$site/nvidia" ]; then
   ATTUNE_PYTHON_SITE="$site" "$b/bin/attune" doctor | grep "^nvrtc:" | tee nvrtc.txt
   grep -qF "($site/nvidia/cu13/lib/libnvrtc.so.13)" nvrtc.txt ||
@@ -148,5 +166,5 @@ if ! unshare --mount --propagation private true 2>/dev/null; then
   fail "unshare --mount is not permitted here (needed to hide the toolkit and the source tree; run as root)"
 fi
 unshare --mount --propagation private bash -c "$mounts exec env -i PATH=/usr/bin:/bin HOME='$work/home' \
-  bash '$work/inside.sh' '$work/bundle' '$work/cwd' '$site'"
+  bash '$work/inside.sh' '$work/bundle' '$work/cwd' '$site' '$fake'"
 echo "rehearsal: ok"

@@ -19,129 +19,6 @@ namespace attune::cuda {
 
 namespace {
 
-struct ErrorInfo {
-  int code;
-  const char* name;
-  const char* description;
-};
-
-// CUresult names and short descriptions (from the comments in CUDA 13.0's
-// cuda.h), so errors read well even where no driver can be asked.
-constexpr std::array kErrors{
-    ErrorInfo{0, "CUDA_SUCCESS", "no error"},
-    ErrorInfo{1, "CUDA_ERROR_INVALID_VALUE", "a parameter is not within an acceptable range of values"},
-    ErrorInfo{2, "CUDA_ERROR_OUT_OF_MEMORY", "unable to allocate enough memory or other resources"},
-    ErrorInfo{3, "CUDA_ERROR_NOT_INITIALIZED", "the CUDA driver has not been initialized with cuInit()"},
-    ErrorInfo{4, "CUDA_ERROR_DEINITIALIZED", "the CUDA driver is shutting down"},
-    ErrorInfo{5, "CUDA_ERROR_PROFILER_DISABLED", "the profiler is not initialized for this run"},
-    ErrorInfo{6, "CUDA_ERROR_PROFILER_NOT_INITIALIZED", "the profiler is not initialized (deprecated)"},
-    ErrorInfo{7, "CUDA_ERROR_PROFILER_ALREADY_STARTED", "the profiler is already started (deprecated)"},
-    ErrorInfo{8, "CUDA_ERROR_PROFILER_ALREADY_STOPPED", "the profiler is already stopped (deprecated)"},
-    ErrorInfo{34, "CUDA_ERROR_STUB_LIBRARY", "the CUDA driver loaded is a stub library"},
-    ErrorInfo{36, "CUDA_ERROR_CALL_REQUIRES_NEWER_DRIVER", "the call requires a newer CUDA driver"},
-    ErrorInfo{46, "CUDA_ERROR_DEVICE_UNAVAILABLE", "the requested CUDA device is unavailable at the current time"},
-    ErrorInfo{100, "CUDA_ERROR_NO_DEVICE", "no CUDA-capable device was detected by the installed CUDA driver"},
-    ErrorInfo{101, "CUDA_ERROR_INVALID_DEVICE", "the device ordinal is not a valid CUDA device"},
-    ErrorInfo{102, "CUDA_ERROR_DEVICE_NOT_LICENSED", "the Grid license is not applied"},
-    ErrorInfo{200, "CUDA_ERROR_INVALID_IMAGE", "the device kernel image is invalid"},
-    ErrorInfo{201, "CUDA_ERROR_INVALID_CONTEXT", "no valid context is bound to the current thread"},
-    ErrorInfo{202, "CUDA_ERROR_CONTEXT_ALREADY_CURRENT", "the context is already the active context"},
-    ErrorInfo{205, "CUDA_ERROR_MAP_FAILED", "a map or register operation has failed"},
-    ErrorInfo{206, "CUDA_ERROR_UNMAP_FAILED", "an unmap or unregister operation has failed"},
-    ErrorInfo{207, "CUDA_ERROR_ARRAY_IS_MAPPED", "the array is mapped and cannot be destroyed"},
-    ErrorInfo{208, "CUDA_ERROR_ALREADY_MAPPED", "the resource is already mapped"},
-    ErrorInfo{209, "CUDA_ERROR_NO_BINARY_FOR_GPU",
-              "there is no kernel image available that is suitable for the device"},
-    ErrorInfo{210, "CUDA_ERROR_ALREADY_ACQUIRED", "a resource has already been acquired"},
-    ErrorInfo{211, "CUDA_ERROR_NOT_MAPPED", "a resource is not mapped"},
-    ErrorInfo{212, "CUDA_ERROR_NOT_MAPPED_AS_ARRAY", "a mapped resource is not available for access as an array"},
-    ErrorInfo{213, "CUDA_ERROR_NOT_MAPPED_AS_POINTER", "a mapped resource is not available for access as a pointer"},
-    ErrorInfo{214, "CUDA_ERROR_ECC_UNCORRECTABLE", "an uncorrectable ECC error was detected during execution"},
-    ErrorInfo{215, "CUDA_ERROR_UNSUPPORTED_LIMIT", "the CUlimit is not supported by the active device"},
-    ErrorInfo{216, "CUDA_ERROR_CONTEXT_ALREADY_IN_USE", "the context is already bound to another CPU thread"},
-    ErrorInfo{217, "CUDA_ERROR_PEER_ACCESS_UNSUPPORTED", "peer access is not supported across the given devices"},
-    ErrorInfo{218, "CUDA_ERROR_INVALID_PTX", "a PTX JIT compilation failed"},
-    ErrorInfo{219, "CUDA_ERROR_INVALID_GRAPHICS_CONTEXT", "an error with the OpenGL or DirectX context"},
-    ErrorInfo{220, "CUDA_ERROR_NVLINK_UNCORRECTABLE", "an uncorrectable NVLink error was detected during execution"},
-    ErrorInfo{221, "CUDA_ERROR_JIT_COMPILER_NOT_FOUND", "the PTX JIT compiler library was not found"},
-    ErrorInfo{222, "CUDA_ERROR_UNSUPPORTED_PTX_VERSION", "the PTX was compiled with an unsupported toolchain"},
-    ErrorInfo{223, "CUDA_ERROR_JIT_COMPILATION_DISABLED", "the PTX JIT compilation was disabled"},
-    ErrorInfo{224, "CUDA_ERROR_UNSUPPORTED_EXEC_AFFINITY",
-              "the execution affinity type is not supported by the device"},
-    ErrorInfo{225, "CUDA_ERROR_UNSUPPORTED_DEVSIDE_SYNC",
-              "the PTX contains an unsupported call to cudaDeviceSynchronize"},
-    ErrorInfo{226, "CUDA_ERROR_CONTAINED", "a device exception was contained by the GPU's error containment"},
-    ErrorInfo{300, "CUDA_ERROR_INVALID_SOURCE", "the device kernel source is invalid"},
-    ErrorInfo{301, "CUDA_ERROR_FILE_NOT_FOUND", "the file specified was not found"},
-    ErrorInfo{302, "CUDA_ERROR_SHARED_OBJECT_SYMBOL_NOT_FOUND", "a link to a shared object failed to resolve"},
-    ErrorInfo{303, "CUDA_ERROR_SHARED_OBJECT_INIT_FAILED", "initialization of a shared object failed"},
-    ErrorInfo{304, "CUDA_ERROR_OPERATING_SYSTEM", "an OS call failed"},
-    ErrorInfo{400, "CUDA_ERROR_INVALID_HANDLE", "a resource handle passed to the call was not valid"},
-    ErrorInfo{401, "CUDA_ERROR_ILLEGAL_STATE", "a resource required by the call is not in a valid state"},
-    ErrorInfo{402, "CUDA_ERROR_LOSSY_QUERY", "the query would discard semantically important information"},
-    ErrorInfo{500, "CUDA_ERROR_NOT_FOUND", "a named symbol was not found"},
-    ErrorInfo{600, "CUDA_ERROR_NOT_READY", "asynchronous operations issued previously have not completed yet"},
-    ErrorInfo{700, "CUDA_ERROR_ILLEGAL_ADDRESS", "a kernel loaded or stored at an invalid memory address"},
-    ErrorInfo{701, "CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES",
-              "too many threads or registers, or wrong-sized arguments, for the launch"},
-    ErrorInfo{702, "CUDA_ERROR_LAUNCH_TIMEOUT", "the kernel took too long to execute"},
-    ErrorInfo{703, "CUDA_ERROR_LAUNCH_INCOMPATIBLE_TEXTURING", "the launch uses an incompatible texturing mode"},
-    ErrorInfo{704, "CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED", "peer access is already enabled"},
-    ErrorInfo{705, "CUDA_ERROR_PEER_ACCESS_NOT_ENABLED", "peer access has not been enabled"},
-    ErrorInfo{708, "CUDA_ERROR_PRIMARY_CONTEXT_ACTIVE",
-              "the primary context for the device has already been initialized"},
-    ErrorInfo{709, "CUDA_ERROR_CONTEXT_IS_DESTROYED",
-              "the current context has been destroyed or was never initialized"},
-    ErrorInfo{710, "CUDA_ERROR_ASSERT", "a device-side assert triggered during kernel execution"},
-    ErrorInfo{711, "CUDA_ERROR_TOO_MANY_PEERS", "the hardware resources to enable peer access are exhausted"},
-    ErrorInfo{712, "CUDA_ERROR_HOST_MEMORY_ALREADY_REGISTERED", "the host memory range is already registered"},
-    ErrorInfo{713, "CUDA_ERROR_HOST_MEMORY_NOT_REGISTERED", "the host pointer is not in a registered memory region"},
-    ErrorInfo{714, "CUDA_ERROR_HARDWARE_STACK_ERROR", "a kernel hit a stack error (corruption or stack size exceeded)"},
-    ErrorInfo{715, "CUDA_ERROR_ILLEGAL_INSTRUCTION", "a kernel executed an illegal instruction"},
-    ErrorInfo{716, "CUDA_ERROR_MISALIGNED_ADDRESS", "a kernel loaded or stored at a misaligned memory address"},
-    ErrorInfo{717, "CUDA_ERROR_INVALID_ADDRESS_SPACE",
-              "a kernel used an address outside the address space its instruction needs"},
-    ErrorInfo{718, "CUDA_ERROR_INVALID_PC", "the device program counter wrapped its address space"},
-    ErrorInfo{719, "CUDA_ERROR_LAUNCH_FAILED", "an exception occurred on the device while executing a kernel"},
-    ErrorInfo{720, "CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE", "too many blocks for a cooperative launch"},
-    ErrorInfo{721, "CUDA_ERROR_TENSOR_MEMORY_LEAK", "a kernel exited without deallocating its tensor memory"},
-    ErrorInfo{800, "CUDA_ERROR_NOT_PERMITTED", "the operation is not permitted"},
-    ErrorInfo{801, "CUDA_ERROR_NOT_SUPPORTED", "the operation is not supported on the current system or device"},
-    ErrorInfo{802, "CUDA_ERROR_SYSTEM_NOT_READY", "the system is not yet ready to start any CUDA work"},
-    ErrorInfo{803, "CUDA_ERROR_SYSTEM_DRIVER_MISMATCH", "the display driver and the CUDA driver versions do not match"},
-    ErrorInfo{804, "CUDA_ERROR_COMPAT_NOT_SUPPORTED_ON_DEVICE", "the device does not support forward compatibility"},
-    ErrorInfo{805, "CUDA_ERROR_MPS_CONNECTION_FAILED", "the MPS client failed to connect to the MPS daemon or server"},
-    ErrorInfo{806, "CUDA_ERROR_MPS_RPC_FAILURE", "the RPC between the MPS server and client failed"},
-    ErrorInfo{807, "CUDA_ERROR_MPS_SERVER_NOT_READY", "the MPS server is not ready to accept new clients"},
-    ErrorInfo{808, "CUDA_ERROR_MPS_MAX_CLIENTS_REACHED", "the hardware resources for MPS clients are exhausted"},
-    ErrorInfo{809, "CUDA_ERROR_MPS_MAX_CONNECTIONS_REACHED",
-              "the hardware resources for device connections are exhausted"},
-    ErrorInfo{810, "CUDA_ERROR_MPS_CLIENT_TERMINATED", "the MPS client has been terminated by the server"},
-    ErrorInfo{811, "CUDA_ERROR_CDP_NOT_SUPPORTED", "CUDA Dynamic Parallelism is not supported in this configuration"},
-    ErrorInfo{812, "CUDA_ERROR_CDP_VERSION_MISMATCH", "the module mixes versions of CUDA Dynamic Parallelism"},
-    ErrorInfo{900, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
-              "the operation is not permitted while the stream is capturing"},
-    ErrorInfo{901, "CUDA_ERROR_STREAM_CAPTURE_INVALIDATED", "the capture sequence was invalidated by a previous error"},
-    ErrorInfo{902, "CUDA_ERROR_STREAM_CAPTURE_MERGE", "the operation would merge two independent capture sequences"},
-    ErrorInfo{903, "CUDA_ERROR_STREAM_CAPTURE_UNMATCHED", "the capture was not initiated in this stream"},
-    ErrorInfo{904, "CUDA_ERROR_STREAM_CAPTURE_UNJOINED", "the capture sequence contains a fork that was not joined"},
-    ErrorInfo{905, "CUDA_ERROR_STREAM_CAPTURE_ISOLATION", "a dependency would cross the capture sequence boundary"},
-    ErrorInfo{906, "CUDA_ERROR_STREAM_CAPTURE_IMPLICIT", "a disallowed implicit dependency on a capture sequence"},
-    ErrorInfo{907, "CUDA_ERROR_CAPTURED_EVENT", "the event was last recorded in a capturing stream"},
-    ErrorInfo{908, "CUDA_ERROR_STREAM_CAPTURE_WRONG_THREAD", "the capture sequence was ended in a different thread"},
-    ErrorInfo{909, "CUDA_ERROR_TIMEOUT", "the wait operation timed out"},
-    ErrorInfo{910, "CUDA_ERROR_GRAPH_EXEC_UPDATE_FAILURE",
-              "the graph update violates the constraints of instantiated graphs"},
-    ErrorInfo{911, "CUDA_ERROR_EXTERNAL_DEVICE", "an asynchronous error occurred in a device outside of CUDA"},
-    ErrorInfo{912, "CUDA_ERROR_INVALID_CLUSTER_SIZE", "the launch's cluster configuration is invalid"},
-    ErrorInfo{913, "CUDA_ERROR_FUNCTION_NOT_LOADED", "the function handle is not loaded"},
-    ErrorInfo{914, "CUDA_ERROR_INVALID_RESOURCE_TYPE", "a resource is not of a valid type for the operation"},
-    ErrorInfo{915, "CUDA_ERROR_INVALID_RESOURCE_CONFIGURATION",
-              "a resource is insufficient or not applicable to the operation"},
-    ErrorInfo{916, "CUDA_ERROR_KEY_ROTATION", "an error happened during the key rotation sequence"},
-    ErrorInfo{999, "CUDA_ERROR_UNKNOWN", "an unknown internal error occurred"},
-};
-
 // Errors after which the context answers every call with the same error
 // (cuda.h: "the process must be terminated and relaunched").
 constexpr std::array kStickyErrors{
@@ -166,11 +43,6 @@ constexpr std::array kStickyErrors{
 static_assert(sizeof(CUdeviceptr) == sizeof(void*));
 CUdeviceptr to_device(const void* ptr) { return std::bit_cast<CUdeviceptr>(ptr); }
 void* from_device(CUdeviceptr ptr) { return std::bit_cast<void*>(ptr); }
-
-const ErrorInfo* find_error(int code) {
-  const auto* it = std::find_if(kErrors.begin(), kErrors.end(), [code](const ErrorInfo& e) { return e.code == code; });
-  return it == kErrors.end() ? nullptr : &*it;
-}
 
 // The driver's entry points. Each is resolved by the symbol of the ABI
 // version cuda.h maps its name to (`#define cuMemAlloc cuMemAlloc_v2`), with
@@ -242,8 +114,8 @@ std::string one_line(std::string text) {
   return text;
 }
 
+// The driver's own description of a code ("" without a driver).
 std::string describe(int code) {
-  if (const ErrorInfo* e = find_error(code)) return e->description;
   if (const Api* api = g_api.load(std::memory_order_acquire)) {
     const char* text = nullptr;
     if (api->get_error_string(static_cast<CUresult>(code), &text) == CUDA_SUCCESS && text != nullptr) return text;
@@ -262,6 +134,23 @@ bool resolve(void* library, const char* symbol, Fn& fn) {
   static_assert(sizeof(Fn) == sizeof(void*));
   std::memcpy(&fn, &address, sizeof fn);  // POSIX: data and function pointers share one representation
   return true;
+}
+
+// The name and description of `code` as the library being loaded gives them.
+// The toolkit's stub answers every call with CUDA_ERROR_STUB_LIBRARY, its
+// own name calls included, so that one code is named here.
+std::string explain(const Api& api, CUresult code) {
+  const char* name = nullptr;
+  const char* text = nullptr;
+  std::string out = api.get_error_name(code, &name) == CUDA_SUCCESS && name != nullptr ? std::string(name)
+                    : code == CUDA_ERROR_STUB_LIBRARY ? std::string("CUDA_ERROR_STUB_LIBRARY")
+                                                       : "CUDA error " + std::to_string(code);
+  if (api.get_error_string(code, &text) == CUDA_SUCCESS && text != nullptr) {
+    out += " (" + std::string(text) + ")";
+  } else if (code == CUDA_ERROR_STUB_LIBRARY) {
+    out += " (the toolkit's stub library, not a driver)";
+  }
+  return out;
 }
 
 // Opens `path`, resolves every entry point and calls cuInit. On failure the
@@ -322,10 +211,10 @@ std::string load_api(const std::string& path, const std::string& shown, Api& api
                           "update the NVIDIA driver");
   } else if (const CUresult status = api.init(0); status != CUDA_SUCCESS) {
     failure = unavailable(
-        "cuInit failed in " + shown + ": " + error_name(status) + " (" + describe(status) + ")",
+        "cuInit failed in " + shown + ": " + explain(api, status),
         status == CUDA_ERROR_STUB_LIBRARY ? "install the NVIDIA driver" : "check that nvidia-smi lists the GPU");
   } else if (const CUresult v = api.driver_get_version(&api.version); v != CUDA_SUCCESS) {
-    failure = unavailable("cuDriverGetVersion failed in " + shown + ": " + error_name(v),
+    failure = unavailable("cuDriverGetVersion failed in " + shown + ": " + explain(api, v),
                           "check the NVIDIA driver installation");
   }
   if (!failure.empty()) {
@@ -340,7 +229,6 @@ std::string load_api(const std::string& path, const std::string& shown, Api& api
 // -- errors -------------------------------------------------------------------
 
 std::string error_name(int code) {
-  if (const ErrorInfo* e = find_error(code)) return e->name;
   if (const Api* api = g_api.load(std::memory_order_acquire)) {
     const char* name = nullptr;
     if (api->get_error_name(static_cast<CUresult>(code), &name) == CUDA_SUCCESS && name != nullptr) return name;

@@ -50,9 +50,8 @@ class CudaError : public Error {
   bool sticky_;
 };
 
-// "CUDA_ERROR_ILLEGAL_ADDRESS" for 700: from a built-in table (so it works
-// without a driver), then cuGetErrorName when the driver is loaded, then
-// "CUDA error N".
+// "CUDA_ERROR_ILLEGAL_ADDRESS" for 700: the driver's cuGetErrorName once it
+// is loaded, else "CUDA error N" (errors only come from a loaded driver).
 std::string error_name(int code);
 
 // True for the codes after which the context is unusable (illegal address,
