@@ -12,6 +12,7 @@
 
 #include "cli/problem_flags.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 #include "core/version.h"
 #include "runtime/jit/kernel_cache.h"
 #include "tuner/exchange.h"
@@ -213,9 +214,7 @@ void db_export(tuning_db::TuningDb& db, const DbCommandOptions& o) {
   if (o.out_path.empty()) {
     std::fputs(text.str().c_str(), stdout);
   } else {
-    const std::string temp = o.out_path + ".tmp";
-    std::ofstream(temp) << text.str();
-    std::filesystem::rename(temp, o.out_path);
+    io::write_file_atomically(o.out_path, text.str());
   }
 }
 
@@ -279,23 +278,10 @@ void db_merge(tuning_db::TuningDb& db, const DbCommandOptions& o) {
 }
 
 void db_report(tuning_db::TuningDb& db, const DbCommandOptions& o) {
-  // Written beside the target and renamed over it, so a reader (a browser
-  // reloading the page) never sees half a page.
+  // Replaced atomically, so a reader (a browser reloading the page) never
+  // sees half a page.
   const std::filesystem::path target(o.html_path);
-  const std::filesystem::path temporary(o.html_path + ".tmp");
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out << tuner::html_report(db, "attune tuning report");
-    out.close();
-    if (!out) throw Error("cannot write " + temporary.string());
-  }
-  std::error_code error;
-  std::filesystem::rename(temporary, target, error);
-  if (error) {
-    const std::string reason = error.message();
-    std::filesystem::remove(temporary, error);
-    throw Error("cannot write " + target.string() + ": " + reason);
-  }
+  io::write_file_atomically(target, tuner::html_report(db, "attune tuning report"));
   std::printf("%s\n", target.c_str());
 }
 

@@ -7,22 +7,16 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "io/atomic_file.h"
+
 namespace attune::gen {
 
 namespace {
 
 const char* const kDtypes[][2] = {{"DType::kF16", "attune::Fp16"}, {"DType::kBF16", "attune::Bf16"}};
 
-// Writes through a temporary file, so a build never sees half a file.
-void write_file(const std::filesystem::path& path, const std::string& text) {
-  const std::filesystem::path temp = path.string() + ".tmp";
-  {
-    std::ofstream out(temp, std::ios::binary);
-    out << text;
-    if (!out) throw std::runtime_error("cannot write " + temp.string());
-  }
-  std::filesystem::rename(temp, path);
-}
+// Replaced atomically, so a build never sees half a file.
+void write_file(const std::filesystem::path& path, const std::string& text) { io::write_file_atomically(path, text); }
 
 std::string join(const std::vector<int>& values) {
   std::string out;

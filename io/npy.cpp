@@ -16,7 +16,9 @@
 #include <string>
 #include <utility>
 
+#include "core/dtype.h"
 #include "core/error.h"
+#include "io/atomic_file.h"
 
 namespace attune::npy {
 namespace {
@@ -43,7 +45,7 @@ constexpr std::string_view kSupportedDtypes =
   throw IoError(path.string() + ": " + message);
 }
 
-std::string errno_text(int error) { return std::strerror(error); }
+using io::errno_text;
 
 // Makes arbitrary bytes printable on one line: \n, \xNN for the rest.
 std::string quote_bytes(std::string_view bytes, std::size_t max_length) {
@@ -365,23 +367,6 @@ void swap_elements(std::vector<std::byte>& bytes, std::size_t element_bytes) {
   }
 }
 
-// Exact IEEE binary16 -> binary32: every half value is representable.
-float half_to_float(uint16_t half) {
-  const uint32_t sign = static_cast<uint32_t>(half & 0x8000u) << 16;
-  const uint32_t exponent = static_cast<uint32_t>(half >> 10) & 0x1fu;
-  const uint32_t mantissa = static_cast<uint32_t>(half) & 0x3ffu;
-  if (exponent == 0) {
-    // Zero or subnormal: mantissa * 2^-24, exact in float.
-    const float magnitude = std::ldexp(static_cast<float>(mantissa), -24);
-    return sign != 0 ? -magnitude : magnitude;
-  }
-  if (exponent == 0x1f) {
-    // Infinity, or NaN with its payload kept (as NumPy does).
-    return std::bit_cast<float>(sign | 0x7f800000u | (mantissa << 13));
-  }
-  // Normal: rebias the exponent from 15 to 127.
-  return std::bit_cast<float>(sign | ((exponent + 112u) << 23) | (mantissa << 13));
-}
 
 template <typename T>
 T load(const std::byte* p) {
@@ -440,64 +425,6 @@ std::string build_preamble_and_header(std::string_view descr, std::span<const in
   throw InvalidArgument("npy header for shape with " + std::to_string(shape.size()) + " dimensions is too long");
 }
 
-std::atomic<uint64_t> temp_counter{0};
-
-// Writes `pieces` to `path` atomically: temporary file in the same directory,
-// fsync, rename. The temporary file is removed on any failure.
-void atomic_write(const fs::path& path, std::span<const std::span<const std::byte>> pieces) {
-  const std::string name = path.filename().string();
-  if (name.empty() || name == "." || name == "..") fail(path, "cannot write: not a file name");
-  const fs::path directory = path.has_parent_path() ? path.parent_path() : fs::path(".");
-
-  // Unique per process, call and time; O_EXCL catches the rest.
-  fs::path temp;
-  int fd = -1;
-  for (int attempt = 0; fd < 0; ++attempt) {
-    const auto ticks = static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
-    temp = directory / ("." + name + ".tmp." + std::to_string(::getpid()) + "." +
-                        std::to_string(temp_counter.fetch_add(1)) + "." + std::to_string(ticks % 1000000));
-    // 0666 lets the umask decide the permissions, as for any new file.
-    fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
-    if (fd < 0 && (errno != EEXIST || attempt >= 100)) {
-      fail(path, "cannot create temporary file '" + temp.string() + "': " + errno_text(errno));
-    }
-  }
-  FileDescriptor file(fd);
-
-  auto fail_and_remove = [&](const std::string& action, int error) {
-    if (file.get() >= 0) file.close();
-    ::unlink(temp.c_str());
-    fail(path, action + " temporary file '" + temp.string() + "': " + errno_text(error));
-  };
-
-  for (const auto piece : pieces) {
-    std::size_t written = 0;
-    while (written < piece.size()) {
-      const ssize_t n = ::write(file.get(), piece.data() + written, std::min(piece.size() - written, kMaxIoCall));
-      if (n < 0) {
-        if (errno == EINTR) continue;
-        fail_and_remove("cannot write", errno);
-      }
-      written += static_cast<std::size_t>(n);
-    }
-  }
-  // fsync before rename: otherwise a crash can leave the new name pointing at
-  // an empty or partial file.
-  if (::fsync(file.get()) != 0) fail_and_remove("cannot fsync", errno);
-  if (file.close() != 0) fail_and_remove("cannot close", errno);
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const int error = errno;
-    ::unlink(temp.c_str());
-    fail(path, "cannot rename temporary file '" + temp.string() + "' over it: " + errno_text(error));
-  }
-  // Persist the rename itself; best effort, the data is already safe.
-  const int dir_fd = ::open(directory.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir_fd >= 0) {
-    ::fsync(dir_fd);
-    ::close(dir_fd);
-  }
-}
-
 template <typename T>
 void write_array(const fs::path& path, std::span<const int64_t> shape, std::span<const T> data) {
   for (const int64_t dim : shape) {
@@ -526,7 +453,7 @@ void write_array(const fs::path& path, std::span<const int64_t> shape, std::span
   }
   const std::array<std::span<const std::byte>, 2> pieces = {
       std::as_bytes(std::span<const char>(header.data(), header.size())), payload};
-  atomic_write(path, pieces);
+  io::write_file_atomically(path, pieces);
 }
 
 }  // namespace
@@ -575,7 +502,7 @@ std::vector<float> Array::to_float32() const {
   for (std::size_t i = 0; i < count; ++i) {
     switch (type) {
       case ElementType::kFloat16:
-        out[i] = half_to_float(load<uint16_t>(p + 2 * i));
+        out[i] = half_bits_to_float(load<uint16_t>(p + 2 * i));
         break;
       case ElementType::kFloat32:
         out[i] = load<float>(p + 4 * i);

@@ -18,6 +18,9 @@
 #include <string_view>
 #include <utility>
 
+#include "core/error.h"
+#include "io/atomic_file.h"
+
 namespace attune {
 namespace {
 
@@ -138,18 +141,6 @@ long long read_full(int fd, char* data, std::size_t size) {
   return static_cast<long long>(done);
 }
 
-bool write_full(int fd, const char* data, std::size_t size) {
-  std::size_t done = 0;
-  while (done < size) {
-    const ssize_t n = ::write(fd, data + done, std::min(size - done, kMaxIoCall));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return false;
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  return true;
-}
 
 // Both timestamps of a touch. Set explicitly, not UTIME_NOW: on many kernels
 // the file clock ticks only every few milliseconds, and eviction must order
@@ -276,7 +267,6 @@ Verdict read_entry(int fd, std::uint64_t file_size, const std::string& canonical
   return {};
 }
 
-std::atomic<std::uint64_t> temp_counter{0};
 
 }  // namespace
 
@@ -462,37 +452,13 @@ void KernelCache::store(const CacheKey& key, std::span<const char> binary) {
   append_le(header, canonical.size(), 4);
   header += canonical;
 
-  // Unique per process and call; O_EXCL catches the rest (a reused pid).
-  std::string temp;
-  int raw = -1;
-  for (int attempt = 0; raw < 0; ++attempt) {
-    temp = "." + digest + std::string(kTempInfix) + std::to_string(::getpid()) + "." +
-           std::to_string(temp_counter.fetch_add(1));
-    raw = ::openat(dir_fd_, temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (raw < 0 && (errno != EEXIST || attempt >= 100)) {
-      throw IoError("kernel cache entry '" + path + "': cannot create temporary file '" + (directory_ / temp).string() +
-                    "': " + errno_text(errno));
-    }
+  const std::span<const std::byte> pieces[] = {std::as_bytes(std::span(header)), std::as_bytes(binary)};
+  try {
+    io::write_file_atomically(digest, pieces,
+                              {.mode = 0600, .directory_fd = dir_fd_, .no_follow = true, .temp_infix = std::string(kTempInfix)});
+  } catch (const IoError& e) {
+    throw IoError("kernel cache entry '" + path + "': " + std::string(e.what()).substr(digest.size() + 2));
   }
-  Fd file(raw);
-  const auto fail = [&](const std::string& action, int error) {
-    file.close();
-    ::unlinkat(dir_fd_, temp.c_str(), 0);
-    throw IoError("kernel cache entry '" + path + "': cannot " + action + " temporary file '" +
-                  (directory_ / temp).string() + "': " + errno_text(error));
-  };
-  if (!write_full(file.get(), header.data(), header.size()) || !write_full(file.get(), binary.data(), binary.size())) {
-    fail("write", errno);
-  }
-  const auto times = now_times();
-  if (::futimens(file.get(), times.data()) != 0) fail("set the time of", errno);
-  // fsync before rename: otherwise a crash can leave the entry's name
-  // pointing at an empty or partial file.
-  if (::fsync(file.get()) != 0) fail("fsync", errno);
-  if (file.close() != 0) fail("close", errno);
-  if (::renameat(dir_fd_, temp.c_str(), dir_fd_, digest.c_str()) != 0) fail("rename", errno);
-  // Persists the rename; the data is already safe, so best effort.
-  ::fsync(dir_fd_);
 
   {
     std::lock_guard lock(mutex_);
