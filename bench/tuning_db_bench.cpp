@@ -28,12 +28,12 @@ std::filesystem::path populated(int keys) {
     const int sq = 6 + i % 10;
     const int sk = 6 + (i / 10) % 10;
     const int bh = i / 100;
-    const auto problem = db.upsert_problem({.key = {.dtype = "bf16",
+    const auto problem = db.upsert_problem({.key = {.dtype = DType::kBF16,
                                                     .head_dim_k = 128,
                                                     .head_dim_v = 128,
-                                                    .seqlen_q_log2 = sq,
-                                                    .seqlen_k_log2 = sk,
-                                                    .batch_heads_log2 = bh},
+                                                    .seqlen_q_log2 = static_cast<std::int8_t>(sq),
+                                                    .seqlen_k_log2 = static_cast<std::int8_t>(sk),
+                                                    .batch_heads_log2 = static_cast<std::int8_t>(bh)},
                                             .seqlen_q = std::int64_t{1} << sq,
                                             .seqlen_k = std::int64_t{1} << sk,
                                             .batch = std::int64_t{1} << bh,

@@ -155,6 +155,14 @@ std::string_view to_string(MaskKind kind) {
   return "?";
 }
 
+std::optional<MaskKind> parse_mask_kind(std::string_view name) {
+  for (MaskKind kind :
+       {MaskKind::kNone, MaskKind::kCausalBottomRight, MaskKind::kCausalTopLeft, MaskKind::kSlidingWindow}) {
+    if (to_string(kind) == name) return kind;
+  }
+  return std::nullopt;
+}
+
 MaskParams mask_params(const Mask& mask) {
   switch (mask.kind) {
     case MaskKind::kNone:

@@ -34,6 +34,8 @@ enum class MaskKind : std::uint8_t {
 
 // Canonical names: "none", "causal-bottom-right", "causal-top-left", "window".
 std::string_view to_string(MaskKind kind);
+// The kind of that name (as to_string writes it), or nullopt.
+std::optional<MaskKind> parse_mask_kind(std::string_view name);
 
 struct Mask {
   MaskKind kind = MaskKind::kNone;

@@ -16,14 +16,46 @@ constexpr int kFormatVersion = 1;
 
 json optional_number(const std::optional<double>& value) { return value ? json(*value) : json(nullptr); }
 
+// The problem key of an exported measurement; InvalidArgument names a value
+// this version does not know.
+ProblemKey key_of(const json& e) {
+  const auto text = [&](const char* field) { return e.at(field).get<std::string>(); };
+  const auto bad = [](const char* field, const std::string& value, const char* expected) {
+    return InvalidArgument("import: " + std::string(field) + " '" + value + "'; expected " + expected);
+  };
+  ProblemKey key;
+  const std::string op = text("op");
+  const std::string dtype = text("dtype");
+  const std::string mask = text("mask");
+  if (const auto o = parse_op(op)) key.op = *o; else throw bad("op", op, "fwd, decode or bwd");
+  if (const auto d = parse_dtype(dtype)) key.dtype = *d; else throw bad("dtype", dtype, "fp16 or bf16");
+  if (const auto m = parse_mask_kind(mask)) {
+    key.mask = *m;
+  } else {
+    throw bad("mask", mask, "none, causal-bottom-right, causal-top-left or window");
+  }
+  key.head_dim_k = e.at("head_dim_k").get<int>();
+  key.head_dim_v = e.at("head_dim_v").get<int>();
+  // Bucket exponents out of range are refused by the database, not wrapped here.
+  const auto exponent = [&](const char* field) {
+    const int v = e.at(field).get<int>();
+    if (v < 0 || v > 62) throw InvalidArgument("import: " + std::string(field) + " " + std::to_string(v) + "; expected 0..62");
+    return static_cast<std::int8_t>(v);
+  };
+  key.seqlen_q_log2 = exponent("seqlen_q_log2");
+  key.seqlen_k_log2 = exponent("seqlen_k_log2");
+  key.batch_heads_log2 = exponent("batch_heads_log2");
+  return key;
+}
+
 json to_json(const tuning_db::MeasurementRow& m) {
-  const tuning_db::ProblemKeyRecord& k = m.problem.key;
+  const ProblemKey& k = m.problem.key;
   return {{"device", m.device_key},
-          {"op", k.op},
-          {"dtype", k.dtype},
+          {"op", to_string(k.op)},
+          {"dtype", to_string(k.dtype)},
           {"head_dim_k", k.head_dim_k},
           {"head_dim_v", k.head_dim_v},
-          {"mask", k.mask},
+          {"mask", to_string(k.mask)},
           {"seqlen_q_log2", k.seqlen_q_log2},
           {"seqlen_k_log2", k.seqlen_k_log2},
           {"batch_heads_log2", k.batch_heads_log2},
@@ -119,14 +151,7 @@ std::size_t import_json(tuning_db::TuningDb& db, std::istream& in) {
           db.upsert_template(e.at("kernel").get<std::string>(), e.at("template_hash").get<std::string>());
       const tuning_db::VariantRowId variant = db.upsert_variant(tmpl, e.at("variant").get<std::string>());
       const tuning_db::ProblemRowId problem =
-          db.upsert_problem({.key = {.op = e.at("op").get<std::string>(),
-                                     .dtype = e.at("dtype").get<std::string>(),
-                                     .head_dim_k = e.at("head_dim_k").get<int>(),
-                                     .head_dim_v = e.at("head_dim_v").get<int>(),
-                                     .mask = e.at("mask").get<std::string>(),
-                                     .seqlen_q_log2 = e.at("seqlen_q_log2").get<int>(),
-                                     .seqlen_k_log2 = e.at("seqlen_k_log2").get<int>(),
-                                     .batch_heads_log2 = e.at("batch_heads_log2").get<int>()},
+          db.upsert_problem({.key = key_of(e),
                              .seqlen_q = e.at("seqlen_q").get<std::int64_t>(),
                              .seqlen_k = e.at("seqlen_k").get<std::int64_t>(),
                              .batch = e.at("batch").get<std::int64_t>(),

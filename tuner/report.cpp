@@ -42,8 +42,7 @@ int sm_count_of(const std::string& device_key) {
 // knows the key.
 std::optional<std::string> default_variant_id(const std::vector<tuning_db::MeasurementRow>& rows,
                                               const tuning_db::BestRow& best) {
-  const std::optional<ProblemKey> key = to_problem_key(best.key);
-  if (!key) return std::nullopt;
+  const std::optional<ProblemKey> key = best.key;
   const ArchLimits arch = require_arch(kEmulatedArch);
   if (key->op != Op::kDecode) {
     return heuristic_variant(to_string(key->op), key->dtype, key->head_dim_k, key->head_dim_v, arch).id();

@@ -188,15 +188,7 @@ std::size_t precompile(const std::vector<Task>& tasks, const std::string& arch,
 }
 
 tuning_db::ProblemRecord problem_record(Op op, const AttentionProblem& p) {
-  const ProblemKey key = problem_key(op, p);
-  return {.key = {.op = std::string(to_string(key.op)),
-                  .dtype = std::string(to_string(key.dtype)),
-                  .head_dim_k = key.head_dim_k,
-                  .head_dim_v = key.head_dim_v,
-                  .mask = std::string(to_string(key.mask)),
-                  .seqlen_q_log2 = key.seqlen_q_log2,
-                  .seqlen_k_log2 = key.seqlen_k_log2,
-                  .batch_heads_log2 = key.batch_heads_log2},
+  return {.key = problem_key(op, p),
           .seqlen_q = p.seqlen_q,
           .seqlen_k = p.seqlen_k,
           .batch = p.batch,

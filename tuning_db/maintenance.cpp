@@ -128,15 +128,28 @@ MergeReport merge_attached(sqlite::Connection& conn, const fs::path& other) {
 
 }  // namespace
 
-ProblemKeyRecord read_key(const sqlite::Statement& row, int first) {
-  return {.op = row.text(first),
-          .dtype = row.text(first + 1),
-          .head_dim_k = row.int32(first + 2),
-          .head_dim_v = row.int32(first + 3),
-          .mask = row.text(first + 4),
-          .seqlen_q_log2 = row.int32(first + 5),
-          .seqlen_k_log2 = row.int32(first + 6),
-          .batch_heads_log2 = row.int32(first + 7)};
+ProblemKey read_key(const sqlite::Statement& row, int first) {
+  const auto bad = [](const char* field, const std::string& value, const char* expected) {
+    return DbError("tuning database: a problem key holds " + std::string(field) + " '" + value + "'; expected " +
+                   expected + " (a database from another version of attune?)");
+  };
+  const std::string op = row.text(first);
+  const std::string dtype = row.text(first + 1);
+  const std::string mask = row.text(first + 4);
+  ProblemKey key;
+  if (const auto o = parse_op(op)) key.op = *o; else throw bad("op", op, "fwd, decode or bwd");
+  if (const auto d = parse_dtype(dtype)) key.dtype = *d; else throw bad("dtype", dtype, "fp16 or bf16");
+  if (const auto m = parse_mask_kind(mask)) {
+    key.mask = *m;
+  } else {
+    throw bad("mask", mask, "none, causal-bottom-right, causal-top-left or window");
+  }
+  key.head_dim_k = row.int32(first + 2);
+  key.head_dim_v = row.int32(first + 3);
+  key.seqlen_q_log2 = static_cast<std::int8_t>(row.int32(first + 5));
+  key.seqlen_k_log2 = static_cast<std::int8_t>(row.int32(first + 6));
+  key.batch_heads_log2 = static_cast<std::int8_t>(row.int32(first + 7));
+  return key;
 }
 
 void recompute_best(sqlite::Connection& conn) {

@@ -19,7 +19,7 @@ namespace attune::tuning_db {
 void recompute_best(sqlite::Connection& conn);
 
 // The eight problem-key columns of a row, starting at `first`, in schema order.
-ProblemKeyRecord read_key(const sqlite::Statement& row, int first);
+ProblemKey read_key(const sqlite::Statement& row, int first);
 
 VerifyReport verify(sqlite::Connection& conn);
 MergeReport merge(sqlite::Connection& conn, const std::filesystem::path& other);

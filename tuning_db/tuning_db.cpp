@@ -32,9 +32,7 @@ namespace {
 
 // The domains of the mirrored runtime enums (core/problem.h, core/dtype.h,
 // runtime/problem_key.h), checked so a typo cannot become a key.
-constexpr std::array<std::string_view, 3> kOps = {"fwd", "decode", "bwd"};
 constexpr std::array<std::string_view, 2> kDTypes = {"fp16", "bf16"};
-constexpr std::array<std::string_view, 4> kMasks = {"none", "causal-bottom-right", "causal-top-left", "window"};
 constexpr int kMaxHeadDim = 256;
 constexpr int kMaxBucketLog2 = 62;
 
@@ -59,10 +57,7 @@ void check_not_empty(std::string_view field, std::string_view value) {
   if (value.empty()) throw InvalidArgument("tuning database: " + std::string(field) + " is empty");
 }
 
-void check_key(const ProblemKeyRecord& key) {
-  check_one_of("problem op", key.op, kOps);
-  check_one_of("problem dtype", key.dtype, kDTypes);
-  check_one_of("problem mask", key.mask, kMasks);
+void check_key(const ProblemKey& key) {
   check_range("head_dim_k", key.head_dim_k, 1, kMaxHeadDim);
   check_range("head_dim_v", key.head_dim_v, 1, kMaxHeadDim);
   check_range("seqlen_q_log2", key.seqlen_q_log2, 0, kMaxBucketLog2);
@@ -176,11 +171,6 @@ std::string env(const char* name) {
 
 }  // namespace
 
-std::string ProblemKeyRecord::to_string() const {
-  return op + "/" + dtype + "/dk" + std::to_string(head_dim_k) + "/dv" + std::to_string(head_dim_v) + "/" + mask +
-         "/sq2^" + std::to_string(seqlen_q_log2) + "/sk2^" + std::to_string(seqlen_k_log2) + "/bh2^" +
-         std::to_string(batch_heads_log2);
-}
 
 TuningDb::TuningDb(std::unique_ptr<State> state) : state_(std::move(state)) {}
 TuningDb::TuningDb(TuningDb&&) noexcept = default;
@@ -321,9 +311,12 @@ ProblemRowId TuningDb::upsert_problem(const ProblemRecord& problem) {
   check_problem(problem);
   State& s = use();
   std::lock_guard lock(s.mutex);
-  const ProblemKeyRecord& k = problem.key;
+  const ProblemKey& k = problem.key;
+  const std::string op(to_string(k.op));
+  const std::string dtype(to_string(k.dtype));
+  const std::string mask(to_string(k.mask));
   const auto find = [&] {
-    return select_id(s.conn, kSelectProblem, k.op, k.dtype, k.head_dim_k, k.head_dim_v, k.mask, k.seqlen_q_log2,
+    return select_id(s.conn, kSelectProblem, op, dtype, k.head_dim_k, k.head_dim_v, mask, k.seqlen_q_log2,
                      k.seqlen_k_log2, k.batch_heads_log2, problem.seqlen_q, problem.seqlen_k, problem.batch,
                      problem.heads_q, problem.heads_kv);
   };
@@ -334,7 +327,7 @@ ProblemRowId TuningDb::upsert_problem(const ProblemRecord& problem) {
                            "seqlen_k_log2, batch_heads_log2, seqlen_q, seqlen_k, batch, heads_q, heads_kv) VALUES "
                            "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT DO NOTHING");
   insert
-      .bind(k.op, k.dtype, k.head_dim_k, k.head_dim_v, k.mask, k.seqlen_q_log2, k.seqlen_k_log2, k.batch_heads_log2,
+      .bind(op, dtype, k.head_dim_k, k.head_dim_v, mask, k.seqlen_q_log2, k.seqlen_k_log2, k.batch_heads_log2,
             problem.seqlen_q, problem.seqlen_k, problem.batch, problem.heads_q, problem.heads_kv)
       .run();
   const auto id = find();
@@ -481,7 +474,7 @@ MeasurementRow read_measurement(sqlite::Statement& query) {
 
 }  // namespace
 
-std::vector<MeasurementRow> TuningDb::measurements(const std::string& device_key, const ProblemKeyRecord& key) const {
+std::vector<MeasurementRow> TuningDb::measurements(const std::string& device_key, const ProblemKey& key) const {
   State& s = use();
   std::lock_guard lock(s.mutex);
   sqlite::Statement query(
@@ -489,8 +482,9 @@ std::vector<MeasurementRow> TuningDb::measurements(const std::string& device_key
                   "WHERE d.key = ?1 AND p.op = ?2 AND p.dtype = ?3 AND p.head_dim_k = ?4 AND p.head_dim_v = ?5 AND "
                   "p.mask = ?6 AND p.seqlen_q_log2 = ?7 AND p.seqlen_k_log2 = ?8 AND p.batch_heads_log2 = ?9 "
                   "ORDER BY m.ok DESC, m.median_ms IS NULL, m.median_ms, m.id");
-  query.bind(device_key, key.op, key.dtype, key.head_dim_k, key.head_dim_v, key.mask, key.seqlen_q_log2,
-             key.seqlen_k_log2, key.batch_heads_log2);
+  query.bind(device_key, std::string(to_string(key.op)), std::string(to_string(key.dtype)), key.head_dim_k,
+             key.head_dim_v, std::string(to_string(key.mask)), key.seqlen_q_log2, key.seqlen_k_log2,
+             key.batch_heads_log2);
   std::vector<MeasurementRow> rows;
   while (query.step()) rows.push_back(read_measurement(query));
   return rows;

@@ -2,9 +2,9 @@
 // every (device, problem key), in one SQLite file shared by the processes of
 // a user. The only code in attune that speaks SQL.
 //
-// Records mirror runtime types as plain values (strings for op, dtype and
-// mask) because the runtime depends on this library, not the reverse; a
-// small adapter in runtime/ turns BestRow into TunedSource entries.
+// Problem keys are core's typed ProblemKey (stored as text and bucket
+// exponents, checked on the way in and out); a small adapter in runtime/
+// turns BestRow into TunedSource entries.
 //
 // Example:
 //   auto db = attune::tuning_db::TuningDb::open(attune::tuning_db::TuningDb::default_path());
@@ -35,6 +35,7 @@
 #include <string_view>
 #include <vector>
 
+#include "core/problem_key.h"
 #include "tuning_db/error.h"
 
 namespace attune::tuning_db {
@@ -70,24 +71,9 @@ struct DeviceRecord {
   bool operator==(const DeviceRecord&) const = default;
 };
 
-// The problem key (runtime's ProblemKey) as plain values.
-struct ProblemKeyRecord {
-  std::string op = "fwd";  // fwd, decode or bwd
-  std::string dtype;       // fp16 | bf16
-  int head_dim_k = 0;      // 1..256
-  int head_dim_v = 0;
-  std::string mask = "none";  // none | causal-bottom-right | causal-top-left | window
-  int seqlen_q_log2 = 0;      // bucket exponents, 0..62
-  int seqlen_k_log2 = 0;
-  int batch_heads_log2 = 0;
-  bool operator==(const ProblemKeyRecord&) const = default;
-  // "fwd/bf16/dk128/dv128/causal-bottom-right/sq2^10/sk2^12/bh2^5", as ProblemKey::to_string.
-  std::string to_string() const;
-};
-
 // One measured problem: its key and the exact sizes behind it.
 struct ProblemRecord {
-  ProblemKeyRecord key;
+  ProblemKey key;
   std::int64_t seqlen_q = 0;  // the longest sequence when packed
   std::int64_t seqlen_k = 0;
   std::int64_t batch = 0;
@@ -153,7 +139,7 @@ struct MeasurementRow {
 // The template hash lets a reader pass over rows of another template.
 struct BestRow {
   std::string device_key;
-  ProblemKeyRecord key;
+  ProblemKey key;
   std::string kernel;
   std::string template_hash;
   std::string variant_id;
@@ -231,7 +217,7 @@ class TuningDb {
 
   // Every measurement of a device on the problems of one key, ok rows
   // fastest first, then the failed ones.
-  std::vector<MeasurementRow> measurements(const std::string& device_key, const ProblemKeyRecord& key) const;
+  std::vector<MeasurementRow> measurements(const std::string& device_key, const ProblemKey& key) const;
   // Every measurement, oldest first (export).
   std::vector<MeasurementRow> all_measurements() const;
 

@@ -18,7 +18,5 @@ class DbTunedSource : public TunedSource {
   const tuning_db::TuningDb& db_;
 };
 
-// The runtime's problem key of a database key record, if it names one.
-std::optional<ProblemKey> to_problem_key(const tuning_db::ProblemKeyRecord& record);
 
 }  // namespace attune

@@ -131,7 +131,7 @@ TEST(PlantedWrongVariantTest, TheBackwardGateRecordsAWrongGradientAsFailed) {
     const auto best = db.best_for_device(kEmulatorDeviceKey);
     ASSERT_EQ(best.size(), 1U);
     EXPECT_EQ(best[0].kernel, "flash_bwd");
-    EXPECT_EQ(best[0].key.op, "bwd");
+    EXPECT_EQ(best[0].key.op, Op::kBackward);
   }
   fs::remove(db_path);
   fs::remove(fs::path(db_path.string() + "-wal"));

@@ -41,12 +41,12 @@ class ReportTest : public ::testing::Test {
     fs::remove_all(dir_, ignored);
   }
 
-  static tuning_db::ProblemKeyRecord key(int seqlen_log2) {
-    return {.dtype = "bf16",
+  static ProblemKey key(int seqlen_log2) {
+    return {.dtype = DType::kBF16,
             .head_dim_k = 128,
             .head_dim_v = 128,
-            .seqlen_q_log2 = seqlen_log2,
-            .seqlen_k_log2 = seqlen_log2,
+            .seqlen_q_log2 = static_cast<std::int8_t>(seqlen_log2),
+            .seqlen_k_log2 = static_cast<std::int8_t>(seqlen_log2),
             .batch_heads_log2 = 0};
   }
   tuning_db::ProblemRowId problem(int seqlen_log2) {

@@ -199,7 +199,7 @@ TEST(TunerTest, DecodeSweepOnTheEmulatorIsDispatchedFromTheDatabase) {
     EXPECT_EQ(summary.failed, 0U);
     const auto best = db.best_for_device(kEmulatorDeviceKey);
     ASSERT_EQ(best.size(), 1U);
-    EXPECT_EQ(best[0].key.op, "decode");
+    EXPECT_EQ(best[0].key.op, Op::kDecode);
     EXPECT_NE(best[0].variant_id.find("/splits"), std::string::npos) << best[0].variant_id;
 
     const DbTunedSource source(db);

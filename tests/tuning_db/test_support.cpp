@@ -124,12 +124,12 @@ DeviceRecord a100() {
 }
 
 ProblemRecord problem_record(int seqlen_q_log2, std::int64_t seqlen_q) {
-  return {.key = {.op = "fwd",
-                  .dtype = "bf16",
+  return {.key = {.op = Op::kForward,
+                  .dtype = DType::kBF16,
                   .head_dim_k = 128,
                   .head_dim_v = 128,
-                  .mask = "causal-bottom-right",
-                  .seqlen_q_log2 = seqlen_q_log2,
+                  .mask = MaskKind::kCausalBottomRight,
+                  .seqlen_q_log2 = static_cast<std::int8_t>(seqlen_q_log2),
                   .seqlen_k_log2 = 12,
                   .batch_heads_log2 = 5},
           .seqlen_q = seqlen_q,
