@@ -1,4 +1,4 @@
-// Candidates in worker processes: the protocol (arguments, one result line)
+// Candidates in worker processes: the protocol (arguments, one JSON result line)
 // and the supervisor that spawns a worker, enforces the time limit, and turns
 // crashes and hangs into failed measurements.
 #include <fcntl.h>
@@ -9,7 +9,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
@@ -21,19 +23,20 @@ namespace attune::tuner {
 
 namespace {
 
-constexpr const char* kResultTag = "attune-result";
+using json = nlohmann::json;
 
-std::string number(const std::optional<double>& value) {
-  if (!value) return "-";
-  std::ostringstream out;
-  out.precision(17);
-  out << *value;
-  return out.str();
+// The result is one JSON object on one line, tagged with the protocol
+// version; the worker may print other lines around it.
+constexpr const char* kResultTag = "attune_result";
+constexpr int kProtocolVersion = 1;
+
+json optional_number(const std::optional<double>& value) {
+  return value && std::isfinite(*value) ? json(*value) : json(nullptr);
 }
 
-std::optional<double> read_number(const std::string& text) {
-  if (text == "-") return std::nullopt;
-  return std::stod(text);
+std::optional<double> read_number(const json& value) {
+  if (value.is_null()) return std::nullopt;
+  return value.get<double>();
 }
 
 }  // namespace
@@ -76,37 +79,29 @@ std::vector<std::string> worker_arguments(const Task& task, const TuneOptions& o
 }
 
 std::string format_result(const Measurement& m) {
-  std::string error = m.error;
-  for (char& c : error) c = c == '\n' ? ' ' : c;  // one line
-  return std::string(kResultTag) + " ok=" + (m.ok ? "1" : "0") + " max_error=" + number(m.max_error) +
-         " median_ms=" + number(m.median_ms) + " spread_ms=" + number(m.spread_ms) + " tflops=" + number(m.tflops) +
-         " error=" + error;
+  return json{{kResultTag, kProtocolVersion},
+              {"ok", m.ok},
+              {"max_error", optional_number(m.max_error)},
+              {"median_ms", optional_number(m.median_ms)},
+              {"spread_ms", optional_number(m.spread_ms)},
+              {"tflops", optional_number(m.tflops)},
+              {"error", m.error}}
+      .dump();  // one line: dump() escapes newlines
 }
 
 std::optional<Measurement> parse_result(const std::string& line) {
-  if (line.rfind(kResultTag, 0) != 0) return std::nullopt;
+  if (line.empty() || line.front() != '{') return std::nullopt;
+  const json object = json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!object.is_object() || object.value(kResultTag, 0) != kProtocolVersion) return std::nullopt;
   Measurement m;
-  std::istringstream in(line.substr(std::strlen(kResultTag)));
-  std::string field;
   try {
-    while (in >> field) {
-      const auto eq = field.find('=');
-      if (eq == std::string::npos) return std::nullopt;
-      const std::string name = field.substr(0, eq);
-      const std::string value = field.substr(eq + 1);
-      if (name == "ok") m.ok = value == "1";
-      if (name == "max_error") m.max_error = read_number(value);
-      if (name == "median_ms") m.median_ms = read_number(value);
-      if (name == "spread_ms") m.spread_ms = read_number(value);
-      if (name == "tflops") m.tflops = read_number(value);
-      if (name == "error") {
-        std::string rest;
-        std::getline(in, rest);
-        m.error = value + rest;
-        break;
-      }
-    }
-  } catch (const std::exception&) {
+    m.ok = object.at("ok").get<bool>();
+    m.max_error = read_number(object.at("max_error"));
+    m.median_ms = read_number(object.at("median_ms"));
+    m.spread_ms = read_number(object.at("spread_ms"));
+    m.tflops = read_number(object.at("tflops"));
+    m.error = object.at("error").get<std::string>();
+  } catch (const json::exception&) {
     return std::nullopt;
   }
   if (m.ok && !m.median_ms) return std::nullopt;
