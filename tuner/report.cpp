@@ -10,6 +10,7 @@
 #include <string_view>
 
 #include "core/error.h"
+#include "tuner/gains.h"
 #include "generator/variants.h"
 #include "runtime/dispatch/db_tuned_source.h"
 #include "runtime/dispatch/heuristics.h"
@@ -23,60 +24,6 @@ namespace {
 
 constexpr std::size_t kMaxKeyCharts = 12;  // per device: the keys with most measurements
 constexpr std::size_t kMaxBars = 30;       // per key chart: the fastest variants
-
-// The SM count in a device key ("NVIDIA H200/cc9.0/sm132"); the emulator's own.
-int sm_count_of(const std::string& device_key) {
-  const std::size_t at = device_key.rfind("/sm");
-  if (at != std::string::npos) {
-    int count = 0;
-    const char* first = device_key.data() + at + 3;
-    const char* last = device_key.data() + device_key.size();
-    if (const auto [end, error] = std::from_chars(first, last, count); error == std::errc() && end == last)
-      return count;
-  }
-  return kEmulatedSmCount;
-}
-
-// The heuristic default's id for the exact problem of the best row (decode's
-// default split count depends on the sizes and the device), if the runtime
-// knows the key.
-std::optional<std::string> default_variant_id(const std::vector<tuning_db::MeasurementRow>& rows,
-                                              const tuning_db::BestRow& best) {
-  const std::optional<ProblemKey> key = best.key;
-  const ArchLimits arch = require_arch(kEmulatedArch);
-  if (key->op != Op::kDecode) {
-    return heuristic_variant(to_string(key->op), key->dtype, key->head_dim_k, key->head_dim_v, arch).id();
-  }
-  const auto measured = std::find_if(rows.begin(), rows.end(), [&](const tuning_db::MeasurementRow& m) {
-    return m.ok && m.variant_id == best.variant_id;
-  });
-  if (key->op != Op::kDecode || measured == rows.end()) return std::nullopt;
-  const tuning_db::ProblemRecord& r = measured->problem;
-  try {
-    const AttentionProblem p =
-        make_problem(std::vector<std::int64_t>{r.batch, r.seqlen_q, r.heads_q, r.key.head_dim_k},
-                     std::vector<std::int64_t>{r.batch, r.seqlen_k, r.heads_kv, r.key.head_dim_k},
-                     std::vector<std::int64_t>{r.batch, r.seqlen_k, r.heads_kv, r.key.head_dim_v},
-                     {.dtype = key->dtype,
-                      .mask = key->mask == MaskKind::kCausalBottomRight ? Mask::causal_bottom_right()
-                              : key->mask == MaskKind::kCausalTopLeft   ? Mask::causal_top_left()
-                                                                        : Mask::none()});
-    const Variant v = heuristic_decode_variant(p, arch);
-    return tuned_id(v, heuristic_splits(p, v, sm_count_of(best.device_key)));
-  } catch (const InvalidArgument&) {
-    return std::nullopt;  // a record this attune cannot rebuild: no default to compare with
-  }
-}
-
-// gain_over_default on measurements already read (fastest ok first).
-std::optional<double> gain_from(const std::vector<tuning_db::MeasurementRow>& rows, const tuning_db::BestRow& best,
-                                const std::optional<std::string>& default_id) {
-  if (!default_id || best.median_ms <= 0) return std::nullopt;
-  for (const tuning_db::MeasurementRow& m : rows) {
-    if (m.ok && m.median_ms && m.variant_id == *default_id) return *m.median_ms / best.median_ms;
-  }
-  return std::nullopt;
-}
 
 std::string format(const char* spec, double value) {
   char text[64];
@@ -211,30 +158,8 @@ std::string bar_chart_svg(const std::vector<Bar>& bars, const std::string& axis_
   return s;
 }
 
-// Everything the page shows of one (device, problem key).
-struct KeyData {
-  tuning_db::BestRow best;
-  std::vector<tuning_db::MeasurementRow> rows;  // fastest ok first, then failed
-  std::optional<std::string> default_id;
-  std::optional<double> gain;
-  std::optional<double> tflops;  // of the best measurement
-};
-
-KeyData key_data(const tuning_db::TuningDb& db, const tuning_db::BestRow& row) {
-  KeyData k{.best = row, .rows = db.measurements(row.device_key, row.key), .default_id = std::nullopt};
-  k.default_id = default_variant_id(k.rows, row);
-  k.gain = gain_from(k.rows, row, k.default_id);
-  for (const tuning_db::MeasurementRow& m : k.rows) {
-    if (m.ok && m.variant_id == row.variant_id) {
-      k.tflops = m.tflops;  // the fastest of the best variant: the best row's measurement
-      break;
-    }
-  }
-  return k;
-}
-
 // A row of the best-variant table.
-std::string best_table_row(const KeyData& k) {
+std::string best_table_row(const KeyAnalysis& k) {
   const std::string tflops = k.tflops ? format_significant(*k.tflops) : "-";
   const std::string gain = k.gain ? format_gain(*k.gain) : "-";
   return "<tr><td><code>" + html_escape(k.best.key.to_string()) + "</code></td><td><code>" +
@@ -245,7 +170,7 @@ std::string best_table_row(const KeyData& k) {
 
 // One bar per variant (its fastest ok measurement: a key may hold several
 // problem sizes), and the failed variants with their failure counts.
-std::string key_chart(const KeyData& k) {
+std::string key_chart(const KeyAnalysis& k) {
   std::vector<Bar> bars;
   std::set<std::string> seen;
   std::map<std::string, int> failed;
@@ -292,10 +217,10 @@ std::string key_chart(const KeyData& k) {
   return s;
 }
 
-std::string gain_chart(const std::vector<KeyData>& keys) {
+std::string gain_chart(const std::vector<KeyAnalysis>& keys) {
   std::vector<Bar> bars;
   std::vector<std::string> unmeasured;
-  for (const KeyData& k : keys) {
+  for (const KeyAnalysis& k : keys) {
     if (!k.gain) {
       unmeasured.push_back(k.best.key.to_string());
       continue;
@@ -390,16 +315,11 @@ std::string html_escape(const std::string& text) {
   return out;
 }
 
-std::optional<double> gain_over_default(const tuning_db::TuningDb& db, const tuning_db::BestRow& row) {
-  const std::vector<tuning_db::MeasurementRow> rows = db.measurements(row.device_key, row.key);
-  return gain_from(rows, row, default_variant_id(rows, row));
-}
-
 std::string html_report(const tuning_db::TuningDb& db, const std::string& title) {
   // Per device: its best rows with their measurements, and (from every
   // measurement) its counts and the keys where no variant ran ok.
   struct Device {
-    std::vector<KeyData> keys;
+    std::vector<KeyAnalysis> keys;
     std::set<std::string> measured_keys;
     std::size_t measurements = 0, failed = 0;
   };
@@ -419,7 +339,7 @@ std::string html_report(const tuning_db::TuningDb& db, const std::string& title)
   }
   for (const tuning_db::BestRow& row : db.best_all()) {
     tuned_keys.insert(row.key.to_string());
-    devices[row.device_key].keys.push_back(key_data(db, row));
+    devices[row.device_key].keys.push_back(analyze_key(db, row));
   }
 
   std::string s = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>" +
@@ -447,12 +367,12 @@ std::string html_report(const tuning_db::TuningDb& db, const std::string& title)
 
   index = 0;
   for (const auto& [device_key, d] : devices) {
-    const std::vector<KeyData>& keys = d.keys;
+    const std::vector<KeyAnalysis>& keys = d.keys;
     s += "<section>\n<h2 id=\"device-" + std::to_string(index++) + "\">Device <code>" + html_escape(device_key) +
          "</code></h2>\n<p class=\"note\">" + std::to_string(d.measured_keys.size()) + " problem keys, " +
          std::to_string(d.measurements) + " measurements (" + std::to_string(d.failed) + " failed)</p>\n";
     std::set<std::string> untuned = d.measured_keys;
-    for (const KeyData& k : keys) untuned.erase(k.best.key.to_string());
+    for (const KeyAnalysis& k : keys) untuned.erase(k.best.key.to_string());
     if (!untuned.empty()) {
       s += "<p class=\"failed\">no variant ran ok on:";
       for (const std::string& key : untuned) s += " <code>" + html_escape(key) + "</code>;";
@@ -465,16 +385,16 @@ std::string html_report(const tuning_db::TuningDb& db, const std::string& title)
     }
     s += "<h3>Best variant per problem key</h3>\n<table class=\"best\">\n<tr><th>Problem key</th><th>Best "
          "variant</th><th>Median ms</th><th>TFLOP/s</th><th>Gain over default</th><th>Measurements</th></tr>\n";
-    for (const KeyData& k : keys) s += best_table_row(k);
+    for (const KeyAnalysis& k : keys) s += best_table_row(k);
     s += "</table>\n";
     s += "<h3>Tuning gain</h3>\n" + gain_chart(keys);
 
     // The keys with most measurements, ties in the database's order.
-    std::vector<const KeyData*> charted;
+    std::vector<const KeyAnalysis*> charted;
     charted.reserve(keys.size());
-    for (const KeyData& k : keys) charted.push_back(&k);
+    for (const KeyAnalysis& k : keys) charted.push_back(&k);
     std::stable_sort(charted.begin(), charted.end(),
-                     [](const KeyData* a, const KeyData* b) { return a->rows.size() > b->rows.size(); });
+                     [](const KeyAnalysis* a, const KeyAnalysis* b) { return a->rows.size() > b->rows.size(); });
     if (charted.size() > kMaxKeyCharts) charted.resize(kMaxKeyCharts);
     s += "<h3>Variants per problem key</h3>\n<p class=\"note\">" +
          (keys.size() > charted.size() ? "The " + std::to_string(charted.size()) + " of " +
@@ -485,7 +405,7 @@ std::string html_report(const tuning_db::TuningDb& db, const std::string& title)
          "<span class=\"swatch\" style=\"border:2px solid #24292f; width:9px; height:9px\"></span>outlined: the "
          "heuristic default</p>\n";
     s += "<div class=\"grid-figs\">\n";
-    for (const KeyData* k : charted) s += key_chart(*k);
+    for (const KeyAnalysis* k : charted) s += key_chart(*k);
     s += "</div>\n</section>\n";
   }
   s += "</body>\n</html>\n";

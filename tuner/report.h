@@ -10,17 +10,13 @@
 #include <optional>
 #include <string>
 
+#include "tuner/gains.h"
 #include "tuning_db/tuning_db.h"
 
 namespace attune::tuner {
 
 // The page, for every device in `db`. `title` is escaped.
 std::string html_report(const tuning_db::TuningDb& db, const std::string& title);
-
-// How many times faster the best variant of `row` is than the heuristic
-// default (default median / best median), or nothing when the default was
-// not measured ok on that key or the key is not one the runtime knows.
-std::optional<double> gain_over_default(const tuning_db::TuningDb& db, const tuning_db::BestRow& row);
 
 // `text` with & < > " ' replaced by entities, for HTML text and attributes.
 std::string html_escape(const std::string& text);

@@ -1,0 +1,91 @@
+#include "tuner/gains.h"
+
+#include <algorithm>
+#include <charconv>
+
+#include "core/error.h"
+#include "generator/variants.h"
+#include "runtime/dispatch/heuristics.h"
+#include "runtime/dispatch/tuned_id.h"
+#include "runtime/runtime.h"
+
+namespace attune::tuner {
+
+namespace {
+
+// The SM count in a device key ("NVIDIA H200/cc9.0/sm132"); the emulator's own.
+int sm_count_of(const std::string& device_key) {
+  const std::size_t at = device_key.rfind("/sm");
+  if (at != std::string::npos) {
+    int count = 0;
+    const char* first = device_key.data() + at + 3;
+    const char* last = device_key.data() + device_key.size();
+    if (const auto [end, error] = std::from_chars(first, last, count); error == std::errc() && end == last)
+      return count;
+  }
+  return kEmulatedSmCount;
+}
+
+// The heuristic default's id for the exact problem of the best row (decode's
+// default split count depends on the sizes and the device), if the runtime
+// knows the key.
+std::optional<std::string> default_variant_id(const std::vector<tuning_db::MeasurementRow>& rows,
+                                              const tuning_db::BestRow& best) {
+  const std::optional<ProblemKey> key = best.key;
+  const ArchLimits arch = require_arch(kEmulatedArch);
+  if (key->op != Op::kDecode) {
+    return heuristic_variant(to_string(key->op), key->dtype, key->head_dim_k, key->head_dim_v, arch).id();
+  }
+  const auto measured = std::find_if(rows.begin(), rows.end(), [&](const tuning_db::MeasurementRow& m) {
+    return m.ok && m.variant_id == best.variant_id;
+  });
+  if (key->op != Op::kDecode || measured == rows.end()) return std::nullopt;
+  const tuning_db::ProblemRecord& r = measured->problem;
+  try {
+    const AttentionProblem p =
+        make_problem(std::vector<std::int64_t>{r.batch, r.seqlen_q, r.heads_q, r.key.head_dim_k},
+                     std::vector<std::int64_t>{r.batch, r.seqlen_k, r.heads_kv, r.key.head_dim_k},
+                     std::vector<std::int64_t>{r.batch, r.seqlen_k, r.heads_kv, r.key.head_dim_v},
+                     {.dtype = key->dtype,
+                      .mask = key->mask == MaskKind::kCausalBottomRight ? Mask::causal_bottom_right()
+                              : key->mask == MaskKind::kCausalTopLeft   ? Mask::causal_top_left()
+                                                                        : Mask::none()});
+    const Variant v = heuristic_decode_variant(p, arch);
+    return tuned_id(v, heuristic_splits(p, v, sm_count_of(best.device_key)));
+  } catch (const InvalidArgument&) {
+    return std::nullopt;  // a record this attune cannot rebuild: no default to compare with
+  }
+}
+
+// gain_over_default on measurements already read (fastest ok first).
+std::optional<double> gain_from(const std::vector<tuning_db::MeasurementRow>& rows, const tuning_db::BestRow& best,
+                                const std::optional<std::string>& default_id) {
+  if (!default_id || best.median_ms <= 0) return std::nullopt;
+  for (const tuning_db::MeasurementRow& m : rows) {
+    if (m.ok && m.median_ms && m.variant_id == *default_id) return *m.median_ms / best.median_ms;
+  }
+  return std::nullopt;
+}
+
+}  // namespace
+
+
+KeyAnalysis analyze_key(const tuning_db::TuningDb& db, const tuning_db::BestRow& row) {
+  KeyAnalysis k{.best = row, .rows = db.measurements(row.device_key, row.key), .default_id = std::nullopt};
+  k.default_id = default_variant_id(k.rows, row);
+  k.gain = gain_from(k.rows, row, k.default_id);
+  for (const tuning_db::MeasurementRow& m : k.rows) {
+    if (m.ok && m.variant_id == row.variant_id) {
+      k.tflops = m.tflops;  // the fastest of the best variant: the best row's measurement
+      break;
+    }
+  }
+  return k;
+}
+
+std::optional<double> gain_over_default(const tuning_db::TuningDb& db, const tuning_db::BestRow& row) {
+  const std::vector<tuning_db::MeasurementRow> rows = db.measurements(row.device_key, row.key);
+  return gain_from(rows, row, default_variant_id(rows, row));
+}
+
+}  // namespace attune::tuner
