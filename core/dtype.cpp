@@ -3,17 +3,13 @@
 #include <bit>
 #include <cmath>
 
+#include "core/enum_names.h"
+
 namespace attune {
 
-std::string_view to_string(DType dtype) {
-  switch (dtype) {
-    case DType::kF16:
-      return "fp16";
-    case DType::kBF16:
-      return "bf16";
-  }
-  return "?";
-}
+constexpr NamedValue<DType> kDTypeNames[] = {{DType::kF16, "fp16"}, {DType::kBF16, "bf16"}};
+
+std::string_view to_string(DType dtype) { return name_of(kDTypeNames, dtype); }
 
 std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "fp16" || name == "float16" || name == "half") return DType::kF16;

@@ -9,6 +9,7 @@
 #include <string>
 #include <tuple>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 
 namespace attune {
@@ -141,27 +142,14 @@ void check_paged(const AttentionProblem& p) {
 }
 }  // namespace
 
-std::string_view to_string(MaskKind kind) {
-  switch (kind) {
-    case MaskKind::kNone:
-      return "none";
-    case MaskKind::kCausalBottomRight:
-      return "causal-bottom-right";
-    case MaskKind::kCausalTopLeft:
-      return "causal-top-left";
-    case MaskKind::kSlidingWindow:
-      return "window";
-  }
-  return "?";
-}
+constexpr NamedValue<MaskKind> kMaskKindNames[] = {{MaskKind::kNone, "none"},
+                                                   {MaskKind::kCausalBottomRight, "causal-bottom-right"},
+                                                   {MaskKind::kCausalTopLeft, "causal-top-left"},
+                                                   {MaskKind::kSlidingWindow, "window"}};
 
-std::optional<MaskKind> parse_mask_kind(std::string_view name) {
-  for (MaskKind kind :
-       {MaskKind::kNone, MaskKind::kCausalBottomRight, MaskKind::kCausalTopLeft, MaskKind::kSlidingWindow}) {
-    if (to_string(kind) == name) return kind;
-  }
-  return std::nullopt;
-}
+std::string_view to_string(MaskKind kind) { return name_of(kMaskKindNames, kind); }
+
+std::optional<MaskKind> parse_mask_kind(std::string_view name) { return value_of(kMaskKindNames, name); }
 
 MaskParams mask_params(const Mask& mask) {
   switch (mask.kind) {

@@ -4,26 +4,15 @@
 #include <cstdlib>
 #include <limits>
 
+#include "core/enum_names.h"
+
 namespace attune {
 
-std::string_view to_string(Op op) {
-  switch (op) {
-    case Op::kForward:
-      return "fwd";
-    case Op::kDecode:
-      return "decode";
-    case Op::kBackward:
-      return "bwd";
-  }
-  return "?";
-}
+constexpr NamedValue<Op> kOpNames[] = {{Op::kForward, "fwd"}, {Op::kDecode, "decode"}, {Op::kBackward, "bwd"}};
 
-std::optional<Op> parse_op(std::string_view name) {
-  if (name == "fwd") return Op::kForward;
-  if (name == "decode") return Op::kDecode;
-  if (name == "bwd") return Op::kBackward;
-  return std::nullopt;
-}
+std::string_view to_string(Op op) { return name_of(kOpNames, op); }
+
+std::optional<Op> parse_op(std::string_view name) { return value_of(kOpNames, name); }
 
 std::int8_t bucket_log2(std::int64_t size) {
   std::int8_t e = 0;

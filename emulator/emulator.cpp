@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/enum_names.h"
 #include "emulator/fiber.h"
 #include "emulator/shared_shadow.h"
 #include "emulator/warp_ops.h"
@@ -27,17 +28,10 @@ using Where = std::source_location;
 enum class State : std::uint8_t { kRunnable, kAtBarrier, kAtWarpOp, kDone };
 enum class WarpOp : std::uint8_t { kShuffle, kMma, kLdmatrix };
 
-std::string_view to_string(WarpOp op) {
-  switch (op) {
-    case WarpOp::kShuffle:
-      return "shfl.sync";
-    case WarpOp::kMma:
-      return "mma.sync";
-    case WarpOp::kLdmatrix:
-      return "ldmatrix";
-  }
-  return "?";
-}
+constexpr NamedValue<WarpOp> kWarpOpNames[] = {
+    {WarpOp::kShuffle, "shfl.sync"}, {WarpOp::kMma, "mma.sync"}, {WarpOp::kLdmatrix, "ldmatrix"}};
+
+std::string_view to_string(WarpOp op) { return name_of(kWarpOpNames, op); }
 
 std::string site_of(const Where& where) {
   std::string file = where.file_name();

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "core/enum_names.h"
+
 namespace attune::emu {
 
 namespace {
@@ -19,25 +21,16 @@ std::string summarize(const std::vector<BugReport>& reports, std::size_t dropped
 
 }  // namespace
 
-std::string_view to_string(BugKind kind) {
-  switch (kind) {
-    case BugKind::kGlobalOutOfBounds:
-      return "global out-of-bounds access";
-    case BugKind::kSharedOutOfBounds:
-      return "shared out-of-bounds access";
-    case BugKind::kSharedRace:
-      return "shared-memory race";
-    case BugKind::kAsyncCopyReadBeforeWait:
-      return "cp.async data used before wait_group";
-    case BugKind::kBarrierDivergence:
-      return "barrier not reached by every thread";
-    case BugKind::kWarpDivergence:
-      return "warp collective not reached by every lane";
-    case BugKind::kKernelException:
-      return "kernel threw";
-  }
-  return "?";
-}
+constexpr NamedValue<BugKind> kBugKindNames[] = {
+    {BugKind::kGlobalOutOfBounds, "global out-of-bounds access"},
+    {BugKind::kSharedOutOfBounds, "shared out-of-bounds access"},
+    {BugKind::kSharedRace, "shared-memory race"},
+    {BugKind::kAsyncCopyReadBeforeWait, "cp.async data used before wait_group"},
+    {BugKind::kBarrierDivergence, "barrier not reached by every thread"},
+    {BugKind::kWarpDivergence, "warp collective not reached by every lane"},
+    {BugKind::kKernelException, "kernel threw"}};
+
+std::string_view to_string(BugKind kind) { return name_of(kBugKindNames, kind); }
 
 std::string BugReport::to_string() const {
   return std::string(emu::to_string(kind)) + ": block " + coords(block) + " thread " + coords(thread) + " (warp " +

@@ -70,12 +70,6 @@ std::string Variant::id() const {
   return out;
 }
 
-int Variant::value(std::string_view tunable) const {
-  for (std::size_t i = 0; i < kernel->tunables.size(); ++i) {
-    if (kernel->tunables[i].name == tunable) return values[i];
-  }
-  throw InvalidArgument("kernel " + std::string(kernel->name) + " has no tunable " + std::string(tunable));
-}
 
 void require_kernel(const Variant& variant, KernelId id) {
   if (variant.kernel == nullptr || variant.kernel->id != id) {

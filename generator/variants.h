@@ -40,9 +40,8 @@ struct Variant {
   std::string id() const;
   // The expression NVRTC instantiates, e.g. attune::flash_fwd<128, ..., attune::Bf16>.
   std::string name_expression(DType dtype) const;
-  // The value of the tunable of that template-parameter name (e.g. kBlockM).
-  // Throws InvalidArgument when the kernel has no such tunable.
-  int value(std::string_view tunable) const;
+  // Tunables by name: the kernel's generated shape (generated/kernel_shapes.h),
+  // e.g. FlashFwdShape::of(variant).block_m.
   int threads() const { return kernel->threads(values); }
   int shared_bytes() const { return kernel->shared_bytes(values); }
   bool operator==(const Variant& other) const { return kernel == other.kernel && values == other.values; }

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "core/dtype.h"
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 
@@ -367,7 +368,6 @@ void swap_elements(std::vector<std::byte>& bytes, std::size_t element_bytes) {
   }
 }
 
-
 template <typename T>
 T load(const std::byte* p) {
   T value;
@@ -458,21 +458,13 @@ void write_array(const fs::path& path, std::span<const int64_t> shape, std::span
 
 }  // namespace
 
-std::string_view to_string(ElementType type) {
-  switch (type) {
-    case ElementType::kFloat16:
-      return "float16";
-    case ElementType::kFloat32:
-      return "float32";
-    case ElementType::kFloat64:
-      return "float64";
-    case ElementType::kInt32:
-      return "int32";
-    case ElementType::kInt64:
-      return "int64";
-  }
-  return "unknown";
-}
+constexpr NamedValue<ElementType> kElementTypeNames[] = {{ElementType::kFloat16, "float16"},
+                                                         {ElementType::kFloat32, "float32"},
+                                                         {ElementType::kFloat64, "float64"},
+                                                         {ElementType::kInt32, "int32"},
+                                                         {ElementType::kInt64, "int64"}};
+
+std::string_view to_string(ElementType type) { return name_of(kElementTypeNames, type, "unknown"); }
 
 std::size_t element_size(ElementType type) {
   switch (type) {

@@ -2,23 +2,18 @@
 
 #include <limits>
 
+#include "core/enum_names.h"
 #include "core/error.h"
 #include "runtime/dispatch/heuristics.h"
 #include "runtime/dispatch/tuned_id.h"
 
 namespace attune {
 
-std::string_view to_string(DispatchRule rule) {
-  switch (rule) {
-    case DispatchRule::kTuned:
-      return "tuned";
-    case DispatchRule::kNearestTuned:
-      return "nearest-tuned";
-    case DispatchRule::kHeuristic:
-      return "heuristic";
-  }
-  return "?";
-}
+constexpr NamedValue<DispatchRule> kDispatchRuleNames[] = {{DispatchRule::kTuned, "tuned"},
+                                                           {DispatchRule::kNearestTuned, "nearest-tuned"},
+                                                           {DispatchRule::kHeuristic, "heuristic"}};
+
+std::string_view to_string(DispatchRule rule) { return name_of(kDispatchRuleNames, rule); }
 
 Dispatcher::Dispatcher(std::string device_key, ArchLimits arch, const TunedSource* tuned, int sm_count)
     : device_key_(std::move(device_key)), arch_(std::move(arch)), tuned_(tuned), sm_count_(sm_count) {}
