@@ -25,4 +25,18 @@ class IoError : public Error {
   using Error::Error;
 };
 
+// Runs `fn`: true when it returns, false with the message in *why (when
+// `why` is not null) when it throws an attune::Error. For the available()
+// questions of optional parts (driver, NVRTC).
+template <class Fn>
+bool succeeds(const Fn& fn, std::string* why) {
+  try {
+    fn();
+    return true;
+  } catch (const Error& e) {
+    if (why != nullptr) *why = e.what();
+    return false;
+  }
+}
+
 }  // namespace attune

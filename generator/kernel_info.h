@@ -2,10 +2,26 @@
 // tunables with their value lists, and its params type.
 #pragma once
 
+#include <cctype>
 #include <string>
 #include <vector>
 
 namespace attune::gen {
+
+// flash_fwd -> FlashFwd: the type-name form of a kernel name.
+inline std::string camel_case(const std::string& snake) {
+  std::string out;
+  bool upper = true;
+  for (char c : snake) {
+    if (c == '_') {
+      upper = true;
+      continue;
+    }
+    out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
+    upper = false;
+  }
+  return out;
+}
 
 struct TunableInfo {
   std::string name;    // template parameter name, e.g. kBlockM

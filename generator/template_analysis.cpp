@@ -27,20 +27,6 @@ namespace {
 
 using namespace clang;  // NOLINT(google-build-using-namespace): AST code names many clang types
 
-std::string camel_case(const std::string& snake) {
-  std::string out;
-  bool upper = true;
-  for (char c : snake) {
-    if (c == '_') {
-      upper = true;
-      continue;
-    }
-    out += upper ? static_cast<char>(std::toupper(static_cast<unsigned char>(c))) : c;
-    upper = false;
-  }
-  return out;
-}
-
 // kBlockM, block_m and blockm all normalize to "blockm".
 std::string normalized(std::string name) {
   if (name.size() > 1 && name[0] == 'k' && std::isupper(static_cast<unsigned char>(name[1]))) name.erase(0, 1);

@@ -107,18 +107,33 @@ ATTUNE_DEVICE Sequence sequence(const FlashBwdParams& p, i32 batch) {
   return s;
 }
 
-// Every size of a flash_bwd variant, derived from its tunables in one place.
+// The query row of one head a warp of the row kernels (preprocess, dQ
+// convert) owns: grid (row blocks, Hq, B), kWarps rows per block.
+struct WarpRow {
+  i32 batch;
+  i32 head;
+  i64 row;  // within the sequence
+  Sequence seq;
+};
+
+template <int kWarps>
+ATTUNE_DEVICE WarpRow warp_row(const FlashBwdParams& p) {
+  const i32 batch = dev::block_index().z;
+  return {batch, dev::block_index().y, static_cast<i64>(dev::block_index().x) * kWarps + dev::warp_id(),
+          sequence(p, batch)};
+}
+
+// Every size of a flash_bwd variant, derived from its tunables in one place
+// (the tunables themselves as in every tiled kernel, TileTunables).
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_, int kStages_, class DType_>
-struct BwdConfig {
-  using DType = DType_;
-  static constexpr int kHeadDim = kHeadDim_;
-  static constexpr int kBlockM = kBlockM_;
-  static constexpr int kBlockN = kBlockN_;
-  static constexpr int kWarpsM = kWarpsM_;
-  static constexpr int kWarpsN = kWarpsN_;
-  static constexpr int kStages = kStages_;
-  static constexpr int kThreads = kWarpsM * kWarpsN * kWarpSize;
-  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row (load_rows)
+struct BwdConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_> {
+  using Base = TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_>;
+  using Base::kBlockM;
+  using Base::kBlockN;
+  using Base::kHeadDim;
+  using Base::kStages;
+  using Base::kWarpsM;
+  using Base::kWarpsN;
 
   // S^T and dP^T: a warp's keys (16-row mma tiles) and queries (8 columns each).
   static constexpr int kWarpKeys = kBlockN / kWarpsN;
@@ -196,17 +211,8 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
 
   float s[Config::kKeyTiles][Config::kQueryTiles][4];
   float dp[Config::kKeyTiles][Config::kQueryTiles][4];
-  ATTUNE_UNROLL
-  for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
-    ATTUNE_UNROLL
-    for (int qt = 0; qt < Config::kQueryTiles; ++qt) {
-      ATTUNE_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        s[kt][qt][e] = 0.0f;
-        dp[kt][qt][e] = 0.0f;
-      }
-    }
-  }
+  fill(s, 0.0f);
+  fill(dp, 0.0f);
 
   // Both products reduce over the head dim, 16 at a time; keys are the A
   // rows (ldmatrix.x4 of K or V), queries the B columns (ldmatrix.x2 of Q
@@ -331,14 +337,7 @@ ATTUNE_DEVICE void tile_dq(const u16* ds_s, const u16* k_s, float (&dq)[Config::
   const i32 warp = dev::warp_id();
   const i32 warp_query0 = (warp / Config::kWarpsN) * Config::kWarpQueries;
   const i32 col0 = (warp % Config::kWarpsN) * Config::kDqCols;
-  ATTUNE_UNROLL
-  for (int rt = 0; rt < Config::kDqRowTiles; ++rt) {
-    ATTUNE_UNROLL
-    for (int ct = 0; ct < Config::kDqColTiles; ++ct) {
-      ATTUNE_UNROLL
-      for (int e = 0; e < 4; ++e) dq[rt][ct][e] = 0.0f;
-    }
-  }
+  fill(dq, 0.0f);
   ATTUNE_UNROLL
   for (int ks = 0; ks < Config::kKeySteps; ++ks) {
     u32 a[Config::kDqRowTiles][4];
@@ -482,17 +481,8 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
 
   float dk[Config::kKeyTiles][Config::kKvColTiles][4];
   float dv[Config::kKeyTiles][Config::kKvColTiles][4];
-  ATTUNE_UNROLL
-  for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
-    ATTUNE_UNROLL
-    for (int ct = 0; ct < Config::kKvColTiles; ++ct) {
-      ATTUNE_UNROLL
-      for (int e = 0; e < 4; ++e) {
-        dk[kt][ct][e] = 0.0f;
-        dv[kt][ct][e] = 0.0f;
-      }
-    }
-  }
+  fill(dk, 0.0f);
+  fill(dv, 0.0f);
 
   if (steps > 0) {
     const u16* k_rows = p.k + batch * p.k_batch_stride + (seq.k_begin + key0) * p.k_row_stride +
@@ -594,23 +584,20 @@ struct FlashBwdPreprocessTunables : WarpPerRowTunables {};
 template <int kWarps, class DType>
 ATTUNE_KERNEL void flash_bwd_preprocess(FlashBwdParams p) {
   using D = DType;
-  const i32 batch = dev::block_index().z;
-  const i32 head = dev::block_index().y;
-  const i64 row = static_cast<i64>(dev::block_index().x) * kWarps + dev::warp_id();
-  const bwd_detail::Sequence seq = bwd_detail::sequence(p, batch);
-  if (row >= seq.q_len) return;  // whole warps leave together
+  const bwd_detail::WarpRow w = bwd_detail::warp_row<kWarps>(p);
+  if (w.row >= w.seq.q_len) return;  // whole warps leave together
   const i32 lane = dev::lane_id();
-  const i64 global_row = seq.q_begin + row;
-  const u16* o_row = p.o + batch * p.o_batch_stride + global_row * p.o_row_stride + head * p.o_head_stride;
-  const u16* do_row = p.d_o + batch * p.do_batch_stride + global_row * p.do_row_stride + head * p.do_head_stride;
+  const i64 global_row = w.seq.q_begin + w.row;
+  const u16* o_row = p.o + w.batch * p.o_batch_stride + global_row * p.o_row_stride + w.head * p.o_head_stride;
+  const u16* do_row = p.d_o + w.batch * p.do_batch_stride + global_row * p.do_row_stride + w.head * p.do_head_stride;
   float sum = 0.0f;
   for (i32 col = lane; col < p.head_dim_v; col += kWarpSize) {
     sum += dev::to_float<D>(dev::load_global(o_row + col)) * dev::to_float<D>(dev::load_global(do_row + col));
   }
   sum = dev::warp::reduce_sum(sum);
-  if (lane == 0) dev::store_global(p.d + head * p.rows + seq.row_base + row, sum);
+  if (lane == 0) dev::store_global(p.d + w.head * p.rows + w.seq.row_base + w.row, sum);
   if (p.dq_accum != nullptr) {
-    float* accum = p.dq_accum + ((seq.row_base + row) * p.heads_q + head) * p.head_dim_k;
+    float* accum = p.dq_accum + ((w.seq.row_base + w.row) * p.heads_q + w.head) * p.head_dim_k;
     for (i32 col = lane; col < p.head_dim_k; col += kWarpSize) dev::store_global(accum + col, 0.0f);
   }
 }
@@ -626,18 +613,16 @@ struct FlashBwdDqConvertTunables : WarpPerRowTunables {};
 template <int kWarps, class DType>
 ATTUNE_KERNEL void flash_bwd_dq_convert(FlashBwdParams p) {
   using D = DType;
-  const i32 batch = dev::block_index().z;
-  const i32 head = dev::block_index().y;
-  const i64 row = static_cast<i64>(dev::block_index().x) * kWarps + dev::warp_id();
-  const bwd_detail::Sequence seq = bwd_detail::sequence(p, batch);
-  if (row >= seq.q_len) return;
+  const bwd_detail::WarpRow w = bwd_detail::warp_row<kWarps>(p);
+  if (w.row >= w.seq.q_len) return;  // whole warps leave together
   const i32 lane = dev::lane_id();
-  const i64 at = ((seq.row_base + row) * p.heads_q + head) * p.head_dim_k;
-  const KeyBounds bounds = key_bounds(p.mask, row, seq.q_len, seq.k_len);
+  const i64 at = ((w.seq.row_base + w.row) * p.heads_q + w.head) * p.head_dim_k;
+  const KeyBounds bounds = key_bounds(p.mask, w.row, w.seq.q_len, w.seq.k_len);
   const i64 first_block = bounds.begin / p.partial_keys;
   const i64 end_block = bounds.end > bounds.begin ? (bounds.end + p.partial_keys - 1) / p.partial_keys : first_block;
   const i64 slice = p.rows * p.heads_q * p.head_dim_k;
-  u16* dq_row = p.dq + batch * p.dq_batch_stride + (seq.q_begin + row) * p.dq_row_stride + head * p.dq_head_stride;
+  u16* dq_row =
+      p.dq + w.batch * p.dq_batch_stride + (w.seq.q_begin + w.row) * p.dq_row_stride + w.head * p.dq_head_stride;
   for (i32 col = lane; col < p.head_dim_k; col += kWarpSize) {
     float sum = 0.0f;
     if (p.dq_partial != nullptr) {

@@ -10,9 +10,10 @@
 
 namespace attune {
 
-// Every size of a variant, derived from its tunables in one place.
+// The tunables every tiled kernel shares, as constants of its config (the
+// config derives every size from them), and what the tile loads need.
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_, int kStages_, class DType_>
-struct TileConfig {
+struct TileTunables {
   using DType = DType_;
   static constexpr int kHeadDim = kHeadDim_;
   static constexpr int kBlockM = kBlockM_;
@@ -20,8 +21,20 @@ struct TileConfig {
   static constexpr int kWarpsM = kWarpsM_;
   static constexpr int kWarpsN = kWarpsN_;
   static constexpr int kStages = kStages_;
-
   static constexpr int kThreads = kWarpsM * kWarpsN * kWarpSize;
+  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row (load_rows)
+};
+
+// Every size of a forward or decode variant, derived from its tunables in one place.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_, int kStages_, class DType_>
+struct TileConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_> {
+  using Base = TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_>;
+  using Base::kBlockM;
+  using Base::kBlockN;
+  using Base::kHeadDim;
+  using Base::kStages;
+  using Base::kWarpsM;
+  using Base::kWarpsN;
   static constexpr int kWarpRows = kBlockM / kWarpsM;  // query rows per warp
   static constexpr int kWarpKeys = kBlockN / kWarpsN;  // keys per warp per tile
   static constexpr int kMTiles = kWarpRows / 16;       // mma rows
@@ -29,7 +42,6 @@ struct TileConfig {
   static constexpr int kKSteps = kHeadDim / 16;        // QK^T reduction steps
   static constexpr int kPSteps = kWarpKeys / 16;       // PV reduction steps
   static constexpr int kDTiles = kHeadDim / 8;         // O columns
-  static constexpr int kChunks = kHeadDim / 8;         // 16-byte chunks per row
   using QTile = SmemTile<kBlockM, kHeadDim>;           // Q in shared memory
   using KvTile = SmemTile<kBlockN, kHeadDim>;          // one stage of K or of V
   static constexpr int kQElems = QTile::kElems;
@@ -104,14 +116,7 @@ ATTUNE_DEVICE void tile_scores(const u16* q_s, const u16* k_s, float (&s)[Config
   using QTile = typename Config::QTile;
   using KvTile = typename Config::KvTile;
   const i32 lane = dev::lane_id();
-  ATTUNE_UNROLL
-  for (int mt = 0; mt < Config::kMTiles; ++mt) {
-    ATTUNE_UNROLL
-    for (int nt = 0; nt < Config::kNTiles; ++nt) {
-      ATTUNE_UNROLL
-      for (int e = 0; e < 4; ++e) s[mt][nt][e] = 0.0f;
-    }
-  }
+  fill(s, 0.0f);
   ATTUNE_UNROLL
   for (int ks = 0; ks < Config::kKSteps; ++ks) {
     u32 a[Config::kMTiles][4];

@@ -10,4 +10,18 @@ inline constexpr float kLog2e = 1.4426950408889634f;  // log2 e: natural units t
 
 ATTUNE_DEVICE float max2(float a, float b) { return a > b ? a : b; }
 
+// Sets every element of a register tile to `value` (unrolled, so the tile
+// stays in registers).
+template <int kA, int kB, int kC>
+ATTUNE_DEVICE void fill(float (&tile)[kA][kB][kC], float value) {
+  ATTUNE_UNROLL
+  for (int a = 0; a < kA; ++a) {
+    ATTUNE_UNROLL
+    for (int b = 0; b < kB; ++b) {
+      ATTUNE_UNROLL
+      for (int c = 0; c < kC; ++c) tile[a][b][c] = value;
+    }
+  }
+}
+
 }  // namespace attune

@@ -66,12 +66,8 @@ struct OnlineSoftmax {
         m[mt][half] = -dev::infinity();
         l[mt][half] = 0.0f;
       }
-      ATTUNE_UNROLL
-      for (int dt = 0; dt < kDTiles; ++dt) {
-        ATTUNE_UNROLL
-        for (int e = 0; e < 4; ++e) u[mt][dt][e] = 0.0f;
-      }
     }
+    fill(u, 0.0f);
   }
 
   // Takes a tile of scaled, masked logits (base 2, -inf where masked) in the

@@ -15,6 +15,8 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/dl_symbol.h"
+
 namespace attune::cuda {
 
 namespace {
@@ -127,15 +129,6 @@ std::string unavailable(const std::string& what, const std::string& remedy) {
   return one_line("cuda backend unavailable: " + what + "; " + remedy + ", or use --backend emu");
 }
 
-template <typename Fn>
-bool resolve(void* library, const char* symbol, Fn& fn) {
-  void* address = dlsym(library, symbol);
-  if (address == nullptr) return false;
-  static_assert(sizeof(Fn) == sizeof(void*));
-  std::memcpy(&fn, &address, sizeof fn);  // POSIX: data and function pointers share one representation
-  return true;
-}
-
 // The name and description of `code` as the library being loaded gives them.
 // The toolkit's stub answers every call with CUDA_ERROR_STUB_LIBRARY, its
 // own name calls included, so that one code is named here.
@@ -144,7 +137,7 @@ std::string explain(const Api& api, CUresult code) {
   const char* text = nullptr;
   std::string out = api.get_error_name(code, &name) == CUDA_SUCCESS && name != nullptr ? std::string(name)
                     : code == CUDA_ERROR_STUB_LIBRARY ? std::string("CUDA_ERROR_STUB_LIBRARY")
-                                                       : "CUDA error " + std::to_string(code);
+                                                      : "CUDA error " + std::to_string(code);
   if (api.get_error_string(code, &text) == CUDA_SUCCESS && text != nullptr) {
     out += " (" + std::string(text) + ")";
   } else if (code == CUDA_ERROR_STUB_LIBRARY) {
@@ -168,7 +161,7 @@ std::string load_api(const std::string& path, const std::string& shown, Api& api
   }
   std::string missing;
   const auto need = [&](auto& fn, const char* symbol) {
-    if (missing.empty() && !resolve(api.library, symbol, fn)) missing = symbol;
+    if (missing.empty() && !resolve_symbol(api.library, symbol, fn)) missing = symbol;
   };
   need(api.init, "cuInit");
   need(api.driver_get_version, "cuDriverGetVersion");
@@ -200,10 +193,10 @@ std::string load_api(const std::string& path, const std::string& shown, Api& api
   need(api.event_destroy, "cuEventDestroy_v2");
   // _v2 exists from driver 12.8 on; the first version has the same signature
   // and meaning for the default events made here.
-  if (missing.empty() && !resolve(api.library, "cuEventElapsedTime_v2", api.event_elapsed_time)) {
+  if (missing.empty() && !resolve_symbol(api.library, "cuEventElapsedTime_v2", api.event_elapsed_time)) {
     need(api.event_elapsed_time, "cuEventElapsedTime");
   }
-  resolve(api.library, "cuFuncGetParamInfo", api.func_get_param_info);
+  resolve_symbol(api.library, "cuFuncGetParamInfo", api.func_get_param_info);
 
   std::string failure;
   if (!missing.empty()) {
@@ -372,13 +365,7 @@ Driver& Driver::get() {
 }
 
 bool Driver::available(std::string* why) {
-  try {
-    get();
-    return true;
-  } catch (const Error& e) {
-    if (why != nullptr) *why = e.what();
-    return false;
-  }
+  return succeeds([] { get(); }, why);
 }
 
 int Driver::version() const { return impl_->api.version; }

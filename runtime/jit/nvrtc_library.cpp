@@ -13,6 +13,8 @@
 #include <regex>
 #include <set>
 
+#include "core/dl_symbol.h"
+
 namespace attune::nvrtc {
 
 namespace {
@@ -104,15 +106,6 @@ void add_python3_sites(std::vector<std::string>& out) {
   }
 }
 
-template <typename Fn>
-bool resolve(void* handle, const char* symbol, Fn& fn) {
-  void* address = dlsym(handle, symbol);
-  if (address == nullptr) return false;
-  static_assert(sizeof(Fn) == sizeof(void*));
-  std::memcpy(&fn, &address, sizeof fn);  // POSIX: data and function pointers share one representation
-  return true;
-}
-
 // Loads `path` and every entry point into `lib`; returns "" or why not.
 std::string load(const std::string& path, Library& lib) {
   dlerror();
@@ -128,7 +121,7 @@ std::string load(const std::string& path, Library& lib) {
   }
   std::string missing;
   const auto need = [&](auto& fn, const char* symbol) {
-    if (missing.empty() && !resolve(handle, symbol, fn)) missing = symbol;
+    if (missing.empty() && !resolve_symbol(handle, symbol, fn)) missing = symbol;
   };
   int (*version)(int*, int*) = nullptr;
   need(version, "nvrtcVersion");
@@ -273,13 +266,7 @@ const Library& library() {
 }
 
 bool available(std::string* why) {
-  try {
-    library();
-    return true;
-  } catch (const NvrtcUnavailable& e) {
-    if (why != nullptr) *why = e.what();
-    return false;
-  }
+  return succeeds([] { library(); }, why);
 }
 
 }  // namespace attune::nvrtc

@@ -75,7 +75,9 @@ void emulate(const AttentionProblem& problem, const Load& load, const Workspace&
   memory.finish();
 }
 
-void check_fits(const Variant& variant, const AttentionProblem& problem) {
+// What every emulate_* call checks first: the kernel and the emulator's limits.
+void check_runs(const Variant& variant, KernelId kernel, const AttentionProblem& problem) {
+  require_kernel(variant, kernel);
   check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v),
                      emulator_limits());
 }
@@ -84,8 +86,7 @@ void check_fits(const Variant& variant, const AttentionProblem& problem) {
 
 void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant) {
   validate(problem, buffers);
-  require_kernel(variant, KernelId::kFlashFwd);
-  check_fits(variant, problem);
+  check_runs(variant, KernelId::kFlashFwd, problem);
   emulate(
       problem, [&](LaunchBackend& b) { return load_forward(b, variant, problem.dtype); },
       [](const ForwardKernels&) { return std::size_t{0}; },
@@ -97,8 +98,7 @@ void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& bu
 void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant,
                     int splits) {
   validate(problem, buffers);
-  require_kernel(variant, KernelId::kFlashDecode);
-  check_fits(variant, problem);
+  check_runs(variant, KernelId::kFlashDecode, problem);
   emulate(
       problem, [&](LaunchBackend& b) { return load_decode(b, variant, splits, problem.dtype); },
       [&](const DecodeKernels& k) { return decode_workspace_bytes(problem, k); },
@@ -109,8 +109,7 @@ void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buf
 
 void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& buffers, const Variant& variant) {
   validate(problem, buffers);
-  require_kernel(variant, KernelId::kFlashBwd);
-  check_fits(variant, problem);
+  check_runs(variant, KernelId::kFlashBwd, problem);
   emulate(
       problem, [&](LaunchBackend& b) { return load_backward(b, variant, problem.dtype); },
       [&](const BackwardKernels& k) { return backward_workspace_bytes(problem, k); },

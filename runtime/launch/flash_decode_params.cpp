@@ -44,11 +44,7 @@ FlashDecodeParams flash_decode_params(const AttentionProblem& p, const Attention
     throw InvalidArgument("decode: packed (cu_seqlens) queries; expected dense [B, Sq, Hq, Dk] queries");
   }
   FlashDecodeParams k{};
-  k.q = static_cast<const u16*>(b.q);
-  k.k = static_cast<const u16*>(b.k);
-  k.v = static_cast<const u16*>(b.v);
-  k.o = static_cast<u16*>(b.o);
-  k.lse = b.lse;
+  set_tensors(k, b);
   k.partial = splits > 1 ? workspace : nullptr;
   set_strides(k, p);
   k.cache_seqlens = p.seqlens_k.empty() ? nullptr : metadata.seqlens_k;

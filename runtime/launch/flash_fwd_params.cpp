@@ -8,11 +8,7 @@ namespace attune {
 
 FlashFwdParams flash_fwd_params(const AttentionProblem& p, const AttentionBuffers& b, const DeviceMetadata& metadata) {
   FlashFwdParams k{};
-  k.q = static_cast<const u16*>(b.q);
-  k.k = static_cast<const u16*>(b.k);
-  k.v = static_cast<const u16*>(b.v);
-  k.o = static_cast<u16*>(b.o);
-  k.lse = b.lse;
+  set_tensors(k, b);
   set_strides(k, p);
   k.cu_seqlens_q = p.is_packed() ? metadata.cu_seqlens_q : nullptr;
   k.cu_seqlens_k = p.is_packed() ? metadata.cu_seqlens_k : nullptr;

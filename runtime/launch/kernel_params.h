@@ -33,6 +33,16 @@ inline void put_strides(i64& batch, i64& row, i64& head, const TensorStrides& s)
   head = s.head;
 }
 
+// The Q, K, V (16-bit inputs), O and LSE pointers of a forward-shaped call.
+template <class Params>
+void set_tensors(Params& k, const AttentionBuffers& b) {
+  k.q = static_cast<const u16*>(b.q);
+  k.k = static_cast<const u16*>(b.k);
+  k.v = static_cast<const u16*>(b.v);
+  k.o = static_cast<u16*>(b.o);
+  k.lse = b.lse;
+}
+
 // O and LSE strides only (the decode combine kernel writes just these).
 template <class Params>
 void set_output_strides(Params& k, const AttentionProblem& p) {

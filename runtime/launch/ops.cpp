@@ -29,6 +29,15 @@ void describe(LaunchBackend::Call& call, const char* name, const void* data, std
   if (data != nullptr && elements > 0) call.buffer(name, data, bytes(elements, size));
 }
 
+// Q, K, V, O and LSE of a forward or decode call.
+void describe_attention(LaunchBackend::Call& call, const AttentionProblem& p, const AttentionBuffers& b) {
+  describe(call, "Q", b.q, q_extent(p), 2);
+  describe(call, "K", b.k, k_extent(p), 2);
+  describe(call, "V", b.v, v_extent(p), 2);
+  describe(call, "O", b.o, o_extent(p), 2);
+  describe(call, "LSE", b.lse, lse_extent(p), sizeof(float));
+}
+
 template <class Params>
 void launch(LaunchBackend::Call& call, const LoadedKernel& kernel, const LaunchConfig& config, const Params& params) {
   call.launch(kernel, config, &params, sizeof(params));
@@ -67,11 +76,7 @@ void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const 
                     const AttentionBuffers& b, const DeviceMetadata& metadata) {
   if (p.is_paged()) throw InvalidArgument("forward: a paged KV cache; expected the decode operation for paged caches");
   if (p.batch == 0 || max_query_rows(p) == 0) return;
-  describe(call, "Q", b.q, q_extent(p), 2);
-  describe(call, "K", b.k, k_extent(p), 2);
-  describe(call, "V", b.v, v_extent(p), 2);
-  describe(call, "O", b.o, o_extent(p), 2);
-  describe(call, "LSE", b.lse, lse_extent(p), sizeof(float));
+  describe_attention(call, p, b);
   describe_metadata(call, p, metadata);
   launch(call, kernels.main, flash_fwd_launch(p, kernels.main.variant), flash_fwd_params(p, b, metadata));
 }
@@ -79,11 +84,7 @@ void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const 
 void launch_decode(LaunchBackend::Call& call, const AttentionProblem& p, const DecodeKernels& kernels,
                    const AttentionBuffers& b, const DeviceMetadata& metadata, float* workspace) {
   if (p.batch == 0 || p.seqlen_q == 0) return;
-  describe(call, "Q", b.q, q_extent(p), 2);
-  describe(call, "K", b.k, k_extent(p), 2);
-  describe(call, "V", b.v, v_extent(p), 2);
-  describe(call, "O", b.o, o_extent(p), 2);
-  describe(call, "LSE", b.lse, lse_extent(p), sizeof(float));
+  describe_attention(call, p, b);
   describe_metadata(call, p, metadata);
   describe(call, "split workspace", workspace, decode_workspace_floats(p, kernels.splits), sizeof(float));
   launch(call, kernels.main, flash_decode_launch(p, kernels.main.variant, kernels.splits),

@@ -40,6 +40,8 @@ import tempfile
 
 import numpy as np
 
+from cli_support import visible
+
 RTOL = ATOL = 2e-6
 CRASH_TEXT = ("terminate called", "Segmentation", "Aborted", "core dumped")
 rng = np.random.default_rng(20240607)
@@ -62,22 +64,7 @@ def attend_seq(q, k, v, scale, causal, window, naive=None):
     fp32 matmuls whose results (S, P, O) are rounded to it."""
     sq, hq = q.shape[:2]
     sk, hkv = k.shape[:2]
-    i = np.arange(sq)[:, None]
-    j = np.arange(sk)[None, :]
-    off = sk - sq
-    vis = np.ones((sq, sk), dtype=bool)
-    if causal == "bottom-right":
-        vis &= j <= i + off
-    elif causal == "top-left":
-        vis &= j <= i
-    if window is not None:
-        left, right = window
-        if causal == "bottom-right":
-            right = 0 if right < 0 else min(right, 0)
-        if left >= 0:
-            vis &= j >= i + off - left
-        if right >= 0:
-            vis &= j <= i + off + right
+    vis = visible(sq, sk, causal, window)
     o = np.zeros((sq, hq, v.shape[2]))
     lse = np.full((hq, sq), -np.inf)
     rows = vis.any(axis=1)

@@ -25,28 +25,12 @@ import tempfile
 
 import numpy as np
 
+from cli_support import Checks, visible
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attention_families_test as fam  # noqa: E402  (rounding, files, running)
 
 rng = np.random.default_rng(4321)
-
-
-def visible(sq, sk, causal, window):
-    i = np.arange(sq)[:, None]
-    j = np.arange(sk)[None, :]
-    off = sk - sq
-    vis = np.ones((sq, sk), dtype=bool)
-    if causal == "bottom-right":
-        vis &= j <= i + off
-    elif causal == "top-left":
-        vis &= j <= i
-    if window is not None:
-        left, right = window
-        if left >= 0:
-            vis &= j >= i + off - left
-        if right >= 0:
-            vis &= j <= i + off + right
-    return vis
 
 
 def backward_seq(q, k, v, do, scale, vis, naive=None):
@@ -242,12 +226,10 @@ def main():
             full = extra if "--dq" in extra else extra + ["--dq", os.path.join(d, "dq.npy"), "--dk",
                                                           os.path.join(d, "dk.npy"), "--dv", os.path.join(d, "dv.npy")]
             results.append(("refused: " + label, check_refused(label, full, keywords)))
-    failures = 0
+    checks = Checks()
     for name, why in results:
-        print("%s %s%s" % ("ok  " if why is None else "FAIL", name, "" if why is None else ": " + why))
-        failures += why is not None
-    print("%d passed, %d failed" % (len(results) - failures, failures))
-    return 1 if failures else 0
+        checks.result(name, why)
+    return checks.finish()
 
 
 if __name__ == "__main__":

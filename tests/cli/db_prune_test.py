@@ -11,18 +11,14 @@ import subprocess
 import sys
 import tempfile
 
+from cli_support import Checks, runner
+
 
 def main():
     attune = os.path.abspath(sys.argv[1])
-    failures = []
-
-    def check(ok, what):
-        print("%s %s" % ("ok  " if ok else "FAIL", what))
-        if not ok:
-            failures.append(what)
-
-    def run(*args):
-        return subprocess.run([attune] + list(args), capture_output=True, text=True, timeout=300)
+    checks = Checks()
+    check = checks.check
+    run = runner(attune, timeout=300)
 
     with tempfile.TemporaryDirectory(prefix="attune_prune_") as tmp:
         db = os.path.join(tmp, "t.db")
@@ -76,8 +72,7 @@ def main():
               "bad --keep-from: " + bad.stderr.strip())
         both = run("db", "--db", db, "prune", "--keep-from", "1.0", "--templates-only")
         check(both.returncode != 0 and "excludes" in both.stderr, "conflicting flags: " + both.stderr.strip())
-    print("%d failed" % len(failures))
-    return 1 if failures else 0
+    return checks.finish()
 
 
 if __name__ == "__main__":

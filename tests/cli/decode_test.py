@@ -26,6 +26,8 @@ import tempfile
 
 import numpy as np
 
+from cli_support import Checks
+
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attention_families_test as fam  # noqa: E402  (the NumPy reference and checks)
 
@@ -127,7 +129,6 @@ def check_error(keywords, arrays, extra):
 
 def main():
     fam.BINARY = os.path.abspath(sys.argv[1])
-    failures = 0
     with tempfile.TemporaryDirectory(prefix="attune_decode_") as tmp:
         fam.TMP = tmp
         results = []
@@ -140,11 +141,10 @@ def main():
             results.append(("reference %dx%d paged" % (sq, sk), run_case("reference", sq, sk, 3, True)))
         for name, keywords, arrays, extra in error_cases():
             results.append(("refused: " + name, check_error(keywords, arrays, extra)))
+        checks = Checks()
         for name, why in results:
-            print("%s %s%s" % ("ok  " if why is None else "FAIL", name, "" if why is None else ": " + why))
-            failures += why is not None
-        print("%d passed, %d failed" % (len(results) - failures, failures))
-    return 1 if failures else 0
+            checks.result(name, why)
+    return checks.finish()
 
 
 if __name__ == "__main__":

@@ -12,18 +12,14 @@ import subprocess
 import sys
 import tempfile
 
+from cli_support import Checks, runner
+
 
 def main():
     attune = os.path.abspath(sys.argv[1])
-    failures = []
-
-    def check(ok, what):
-        print("%s %s" % ("ok  " if ok else "FAIL", what))
-        if not ok:
-            failures.append(what)
-
-    def run(*args):
-        return subprocess.run([attune] + list(args), capture_output=True, text=True, timeout=600)
+    checks = Checks()
+    check = checks.check
+    run = runner(attune, timeout=600)
 
     with tempfile.TemporaryDirectory(prefix="attune_tune_ops_") as tmp:
         db = os.path.join(tmp, "t.db")
@@ -63,8 +59,7 @@ def main():
         bad = run("tune", "--backend", "emu", "--db", db, "--op", "backward")
         check(bad.returncode != 0 and "expected fwd, bwd or decode" in bad.stderr,
               "unknown op refused: " + bad.stderr.strip())
-    print("%d failed" % len(failures))
-    return 1 if failures else 0
+    return checks.finish()
 
 
 if __name__ == "__main__":

@@ -73,17 +73,7 @@ void check_families(const Variant& variant, const std::vector<testing::Family>& 
 std::vector<Variant> covering_set() { return testing::covering_set(require_arch("sm_90a"), "bwd"); }
 
 TEST(FlashBwdEmuTest, CoveringSetCoversEveryTunableValue) {
-  const std::vector<Variant> set = covering_set();
-  const KernelSpec& kernel = kernel_for_op("bwd");
-  for (std::size_t i = 0; i < kernel.tunables.size(); ++i) {
-    for (int value : kernel.tunables[i].values) {
-      const bool present = std::any_of(set.begin(), set.end(), [&](const Variant& v) { return v.values[i] == value; });
-      EXPECT_TRUE(present) << kernel.tunables[i].name << "=" << value;
-    }
-  }
-  std::cout << "covering set (" << set.size() << "):";
-  for (const Variant& v : set) std::cout << " " << v.id();
-  std::cout << "\n";
+  testing::expect_covers_every_tunable_value(covering_set(), "bwd");
 }
 
 class CoveringSetTest : public ::testing::TestWithParam<Variant> {};
@@ -93,7 +83,7 @@ TEST_P(CoveringSetTest, MatchesReferenceOnSeedAndOddLengthFamilies) {
   // Both dtypes across the set, by the variant's place in it.
   const std::vector<Variant> set = covering_set();
   const auto place = static_cast<std::size_t>(std::find(set.begin(), set.end(), variant) - set.begin());
-  const DType dtype = place % 2 == 0 ? DType::kBF16 : DType::kF16;
+  const DType dtype = testing::dtype_by_place(set, variant);
   check_families(variant, testing::seed_families(dtype));
   // Two of FlashAttention's odd length pairs (with and without the causal
   // mask), a different two per variant; head dims that fill the bucket on
@@ -109,12 +99,7 @@ TEST_P(CoveringSetTest, MatchesReferenceOnSeedAndOddLengthFamilies) {
   check_families(variant, chosen);
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, CoveringSetTest, ::testing::ValuesIn(covering_set()), [](const auto& param_info) {
-  std::string name = param_info.param.id();
-  std::replace_if(
-      name.begin(), name.end(), [](char c) { return c == '/' || c == '.'; }, '_');
-  return name;
-});
+INSTANTIATE_TEST_SUITE_P(Variants, CoveringSetTest, ::testing::ValuesIn(covering_set()), testing::variant_test_name);
 
 // FlashAttention's overflow test: Q x 5, K and V x 3 make large logits and
 // large dP; no NaN or infinity, and within five times the naive error.

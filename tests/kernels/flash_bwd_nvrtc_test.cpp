@@ -17,15 +17,7 @@ using Case = testing::NvrtcCase;
 
 class FlashBwdNvrtcTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(FlashBwdNvrtcTest, EveryVariantCompiles) {
-  const Case c = GetParam();
-  const std::vector<Variant> variants = enumerate_variants("bwd", c.dtype, c.head_dim, c.head_dim, *parse_arch(c.arch));
-  ASSERT_FALSE(variants.empty());
-  const testing::SweepSummary summary = testing::compile_sweep(variants, c.dtype, c.arch, "flash_bwd.cu");
-  EXPECT_EQ(summary.compiled, static_cast<int>(variants.size()));
-  RecordProperty("variants", static_cast<int>(variants.size()));
-  RecordProperty("spilling", summary.spilling);
-}
+TEST_P(FlashBwdNvrtcTest, EveryVariantCompiles) { testing::sweep_op(GetParam(), "bwd"); }
 
 INSTANTIATE_TEST_SUITE_P(Bwd, FlashBwdNvrtcTest, testing::nvrtc_cases(), testing::nvrtc_case_name);
 

@@ -17,14 +17,7 @@ using Case = testing::NvrtcCase;
 class FlashDecodeNvrtcTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(FlashDecodeNvrtcTest, EveryVariantAndTheCombineCompile) {
-  const Case c = GetParam();
-  std::vector<Variant> variants = enumerate_variants("decode", c.dtype, c.head_dim, c.head_dim, *parse_arch(c.arch));
-  ASSERT_FALSE(variants.empty());
-  variants.push_back(decode_combine_variant());
-  const testing::SweepSummary summary = testing::compile_sweep(variants, c.dtype, c.arch, "flash_decode.cu");
-  EXPECT_EQ(summary.compiled, static_cast<int>(variants.size()));
-  RecordProperty("variants", static_cast<int>(variants.size()));
-  RecordProperty("spilling", summary.spilling);
+  testing::sweep_op(GetParam(), "decode", {decode_combine_variant()});
 }
 
 INSTANTIATE_TEST_SUITE_P(Decode, FlashDecodeNvrtcTest, testing::nvrtc_cases(), testing::nvrtc_case_name);

@@ -44,17 +44,7 @@ void check_families(const Variant& variant, const std::vector<testing::Family>& 
 std::vector<Variant> covering_set() { return testing::covering_set(require_arch("sm_90a")); }
 
 TEST(FlashFwdEmuTest, CoveringSetCoversEveryTunableValue) {
-  const std::vector<Variant> set = covering_set();
-  const KernelSpec& kernel = kernel_for_op("fwd");
-  for (std::size_t i = 0; i < kernel.tunables.size(); ++i) {
-    for (int value : kernel.tunables[i].values) {
-      const bool present = std::any_of(set.begin(), set.end(), [&](const Variant& v) { return v.values[i] == value; });
-      EXPECT_TRUE(present) << kernel.tunables[i].name << "=" << value;
-    }
-  }
-  std::cout << "covering set (" << set.size() << "):";
-  for (const Variant& v : set) std::cout << " " << v.id();
-  std::cout << "\n";
+  testing::expect_covers_every_tunable_value(covering_set(), "fwd");
 }
 
 class CoveringSetTest : public ::testing::TestWithParam<Variant> {};
@@ -62,21 +52,14 @@ class CoveringSetTest : public ::testing::TestWithParam<Variant> {};
 TEST_P(CoveringSetTest, MatchesReferenceOnSeedAndOddLengthFamilies) {
   const Variant& variant = GetParam();
   // Both dtypes across the set, by the variant's place in it.
-  const std::vector<Variant> set = covering_set();
-  const auto place = std::find(set.begin(), set.end(), variant) - set.begin();
-  const DType dtype = place % 2 == 0 ? DType::kBF16 : DType::kF16;
+  const DType dtype = testing::dtype_by_place(covering_set(), variant);
   check_families(variant, testing::seed_families(dtype));
   // Head dims that fill the bucket on one side and not on the other (Dk != Dv).
   const int d = variant.values.front();
   check_families(variant, testing::odd_length_families(dtype, d, d - 8));
 }
 
-INSTANTIATE_TEST_SUITE_P(Variants, CoveringSetTest, ::testing::ValuesIn(covering_set()), [](const auto& param_info) {
-  std::string name = param_info.param.id();
-  std::replace_if(
-      name.begin(), name.end(), [](char c) { return c == '/' || c == '.'; }, '_');
-  return name;
-});
+INSTANTIATE_TEST_SUITE_P(Variants, CoveringSetTest, ::testing::ValuesIn(covering_set()), testing::variant_test_name);
 
 TEST(FlashFwdEmuTest, StridedInputsAndOutputs) {
   // Q and O inside wider rows (as a slice of a fused QKV projection would be).

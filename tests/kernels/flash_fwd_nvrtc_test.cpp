@@ -14,15 +14,7 @@ using Case = testing::NvrtcCase;
 
 class FlashFwdNvrtcTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(FlashFwdNvrtcTest, EveryVariantCompiles) {
-  const Case c = GetParam();
-  const std::vector<Variant> variants = enumerate_variants("fwd", c.dtype, c.head_dim, c.head_dim, *parse_arch(c.arch));
-  ASSERT_FALSE(variants.empty());
-  const testing::SweepSummary summary = testing::compile_sweep(variants, c.dtype, c.arch, "flash_fwd.cu");
-  const int spilling = summary.spilling;
-  RecordProperty("variants", static_cast<int>(variants.size()));
-  RecordProperty("spilling", spilling);
-}
+TEST_P(FlashFwdNvrtcTest, EveryVariantCompiles) { testing::sweep_op(GetParam(), "fwd"); }
 
 INSTANTIATE_TEST_SUITE_P(Fwd, FlashFwdNvrtcTest, testing::nvrtc_cases(), testing::nvrtc_case_name);
 

@@ -4,6 +4,10 @@
 // the smaller head dim.
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <iostream>
 #include <set>
 #include <string>
 #include <string_view>
@@ -52,6 +56,35 @@ inline std::vector<Variant> covering_set(const ArchLimits& arch, std::string_vie
     chosen.push_back(*best);
   }
   return chosen;
+}
+
+// Fails for every value of every tunable of the op's kernel that `set`
+// leaves out; prints the set.
+inline void expect_covers_every_tunable_value(const std::vector<Variant>& set, std::string_view op) {
+  const KernelSpec& kernel = kernel_for_op(op);
+  for (std::size_t i = 0; i < kernel.tunables.size(); ++i) {
+    for (int value : kernel.tunables[i].values) {
+      const bool present = std::any_of(set.begin(), set.end(), [&](const Variant& v) { return v.values[i] == value; });
+      EXPECT_TRUE(present) << kernel.tunables[i].name << "=" << value;
+    }
+  }
+  std::cout << "covering set (" << set.size() << "):";
+  for (const Variant& v : set) std::cout << " " << v.id();
+  std::cout << "\n";
+}
+
+// Both dtypes across a set, by a variant's place in it.
+inline DType dtype_by_place(const std::vector<Variant>& set, const Variant& variant) {
+  const auto place = static_cast<std::size_t>(std::find(set.begin(), set.end(), variant) - set.begin());
+  return place % 2 == 0 ? DType::kBF16 : DType::kF16;
+}
+
+// A variant as a test name: flash_fwd/d64.bm64 -> flash_fwd_d64_bm64.
+inline std::string variant_test_name(const ::testing::TestParamInfo<Variant>& info) {
+  std::string name = info.param.id();
+  std::replace_if(
+      name.begin(), name.end(), [](char c) { return c == '/' || c == '.'; }, '_');
+  return name;
 }
 
 }  // namespace attune::testing

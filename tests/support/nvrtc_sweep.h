@@ -78,6 +78,20 @@ inline auto nvrtc_cases() {
                            NvrtcCase{DType::kF16, 128, "sm_90a"}, NvrtcCase{DType::kBF16, 128, "sm_90a"});
 }
 
+// The sweep of one case: every variant of `op` (plus `extra`, e.g. the
+// kernels every call of the op also runs), each compiled, the counts recorded
+// as test properties.
+inline void sweep_op(const NvrtcCase& c, std::string_view op, std::vector<Variant> extra = {}) {
+  std::vector<Variant> variants = enumerate_variants(op, c.dtype, c.head_dim, c.head_dim, *parse_arch(c.arch));
+  ASSERT_FALSE(variants.empty());
+  variants.insert(variants.end(), extra.begin(), extra.end());
+  const std::string program = std::string(kernel_for_op(op).name) + ".cu";
+  const SweepSummary summary = compile_sweep(variants, c.dtype, c.arch, program.c_str());
+  EXPECT_EQ(summary.compiled, static_cast<int>(variants.size()));
+  ::testing::Test::RecordProperty("variants", static_cast<int>(variants.size()));
+  ::testing::Test::RecordProperty("spilling", summary.spilling);
+}
+
 inline std::string nvrtc_case_name(const ::testing::TestParamInfo<NvrtcCase>& info) {
   return std::string(to_string(info.param.dtype)) + "_d" + std::to_string(info.param.head_dim) + "_" + info.param.arch;
 }

@@ -1,0 +1,23 @@
+// A function of a library opened with dlopen, typed: how the runtime reaches
+// the CUDA driver and NVRTC without linking them.
+//
+//   int (*version)(int*, int*) = nullptr;
+//   if (!attune::resolve_symbol(handle, "nvrtcVersion", version)) ...
+#pragma once
+
+#include <dlfcn.h>
+
+#include <cstring>
+
+namespace attune {
+
+template <typename Fn>
+bool resolve_symbol(void* library, const char* symbol, Fn& fn) {
+  void* address = dlsym(library, symbol);
+  if (address == nullptr) return false;
+  static_assert(sizeof(Fn) == sizeof(void*));
+  std::memcpy(&fn, &address, sizeof fn);  // POSIX: data and function pointers share one representation
+  return true;
+}
+
+}  // namespace attune
