@@ -327,14 +327,24 @@ def ceiling(args, key):
     return c.get(key) if c else None
 
 
+def cuda_stage(args, name, title):
+    """What the timing stages start with: attune on the cuda backend, the
+    device, and the stage's record."""
+    import torch
+    return bind(args.lib, "cuda"), torch.device("cuda"), Stage(args.out, name, title)
+
+
+def transposed(x):
+    """[B, S, H, D] as SDPA's [B, H, S, D] (a view)."""
+    return x.transpose(1, 2)
+
+
 def stage_forward(args):
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    a = bind(args.lib, "cuda")
-    dev = torch.device("cuda")
-    t = lambda x: x.transpose(1, 2)
-    st = Stage(args.out, "forward", "Forward")
+    a, dev, st = cuda_stage(args, "forward", "Forward")
+    t = transposed
     st.text("Correctness: relative error of O against fp32 SDPA, next to bf16 SDPA's own.", "",
             "| shape | causal | variant | attune | bf16 SDPA |", "|---|---|---|---|---|")
 
@@ -428,9 +438,8 @@ def _try(fn):
 def stage_decode(args):
     import torch
     import torch.nn.functional as F
-    a = bind(args.lib, "cuda")
-    dev = torch.device("cuda")
-    st = Stage(args.out, "decode", "Split-KV decode (batch 1, 32k cached tokens, 8 KV heads, 64 query heads, d 128, bf16)")
+    a, dev, st = cuda_stage(args, "decode",
+                            "Split-KV decode (batch 1, 32k cached tokens, 8 KV heads, 64 query heads, d 128, bf16)")
     b, cache, hq, hkv, d = 1, 32768, 64, 8, 128
     p = Attune.decode_problem(b, cache, hq, hkv, d)
     kv_bytes = 2 * b * cache * hkv * d * 2
@@ -442,7 +451,7 @@ def stage_decode(args):
     q, k, v = sets[0]
     a.decode(p, q.data_ptr(), k.data_ptr(), v.data_ptr(), o.data_ptr(), lse.data_ptr())
     torch.cuda.synchronize()
-    t = lambda x: x.transpose(1, 2)
+    t = transposed
     rep = lambda x: x.repeat_interleave(hq // hkv, dim=2)
     ref = F.scaled_dot_product_attention(t(q).float(), t(rep(k)).float(), t(rep(v)).float())
     err = ((t(o).float() - ref).norm() / ref.norm()).item()
@@ -473,10 +482,8 @@ def stage_backward(args):
     import torch
     import torch.nn.functional as F
     from torch.nn.attention import SDPBackend, sdpa_kernel
-    a = bind(args.lib, "cuda")
-    dev = torch.device("cuda")
-    t = lambda x: x.transpose(1, 2)
-    st = Stage(args.out, "backward", "Backward")
+    a, dev, st = cuda_stage(args, "backward", "Backward")
+    t = transposed
     st.text("Correctness (bf16): relative error against fp32 autograd.", "",
             "| shape | causal | dQ | dK | dV |", "|---|---|---|---|---|")
 

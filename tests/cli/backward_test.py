@@ -184,7 +184,7 @@ def check_refused(name, extra, keywords):
 
 def main():
     fam.BINARY = os.path.abspath(sys.argv[1])
-    results = []
+    results = Checks()  # each result printed as it comes
     with tempfile.TemporaryDirectory(prefix="attune_backward_") as tmp:
         fam.TMP = tmp
         for name, tensors, kw in cases():
@@ -226,10 +226,7 @@ def main():
             full = extra if "--dq" in extra else extra + ["--dq", os.path.join(d, "dq.npy"), "--dk",
                                                           os.path.join(d, "dk.npy"), "--dv", os.path.join(d, "dv.npy")]
             results.append(("refused: " + label, check_refused(label, full, keywords)))
-    checks = Checks()
-    for name, why in results:
-        checks.result(name, why)
-    return checks.finish()
+    return results.finish()
 
 
 if __name__ == "__main__":

@@ -25,6 +25,10 @@ class Checks:
         """A check whose outcome is None (passed) or the reason it failed."""
         return self.check(why is None, name if why is None else "%s: %s" % (name, why))
 
+    def append(self, named):
+        """A (name, None or why it failed) pair, as a list of results takes it."""
+        self.result(*named)
+
     def finish(self):
         print("%d passed, %d failed" % (self.passed, len(self.failures)))
         return 1 if self.failures else 0

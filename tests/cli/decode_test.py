@@ -131,7 +131,7 @@ def main():
     fam.BINARY = os.path.abspath(sys.argv[1])
     with tempfile.TemporaryDirectory(prefix="attune_decode_") as tmp:
         fam.TMP = tmp
-        results = []
+        results = Checks()  # each result printed as it comes
         for n, (sq, sk) in enumerate(SHAPES):
             for m, splits in enumerate(SPLITS):
                 paged = (n + m) % 2 == 0
@@ -141,10 +141,7 @@ def main():
             results.append(("reference %dx%d paged" % (sq, sk), run_case("reference", sq, sk, 3, True)))
         for name, keywords, arrays, extra in error_cases():
             results.append(("refused: " + name, check_error(keywords, arrays, extra)))
-        checks = Checks()
-        for name, why in results:
-            checks.result(name, why)
-    return checks.finish()
+    return results.finish()
 
 
 if __name__ == "__main__":

@@ -84,15 +84,7 @@ TEST(FlashDecodeEmuTest, CoveringSetOnSmallCaches) {
   }
   for (const Variant& v : set) {
     const int64_t d = v.values.front();
-    DecodeCase paged{.name = "3x203_paged16",
-                     .batch = 2,
-                     .seqlen_q = 3,
-                     .heads_q = 4,
-                     .heads_kv = 2,
-                     .head_dim_k = d,
-                     .head_dim_v = d - 8,
-                     .cache_seqlens = {203, 77},
-                     .page_size = 16};
+    DecodeCase paged = testing::paged_odd_case(d);
     DecodeCase window{.name = "5x150_window",
                       .batch = 1,
                       .seqlen_q = 5,

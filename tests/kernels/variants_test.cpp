@@ -10,19 +10,10 @@
 #include <string>
 
 #include "core/error.h"
+#include "tests/support/error_of.h"
 
 namespace attune {
 namespace {
-
-template <typename Action>
-std::string error_of(Action action) {
-  try {
-    action();
-  } catch (const InvalidArgument& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(VariantsTest, EveryIdRoundTripsAndFitsItsArchitecture) {
   for (const char* arch_name : {"sm_80", "sm_86", "sm_90a"}) {
@@ -51,7 +42,7 @@ TEST(VariantsTest, SmallerSharedMemoryPrunesVariants) {
   EXPECT_EQ(deep.shared_bytes(), 2 * (128 * 128 + 2 * 4 * 64 * 128));
   EXPECT_NE(std::find(big.begin(), big.end(), deep), big.end());
   EXPECT_EQ(std::find(small.begin(), small.end(), deep), small.end());
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::error_of<InvalidArgument>([&] {
               check_variant_fits(deep, 128, 128, *parse_arch("sm_86"));
             }).find("needs 163840 bytes of shared memory; sm_86 allows 101376"),
             std::string::npos);
@@ -63,35 +54,44 @@ TEST(VariantsTest, HeadDimBucketHoldsTheLargerHeadDim) {
   EXPECT_EQ(head_dim_bucket(k, 100, 20), 128);
   EXPECT_EQ(head_dim_bucket(k, 20, 129), 160);
   EXPECT_EQ(head_dim_bucket(k, 256, 256), 256);
-  EXPECT_NE(error_of([&] { head_dim_bucket(k, 257, 1); }).find("got max(Dk, Dv) = 257; expected at most 256"),
+  EXPECT_NE(testing::error_of<InvalidArgument>([&] {
+              head_dim_bucket(k, 257, 1);
+            }).find("got max(Dk, Dv) = 257; expected at most 256"),
             std::string::npos);
   const Variant small = parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st2");
-  EXPECT_NE(error_of([&] {
+  EXPECT_NE(testing::error_of<InvalidArgument>([&] {
               check_variant_fits(small, 65, 64, *parse_arch("sm_90a"));
             }).find("head-dim bucket 64 is below max(Dk, Dv) = 65; expected a variant of bucket 96"),
             std::string::npos);
 }
 
 TEST(VariantsTest, BadIdsAreRejectedWithTheReason) {
-  EXPECT_NE(error_of([] { parse_variant_id("flash_fwd"); }).find("no '/'"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_variant_id("flash_nope/d64"); }).find("unknown kernel 'flash_nope'"),
+  EXPECT_NE(testing::error_of<InvalidArgument>([] { parse_variant_id("flash_fwd"); }).find("no '/'"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(testing::error_of<InvalidArgument>([] {
+              parse_variant_id("flash_nope/d64");
+            }).find("unknown kernel 'flash_nope'"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of<InvalidArgument>([] {
               parse_variant_id("flash_fwd/d64.bm96.bn64.wm4.wn1.st2");
             }).find("'bm96'; expected bm followed by one of {64, 128}"),
             std::string::npos);
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(testing::error_of<InvalidArgument>([] {
               parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1");
             }).find("missing st; expected st followed by one of {1, 2, 3, 4}"),
             std::string::npos);
-  EXPECT_NE(error_of([] { parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st2.x1"); }).find("trailing 'x1'"),
+  EXPECT_NE(testing::error_of<InvalidArgument>([] {
+              parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st2.x1");
+            }).find("trailing 'x1'"),
             std::string::npos);
   // 8 warps of 8 rows: not a multiple of the 16-row mma tile.
-  EXPECT_NE(error_of([] {
+  EXPECT_NE(testing::error_of<InvalidArgument>([] {
               parse_variant_id("flash_fwd/d64.bm64.bn64.wm8.wn1.st2");
             }).find("break the template's constraints"),
             std::string::npos);
-  EXPECT_NE(error_of([] { kernel_for_op("bwd2"); }).find("--op: got 'bwd2'; expected fwd, decode or bwd"),
+  EXPECT_NE(testing::error_of<InvalidArgument>([] {
+              kernel_for_op("bwd2");
+            }).find("--op: got 'bwd2'; expected fwd, decode or bwd"),
             std::string::npos);
   EXPECT_FALSE(parse_arch("sm_75").has_value());
 }

@@ -66,15 +66,7 @@ TEST_F(DecodeGpuTest, SplitKvShapesPagedAndContiguous) {
 TEST_F(DecodeGpuTest, CoveringSet) {
   for (const Variant& v : testing::covering_set(runtime_->arch(), "decode")) {
     const int64_t d = v.values.front();
-    const testing::DecodeCase c{.name = "3x203_paged16",
-                                .batch = 2,
-                                .seqlen_q = 3,
-                                .heads_q = 4,
-                                .heads_kv = 2,
-                                .head_dim_k = d,
-                                .head_dim_v = d - 8,
-                                .cache_seqlens = {203, 77},
-                                .page_size = 16};
+    const testing::DecodeCase c = testing::paged_odd_case(d);
     check(c, &v, 3);
   }
 }

@@ -57,4 +57,18 @@ inline Inputs make_decode_inputs(const DecodeCase& c, unsigned seed = 1234) {
   return in;
 }
 
+// Odd decode rows against two paged caches of unequal length (pages of 16),
+// with Dv != Dk: the case every covering-set variant of decode runs.
+inline DecodeCase paged_odd_case(int64_t head_dim) {
+  return {.name = "3x203_paged16",
+          .batch = 2,
+          .seqlen_q = 3,
+          .heads_q = 4,
+          .heads_kv = 2,
+          .head_dim_k = head_dim,
+          .head_dim_v = head_dim - 8,
+          .cache_seqlens = {203, 77},
+          .page_size = 16};
+}
+
 }  // namespace attune::testing

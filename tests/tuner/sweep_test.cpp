@@ -14,22 +14,13 @@
 #include "runtime/dispatch/db_tuned_source.h"
 #include "runtime/dispatch/tuned_id.h"
 #include "runtime/jit/kernel_cache.h"
+#include "tests/support/error_of.h"
 #include "tuner/tuner.h"
 
 namespace attune::tuner {
 namespace {
 
 namespace fs = std::filesystem;
-
-template <typename Action>
-std::string error_of(Action action) {
-  try {
-    action();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 TEST(SweepTest, AxesParseAndRejectBadValues) {
   SweepSpec spec;
@@ -41,11 +32,12 @@ TEST(SweepTest, AxesParseAndRejectBadValues) {
   EXPECT_EQ(spec.dtypes, (std::vector<DType>{DType::kBF16, DType::kF16}));
   EXPECT_EQ(spec.masks[1], Mask::causal_bottom_right());
   EXPECT_EQ(spec.batch_heads[1], (std::pair<std::int64_t, std::int64_t>{4, 16}));
-  EXPECT_NE(error_of([&] { set_axis(spec, "dtypes", "fp8"); }).find("dtypes: got 'fp8'"), std::string::npos);
-  EXPECT_NE(error_of([&] { set_axis(spec, "head_dims", "300"); }).find("expected 1..256"), std::string::npos);
-  EXPECT_NE(error_of([&] { set_axis(spec, "batch_heads", "8"); }).find("expected BxH"), std::string::npos);
-  EXPECT_NE(error_of([&] { set_axis(spec, "seqlens", "-4"); }).find("positive integer"), std::string::npos);
-  EXPECT_NE(error_of([&] { set_axis(spec, "colour", "red"); }).find("sweep axis: got 'colour'"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { set_axis(spec, "dtypes", "fp8"); }).find("dtypes: got 'fp8'"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { set_axis(spec, "head_dims", "300"); }).find("expected 1..256"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { set_axis(spec, "batch_heads", "8"); }).find("expected BxH"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { set_axis(spec, "seqlens", "-4"); }).find("positive integer"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { set_axis(spec, "colour", "red"); }).find("sweep axis: got 'colour'"),
+            std::string::npos);
 }
 
 TEST(SweepTest, SweepFileWithCommentsAndLineNumbersInErrors) {
@@ -62,9 +54,9 @@ TEST(SweepTest, SweepFileWithCommentsAndLineNumbersInErrors) {
     std::ofstream out(path);
     out << "head_dims = 32\nseqlens 64\n";
   }
-  EXPECT_NE(error_of([&] { read_sweep_file(path); }).find(":2: got 'seqlens 64'"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { read_sweep_file(path); }).find(":2: got 'seqlens 64'"), std::string::npos);
   fs::remove(path);
-  EXPECT_NE(error_of([&] { read_sweep_file(path); }).find("cannot read"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { read_sweep_file(path); }).find("cannot read"), std::string::npos);
 }
 
 TEST(SweepTest, ShardsPartitionTheTasks) {
@@ -83,8 +75,8 @@ TEST(SweepTest, ShardsPartitionTheTasks) {
   for (const Task& t : all)
     EXPECT_EQ(seen.count(t.variant.id() + "|" + std::string(to_string(t.problem.mask.kind))), 1U);
   EXPECT_EQ(parse_shard("2/5").index, 2);
-  EXPECT_NE(error_of([] { parse_shard("5/5"); }).find("0 <= K < N"), std::string::npos);
-  EXPECT_NE(error_of([] { parse_shard("1"); }).find("expected K/N"), std::string::npos);
+  EXPECT_NE(testing::error_of([] { parse_shard("5/5"); }).find("0 <= K < N"), std::string::npos);
+  EXPECT_NE(testing::error_of([] { parse_shard("1"); }).find("expected K/N"), std::string::npos);
 }
 
 TEST(SweepTest, MaxVariantsKeepsTheHeuristic) {
@@ -174,8 +166,10 @@ TEST(SweepTest, DecodeAxesAndSplitCounts) {
   // 2 query counts x 2 variants x (1, 4 and the heuristic's count, unless it is 1 or 4).
   EXPECT_GE(tasks.size(), 2U * 2U * 2U);
   EXPECT_LE(tasks.size(), 2U * 2U * 3U);
-  EXPECT_NE(error_of([&] { set_axis(spec, "splits", "300"); }).find("expected 1..256 or auto"), std::string::npos);
-  EXPECT_NE(error_of([&] { set_axis(spec, "op", "backward"); }).find("expected fwd, bwd or decode"), std::string::npos);
+  EXPECT_NE(testing::error_of([&] { set_axis(spec, "splits", "300"); }).find("expected 1..256 or auto"),
+            std::string::npos);
+  EXPECT_NE(testing::error_of([&] { set_axis(spec, "op", "backward"); }).find("expected fwd, bwd or decode"),
+            std::string::npos);
 }
 
 TEST(TunerTest, DecodeSweepOnTheEmulatorIsDispatchedFromTheDatabase) {

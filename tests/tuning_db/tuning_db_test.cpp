@@ -17,6 +17,7 @@
 #include "core/error.h"
 #include "test_support.h"
 #include "tests/support/env_guard.h"
+#include "tests/support/error_of.h"
 #include "tuning_db/schema.h"
 
 namespace attune::tuning_db {
@@ -48,18 +49,6 @@ struct Seeded {
   ProblemRowId problem;
   std::vector<VariantRowId> variants;
 };
-
-// The message of the DbError `action` throws; a test failure when it throws none.
-template <typename Action>
-std::string db_error_of(Action action) {
-  try {
-    action();
-  } catch (const DbError& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected a DbError";
-  return {};
-}
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
@@ -150,7 +139,7 @@ TEST(TuningDbTest, DefaultPathHonoursTheEnvironment) {
   EXPECT_EQ(TuningDb::default_path(), fs::path("/home/someone/.local/share/attune/tuning.db"));
 
   EnvGuard::set("HOME", std::nullopt);
-  EXPECT_TRUE(contains(db_error_of([] { (void)TuningDb::default_path(); }), "HOME"));
+  EXPECT_TRUE(contains(attune::testing::error_of<DbError>([] { (void)TuningDb::default_path(); }), "HOME"));
 }
 
 TEST(TuningDbTest, UpsertsAreIdempotentAndDistinguishKeys) {
@@ -337,9 +326,9 @@ TEST(TuningDbTest, AFailedWriteRollsBackItsWholeTransaction) {
   RawDb raw(path);
   // Fails the best update, after the measurement row was inserted.
   raw.exec("CREATE TRIGGER refuse_best BEFORE INSERT ON best BEGIN SELECT RAISE(ABORT, 'injected failure'); END");
-  EXPECT_TRUE(
-      contains(db_error_of([&] { s.db.record_measurement(measurement(s.device, s.problem, s.variants[0], 1.0)); }),
-               "injected failure"));
+  EXPECT_TRUE(contains(attune::testing::error_of<DbError>(
+                           [&] { s.db.record_measurement(measurement(s.device, s.problem, s.variants[0], 1.0)); }),
+                       "injected failure"));
   // Takes the write lock: this would time out had the transaction been left open.
   raw.exec("DROP TRIGGER refuse_best");
   EXPECT_FALSE(s.db.has_measurement(s.device, s.problem, s.variants[0]));
@@ -355,7 +344,7 @@ TEST(TuningDbTest, AGarbageFileIsRefusedAndLeftUntouched) {
   for (char& c : garbage) c = static_cast<char>(random() & 0xFF);
   std::ofstream(path, std::ios::binary).write(garbage.data(), static_cast<std::streamsize>(garbage.size()));
 
-  const std::string message = db_error_of([&] { (void)TuningDb::open(path); });
+  const std::string message = attune::testing::error_of<DbError>([&] { (void)TuningDb::open(path); });
   EXPECT_TRUE(contains(message, path.string())) << message;
   EXPECT_TRUE(contains(message, "corrupt or not an SQLite database")) << message;
   EXPECT_EQ(read_bytes(path), garbage);
@@ -382,7 +371,7 @@ TEST(TuningDbTest, ATruncatedDatabaseIsRefusedAndLeftUntouched) {
   fs::resize_file(path, size / 2 + 1000);  // mid-page
   const std::string before = read_bytes(path);
 
-  const std::string message = db_error_of([&] { (void)TuningDb::open(path); });
+  const std::string message = attune::testing::error_of<DbError>([&] { (void)TuningDb::open(path); });
   EXPECT_TRUE(contains(message, path.string())) << message;
   EXPECT_EQ(read_bytes(path), before);
 }
@@ -393,7 +382,7 @@ TEST(TuningDbTest, AnotherProgramsDatabaseIsRefused) {
   std::ofstream(path).close();
   RawDb(path).exec("CREATE TABLE photos (id INTEGER PRIMARY KEY, name TEXT)");
   const std::string before = read_bytes(path);
-  const std::string message = db_error_of([&] { (void)TuningDb::open(path); });
+  const std::string message = attune::testing::error_of<DbError>([&] { (void)TuningDb::open(path); });
   EXPECT_TRUE(contains(message, path.string())) << message;
   EXPECT_TRUE(contains(message, "no attune schema version")) << message;
   EXPECT_EQ(read_bytes(path), before);
@@ -405,8 +394,8 @@ TEST(TuningDbTest, ALockHeldBeyondTheBusyTimeoutIsDbError) {
   Seeded s(path);
   RawDb raw(path);
   raw.exec("BEGIN IMMEDIATE");  // another writer holds the lock for longer than 10 s
-  const std::string message =
-      db_error_of([&] { s.db.record_measurement(measurement(s.device, s.problem, s.variants[0], 1.0)); });
+  const std::string message = attune::testing::error_of<DbError>(
+      [&] { s.db.record_measurement(measurement(s.device, s.problem, s.variants[0], 1.0)); });
   EXPECT_TRUE(contains(message, "locked")) << message;
   EXPECT_TRUE(contains(message, path.string())) << message;
   raw.exec("ROLLBACK");
@@ -619,19 +608,20 @@ TEST(TuningDbTest, MergeRefusesMissingCorruptAndOldFiles) {
   const std::string before = raw.dump();
 
   const fs::path missing = dir.path() / "missing.db";
-  EXPECT_TRUE(contains(db_error_of([&] { s.db.merge_from(missing); }), missing.string()));
+  EXPECT_TRUE(contains(attune::testing::error_of<DbError>([&] { s.db.merge_from(missing); }), missing.string()));
   EXPECT_FALSE(fs::exists(missing));
 
   const fs::path garbage = dir.path() / "garbage.db";
   std::ofstream(garbage, std::ios::binary) << std::string(4096, 'g');
-  const std::string message = db_error_of([&] { s.db.merge_from(garbage); });
+  const std::string message = attune::testing::error_of<DbError>([&] { s.db.merge_from(garbage); });
   EXPECT_TRUE(contains(message, garbage.string())) << message;
   EXPECT_EQ(read_bytes(garbage), std::string(4096, 'g'));
 
   const fs::path newer = dir.path() / "newer.db";
   { const Seeded other(newer); }
   RawDb(newer).exec("PRAGMA user_version = 3");
-  EXPECT_TRUE(contains(db_error_of([&] { s.db.merge_from(newer); }), "schema version 3; expected 2"));
+  EXPECT_TRUE(
+      contains(attune::testing::error_of<DbError>([&] { s.db.merge_from(newer); }), "schema version 3; expected 2"));
 
   EXPECT_EQ(raw.dump(), before);
   EXPECT_TRUE(s.db.record_measurement(measurement(s.device, s.problem, s.variants[1], 1.0)));  // still usable
