@@ -13,6 +13,7 @@
 #include <string>
 
 #include "reference/accuracy.h"
+#include "runtime/dispatch/heuristics.h"
 #include "tests/support/covering_set.h"
 #include "tests/support/emu_forward.h"
 
@@ -76,7 +77,7 @@ TEST(FlashFwdEmuTest, StridedInputsAndOutputs) {
             in.q[static_cast<std::size_t>(element_offset(in.problem.q_strides, 0, i, h) + d)];
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(strided)), 0);
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(strided)));
-  const Variant variant = parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st2");
+  const Variant variant = heuristic_variant("fwd", DType::kBF16, 64, 64, require_arch("sm_90a"));
   emulate_forward(strided, {q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}, variant);
   const ReferenceOutput want = reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data());
   const ReferenceOutput naive = naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data());

@@ -56,20 +56,25 @@ TEST(DispatcherTest, TunedThenNearestThenHeuristic) {
   tuned.device = "gpu-a";
   const ProblemKey exact = problem_key(Op::kForward, problem(1000, 4000));
   const ProblemKey far = problem_key(Op::kForward, problem(16, 16));
-  tuned.entries = {{exact, "flash_fwd/d64.bm128.bn64.wm8.wn1.st3"}, {far, "flash_fwd/d64.bm64.bn32.wm4.wn1.st1"}};
+  // Two listed variants other than the heuristic's.
+  const std::vector<Variant> listed = enumerate_variants("fwd", DType::kBF16, 64, 64, kArch);
+  const std::string tuned_id = listed.front().id();
+  const std::string far_id = listed.back().id();
+  ASSERT_NE(tuned_id, heuristic_variant("fwd", DType::kBF16, 64, 64, kArch).id());
+  tuned.entries = {{exact, tuned_id}, {far, far_id}};
   Dispatcher dispatcher("gpu-a", kArch, &tuned);
 
   const DispatchChoice& hit = dispatcher.choose(problem(1000, 4000));
   EXPECT_EQ(hit.rule, DispatchRule::kTuned);
-  EXPECT_EQ(hit.variant.id(), "flash_fwd/d64.bm128.bn64.wm8.wn1.st3");
+  EXPECT_EQ(hit.variant.id(), tuned_id);
 
   const DispatchChoice near = dispatcher.resolve(problem(2000, 4000));  // one doubling away from `exact`
   EXPECT_EQ(near.rule, DispatchRule::kNearestTuned);
-  EXPECT_EQ(near.variant.id(), "flash_fwd/d64.bm128.bn64.wm8.wn1.st3");
+  EXPECT_EQ(near.variant.id(), tuned_id);
   EXPECT_NE(near.detail.find("at distance 1"), std::string::npos) << near.detail;
 
   const DispatchChoice tiny = dispatcher.resolve(problem(20, 20));  // nearer to `far`
-  EXPECT_EQ(tiny.variant.id(), "flash_fwd/d64.bm64.bn32.wm4.wn1.st1");
+  EXPECT_EQ(tiny.variant.id(), far_id);
 
   const DispatchChoice other_class = dispatcher.resolve(problem(1000, 4000, 128));
   EXPECT_EQ(other_class.rule, DispatchRule::kHeuristic);
@@ -117,14 +122,15 @@ TEST(DispatcherTest, DecodeKeysTheCacheAndCarriesTheSplitCount) {
   EXPECT_EQ(key.to_string(), "decode/bf16/dk64/dv64/none/sq2^2/sk2^15/bh2^1");  // 1 row x 4 heads per KV head
   FakeTuned tuned;
   tuned.device = "gpu-a";
-  tuned.entries = {{key, "flash_fwd/d64.bm128.bn64.wm8.wn1.st3"},              // another kernel
-                   {key, "flash_decode/d64.bm16.bn64.wn4.st2.pk1"},            // no split count
-                   {key, "flash_decode/d64.bm16.bn64.wn4.st2.pk1/splits999"},  // out of range
-                   {key, "flash_decode/d64.bm16.bn128.wn4.st1.pk1/splits12"}};
+  const std::string decode_id = enumerate_variants("decode", DType::kBF16, 64, 64, kArch).front().id();
+  tuned.entries = {{key, heuristic_variant("fwd", DType::kBF16, 64, 64, kArch).id()},  // another kernel
+                   {key, decode_id},                                                   // no split count
+                   {key, decode_id + "/splits999"},                                    // out of range
+                   {key, decode_id + "/splits12"}};
   Dispatcher dispatcher("gpu-a", kArch, &tuned);
   const DispatchChoice choice = dispatcher.resolve(Op::kDecode, decode_problem(20000));
   EXPECT_EQ(choice.rule, DispatchRule::kTuned) << choice.detail;
-  EXPECT_EQ(choice.variant.id(), "flash_decode/d64.bm16.bn128.wn4.st1.pk1");
+  EXPECT_EQ(choice.variant.id(), decode_id);
   EXPECT_EQ(choice.splits, 12);
   tuned.entries.pop_back();
   const DispatchChoice fallback = dispatcher.resolve(Op::kDecode, decode_problem(20000));
