@@ -12,8 +12,8 @@
 
 #include "cli/problem_flags.h"
 #include "core/error.h"
-#include "io/atomic_file.h"
 #include "core/version.h"
+#include "io/atomic_file.h"
 #include "runtime/jit/kernel_cache.h"
 #include "tuner/exchange.h"
 #include "tuner/report.h"

@@ -70,7 +70,6 @@ std::string Variant::id() const {
   return out;
 }
 
-
 void require_kernel(const Variant& variant, KernelId id) {
   if (variant.kernel == nullptr || variant.kernel->id != id) {
     throw InvalidArgument("variant " + (variant.kernel == nullptr ? std::string("(none)") : variant.id()) +

@@ -53,9 +53,7 @@ void write_file_atomically(const std::filesystem::path& path, std::span<const st
   const std::filesystem::path directory =
       relative_to_fd ? std::filesystem::path() : (path.has_parent_path() ? path.parent_path() : ".");
   const int at = relative_to_fd ? options.directory_fd : AT_FDCWD;
-  const auto shown = [&](const std::string& file) {
-    return relative_to_fd ? file : (directory / file).string();
-  };
+  const auto shown = [&](const std::string& file) { return relative_to_fd ? file : (directory / file).string(); };
 
   std::string temp;
   int raw = -1;

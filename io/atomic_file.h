@@ -17,9 +17,9 @@
 namespace attune::io {
 
 struct AtomicWriteOptions {
-  unsigned mode = 0666;     // of a new file, before the umask
-  int directory_fd = -1;    // >= 0: `path` is a name inside this open directory (openat/renameat)
-  bool no_follow = false;   // refuse a temporary name that is a symbolic link (O_NOFOLLOW)
+  unsigned mode = 0666;              // of a new file, before the umask
+  int directory_fd = -1;             // >= 0: `path` is a name inside this open directory (openat/renameat)
+  bool no_follow = false;            // refuse a temporary name that is a symbolic link (O_NOFOLLOW)
   std::string temp_infix = ".tmp.";  // temporary name: "." + name + infix + pid.counter
 };
 

@@ -27,8 +27,14 @@ ProblemKey key_of(const json& e) {
   const std::string op = text("op");
   const std::string dtype = text("dtype");
   const std::string mask = text("mask");
-  if (const auto o = parse_op(op)) key.op = *o; else throw bad("op", op, "fwd, decode or bwd");
-  if (const auto d = parse_dtype(dtype)) key.dtype = *d; else throw bad("dtype", dtype, "fp16 or bf16");
+  if (const auto o = parse_op(op))
+    key.op = *o;
+  else
+    throw bad("op", op, "fwd, decode or bwd");
+  if (const auto d = parse_dtype(dtype))
+    key.dtype = *d;
+  else
+    throw bad("dtype", dtype, "fp16 or bf16");
   if (const auto m = parse_mask_kind(mask)) {
     key.mask = *m;
   } else {
@@ -39,7 +45,8 @@ ProblemKey key_of(const json& e) {
   // Bucket exponents out of range are refused by the database, not wrapped here.
   const auto exponent = [&](const char* field) {
     const int v = e.at(field).get<int>();
-    if (v < 0 || v > 62) throw InvalidArgument("import: " + std::string(field) + " " + std::to_string(v) + "; expected 0..62");
+    if (v < 0 || v > 62)
+      throw InvalidArgument("import: " + std::string(field) + " " + std::to_string(v) + "; expected 0..62");
     return static_cast<std::int8_t>(v);
   };
   key.seqlen_q_log2 = exponent("seqlen_q_log2");
@@ -150,13 +157,12 @@ std::size_t import_json(tuning_db::TuningDb& db, std::istream& in) {
       const tuning_db::TemplateRowId tmpl =
           db.upsert_template(e.at("kernel").get<std::string>(), e.at("template_hash").get<std::string>());
       const tuning_db::VariantRowId variant = db.upsert_variant(tmpl, e.at("variant").get<std::string>());
-      const tuning_db::ProblemRowId problem =
-          db.upsert_problem({.key = key_of(e),
-                             .seqlen_q = e.at("seqlen_q").get<std::int64_t>(),
-                             .seqlen_k = e.at("seqlen_k").get<std::int64_t>(),
-                             .batch = e.at("batch").get<std::int64_t>(),
-                             .heads_q = e.at("heads_q").get<std::int64_t>(),
-                             .heads_kv = e.at("heads_kv").get<std::int64_t>()});
+      const tuning_db::ProblemRowId problem = db.upsert_problem({.key = key_of(e),
+                                                                 .seqlen_q = e.at("seqlen_q").get<std::int64_t>(),
+                                                                 .seqlen_k = e.at("seqlen_k").get<std::int64_t>(),
+                                                                 .batch = e.at("batch").get<std::int64_t>(),
+                                                                 .heads_q = e.at("heads_q").get<std::int64_t>(),
+                                                                 .heads_kv = e.at("heads_kv").get<std::int64_t>()});
       const bool inserted = db.record_measurement(
           {.device = device,
            .problem = problem,

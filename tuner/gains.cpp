@@ -69,7 +69,6 @@ std::optional<double> gain_from(const std::vector<tuning_db::MeasurementRow>& ro
 
 }  // namespace
 
-
 KeyAnalysis analyze_key(const tuning_db::TuningDb& db, const tuning_db::BestRow& row) {
   KeyAnalysis k{.best = row, .rows = db.measurements(row.device_key, row.key), .default_id = std::nullopt};
   k.default_id = default_variant_id(k.rows, row);

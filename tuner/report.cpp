@@ -10,13 +10,13 @@
 #include <string_view>
 
 #include "core/error.h"
-#include "tuner/gains.h"
 #include "generator/variants.h"
 #include "runtime/dispatch/db_tuned_source.h"
 #include "runtime/dispatch/heuristics.h"
 #include "runtime/dispatch/tuned_id.h"
 #include "runtime/launch/flash_decode_params.h"
 #include "runtime/runtime.h"
+#include "tuner/gains.h"
 
 namespace attune::tuner {
 

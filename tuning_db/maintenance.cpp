@@ -137,8 +137,14 @@ ProblemKey read_key(const sqlite::Statement& row, int first) {
   const std::string dtype = row.text(first + 1);
   const std::string mask = row.text(first + 4);
   ProblemKey key;
-  if (const auto o = parse_op(op)) key.op = *o; else throw bad("op", op, "fwd, decode or bwd");
-  if (const auto d = parse_dtype(dtype)) key.dtype = *d; else throw bad("dtype", dtype, "fp16 or bf16");
+  if (const auto o = parse_op(op))
+    key.op = *o;
+  else
+    throw bad("op", op, "fwd, decode or bwd");
+  if (const auto d = parse_dtype(dtype))
+    key.dtype = *d;
+  else
+    throw bad("dtype", dtype, "fp16 or bf16");
   if (const auto m = parse_mask_kind(mask)) {
     key.mask = *m;
   } else {

@@ -171,7 +171,6 @@ std::string env(const char* name) {
 
 }  // namespace
 
-
 TuningDb::TuningDb(std::unique_ptr<State> state) : state_(std::move(state)) {}
 TuningDb::TuningDb(TuningDb&&) noexcept = default;
 TuningDb& TuningDb::operator=(TuningDb&&) noexcept = default;

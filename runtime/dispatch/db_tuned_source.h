@@ -18,5 +18,4 @@ class DbTunedSource : public TunedSource {
   const tuning_db::TuningDb& db_;
 };
 
-
 }  // namespace attune

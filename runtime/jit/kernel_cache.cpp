@@ -141,7 +141,6 @@ long long read_full(int fd, char* data, std::size_t size) {
   return static_cast<long long>(done);
 }
 
-
 // Both timestamps of a touch. Set explicitly, not UTIME_NOW: on many kernels
 // the file clock ticks only every few milliseconds, and eviction must order
 // entries stored in quick succession.
@@ -266,7 +265,6 @@ Verdict read_entry(int fd, std::uint64_t file_size, const std::string& canonical
   if (sha256(payload.data(), payload.size()) != expected_sha) return corrupt("payload SHA-256 mismatch");
   return {};
 }
-
 
 }  // namespace
 
@@ -454,8 +452,9 @@ void KernelCache::store(const CacheKey& key, std::span<const char> binary) {
 
   const std::span<const std::byte> pieces[] = {std::as_bytes(std::span(header)), std::as_bytes(binary)};
   try {
-    io::write_file_atomically(digest, pieces,
-                              {.mode = 0600, .directory_fd = dir_fd_, .no_follow = true, .temp_infix = std::string(kTempInfix)});
+    io::write_file_atomically(
+        digest, pieces,
+        {.mode = 0600, .directory_fd = dir_fd_, .no_follow = true, .temp_infix = std::string(kTempInfix)});
   } catch (const IoError& e) {
     throw IoError("kernel cache entry '" + path + "': " + std::string(e.what()).substr(digest.size() + 2));
   }

@@ -44,10 +44,12 @@ TEST(WorkerProtocolTest, AFailureWithoutNumbersRoundTrips) {
 TEST(WorkerProtocolTest, OtherLinesAndBrokenResultsAreNoResult) {
   EXPECT_FALSE(parse_result("compiling flash_fwd/d64..."));
   EXPECT_FALSE(parse_result("{\"attune_result\": 1, \"ok\": true"));  // cut short
-  EXPECT_FALSE(parse_result("{\"attune_result\": 2, \"ok\": false, \"max_error\": null, \"median_ms\": null, "
-                            "\"spread_ms\": null, \"tflops\": null, \"error\": \"\"}"));  // another version
-  EXPECT_FALSE(parse_result("{\"attune_result\": 1, \"ok\": true, \"max_error\": null, \"median_ms\": null, "
-                            "\"spread_ms\": null, \"tflops\": null, \"error\": \"\"}"));  // ok without a time
+  EXPECT_FALSE(
+      parse_result("{\"attune_result\": 2, \"ok\": false, \"max_error\": null, \"median_ms\": null, "
+                   "\"spread_ms\": null, \"tflops\": null, \"error\": \"\"}"));  // another version
+  EXPECT_FALSE(
+      parse_result("{\"attune_result\": 1, \"ok\": true, \"max_error\": null, \"median_ms\": null, "
+                   "\"spread_ms\": null, \"tflops\": null, \"error\": \"\"}"));  // ok without a time
   EXPECT_FALSE(parse_result("[1, 2]"));
 }
 
