@@ -31,7 +31,7 @@ int main(int argc, char** argv) {
   attune::cli::AttentionOptions attention;
   CLI::App* attention_cmd = attune::cli::add_attention_command(app, attention);
   attune::cli::VariantsOptions variants;
-  CLI::App* variants_list_cmd = attune::cli::add_variants_command(app, variants);
+  const attune::cli::VariantsCommands variants_cmds = attune::cli::add_variants_command(app, variants);
   attune::cli::ExplainOptions explain;
   CLI::App* explain_cmd = attune::cli::add_explain_command(app, explain);
   CLI::App* doctor_cmd = attune::cli::add_doctor_command(app);
@@ -56,7 +56,9 @@ int main(int argc, char** argv) {
   }
   try {
     if (attention_cmd->parsed()) attune::cli::run_attention(attention);
-    if (variants_list_cmd->parsed()) attune::cli::run_variants_list(variants);
+    if (variants_cmds.list->parsed()) attune::cli::run_variants_list(variants);
+    if (variants_cmds.profile->parsed()) attune::cli::run_variants_profile(variants);
+    if (variants_cmds.dump->parsed()) attune::cli::run_variants_dump(variants);
     if (explain_cmd->parsed()) attune::cli::run_explain(explain);
     if (doctor_cmd->parsed()) attune::cli::run_doctor();
     if (tune_cmds.tune->parsed()) attune::cli::run_tune(tune);

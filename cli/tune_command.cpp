@@ -70,6 +70,9 @@ TuneCommands add_tune_commands(CLI::App& app, TuneCommandOptions& t, DbCommandOp
   c.tune->add_option("--seqlens", t.seqlens, "Sq = Sk values, e.g. 128,1024");
   c.tune->add_option("--batch-heads", t.batch_heads, "BxH values, e.g. 1x8,4x16");
   c.tune->add_option("--max-variants", t.max_variants, "Variants per problem class (0: all)");
+  c.tune->add_option("--order", t.order,
+                     "list (max-variants spread over the list) or model (the speed model's best first, "
+                     "as attune variants profile bounds them)");
   c.tune->add_option("--op", t.op, "fwd, bwd, or decode (split-KV over a KV cache; --seqlens are then cache lengths)");
   c.tune->add_option("--queries", t.queries, "Decode: query rows per sequence, e.g. 1,4");
   c.tune->add_option("--gqa", t.gqa, "Decode: query heads per KV head (--batch-heads counts KV heads)");
@@ -125,7 +128,8 @@ void run_tune(const TuneCommandOptions& o) {
                                                              {"op", &o.op},
                                                              {"queries", &o.queries},
                                                              {"gqa", &o.gqa},
-                                                             {"splits", &o.splits}};
+                                                             {"splits", &o.splits},
+                                                             {"order", &o.order}};
   for (const auto& [axis, values] : axes) {
     if (!values->empty()) tuner::set_axis(spec, axis, *values);
   }

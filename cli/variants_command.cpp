@@ -14,7 +14,7 @@
 
 namespace attune::cli {
 
-CLI::App* add_variants_command(CLI::App& app, VariantsOptions& o) {
+VariantsCommands add_variants_command(CLI::App& app, VariantsOptions& o) {
   CLI::App* variants = app.add_subcommand("variants", "Inspect the kernel variant space");
   variants->require_subcommand(1);
   CLI::App* list = variants->add_subcommand("list", "Print the valid variants of a problem class on an architecture");
@@ -25,7 +25,24 @@ CLI::App* add_variants_command(CLI::App& app, VariantsOptions& o) {
   list->add_option("--arch", o.arch, "GPU architecture: " + known_archs())->capture_default_str();
   list->add_flag("--compile", o.compile, "Compile each variant with NVRTC and print its resources");
   list->add_option("--jobs", o.jobs, "Parallel compiles (default: one per core)")->check(CLI::Range(0, 256));
-  return list;
+
+  CLI::App* profile =
+      variants->add_subcommand("profile", "A variant's resources, SASS mix, emulated cost per key tile and bound");
+  profile->add_option("id", o.id, "Variant id (as 'attune variants list' prints it)")->required();
+  profile->add_option("--arch", o.arch, "GPU architecture: sm_80, sm_86, sm_89 or sm_90a")->capture_default_str();
+  profile->add_option("--dtype", o.dtype, "Storage dtype: fp16 or bf16")->capture_default_str();
+  profile->add_option("--format", o.format, "text or json")->capture_default_str();
+  profile->add_option("--sm-count", o.sm_count, "SMs of the GPU (default: the architecture's example part)")
+      ->check(CLI::Range(1, 4096));
+  profile->add_option("--clock-ghz", o.clock_ghz, "SM clock of the GPU in GHz (default: its peak-rate clock)")
+      ->check(CLI::Range(0.1, 10.0));
+
+  CLI::App* dump = variants->add_subcommand("dump", "Write a variant's bundled source, PTX, cubin and ptxas log");
+  dump->add_option("id", o.id, "Variant id")->required();
+  dump->add_option("--arch", o.arch, "GPU architecture: " + known_archs())->capture_default_str();
+  dump->add_option("--dtype", o.dtype, "Storage dtype: fp16 or bf16")->capture_default_str();
+  dump->add_option("--out", o.out, "Directory to write into (created)")->required();
+  return {list, profile, dump};
 }
 
 void run_variants_list(const VariantsOptions& o) {

@@ -10,10 +10,12 @@
 #include <optional>
 #include <source_location>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/dtype.h"
 #include "core/enum_names.h"
+#include "emulator/bank_model.h"
 #include "emulator/fiber.h"
 #include "emulator/shared_shadow.h"
 #include "emulator/warp_ops.h"
@@ -33,8 +35,9 @@ constexpr NamedValue<WarpOp> kWarpOpNames[] = {
 
 std::string_view to_string(WarpOp op) { return name_of(kWarpOpNames, op); }
 
-std::string site_of(const Where& where) {
-  std::string file = where.file_name();
+// "templates/flash_tile.cuh:123": the project-relative part of a file name.
+std::string site_text(const char* file_name, std::uint_least32_t line) {
+  std::string file = file_name;
   // Trim to the project-relative part: templates/..., tests/...
   for (const char* root : {"templates/", "tests/", "emulator/", "bench/"}) {
     const std::size_t at = file.rfind(root);
@@ -43,8 +46,10 @@ std::string site_of(const Where& where) {
       break;
     }
   }
-  return file + ":" + std::to_string(where.line());
+  return file + ":" + std::to_string(line);
 }
+
+std::string site_of(const Where& where) { return site_text(where.file_name(), where.line()); }
 
 bool same_site(const Where& a, const Where& b) {
   return a.line() == b.line() && std::strcmp(a.file_name(), b.file_name()) == 0;
@@ -53,6 +58,20 @@ bool same_site(const Where& a, const Where& b) {
 struct AsyncCopy {
   std::uint64_t offset;  // in shared memory
   std::array<unsigned char, 16> data;
+};
+
+// One warp instruction's shared accesses are grouped by where they come from
+// and how many times this lane has been there since the warp last
+// converged (a barrier or a warp collective): the k-th execution of a line
+// by each lane is one instruction of the warp.
+struct SiteVisit {
+  const char* file;
+  std::uint_least32_t line;
+  std::uint_least32_t column;
+  std::uint32_t occurrence;
+  bool operator<(const SiteVisit& o) const {
+    return std::tie(file, line, column, occurrence) < std::tie(o.file, o.line, o.column, o.occurrence);
+  }
 };
 
 struct Thread {
@@ -74,6 +93,8 @@ struct Thread {
   // cp.async groups: the open one, then committed ones oldest first.
   std::vector<AsyncCopy> open_group;
   std::deque<std::vector<AsyncCopy>> committed;
+  // Times at each shared-access site since the warp last converged.
+  std::vector<std::pair<SiteVisit, std::uint32_t>> visits;
 };
 
 struct Buffer {
@@ -125,6 +146,52 @@ struct Emulator::Impl {
 
   std::vector<BugReport> reports;
   std::size_t dropped = 0;
+
+  // --- counting, for the speed model ----------------------------------
+  LaunchCounters counters;
+  // Per warp of the block: the shared accesses of each warp instruction
+  // not yet accounted.
+  std::vector<std::map<SiteVisit, std::vector<LaneAccess>>> pending_shared;
+
+  void count_shared(Thread& t, u64 offset, u64 bytes, const Where& where) {
+    SiteVisit site{where.file_name(), where.line(), where.column(), 0};
+    auto it = std::find_if(t.visits.begin(), t.visits.end(), [&](const auto& v) {
+      return v.first.file == site.file && v.first.line == site.line && v.first.column == site.column;
+    });
+    if (it == t.visits.end()) {
+      t.visits.push_back({site, 0});
+      it = t.visits.end() - 1;
+    }
+    site.occurrence = it->second++;
+    pending_shared[static_cast<std::size_t>(t.warp)][site].push_back(
+        LaneAccess{t.lane, offset, static_cast<std::uint32_t>(bytes)});
+  }
+
+  void add_site(const std::string& site, const Wavefronts& w) {
+    SiteTraffic& s = counters.sites[site];
+    s.site = site;
+    ++s.instructions;
+    s.wavefronts += w.actual;
+    s.ideal += w.ideal;
+    counters.shared_wavefronts += w.actual;
+    counters.shared_ideal += w.ideal;
+  }
+
+  // The warp has converged: its pending accesses are complete instructions.
+  void flush_shared(std::size_t warp) {
+    if (warp >= pending_shared.size()) return;
+    for (const auto& [visit, lanes] : pending_shared[warp]) {
+      add_site(site_text(visit.file, visit.line), access_wavefronts(lanes));
+      ++counters.shared_instructions;
+    }
+    pending_shared[warp].clear();
+    const std::size_t first = warp * kWarpSize;
+    for (std::size_t l = first; l < std::min(threads.size(), first + kWarpSize); ++l) threads[l].visits.clear();
+  }
+
+  void flush_all_shared() {
+    for (std::size_t w = 0; w < pending_shared.size(); ++w) flush_shared(w);
+  }
 
   void report(BugKind kind, const Thread& t, const Where& where, std::string detail) {
     if (reports.size() >= options.max_reports) {
@@ -208,10 +275,11 @@ struct Emulator::Impl {
                " by thread " + thread_text(other) + " since the last barrier");
   }
 
-  bool check_shared(const Thread& t, const void* p, u64 bytes, bool write, const Where& where) {
+  bool check_shared(Thread& t, const void* p, u64 bytes, bool write, const Where& where) {
     const auto offset = shared_offset(t, p, bytes, write ? "write" : "read", where);
     if (!offset) return false;
     track_shared(t, *offset, bytes, write, where);
+    count_shared(t, *offset, bytes, where);
     return true;
   }
 
@@ -267,10 +335,12 @@ void Emulator::Impl::run_block(const Dim3& index) {
   block_index = index;
   std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xFF));  // NaN in every float format
   shadow.reset(shared.size());
+  pending_shared.assign((threads.size() + kWarpSize - 1) / kWarpSize, {});
   for (Thread& t : threads) {
     t.state = State::kRunnable;
     t.open_group.clear();
     t.committed.clear();
+    t.visits.clear();
     t.fiber->reset(&Impl::thread_entry, this);
   }
   for (;;) {
@@ -299,6 +369,7 @@ void Emulator::Impl::run_block(const Dim3& index) {
     if (resolve_barrier()) continue;
     report_hang();
   }
+  flush_all_shared();
   // Copies nobody waited for still land before the block ends.
   for (Thread& t : threads) {
     for (const auto& group : t.committed) {
@@ -331,8 +402,10 @@ bool Emulator::Impl::resolve_warps() {
                  " threads: warp collectives need all 32 lanes");
       throw AbortLaunch{};
     }
+    flush_shared(w);  // the warp converged: its earlier accesses are whole instructions
     switch (first.op) {
       case WarpOp::kShuffle: {
+        ++counters.shuffles;
         std::array<u32, kWarpSize> values{};
         std::array<i32, kWarpSize> operands{};
         for (int l = 0; l < kWarpSize; ++l) {
@@ -344,6 +417,7 @@ bool Emulator::Impl::resolve_warps() {
         break;
       }
       case WarpOp::kMma: {
+        ++counters.mma;
         LaneWords4 a{};
         LaneWords2 b{};
         LaneFloats4 c{};
@@ -359,13 +433,18 @@ bool Emulator::Impl::resolve_warps() {
       case WarpOp::kLdmatrix: {
         std::array<Matrix8x8, 4> rows{};
         const int matrices = first.operand;
+        std::vector<std::uint64_t> row_offsets;
         for (int l = 0; l < 8 * matrices; ++l) {
           Thread& t = lanes[l];
           Matrix8x8& m = rows[static_cast<std::size_t>(l / 8)];
-          if (check_shared(t, t.address, 16, /*write=*/false, t.site)) {
-            std::memcpy(m[static_cast<std::size_t>(l % 8)].data(), t.address, 16);
-          }
+          const auto offset = shared_offset(t, t.address, 16, "read", t.site);
+          if (!offset) continue;
+          track_shared(t, *offset, 16, /*write=*/false, t.site);
+          row_offsets.push_back(*offset);
+          std::memcpy(m[static_cast<std::size_t>(l % 8)].data(), t.address, 16);
         }
+        add_site(site_of(first.site), ldmatrix_wavefronts(row_offsets));
+        ++counters.ldmatrix;
         const auto out = ldmatrix(matrices, first.flag, rows);
         for (int l = 0; l < kWarpSize; ++l) {
           for (int m = 0; m < 4; ++m) lanes[l].words[static_cast<std::size_t>(m)] = out[l][static_cast<std::size_t>(m)];
@@ -392,6 +471,8 @@ bool Emulator::Impl::resolve_barrier() {
     return false;  // some threads exited: the barrier can never complete
   }
   shadow.next_epoch();
+  flush_all_shared();
+  ++counters.barriers;
   for (Thread& t : threads) t.state = State::kRunnable;
   return true;
 }
@@ -445,6 +526,8 @@ void Emulator::register_buffer(std::string name, const void* data, std::size_t b
   const auto begin = reinterpret_cast<std::uintptr_t>(data);
   impl_->buffers[begin] = Buffer{begin + bytes, std::move(name)};
 }
+
+const LaunchCounters& Emulator::counters() const { return impl_->counters; }
 
 void Emulator::unregister_buffer(const void* data) { impl_->buffers.erase(reinterpret_cast<std::uintptr_t>(data)); }
 
@@ -510,6 +593,7 @@ unsigned char* shared_base() { return emulator().shared.data(); }
 
 bool global_access(const void* p, u64 bytes, bool write, const Where& where) {
   Emulator::Impl& e = emulator();
+  e.counters.global_bytes += bytes;
   return e.check_global(*e.current, p, bytes, write, where, std::min<u64>(bytes, 16));
 }
 
@@ -574,8 +658,10 @@ void cp_async(void* shared_dst, const void* global_src, i32 src_bytes, const Whe
     }
     std::memcpy(copy.data.data(), global_src, static_cast<std::size_t>(src_bytes));  // the rest is zero-fill
   }
+  e.counters.global_bytes += static_cast<u64>(src_bytes);
   // A new copy onto bytes still in flight, or onto bytes others use, is a race.
   e.track_shared(t, *offset, 16, /*write=*/true, where);
+  e.count_shared(t, *offset, 16, where);
   e.shadow.mark_pending(t.linear, *offset, 16);
   t.open_group.push_back(copy);
 }
@@ -611,6 +697,7 @@ u16 float_to_half(float value) { return float_to_half_bits(value); }
 u16 float_to_bfloat16(float value) { return float_to_bfloat16_bits(value); }
 
 float exp2_approx(float value) {
+  if (g_emulator != nullptr) ++g_emulator->counters.ex2;
   // ex2.approx.ftz: subnormal inputs and results flush to zero.
   if (std::fpclassify(value) == FP_SUBNORMAL) value = 0.0F;
   const float result = std::exp2(value);

@@ -14,6 +14,7 @@
 #include <memory>
 #include <string>
 
+#include "emulator/counters.h"
 #include "emulator/launch.h"
 #include "emulator/report.h"
 
@@ -46,6 +47,11 @@ class Emulator {
   void launch(void (*kernel)(Params), const LaunchConfig& config, const Params& params) {
     launch(config, [&] { kernel(params); });
   }
+
+  // What the launches of this emulator did (summed over launches): warp
+  // instructions, shared wavefronts by the bank model, exponentials,
+  // barriers, global bytes (emulator/counters.h).
+  const LaunchCounters& counters() const;
 
   struct Impl;  // public so that the primitives' hooks can reach the running launch
 

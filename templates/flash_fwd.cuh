@@ -54,21 +54,23 @@ struct FlashFwdTunables {
   static constexpr int kWarpsM[] = {2, 4, 8};                               // warps along the rows
   static constexpr int kWarpsN[] = {1, 2};                                  // warps along the keys of a tile
   static constexpr int kStages[] = {1, 2, 3, 4};                            // cp.async pipeline depth
-  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "wm", "wn", "st"};
+  static constexpr int kQRegs[] = {0, 1};  // 1: Q fragments stay in registers across the key tiles
+  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "wm", "wn", "st", "qr"};
 
   // Register model (fitted to ptxas on sm_90a, see docs/kernels.md): the O
   // accumulators cost one register per float, the S tile about 1.5 (its
-  // masks and exponentials keep temporaries alive); past this budget ptxas
-  // spills. Wider key slices than 64 per warp spill whatever the budget.
+  // masks and exponentials keep temporaries alive), Q fragments held in
+  // registers one per 32-bit word; past this budget ptxas spills. Wider key
+  // slices than 64 per warp spill whatever the budget.
   static constexpr int kRegisterBudget = 152;
   static constexpr int kMaxWarpKeyTiles = 8;
 
   ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int /*block_m*/, int /*block_n*/, int warps_m,
-                                                  int warps_n, int /*stages*/) {
+                                                  int warps_n, int /*stages*/, int /*q_regs*/) {
     return warps_m * warps_n * kWarpSize;
   }
   ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int head_dim, int block_m, int block_n, int /*warps_m*/,
-                                                       int warps_n, int stages) {
+                                                       int warps_n, int stages, int /*q_regs*/) {
     // Q tile, then `stages` K tiles, then `stages` V tiles (16-bit elements);
     // after the main loop the same bytes hold the partial states of the
     // warps with warp_n > 0 (floats: o, then m and l per row).
@@ -77,24 +79,25 @@ struct FlashFwdTunables {
     return pipeline > merge ? pipeline : merge;
   }
   ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int warps_m, int warps_n,
-                                                 int stages) {
+                                                 int stages, int q_regs) {
     const int warp_rows = block_m / warps_m;
     const int warp_keys = block_n / warps_n;
     const int m_tiles = warp_rows / 16;
     const int key_tiles = warp_keys / 8;
-    const int registers = m_tiles * (head_dim / 8) * 4 + m_tiles * key_tiles * 6;
+    const int registers = m_tiles * (head_dim / 8) * 4 + m_tiles * key_tiles * 6 +
+                          (q_regs != 0 ? m_tiles * (head_dim / 16) * 4 : 0);
     return block_m % warps_m == 0 && block_n % warps_n == 0 && warp_rows % 16 == 0 && warp_keys % 16 == 0 &&
            head_dim % 16 == 0 && stages >= 1 && stages <= 4 && warps_m * warps_n <= 8 &&
-           key_tiles <= kMaxWarpKeyTiles && registers <= kRegisterBudget;
+           key_tiles <= kMaxWarpKeyTiles && registers <= kRegisterBudget && (q_regs == 0 || q_regs == 1);
   }
 };
 
 // Grid: (ceil(max query rows / kBlockM), Hq, B); block: threads(); dynamic
 // shared memory: shared_bytes() (FlashFwdTunables).
-template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, class DType>
+template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kQRegs, class DType>
 ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
-  using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType>;
-  static_assert(FlashFwdTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages),
+  using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType, kQRegs != 0>;
+  static_assert(FlashFwdTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kQRegs),
                 "flash_fwd: these tunables break FlashFwdTunables::valid");
   const i32 m_block = dev::block_index().x;
   const i32 head = dev::block_index().y;

@@ -22,12 +22,15 @@ struct TileTunables {
   static constexpr int kWarpsN = kWarpsN_;
   static constexpr int kStages = kStages_;
   static constexpr int kThreads = kWarpsM * kWarpsN * kWarpSize;
-  static constexpr int kChunks = kHeadDim / 8;  // 16-byte chunks per row (load_rows)
 };
 
-// Every size of a forward or decode variant, derived from its tunables in one place.
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_, int kStages_, class DType_>
+// Every size of a forward or decode variant, derived from its tunables in
+// one place. kQInRegisters: each warp keeps its Q fragments in registers
+// across the key tiles instead of reloading them from shared memory.
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_, int kStages_, class DType_,
+          bool kQInRegisters_ = false>
 struct TileConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_> {
+  static constexpr bool kQInRegisters = kQInRegisters_;
   using Base = TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_>;
   using Base::kBlockM;
   using Base::kBlockN;
@@ -71,13 +74,15 @@ template <class Config, int kRows, class RowAddress>
 ATTUNE_DEVICE void load_rows(u16* dst, const RowAddress& row_address, i64 rows_valid, i32 cols_valid, bool vectorized) {
   using Tile = SmemTile<kRows, Config::kHeadDim>;
   const i32 tid = dev::linear_thread();
-  for (i32 c = tid; c < kRows * Config::kChunks; c += Config::kThreads) {
-    const i32 row = c / Config::kChunks;
-    const i32 col = (c % Config::kChunks) * 8;
+  // In storage order: thread t fills the t-th 16 bytes, whatever the layout.
+  for (i32 c = tid; c < Tile::kChunks; c += Config::kThreads) {
+    const typename Tile::Coord at = Tile::chunk_coord(c);
+    const i32 row = at.row;
+    const i32 col = at.col;
     const bool row_ok = row < rows_valid;
     const i32 cols = row_ok ? (cols_valid - col < 8 ? cols_valid - col : 8) : 0;
     const i32 valid = cols > 0 ? cols : 0;
-    u16* to = dst + Tile::offset(row, col);
+    u16* to = dst + c * 8;
     const u16* from = row_address(row_ok ? row : 0) + (row_ok ? col : 0);
     if (vectorized) {
       dev::cp_async::copy16(to, from, valid * 2);
@@ -107,31 +112,69 @@ struct TileMask {
   i32 pack;
 };
 
-// S = Q K^T for this warp's rows and keys of the tile, over the head
-// dimension 16 at a time.
+// A warp's A fragments of Q: read from shared memory at each use, or (with
+// kQInRegisters) loaded once before the key loop and kept in registers.
+template <class Config, bool kInRegisters = Config::kQInRegisters>
+struct QFragments {
+  const u16* q_s;
+  i32 warp_row0;
+  ATTUNE_DEVICE void load() {}  // nothing to keep
+  ATTUNE_DEVICE void get(u32 (&a)[Config::kMTiles][4], int ks) const {
+    const i32 lane = dev::lane_id();
+    ATTUNE_UNROLL
+    for (int mt = 0; mt < Config::kMTiles; ++mt) {
+      const i32 row = warp_row0 + mt * 16 + frag::x4_row(lane);
+      dev::warp::ldmatrix_x4(a[mt], q_s + Config::QTile::offset(row, ks * 16 + frag::x4_col(lane)));
+    }
+  }
+};
+
 template <class Config>
-ATTUNE_DEVICE void tile_scores(const u16* q_s, const u16* k_s, float (&s)[Config::kMTiles][Config::kNTiles][4],
-                               i32 warp_row0, i32 warp_key0) {
+struct QFragments<Config, true> {
+  const u16* q_s;
+  i32 warp_row0;
+  u32 held[Config::kKSteps][Config::kMTiles][4];
+  // After the Q tile landed (and a barrier).
+  ATTUNE_DEVICE void load() {
+    ATTUNE_UNROLL
+    for (int ks = 0; ks < Config::kKSteps; ++ks) {
+      QFragments<Config, false>{q_s, warp_row0}.get(held[ks], ks);
+    }
+  }
+  ATTUNE_DEVICE void get(u32 (&a)[Config::kMTiles][4], int ks) const {
+    ATTUNE_UNROLL
+    for (int mt = 0; mt < Config::kMTiles; ++mt) {
+      ATTUNE_UNROLL
+      for (int e = 0; e < 4; ++e) a[mt][e] = held[ks][mt][e];
+    }
+  }
+};
+
+// S = Q K^T for this warp's rows and keys of the tile, over the head
+// dimension 16 at a time; K's B fragments two 8-key tiles per ldmatrix.x4.
+template <class Config, class Q>
+ATTUNE_DEVICE void tile_scores(const Q& q, const u16* k_s, float (&s)[Config::kMTiles][Config::kNTiles][4],
+                               i32 warp_key0) {
   using D = typename Config::DType;
-  using QTile = typename Config::QTile;
   using KvTile = typename Config::KvTile;
   const i32 lane = dev::lane_id();
   fill(s, 0.0f);
   ATTUNE_UNROLL
   for (int ks = 0; ks < Config::kKSteps; ++ks) {
     u32 a[Config::kMTiles][4];
+    q.get(a, ks);
     ATTUNE_UNROLL
-    for (int mt = 0; mt < Config::kMTiles; ++mt) {
-      const i32 row = warp_row0 + mt * 16 + frag::x4_row(lane);
-      dev::warp::ldmatrix_x4(a[mt], q_s + QTile::offset(row, ks * 16 + frag::x4_col(lane)));
-    }
-    ATTUNE_UNROLL
-    for (int nt = 0; nt < Config::kNTiles; ++nt) {
-      u32 b[2];
-      const i32 key = warp_key0 + nt * 8 + frag::x2_row(lane);
-      dev::warp::ldmatrix_x2(b, k_s + KvTile::offset(key, ks * 16 + frag::x2_col(lane)));
+    for (int nt = 0; nt < Config::kNTiles; nt += 2) {
+      u32 b[4];
+      const i32 key = warp_key0 + nt * 8 + frag::x4_b_row(lane);
+      dev::warp::ldmatrix_x4(b, k_s + KvTile::offset(key, ks * 16 + frag::x2_col(lane)));
+      const u32 b0[2] = {b[0], b[1]};
+      const u32 b1[2] = {b[2], b[3]};
       ATTUNE_UNROLL
-      for (int mt = 0; mt < Config::kMTiles; ++mt) dev::warp::mma_m16n8k16<D>(s[mt][nt], a[mt], b, s[mt][nt]);
+      for (int mt = 0; mt < Config::kMTiles; ++mt) {
+        dev::warp::mma_m16n8k16<D>(s[mt][nt], a[mt], b0, s[mt][nt]);
+        dev::warp::mma_m16n8k16<D>(s[mt][nt + 1], a[mt], b1, s[mt][nt + 1]);
+      }
     }
   }
 }
@@ -183,28 +226,32 @@ ATTUNE_DEVICE void accumulate_pv(const float (&p)[Config::kMTiles][Config::kNTil
       a[mt][2] = dev::pack2<D>(p[mt][2 * ps + 1][0], p[mt][2 * ps + 1][1]);
       a[mt][3] = dev::pack2<D>(p[mt][2 * ps + 1][2], p[mt][2 * ps + 1][3]);
     }
+    // V's B fragments, two 8-column tiles per ldmatrix.x4.trans.
     ATTUNE_UNROLL
-    for (int dt = 0; dt < Config::kDTiles; ++dt) {
-      u32 b[2];
+    for (int dt = 0; dt < Config::kDTiles; dt += 2) {
+      u32 b[4];
       const i32 key = warp_key0 + ps * 16 + frag::x4_row(lane);
-      dev::warp::ldmatrix_x2_trans(b, v_s + KvTile::offset(key, dt * 8));
+      dev::warp::ldmatrix_x4_trans(b, v_s + KvTile::offset(key, dt * 8 + frag::x4_col(lane)));
+      const u32 b0[2] = {b[0], b[1]};
+      const u32 b1[2] = {b[2], b[3]};
       ATTUNE_UNROLL
-      for (int mt = 0; mt < Config::kMTiles; ++mt) dev::warp::mma_m16n8k16<D>(u[mt][dt], a[mt], b, u[mt][dt]);
+      for (int mt = 0; mt < Config::kMTiles; ++mt) {
+        dev::warp::mma_m16n8k16<D>(u[mt][dt], a[mt], b0, u[mt][dt]);
+        dev::warp::mma_m16n8k16<D>(u[mt][dt + 1], a[mt], b1, u[mt][dt + 1]);
+      }
     }
   }
 }
 
 // One K/V tile, step by step: scores, scale and mask by global position,
 // the softmax update, then P V.
-template <class Config, bool kMasked>
-ATTUNE_DEVICE void attend_tile(const u16* q_s, const u16* k_s, const u16* v_s, typename Config::Softmax& softmax,
+template <class Config, bool kMasked, class Q>
+ATTUNE_DEVICE void attend_tile(const Q& q, const u16* k_s, const u16* v_s, typename Config::Softmax& softmax,
                                const TileMask& mask, i64 row0, i64 key0, i64 q_len, i64 k_len) {
-  const i32 warp = dev::warp_id();
-  const i32 warp_row0 = (warp / Config::kWarpsN) * Config::kWarpRows;
-  const i32 warp_key0 = (warp % Config::kWarpsN) * Config::kWarpKeys;
+  const i32 warp_key0 = (dev::warp_id() % Config::kWarpsN) * Config::kWarpKeys;
   float s[Config::kMTiles][Config::kNTiles][4];
-  tile_scores<Config>(q_s, k_s, s, warp_row0, warp_key0);
-  scale_and_mask<Config, kMasked>(s, mask, row0 + warp_row0, key0 + warp_key0, q_len, k_len);
+  tile_scores<Config>(q, k_s, s, warp_key0);
+  scale_and_mask<Config, kMasked>(s, mask, row0 + q.warp_row0, key0 + warp_key0, q_len, k_len);
   softmax.update(s);
   accumulate_pv<Config>(s, v_s, softmax.u, warp_key0);
 }
@@ -219,20 +266,22 @@ template <class Config, class Issue>
 ATTUNE_DEVICE void attend_key_tiles(const u16* q_s, const u16* k_s, const u16* v_s, typename Config::Softmax& softmax,
                                     const TileMask& mask, i64 row0, i64 n_begin, i64 n_end, const KeyBounds& first,
                                     const KeyBounds& last, i64 q_len, i64 k_len, const Issue& issue) {
+  QFragments<Config> q{q_s, (dev::warp_id() / Config::kWarpsN) * Config::kWarpRows};
   for (i64 n = n_begin; n < n_begin + Config::kStages - 1; ++n) issue(n);
   for (i64 n = n_begin; n < n_end; ++n) {
     issue(n + Config::kStages - 1);
     dev::cp_async::wait<Config::kStages - 1>();  // tile n (and Q) landed
     dev::block::sync();
+    if (n == n_begin) q.load();  // Q has landed: keep it in registers when the variant does
     const i32 stage = static_cast<i32>(n % Config::kStages);
     const i64 key0 = n * Config::kBlockN;
     const u16* k_tile = k_s + stage * Config::kTileElems;
     const u16* v_tile = v_s + stage * Config::kTileElems;
     // Every valid row of the block sees every key of the tile: no mask.
     if (key0 >= last.begin && key0 + Config::kBlockN <= first.end) {
-      attend_tile<Config, false>(q_s, k_tile, v_tile, softmax, mask, row0, key0, q_len, k_len);
+      attend_tile<Config, false>(q, k_tile, v_tile, softmax, mask, row0, key0, q_len, k_len);
     } else {
-      attend_tile<Config, true>(q_s, k_tile, v_tile, softmax, mask, row0, key0, q_len, k_len);
+      attend_tile<Config, true>(q, k_tile, v_tile, softmax, mask, row0, key0, q_len, k_len);
     }
     dev::block::sync();  // the stage is overwritten next
   }

@@ -30,6 +30,15 @@ ATTUNE_DEVICE i32 x4_col(i32 lane) { return 8 * (lane / 16); }
 ATTUNE_DEVICE i32 x2_row(i32 lane) { return lane % 8; }
 ATTUNE_DEVICE i32 x2_col(i32 lane) { return 8 * ((lane / 8) % 2); }
 
+// ldmatrix.x4 of the B operands of two adjacent 8-column tiles (16 rows of
+// a K-major tile such as K: matrices 0, 1 are the first tile's two 8-deep
+// halves, 2, 3 the second's): row x4_b_row(lane), column x2_col(lane).
+ATTUNE_DEVICE i32 x4_b_row(i32 lane) { return lane % 8 + 8 * (lane / 16); }
+
+// ldmatrix.x4.trans of the B operands of two adjacent 8-column tiles of a
+// row-major [k][n] tile such as V (matrices 0, 1: the first tile's k halves;
+// 2, 3: the second's): k row x4_row(lane), column x4_col(lane).
+
 // ldmatrix.x4.trans of the A operand from a tile stored transposed ([k][m],
 // e.g. dS^T read as dS): k row x4t_row(lane), m column x4t_col(lane).
 ATTUNE_DEVICE i32 x4t_row(i32 lane) { return 8 * (lane / 16) + lane % 8; }

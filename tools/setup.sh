@@ -13,7 +13,7 @@ packages=(
   libcli11-dev
   libclang-16-dev libclang-cpp16-dev llvm-16-dev clang-16
   clang-format clang-tidy-16
-  python3-numpy
+  python3-numpy python3-pip
   chromium
 )
 
@@ -49,3 +49,31 @@ if ((${#problems[@]})); then
   exit 1
 fi
 echo "setup: CUDA toolkit found at $cuda_home"
+
+# nvdisasm (the SASS mix of `attune variants profile`) is not in every CUDA
+# toolkit image; NVIDIA's PyPI wheel nvidia-cuda-nvdisasm carries it. The
+# wheel is downloaded and the one binary unpacked into the user's cache, so
+# nothing is installed into the system's Python.
+tools_bin="${XDG_CACHE_HOME:-$HOME/.cache}/attune/tools/bin"
+if ! command -v nvdisasm >/dev/null 2>&1 && [ ! -x "$cuda_home/bin/nvdisasm" ] && [ ! -x "$tools_bin/nvdisasm" ]; then
+  echo "setup: fetching nvdisasm from PyPI (nvidia-cuda-nvdisasm) into $tools_bin"
+  wheel_dir="$(mktemp -d)"
+  /usr/bin/python3 -m pip download --quiet --no-deps --only-binary=:all: --dest "$wheel_dir" \
+    "nvidia-cuda-nvdisasm>=13,<14"
+  mkdir -p "$tools_bin"
+  /usr/bin/python3 - "$wheel_dir" "$tools_bin" <<'PY'
+import glob, os, sys, zipfile
+wheel = glob.glob(os.path.join(sys.argv[1], "*.whl"))[0]
+with zipfile.ZipFile(wheel) as z:
+    name = next(n for n in z.namelist() if n.endswith("/bin/nvdisasm"))
+    target = os.path.join(sys.argv[2], "nvdisasm")
+    with z.open(name) as src, open(target + ".tmp", "wb") as dst:
+        dst.write(src.read())
+    os.chmod(target + ".tmp", 0o755)
+    os.replace(target + ".tmp", target)
+PY
+  rm -rf "$wheel_dir"
+fi
+"$tools_bin/nvdisasm" --version >/dev/null 2>&1 || command -v nvdisasm >/dev/null 2>&1 ||
+  [ -x "$cuda_home/bin/nvdisasm" ] || { echo "setup: nvdisasm is missing" >&2; exit 1; }
+echo "setup: nvdisasm found"

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cstdlib>
 
 #include "core/error.h"
 #include "generator/variants.h"
 #include "runtime/dispatch/heuristics.h"
 #include "runtime/dispatch/tuned_id.h"
+#include "profile/profile.h"
 #include "runtime/runtime.h"
 
 namespace attune::tuner {
@@ -79,7 +81,32 @@ KeyAnalysis analyze_key(const tuning_db::TuningDb& db, const tuning_db::BestRow&
       break;
     }
   }
+  if (row.key.op != Op::kDecode) k.predicted_tflops = predicted_tflops(row.device_key, row.variant_id, row.key.dtype);
   return k;
+}
+
+std::optional<double> predicted_tflops(const std::string& device_key, const std::string& variant_id, DType dtype) {
+  if (device_key == kEmulatorDeviceKey) return std::nullopt;
+  // "name/ccM.m/smN"
+  const std::size_t cc = device_key.rfind("/cc");
+  const std::size_t sm = device_key.rfind("/sm");
+  if (cc == std::string::npos || sm == std::string::npos || sm < cc) return std::nullopt;
+  const std::string version = device_key.substr(cc + 3, sm - cc - 3);
+  const std::size_t dot = version.find('.');
+  if (dot == std::string::npos) return std::nullopt;
+  const int major = std::atoi(version.substr(0, dot).c_str());
+  const int minor = std::atoi(version.substr(dot + 1).c_str());
+  const int sms = std::atoi(device_key.substr(sm + 3).c_str());
+  const std::string arch = "sm_" + std::to_string(major * 10 + minor) + (major == 9 && minor == 0 ? "a" : "");
+  try {
+    const profile::ArchRates rates = profile::arch_rates(arch);
+    const Variant v = parse_tuned_id(variant_id).variant;
+    return profile::bound_of(profile::emulate_per_key_tile(v, dtype), rates, sms > 0 ? sms : rates.sm_count,
+                             rates.clock_ghz)
+        .tflops;
+  } catch (const Error&) {
+    return std::nullopt;  // an architecture without rates, or an id this attune does not know
+  }
 }
 
 std::optional<double> gain_over_default(const tuning_db::TuningDb& db, const tuning_db::BestRow& row) {

@@ -19,7 +19,16 @@ struct KeyAnalysis {
   std::optional<std::string> default_id;
   std::optional<double> gain;
   std::optional<double> tflops;  // of the best measurement
+  // The speed model's bound of the best variant on the device (forward and
+  // backward keys of a GPU; not for the emulator, whose timings are CPU
+  // time), to set against the measured TFLOP/s.
+  std::optional<double> predicted_tflops;
 };
+
+// The model's bound of a variant on the GPU of a device key
+// ("NVIDIA H200/cc9.0/sm132"), or nothing when the key is the emulator's or
+// its architecture has no rates.
+std::optional<double> predicted_tflops(const std::string& device_key, const std::string& variant_id, DType dtype);
 KeyAnalysis analyze_key(const tuning_db::TuningDb& db, const tuning_db::BestRow& row);
 
 // How many times faster the best variant of `row` is than the heuristic

@@ -162,10 +162,16 @@ std::string bar_chart_svg(const std::vector<Bar>& bars, const std::string& axis_
 std::string best_table_row(const KeyAnalysis& k) {
   const std::string tflops = k.tflops ? format_significant(*k.tflops) : "-";
   const std::string gain = k.gain ? format_gain(*k.gain) : "-";
+  // The model's bound beside the measurement, and the share of it reached.
+  std::string predicted = "-";
+  if (k.predicted_tflops && *k.predicted_tflops > 0) {
+    predicted = format_significant(*k.predicted_tflops);
+    if (k.tflops) predicted += " (" + format("%.0f", 100.0 * *k.tflops / *k.predicted_tflops) + "%)";
+  }
   return "<tr><td><code>" + html_escape(k.best.key.to_string()) + "</code></td><td><code>" +
          html_escape(k.best.variant_id) + "</code></td><td class=\"num\">" + format_ms(k.best.median_ms) +
-         "</td><td class=\"num\">" + tflops + "</td><td class=\"num\">" + gain + "</td><td class=\"num\">" +
-         std::to_string(k.rows.size()) + "</td></tr>\n";
+         "</td><td class=\"num\">" + tflops + "</td><td class=\"num\">" + predicted + "</td><td class=\"num\">" +
+         gain + "</td><td class=\"num\">" + std::to_string(k.rows.size()) + "</td></tr>\n";
 }
 
 // One bar per variant (its fastest ok measurement: a key may hold several
@@ -384,7 +390,8 @@ std::string html_report(const tuning_db::TuningDb& db, const std::string& title)
       continue;
     }
     s += "<h3>Best variant per problem key</h3>\n<table class=\"best\">\n<tr><th>Problem key</th><th>Best "
-         "variant</th><th>Median ms</th><th>TFLOP/s</th><th>Gain over default</th><th>Measurements</th></tr>\n";
+         "variant</th><th>Median ms</th><th>TFLOP/s</th><th>Model bound (reached)</th><th>Gain over default</th>"
+         "<th>Measurements</th></tr>\n";
     for (const KeyAnalysis& k : keys) s += best_table_row(k);
     s += "</table>\n";
     s += "<h3>Tuning gain</h3>\n" + gain_chart(keys);

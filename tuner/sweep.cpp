@@ -3,9 +3,12 @@
 #include <algorithm>
 #include <charconv>
 #include <fstream>
+#include <map>
+#include <mutex>
 #include <sstream>
 
 #include "core/error.h"
+#include "profile/profile.h"
 #include "runtime/dispatch/heuristics.h"
 #include "runtime/dispatch/tuned_id.h"
 #include "runtime/launch/flash_decode_params.h"
@@ -83,6 +86,11 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
       if (x == std::string::npos) throw InvalidArgument("batch_heads: got '" + item + "'; expected BxH, e.g. 4x16");
       spec.batch_heads.emplace_back(positive(axis, item.substr(0, x)), positive(axis, item.substr(x + 1)));
     }
+  } else if (axis == "order") {
+    if (items.size() != 1 || (items.front() != "list" && items.front() != "model")) {
+      throw InvalidArgument("order: got '" + values + "'; expected list or model");
+    }
+    spec.order = items.front();
   } else if (axis == "max_variants") {
     spec.max_variants = items.empty() ? 0 : static_cast<int>(positive(axis, items.front()));
   } else if (axis == "op") {
@@ -111,7 +119,7 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
     }
   } else {
     throw InvalidArgument("sweep axis: got '" + axis +
-                          "'; expected dtypes, head_dims, masks, seqlens, batch_heads, max_variants, op, queries, "
+                          "'; expected dtypes, head_dims, masks, seqlens, batch_heads, max_variants, order, op, queries, "
                           "gqa or splits");
   }
 }
@@ -155,11 +163,41 @@ Shard parse_shard(const std::string& text) {
 
 namespace {
 
-// The variants of a problem class, at most max_variants of them spread over
-// the list, the heuristic's always among them.
+// The speed model's bound of a variant on the architecture, remembered per
+// (variant, dtype, arch): the emulation behind it is the expensive part.
+double predicted_tflops(const Variant& v, DType dtype, const ArchLimits& arch) {
+  static std::mutex mutex;
+  static std::map<std::string, double> known;
+  const std::string key = v.id() + "/" + std::string(to_string(dtype)) + "/" + arch.name;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (auto it = known.find(key); it != known.end()) return it->second;
+  }
+  const profile::ArchRates rates = profile::arch_rates(arch.name);
+  const double tflops =
+      profile::bound_of(profile::emulate_per_key_tile(v, dtype), rates, rates.sm_count, rates.clock_ghz).tflops;
+  const std::lock_guard<std::mutex> lock(mutex);
+  return known.emplace(key, tflops).first->second;
+}
+
+// The variants of a problem class: all of them, or max_variants of them
+// (spread over the list, or the model's best), the heuristic's always among
+// them. With the model's order the list comes best first.
 std::vector<Variant> sweep_variants(const SweepSpec& spec, DType dtype, int d, const ArchLimits& arch,
                                     const Variant& heuristic) {
   std::vector<Variant> variants = enumerate_variants(spec.op, dtype, d, d, arch);
+  if (spec.order == "model") {
+    std::vector<std::pair<double, Variant>> ranked;
+    for (const Variant& v : variants) ranked.emplace_back(predicted_tflops(v, dtype, arch), v);
+    std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    variants.clear();
+    for (const auto& [tflops, v] : ranked) variants.push_back(v);
+    if (spec.max_variants > 0 && static_cast<int>(variants.size()) > spec.max_variants) {
+      variants.resize(static_cast<std::size_t>(spec.max_variants));
+      if (std::find(variants.begin(), variants.end(), heuristic) == variants.end()) variants.back() = heuristic;
+    }
+    return variants;
+  }
   if (spec.max_variants > 0 && static_cast<int>(variants.size()) > spec.max_variants) {
     std::vector<Variant> few;
     const std::size_t step = variants.size() / static_cast<std::size_t>(spec.max_variants);

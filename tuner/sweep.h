@@ -10,6 +10,7 @@
 //   seqlens     = 128, 1024          # Sq = Sk
 //   batch_heads = 1x8, 4x16          # B x H (H query heads = kv heads; decode: H kv heads)
 //   max_variants = 8                 # per problem class, spread over the list; 0: all
+//   order = model                    # or list: which max_variants (the model's best first)
 //   op          = decode             # fwd (default), bwd, or decode (split-KV over a KV cache)
 // Decode only (seqlens are then the cache lengths):
 //   queries     = 1, 4               # Sq, query rows per sequence
@@ -37,6 +38,9 @@ struct SweepSpec {
   std::vector<std::int64_t> seqlens = {128};
   std::vector<std::pair<std::int64_t, std::int64_t>> batch_heads = {{1, 2}};
   int max_variants = 0;
+  // "list": max_variants spread over the list; "model": the max_variants
+  // with the highest bound of the speed model (profile/profile.h) first.
+  std::string order = "list";
   std::vector<std::int64_t> queries = {1};
   std::int64_t gqa = 1;
   std::vector<int> splits = {0};

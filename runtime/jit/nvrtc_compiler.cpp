@@ -65,6 +65,12 @@ CompileResult compile_with_nvrtc(std::string_view source, std::string_view progr
     if (lib.get_lowered_name(program.handle, expression.c_str(), &lowered) == kSuccess && lowered != nullptr) {
       result.lowered_name = lowered;
     }
+    std::size_t ptx_size = 0;
+    if (lib.get_ptx_size(program.handle, &ptx_size) == kSuccess && ptx_size > 1) {
+      result.ptx.resize(ptx_size);
+      lib.get_ptx(program.handle, result.ptx.data());
+      result.ptx.pop_back();  // the terminating NUL
+    }
     std::size_t cubin_size = 0;
     if (lib.get_cubin_size(program.handle, &cubin_size) == kSuccess && cubin_size > 0) {
       result.cubin.resize(cubin_size);

@@ -12,6 +12,7 @@ struct CompileResult {
   bool ok = false;
   std::string log;           // NVRTC and ptxas messages
   std::vector<char> cubin;   // empty when not ok
+  std::string ptx;           // the PTX NVRTC generated (empty when not ok)
   std::string lowered_name;  // the mangled name of the instantiation
   int registers = -1;        // per thread, from ptxas
   int spill_bytes = 0;       // spill stores + spill loads

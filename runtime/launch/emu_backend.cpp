@@ -15,6 +15,10 @@ namespace {
 // One call: a fresh emulator, so each call's detectors see only its buffers.
 class EmuCall final : public LaunchBackend::Call {
  public:
+  explicit EmuCall(emu::LaunchCounters& totals) : totals_(totals) {}
+  ~EmuCall() override { totals_.add(emulator_.counters()); }
+  EmuCall(const EmuCall&) = delete;
+  EmuCall& operator=(const EmuCall&) = delete;
   void buffer(const char* name, const void* data, std::size_t bytes) override {
     emulator_.register_buffer(name, data, bytes);
   }
@@ -27,6 +31,7 @@ class EmuCall final : public LaunchBackend::Call {
 
  private:
   emu::Emulator emulator_;
+  emu::LaunchCounters& totals_;
 };
 
 }  // namespace
@@ -49,7 +54,9 @@ LoadedKernel EmuBackend::load(const Variant& variant, DType dtype) {
   return {variant, dtype, nullptr};
 }
 
-std::unique_ptr<LaunchBackend::Call> EmuBackend::begin(void* /*stream*/) { return std::make_unique<EmuCall>(); }
+std::unique_ptr<LaunchBackend::Call> EmuBackend::begin(void* /*stream*/) {
+  return std::make_unique<EmuCall>(counters_);
+}
 
 void* EmuBackend::allocate(std::size_t bytes) {
   void* p = std::malloc(bytes);
@@ -66,13 +73,17 @@ namespace {
 
 // Runs one call of an operation on a fresh emulator backend.
 template <class Load, class Workspace, class Launch>
-void emulate(const AttentionProblem& problem, const Load& load, const Workspace& workspace, const Launch& launch) {
+void emulate(const AttentionProblem& problem, const Load& load, const Workspace& workspace, const Launch& launch,
+             emu::LaunchCounters* counters) {
   EmuBackend backend;
   const auto kernels = load(backend);
   CallMemory memory(backend, problem, workspace(kernels), nullptr);
-  const std::unique_ptr<LaunchBackend::Call> call = backend.begin(nullptr);
-  launch(*call, kernels, memory);
+  {
+    const std::unique_ptr<LaunchBackend::Call> call = backend.begin(nullptr);
+    launch(*call, kernels, memory);
+  }  // the call's counters reach the backend when it ends
   memory.finish();
+  if (counters != nullptr) counters->add(backend.counters());
 }
 
 // What every emulate_* call checks first: the kernel and the emulator's limits.
@@ -84,7 +95,8 @@ void check_runs(const Variant& variant, KernelId kernel, const AttentionProblem&
 
 }  // namespace
 
-void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant) {
+void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant,
+                     emu::LaunchCounters* counters) {
   validate(problem, buffers);
   check_runs(variant, KernelId::kFlashFwd, problem);
   emulate(
@@ -92,11 +104,12 @@ void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& bu
       [](const ForwardKernels&) { return std::size_t{0}; },
       [&](LaunchBackend::Call& call, const ForwardKernels& k, const CallMemory& m) {
         launch_forward(call, problem, k, buffers, m.metadata());
-      });
+      },
+      counters);
 }
 
 void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant,
-                    int splits) {
+                    int splits, emu::LaunchCounters* counters) {
   validate(problem, buffers);
   check_runs(variant, KernelId::kFlashDecode, problem);
   emulate(
@@ -104,10 +117,12 @@ void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buf
       [&](const DecodeKernels& k) { return decode_workspace_bytes(problem, k); },
       [&](LaunchBackend::Call& call, const DecodeKernels& k, const CallMemory& m) {
         launch_decode(call, problem, k, buffers, m.metadata(), m.workspace());
-      });
+      },
+      counters);
 }
 
-void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& buffers, const Variant& variant) {
+void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& buffers, const Variant& variant,
+                      emu::LaunchCounters* counters) {
   validate(problem, buffers);
   check_runs(variant, KernelId::kFlashBwd, problem);
   emulate(
@@ -115,7 +130,8 @@ void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& bu
       [&](const BackwardKernels& k) { return backward_workspace_bytes(problem, k); },
       [&](LaunchBackend::Call& call, const BackwardKernels& k, const CallMemory& m) {
         launch_backward(call, problem, k, buffers, m.metadata(), m.workspace());
-      });
+      },
+      counters);
 }
 
 }  // namespace attune

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "core/problem.h"
+#include "emulator/counters.h"
 #include "runtime/launch/backend.h"
 
 namespace attune {
@@ -22,24 +23,36 @@ class EmuBackend final : public LaunchBackend {
   void copy_to_device(void* dst, const void* src, std::size_t bytes) override;
   void synchronize(void* /*stream*/) override {}
   bool host_memory() const override { return true; }
+
+  // What every call's launches did, summed (emulator/counters.h): the speed
+  // model's measurements.
+  const emu::LaunchCounters& counters() const { return counters_; }
+
+ private:
+  emu::LaunchCounters counters_;
 };
 
+// Each emulate_* adds what its launches did to `counters` when given
+// (emulator/counters.h).
+//
 // Computes O (and LSE when buffers.lse is set) for a validated problem whose
 // tensors are 16-bit storage in host memory, with a flash_fwd variant.
 // Throws emu::KernelFault when the emulator finds a bug, InvalidArgument
 // when the variant cannot run the problem.
-void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant);
+void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant,
+                     emu::LaunchCounters* counters = nullptr);
 
 // The split-KV decode: a flash_decode variant over `splits` CTAs per row
 // block, then flash_decode_combine when splits > 1. Contiguous or paged.
 void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant,
-                    int splits);
+                    int splits, emu::LaunchCounters* counters = nullptr);
 
 // dQ, dK and dV with a flash_bwd variant (O and LSE as the forward wrote
 // them); the fp32 workspaces start as NaN.
 //
 //   emulate_backward(problem, {q, k, v, o, d_o, lse, dq, dk, dv},
 //                    parse_variant_id("flash_bwd/d64.bm64.bn64.wm2.wn4.st2.at0"));
-void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& buffers, const Variant& variant);
+void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& buffers, const Variant& variant,
+                      emu::LaunchCounters* counters = nullptr);
 
 }  // namespace attune

@@ -2,7 +2,7 @@
 """`attune tune --isolate yes`: a candidate whose worker crashes or hangs is
 recorded as failed, never becomes best, and the sweep goes on. Faults are
 injected with a wrapper (ATTUNE_TUNE_WORKER) that crashes for variants with
-`.st1` and hangs for `.st3`, and runs the real worker otherwise. Also:
+pipeline depth `st1` and hangs for `st3`, and runs the real worker otherwise. Also:
 export to JSON and import into a fresh database round-trips.
 
 Usage: tune_isolation_test.py PATH_TO_ATTUNE
@@ -17,8 +17,8 @@ import tempfile
 WRAPPER = """#!/bin/bash
 for a in "$@"; do
   case "$a" in
-    *.st1) kill -SEGV $$ ;;
-    *.st3) sleep 1000 ;;
+    *.st1 | *.st1.*) kill -SEGV $$ ;;
+    *.st3 | *.st3.*) sleep 1000 ;;
   esac
 done
 exec "%s" "$@"
@@ -45,11 +45,12 @@ def main():
         rows = con.execute("select v.variant_id, m.ok from measurements m join variants v on v.id = m.variant").fetchall()
         best = {r[0] for r in con.execute("select v.variant_id from best b join variants v on v.id = b.variant")}
         con.close()
-        faulty = [v for v, ok in rows if v.endswith((".st1", ".st3"))]
-        if not any(v.endswith(".st1") for v in faulty) or not any(v.endswith(".st3") for v in faulty):
+        stages = lambda v: [p for p in v.split("/")[1].split(".") if p.startswith("st")][0]
+        faulty = [v for v, ok in rows if stages(v) in ("st1", "st3")]
+        if not any(stages(v) == "st1" for v in faulty) or not any(stages(v) == "st3" for v in faulty):
             failures.append("the sweep did not include both a crashing and a hanging candidate: %s" % rows)
         for variant, ok in rows:
-            should_fail = variant.endswith((".st1", ".st3"))
+            should_fail = stages(variant) in ("st1", "st3")
             if bool(ok) == should_fail:
                 failures.append("%s recorded ok=%d" % (variant, ok))
         if best & set(faulty):

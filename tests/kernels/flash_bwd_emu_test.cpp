@@ -33,9 +33,6 @@
 
 namespace attune {
 
-// Readable test parameters (GoogleTest's name for the hook).
-// NOLINTNEXTLINE(readability-identifier-naming)
-void PrintTo(const Variant& variant, std::ostream* out) { *out << variant.id(); }
 
 namespace {
 

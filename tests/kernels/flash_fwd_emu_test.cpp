@@ -19,8 +19,6 @@
 
 namespace attune {
 
-// Readable test parameters.
-void PrintTo(const Variant& variant, std::ostream* out) { *out << variant.id(); }
 
 namespace {
 

@@ -38,7 +38,7 @@ TEST(VariantsTest, SmallerSharedMemoryPrunesVariants) {
   const auto big = enumerate_variants("fwd", DType::kF16, 128, 128, *parse_arch("sm_90a"));
   const auto small = enumerate_variants("fwd", DType::kF16, 128, 128, *parse_arch("sm_86"));
   EXPECT_LT(small.size(), big.size());
-  const Variant deep = parse_variant_id("flash_fwd/d128.bm128.bn64.wm8.wn1.st4");
+  const Variant deep = parse_variant_id("flash_fwd/d128.bm128.bn64.wm8.wn1.st4.qr0");
   EXPECT_EQ(deep.shared_bytes(), 2 * (128 * 128 + 2 * 4 * 64 * 128));
   EXPECT_NE(std::find(big.begin(), big.end(), deep), big.end());
   EXPECT_EQ(std::find(small.begin(), small.end(), deep), small.end());
@@ -58,7 +58,7 @@ TEST(VariantsTest, HeadDimBucketHoldsTheLargerHeadDim) {
               head_dim_bucket(k, 257, 1);
             }).find("got max(Dk, Dv) = 257; expected at most 256"),
             std::string::npos);
-  const Variant small = parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st2");
+  const Variant small = parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st2.qr0");
   EXPECT_NE(testing::error_of<InvalidArgument>([&] {
               check_variant_fits(small, 65, 64, *parse_arch("sm_90a"));
             }).find("head-dim bucket 64 is below max(Dk, Dv) = 65; expected a variant of bucket 96"),
@@ -81,12 +81,12 @@ TEST(VariantsTest, BadIdsAreRejectedWithTheReason) {
             }).find("missing st; expected st followed by one of {1, 2, 3, 4}"),
             std::string::npos);
   EXPECT_NE(testing::error_of<InvalidArgument>([] {
-              parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st2.x1");
+              parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st2.qr0.x1");
             }).find("trailing 'x1'"),
             std::string::npos);
   // 8 warps of 8 rows: not a multiple of the 16-row mma tile.
   EXPECT_NE(testing::error_of<InvalidArgument>([] {
-              parse_variant_id("flash_fwd/d64.bm64.bn64.wm8.wn1.st2");
+              parse_variant_id("flash_fwd/d64.bm64.bn64.wm8.wn1.st2.qr0");
             }).find("break the template's constraints"),
             std::string::npos);
   EXPECT_NE(testing::error_of<InvalidArgument>([] {
@@ -106,13 +106,13 @@ TEST(VariantsTest, HeuristicIsAnEnumeratedVariant) {
     }
   }
   EXPECT_EQ(heuristic_variant("fwd", DType::kBF16, 128, 128, *parse_arch("sm_90a")).id(),
-            "flash_fwd/d128.bm64.bn32.wm4.wn1.st2");
+            "flash_fwd/d128.bm64.bn32.wm4.wn1.st2.qr1");
 }
 
 TEST(VariantsTest, NameExpressionInstantiatesTheTemplate) {
-  const Variant v = parse_variant_id("flash_fwd/d64.bm128.bn64.wm8.wn1.st3");
-  EXPECT_EQ(v.name_expression(DType::kBF16), "attune::flash_fwd<64, 128, 64, 8, 1, 3, attune::Bf16>");
-  EXPECT_EQ(v.name_expression(DType::kF16), "attune::flash_fwd<64, 128, 64, 8, 1, 3, attune::Fp16>");
+  const Variant v = parse_variant_id("flash_fwd/d64.bm128.bn64.wm8.wn1.st3.qr1");
+  EXPECT_EQ(v.name_expression(DType::kBF16), "attune::flash_fwd<64, 128, 64, 8, 1, 3, 1, attune::Bf16>");
+  EXPECT_EQ(v.name_expression(DType::kF16), "attune::flash_fwd<64, 128, 64, 8, 1, 3, 1, attune::Fp16>");
   EXPECT_EQ(FlashFwdShape::of(v).stages, 3);
   EXPECT_EQ(v.threads(), 256);
 }

@@ -79,6 +79,16 @@ inline DType dtype_by_place(const std::vector<Variant>& set, const Variant& vari
   return place % 2 == 0 ? DType::kBF16 : DType::kF16;
 }
 
+}  // namespace attune::testing
+
+namespace attune {
+// How GoogleTest prints a variant parameter: its id (else as raw bytes).
+// NOLINTNEXTLINE(readability-identifier-naming)
+inline void PrintTo(const Variant& v, std::ostream* out) { *out << v.id(); }
+}  // namespace attune
+
+namespace attune::testing {
+
 // A variant as a test name: flash_fwd/d64.bm64 -> flash_fwd_d64_bm64.
 inline std::string variant_test_name(const ::testing::TestParamInfo<Variant>& info) {
   std::string name = info.param.id();

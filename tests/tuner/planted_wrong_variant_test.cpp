@@ -23,13 +23,13 @@ namespace {
 namespace fs = std::filesystem;
 
 // The one instantiation the planted kernel offers.
-constexpr int kPlantedValues[] = {32, 64, 32, 4, 1, 2};
+constexpr int kPlantedValues[] = {32, 64, 32, 4, 1, 2, 0};
 
 bool launch_planted(DType dtype, std::span<const int> values, emu::Emulator& emulator, const LaunchConfig& config,
                     const void* params) {
   if (dtype != DType::kBF16 || !std::equal(values.begin(), values.end(), std::begin(kPlantedValues))) return false;
   // The mutant's params type is its own copy of FlashFwdParams (same layout).
-  emulator.launch(&flash_fwd_first_tile_only::flash_fwd<32, 64, 32, 4, 1, 2, Bf16>, config,
+  emulator.launch(&flash_fwd_first_tile_only::flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16>, config,
                   *static_cast<const flash_fwd_first_tile_only::FlashFwdParams*>(params));
   return true;
 }

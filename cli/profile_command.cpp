@@ -1,0 +1,145 @@
+// `attune variants profile` and `attune variants dump`: one variant's speed
+// model and what it compiles to (declared in cli/variants_command.h).
+#include <cstdio>
+#include <filesystem>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "cli/variants_command.h"
+#include "core/error.h"
+#include "io/atomic_file.h"
+#include "profile/profile.h"
+#include "runtime/jit/nvrtc_compiler.h"
+#include "runtime/jit/nvrtc_library.h"
+
+namespace attune::cli {
+
+namespace {
+
+using json = nlohmann::json;
+
+DType dtype_of(const std::string& name) {
+  const auto dtype = parse_dtype(name);
+  if (!dtype) throw InvalidArgument("--dtype: got '" + name + "'; expected fp16 or bf16");
+  return *dtype;
+}
+
+json to_json(const profile::VariantProfile& p) {
+  const profile::PerKeyTile& t = p.per_key_tile;
+  json sites = json::array();
+  for (const emu::SiteTraffic& s : t.worst_sites) {
+    sites.push_back({{"site", s.site}, {"instructions", s.instructions}, {"wavefronts", s.wavefronts},
+                     {"ideal", s.ideal}});
+  }
+  json sass = json::object();
+  for (const auto& [opcode, count] : p.sass) sass[opcode] = count;
+  return {{"variant", p.variant},
+          {"arch", p.arch},
+          {"dtype", std::string(to_string(p.dtype))},
+          {"registers", p.resources.registers},
+          {"spill_bytes", p.resources.spill_bytes},
+          {"shared_bytes", p.resources.shared_bytes},
+          {"threads", p.resources.threads},
+          {"ctas_per_sm", p.resources.ctas_per_sm},
+          {"ctas_limited_by", p.resources.ctas_limited_by},
+          {"ptxas_warnings", p.resources.ptxas_warnings},
+          {"sass", sass},
+          {"sass_note", p.sass_note},
+          {"per_key_tile",
+           {{"mma", t.mma},
+            {"ldmatrix", t.ldmatrix},
+            {"shared_instructions", t.shared_instructions},
+            {"shuffles", t.shuffles},
+            {"smem_wavefronts", t.smem_wavefronts},
+            {"smem_wavefronts_ideal", t.smem_wavefronts_ideal},
+            {"ex2", t.ex2},
+            {"barriers", t.barriers},
+            {"global_bytes", t.global_bytes},
+            {"flops", t.flops},
+            {"warp_instructions", t.warp_instructions},
+            {"worst_sites", sites},
+            {"problem", t.problem}}},
+          {"bound",
+           {{"limiter", p.bound.limiter},
+            {"tflops", p.bound.tflops},
+            {"cycles_per_tile", p.bound.cycles_per_tile},
+            {"cycles", p.bound.cycles},
+            {"sm_count", p.sm_count},
+            {"clock_ghz", p.clock_ghz},
+            {"rates_source", p.rates.source}}}};
+}
+
+void print_text(const profile::VariantProfile& p) {
+  const profile::PerKeyTile& t = p.per_key_tile;
+  std::printf("%s on %s (%s)\n", p.variant.c_str(), p.arch.c_str(), std::string(to_string(p.dtype)).c_str());
+  std::printf("static:   %d registers, %d spill bytes, %d shared bytes, %d threads; %d CTAs per SM (limited by %s)\n",
+              p.resources.registers, p.resources.spill_bytes, p.resources.shared_bytes, p.resources.threads,
+              p.resources.ctas_per_sm, p.resources.ctas_limited_by.c_str());
+  for (const std::string& w : p.resources.ptxas_warnings) std::printf("ptxas:    %s\n", w.c_str());
+  if (p.sass.empty()) {
+    std::printf("sass:     none (%s)\n", p.sass_note.c_str());
+  } else {
+    std::printf("sass:    ");
+    for (const char* op : {"HMMA", "LDSM", "LDS", "STS", "LDGSTS", "MUFU.EX2", "BAR", "SHFL", "LDL", "STL"}) {
+      const auto it = p.sass.find(op);
+      std::printf(" %s %d", op, it == p.sass.end() ? 0 : it->second);
+    }
+    int total = 0;
+    for (const auto& [op, n] : p.sass) total += op == "MUFU.EX2" ? 0 : n;
+    std::printf(" (of %d instructions)\n", total);
+  }
+  std::printf("per key tile of one CTA (%s):\n", t.problem.c_str());
+  std::printf("          mma %.0f, ldmatrix %.0f, shared wavefronts %.0f (ideal %.0f, x%.2f), ex2 %.0f, barriers %.0f, "
+              "global bytes %.0f\n",
+              t.mma, t.ldmatrix, t.smem_wavefronts, t.smem_wavefronts_ideal,
+              t.smem_wavefronts_ideal > 0 ? t.smem_wavefronts / t.smem_wavefronts_ideal : 1.0, t.ex2, t.barriers,
+              t.global_bytes);
+  for (const emu::SiteTraffic& s : t.worst_sites) {
+    if (s.wavefronts <= s.ideal) continue;
+    std::printf("          %s: %llu wavefronts for an ideal of %llu\n", s.site.c_str(),
+                static_cast<unsigned long long>(s.wavefronts), static_cast<unsigned long long>(s.ideal));
+  }
+  std::printf("cycles per tile on one SM:");
+  for (const auto& [name, cycles] : p.bound.cycles) std::printf(" %s %.0f", name.c_str(), cycles);
+  std::printf("\nbound:    %s-limited, %.0f TFLOP/s on %d SMs at %.2f GHz\n", p.bound.limiter.c_str(), p.bound.tflops,
+              p.sm_count, p.clock_ghz);
+}
+
+}  // namespace
+
+void run_variants_profile(const VariantsOptions& o) {
+  if (o.format != "text" && o.format != "json") {
+    throw InvalidArgument("--format: got '" + o.format + "'; expected text or json");
+  }
+  const Variant variant = parse_variant_id(o.id);
+  profile::ProfileOptions options{.dtype = dtype_of(o.dtype)};
+  if (o.sm_count > 0) options.sm_count = o.sm_count;
+  if (o.clock_ghz > 0) options.clock_ghz = o.clock_ghz;
+  const profile::VariantProfile p = profile::profile_variant(variant, o.arch, options);
+  if (o.format == "json") {
+    std::printf("%s\n", to_json(p).dump(2).c_str());
+  } else {
+    print_text(p);
+  }
+}
+
+void run_variants_dump(const VariantsOptions& o) {
+  const Variant variant = parse_variant_id(o.id);
+  const DType dtype = dtype_of(o.dtype);
+  require_arch(o.arch);
+  nvrtc::library();  // no NVRTC: the one line
+  const CompileResult c = compile_with_nvrtc(variant.kernel->source, std::string(variant.kernel->name) + ".cu",
+                                             variant.name_expression(dtype), o.arch);
+  const std::filesystem::path dir(o.out);
+  std::filesystem::create_directories(dir);
+  io::write_file_atomically(dir / "source.cu", variant.kernel->source);
+  io::write_file_atomically(dir / "ptxas.log", c.log + "\n");
+  io::write_file_atomically(dir / "kernel.txt", variant.name_expression(dtype) + "\n" + c.lowered_name + "\n");
+  if (!c.ok) throw Error("compiling " + variant.id() + " for " + o.arch + " failed (log in " + (dir / "ptxas.log").string() + ")");
+  io::write_file_atomically(dir / "kernel.ptx", c.ptx);
+  io::write_file_atomically(dir / "kernel.cubin", std::string_view(c.cubin.data(), c.cubin.size()));
+  std::printf("%s: source.cu, kernel.ptx, kernel.cubin, ptxas.log, kernel.txt (%d registers, %d spill bytes)\n",
+              dir.c_str(), c.registers, c.spill_bytes);
+}
+
+}  // namespace attune::cli

@@ -1,0 +1,241 @@
+#include "profile/profile.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <sstream>
+#include <vector>
+
+#include "core/error.h"
+#include "generated/kernel_shapes.h"
+#include "runtime/jit/nvrtc_compiler.h"
+#include "runtime/launch/emu_backend.h"
+
+namespace attune::profile {
+
+namespace {
+
+// Random storage-dtype values: what the kernels compute does not change
+// what they do, but finite inputs keep every path the common one.
+std::vector<std::uint16_t> random_bits(std::size_t count, DType dtype, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::vector<std::uint16_t> out(count);
+  for (auto& x : out) x = float_to_bits(dtype, normal(rng));
+  return out;
+}
+
+std::size_t elements(std::int64_t n) { return static_cast<std::size_t>(n); }
+
+// One emulated call of the representative problem with `tiles` key tiles
+// (query tiles for the backward).
+struct Run {
+  emu::LaunchCounters counters;
+  std::string problem;
+};
+
+Run run_forward(const Variant& v, DType dtype, int tiles) {
+  const FlashFwdShape s = FlashFwdShape::of(v);
+  const std::int64_t sq = s.block_m;
+  const std::int64_t sk = static_cast<std::int64_t>(tiles) * s.block_n;
+  const AttentionProblem p =
+      make_problem(std::vector<std::int64_t>{1, sq, 1, s.head_dim}, std::vector<std::int64_t>{1, sk, 1, s.head_dim},
+                   std::vector<std::int64_t>{1, sk, 1, s.head_dim}, {.dtype = dtype});
+  const auto q = random_bits(elements(q_extent(p)), dtype, 1);
+  const auto k = random_bits(elements(k_extent(p)), dtype, 2);
+  const auto vv = random_bits(elements(v_extent(p)), dtype, 3);
+  std::vector<std::uint16_t> o(elements(o_extent(p)));
+  std::vector<float> lse(elements(lse_extent(p)));
+  Run r;
+  emulate_forward(p, {q.data(), k.data(), vv.data(), o.data(), lse.data()}, v, &r.counters);
+  r.problem = "B 1, H 1, Sq " + std::to_string(sq) + " (one CTA), Sk = tiles x " + std::to_string(s.block_n) +
+              ", d " + std::to_string(s.head_dim) + ", no mask";
+  return r;
+}
+
+Run run_decode(const Variant& v, DType dtype, int tiles) {
+  const FlashDecodeShape s = FlashDecodeShape::of(v);
+  // One CTA of kBlockM rows: query positions, or the query heads of one KV head.
+  const std::int64_t sq = s.pack_gqa != 0 ? 1 : s.block_m;
+  const std::int64_t hq = s.pack_gqa != 0 ? s.block_m : 1;
+  const std::int64_t sk = static_cast<std::int64_t>(tiles) * s.block_n;
+  const AttentionProblem p =
+      make_problem(std::vector<std::int64_t>{1, sq, hq, s.head_dim}, std::vector<std::int64_t>{1, sk, 1, s.head_dim},
+                   std::vector<std::int64_t>{1, sk, 1, s.head_dim}, {.dtype = dtype});
+  const auto q = random_bits(elements(q_extent(p)), dtype, 1);
+  const auto k = random_bits(elements(k_extent(p)), dtype, 2);
+  const auto vv = random_bits(elements(v_extent(p)), dtype, 3);
+  std::vector<std::uint16_t> o(elements(o_extent(p)));
+  std::vector<float> lse(elements(lse_extent(p)));
+  Run r;
+  emulate_decode(p, {q.data(), k.data(), vv.data(), o.data(), lse.data()}, v, 1, &r.counters);
+  r.problem = "one CTA of " + std::to_string(s.block_m) + " rows, cache = tiles x " + std::to_string(s.block_n) +
+              ", 1 split, d " + std::to_string(s.head_dim);
+  return r;
+}
+
+Run run_backward(const Variant& v, DType dtype, int tiles) {
+  const FlashBwdShape s = FlashBwdShape::of(v);
+  const std::int64_t sq = static_cast<std::int64_t>(tiles) * s.block_m;
+  const std::int64_t sk = s.block_n;  // one CTA
+  const AttentionProblem p =
+      make_problem(std::vector<std::int64_t>{1, sq, 1, s.head_dim}, std::vector<std::int64_t>{1, sk, 1, s.head_dim},
+                   std::vector<std::int64_t>{1, sk, 1, s.head_dim}, {.dtype = dtype});
+  const auto q = random_bits(elements(q_extent(p)), dtype, 1);
+  const auto k = random_bits(elements(k_extent(p)), dtype, 2);
+  const auto vv = random_bits(elements(v_extent(p)), dtype, 3);
+  const auto o = random_bits(elements(o_extent(p)), dtype, 4);
+  const auto d_o = random_bits(elements(o_extent(p)), dtype, 5);
+  const std::vector<float> lse(elements(lse_extent(p)), 4.0F);
+  std::vector<std::uint16_t> dq(q.size());
+  std::vector<std::uint16_t> dk(k.size());
+  std::vector<std::uint16_t> dv(vv.size());
+  Run r;
+  emulate_backward(p, {q.data(), k.data(), vv.data(), o.data(), d_o.data(), lse.data(), dq.data(), dk.data(), dv.data()},
+                   v, &r.counters);
+  r.problem = "one CTA of " + std::to_string(s.block_n) + " keys, Sq = tiles x " + std::to_string(s.block_m) + ", d " +
+              std::to_string(s.head_dim) + ", no mask";
+  return r;
+}
+
+TileShape tile_shape(const Variant& v) {
+  switch (v.kernel->id) {
+    case KernelId::kFlashFwd: {
+      const FlashFwdShape s = FlashFwdShape::of(v);
+      return {static_cast<double>(s.block_m), static_cast<double>(s.block_n), static_cast<double>(s.head_dim), false};
+    }
+    case KernelId::kFlashDecode: {
+      const FlashDecodeShape s = FlashDecodeShape::of(v);
+      return {static_cast<double>(s.block_m), static_cast<double>(s.block_n), static_cast<double>(s.head_dim), false};
+    }
+    case KernelId::kFlashBwd: {
+      const FlashBwdShape s = FlashBwdShape::of(v);
+      return {static_cast<double>(s.block_m), static_cast<double>(s.block_n), static_cast<double>(s.head_dim), true};
+    }
+    default:
+      throw InvalidArgument("profile: variant " + v.id() +
+                            "; expected a flash_fwd, flash_decode or flash_bwd variant (the tiled kernels)");
+  }
+}
+
+}  // namespace
+
+PerKeyTile tile_costs(const emu::LaunchCounters& d, double n, const TileShape& shape) {
+  PerKeyTile t;
+  t.mma = static_cast<double>(d.mma) / n;
+  t.ldmatrix = static_cast<double>(d.ldmatrix) / n;
+  t.shared_instructions = static_cast<double>(d.shared_instructions) / n;
+  t.shuffles = static_cast<double>(d.shuffles) / n;
+  t.smem_wavefronts = static_cast<double>(d.shared_wavefronts) / n;
+  t.smem_wavefronts_ideal = static_cast<double>(d.shared_ideal) / n;
+  t.ex2 = static_cast<double>(d.ex2) / n;
+  t.barriers = static_cast<double>(d.barriers) / n;
+  t.global_bytes = static_cast<double>(d.global_bytes) / n;
+  t.flops = (shape.backward ? 2.5 : 1.0) * 4.0 * shape.rows * shape.keys * shape.head_dim;
+  // Issue: the counted warp instructions plus an estimate of the fp32 work
+  // around them (per score element: scale, mask, max, subtract, sum; the
+  // backward also forms dP - D and dS; per output element: one rescale),
+  // and the conversions packing P into 16 bits.
+  const double scores = shape.rows * shape.keys;
+  const double fp32 = shape.backward ? scores * 8.0 : scores * 4.0 + shape.rows * shape.head_dim + scores / 2.0;
+  t.warp_instructions = t.mma + t.ldmatrix + t.shared_instructions + t.shuffles + t.ex2 / 32.0 + fp32 / 32.0;
+  for (emu::SiteTraffic s : d.worst(5)) {
+    s.instructions = static_cast<std::uint64_t>(static_cast<double>(s.instructions) / n);
+    s.wavefronts = static_cast<std::uint64_t>(static_cast<double>(s.wavefronts) / n);
+    s.ideal = static_cast<std::uint64_t>(static_cast<double>(s.ideal) / n);
+    t.worst_sites.push_back(s);
+  }
+  return t;
+}
+
+PerKeyTile emulate_per_key_tile(const Variant& variant, DType dtype) {
+  const TileShape shape = tile_shape(variant);
+  const auto run = [&](int tiles) {
+    switch (variant.kernel->id) {
+      case KernelId::kFlashFwd:
+        return run_forward(variant, dtype, tiles);
+      case KernelId::kFlashDecode:
+        return run_decode(variant, dtype, tiles);
+      default:
+        return run_backward(variant, dtype, tiles);
+    }
+  };
+  // 2 and 4 tiles: the difference is two tiles of the steady state (every
+  // pipeline stage filled), the prologue and epilogue cancel.
+  constexpr int kFew = 2;
+  constexpr int kMany = 4;
+  const Run few = run(kFew);
+  const Run many = run(kMany);
+  PerKeyTile t = tile_costs(many.counters.minus(few.counters), kMany - kFew, shape);
+  t.problem = few.problem + "; tiles 2 and 4, the difference over 2";
+  return t;
+}
+
+Bound bound_of(const PerKeyTile& t, const ArchRates& r, int sm_count, double clock_ghz) {
+  Bound b;
+  b.cycles["tensor"] = t.mma * 2.0 * 16 * 8 * 16 / r.mma_flops_per_clock;
+  b.cycles["shared"] = t.smem_wavefronts / r.shared_wavefronts_per_clock;
+  b.cycles["mufu"] = t.ex2 / r.mufu_per_clock;
+  b.cycles["issue"] = t.warp_instructions / r.issue_per_clock;
+  for (const auto& [name, cycles] : b.cycles) {
+    if (cycles > b.cycles_per_tile) {
+      b.cycles_per_tile = cycles;
+      b.limiter = name;
+    }
+  }
+  if (b.cycles_per_tile > 0) {
+    b.tflops = t.flops / b.cycles_per_tile * clock_ghz * 1e9 * sm_count / 1e12;
+  }
+  return b;
+}
+
+int ctas_per_sm(const ArchRates& r, int registers, int threads, int shared_bytes, std::string* limited_by) {
+  const int warps = (threads + 31) / 32;
+  // Registers are allocated per warp in units of 256 (8 per thread).
+  const int per_warp = ((std::max(registers, 1) * 32 + 255) / 256) * 256;
+  const int by_registers = r.registers_per_sm / std::max(per_warp * warps, 1);
+  // Each CTA also reserves 1 KiB of shared memory for the system (sm_80 on).
+  const int by_shared = shared_bytes > 0 ? r.shared_bytes_per_sm / (shared_bytes + 1024) : r.max_ctas_per_sm;
+  const int by_threads = r.max_threads_per_sm / std::max(threads, 1);
+  const std::pair<int, const char*> limits[] = {
+      {by_registers, "registers"}, {by_shared, "shared memory"}, {by_threads, "threads"}, {r.max_ctas_per_sm, "CTAs"}};
+  const auto* least = std::min_element(std::begin(limits), std::end(limits),
+                                       [](const auto& a, const auto& b) { return a.first < b.first; });
+  if (limited_by != nullptr) *limited_by = least->second;
+  return least->first;
+}
+
+VariantProfile profile_variant(const Variant& variant, const std::string& arch, const ProfileOptions& options) {
+  VariantProfile p;
+  p.variant = variant.id();
+  p.arch = arch;
+  p.dtype = options.dtype;
+  p.rates = arch_rates(arch);
+  p.sm_count = options.sm_count.value_or(p.rates.sm_count);
+  p.clock_ghz = options.clock_ghz.value_or(p.rates.clock_ghz);
+  p.resources.shared_bytes = variant.shared_bytes();
+  p.resources.threads = variant.threads();
+  if (options.compile) {
+    const CompileResult c = compile_with_nvrtc(variant.kernel->source, std::string(variant.kernel->name) + ".cu",
+                                               variant.name_expression(options.dtype), arch);
+    if (!c.ok) throw Error("profile: compiling " + variant.id() + " for " + arch + " failed:\n" + c.log);
+    p.resources.registers = c.registers;
+    p.resources.spill_bytes = c.spill_bytes;
+    std::istringstream log(c.log);
+    for (std::string line; std::getline(log, line);) {
+      if (line.find("warning") != std::string::npos) p.resources.ptxas_warnings.push_back(line);
+    }
+    p.resources.ctas_per_sm = ctas_per_sm(p.rates, c.registers, p.resources.threads, p.resources.shared_bytes,
+                                          &p.resources.ctas_limited_by);
+    try {
+      p.sass = count_sass(disassemble(c.cubin));
+    } catch (const Error& e) {
+      p.sass_note = e.what();
+    }
+  }
+  p.per_key_tile = emulate_per_key_tile(variant, options.dtype);
+  p.bound = bound_of(p.per_key_tile, p.rates, p.sm_count, p.clock_ghz);
+  return p;
+}
+
+}  // namespace attune::profile
