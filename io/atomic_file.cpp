@@ -86,6 +86,12 @@ void write_file_atomically(const std::filesystem::path& path, std::span<const st
   }
   // fsync before rename: otherwise a crash can leave the new name pointing at
   // an empty or partial file.
+  if (options.precise_mtime) {
+    timespec now{};
+    ::clock_gettime(CLOCK_REALTIME, &now);
+    const timespec times[2] = {now, now};
+    if (::futimens(file.get(), times) != 0) fail("set the time of", errno);
+  }
   if (::fsync(file.get()) != 0) fail("fsync", errno);
   if (file.close() != 0) fail("close", errno);
   const std::string target = relative_to_fd ? name : path.string();

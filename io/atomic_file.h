@@ -21,6 +21,10 @@ struct AtomicWriteOptions {
   int directory_fd = -1;             // >= 0: `path` is a name inside this open directory (openat/renameat)
   bool no_follow = false;            // refuse a temporary name that is a symbolic link (O_NOFOLLOW)
   std::string temp_infix = ".tmp.";  // temporary name: "." + name + infix + pid.counter
+  // Stamp the file with CLOCK_REALTIME before the rename. The kernel's own
+  // file clock ticks only every few milliseconds, so files written in quick
+  // succession would share an mtime; the kernel cache orders eviction by it.
+  bool precise_mtime = false;
 };
 
 // Throws IoError naming `path`, the temporary file and the step that failed
