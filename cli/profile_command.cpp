@@ -28,8 +28,8 @@ json to_json(const profile::VariantProfile& p) {
   const profile::PerKeyTile& t = p.per_key_tile;
   json sites = json::array();
   for (const emu::SiteTraffic& s : t.worst_sites) {
-    sites.push_back({{"site", s.site}, {"instructions", s.instructions}, {"wavefronts", s.wavefronts},
-                     {"ideal", s.ideal}});
+    sites.push_back(
+        {{"site", s.site}, {"instructions", s.instructions}, {"wavefronts", s.wavefronts}, {"ideal", s.ideal}});
   }
   json sass = json::object();
   for (const auto& [opcode, count] : p.sass) sass[opcode] = count;
@@ -89,11 +89,12 @@ void print_text(const profile::VariantProfile& p) {
     std::printf(" (of %d instructions)\n", total);
   }
   std::printf("per key tile of one CTA (%s):\n", t.problem.c_str());
-  std::printf("          mma %.0f, ldmatrix %.0f, shared wavefronts %.0f (ideal %.0f, x%.2f), ex2 %.0f, barriers %.0f, "
-              "global bytes %.0f\n",
-              t.mma, t.ldmatrix, t.smem_wavefronts, t.smem_wavefronts_ideal,
-              t.smem_wavefronts_ideal > 0 ? t.smem_wavefronts / t.smem_wavefronts_ideal : 1.0, t.ex2, t.barriers,
-              t.global_bytes);
+  std::printf(
+      "          mma %.0f, ldmatrix %.0f, shared wavefronts %.0f (ideal %.0f, x%.2f), ex2 %.0f, barriers %.0f, "
+      "global bytes %.0f\n",
+      t.mma, t.ldmatrix, t.smem_wavefronts, t.smem_wavefronts_ideal,
+      t.smem_wavefronts_ideal > 0 ? t.smem_wavefronts / t.smem_wavefronts_ideal : 1.0, t.ex2, t.barriers,
+      t.global_bytes);
   for (const emu::SiteTraffic& s : t.worst_sites) {
     if (s.wavefronts <= s.ideal) continue;
     std::printf("          %s: %llu wavefronts for an ideal of %llu\n", s.site.c_str(),
@@ -135,7 +136,9 @@ void run_variants_dump(const VariantsOptions& o) {
   io::write_file_atomically(dir / "source.cu", variant.kernel->source);
   io::write_file_atomically(dir / "ptxas.log", c.log + "\n");
   io::write_file_atomically(dir / "kernel.txt", variant.name_expression(dtype) + "\n" + c.lowered_name + "\n");
-  if (!c.ok) throw Error("compiling " + variant.id() + " for " + o.arch + " failed (log in " + (dir / "ptxas.log").string() + ")");
+  if (!c.ok)
+    throw Error("compiling " + variant.id() + " for " + o.arch + " failed (log in " + (dir / "ptxas.log").string() +
+                ")");
   io::write_file_atomically(dir / "kernel.ptx", c.ptx);
   io::write_file_atomically(dir / "kernel.cubin", std::string_view(c.cubin.data(), c.cubin.size()));
   std::printf("%s: source.cu, kernel.ptx, kernel.cubin, ptxas.log, kernel.txt (%d registers, %d spill bytes)\n",

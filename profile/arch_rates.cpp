@@ -15,8 +15,9 @@ ArchRates arch_rates(const std::string& arch) {
     r.clock_ghz = 1.41;
     r.mma_flops_per_clock = 2048;
     r.shared_bytes_per_sm = 164 * 1024;
-    r.source = "A100 whitepaper (312 TFLOP/s fp16 dense, 108 SMs, 1410 MHz); CUDA guide: 32 banks x 4 B per clock, "
-               "16 MUFU results per clock per SM (4 per quadrant)";
+    r.source =
+        "A100 whitepaper (312 TFLOP/s fp16 dense, 108 SMs, 1410 MHz); CUDA guide: 32 banks x 4 B per clock, "
+        "16 MUFU results per clock per SM (4 per quadrant)";
   } else if (arch == "sm_86" || arch == "sm_89") {
     r.example = arch == "sm_86" ? "A6000 / RTX 3090 class" : "L40S / RTX 4090 class";
     r.sm_count = arch == "sm_86" ? 84 : 142;
@@ -33,9 +34,10 @@ ArchRates arch_rates(const std::string& arch) {
     r.clock_ghz = 1.83;
     r.mma_flops_per_clock = 2730;
     r.shared_bytes_per_sm = 228 * 1024;
-    r.source = "H100 whitepaper (989 TFLOP/s bf16 dense via wgmma, 132 SMs: 4096 FLOP/clock/SM at 1.83 GHz); "
-               "mma.sync assumed at 2/3 of it (to be checked by tools/gpu_check.sh); 32 banks x 4 B per clock; "
-               "16 MUFU per clock per SM";
+    r.source =
+        "H100 whitepaper (989 TFLOP/s bf16 dense via wgmma, 132 SMs: 4096 FLOP/clock/SM at 1.83 GHz); "
+        "mma.sync assumed at 2/3 of it (to be checked by tools/gpu_check.sh); 32 banks x 4 B per clock; "
+        "16 MUFU per clock per SM";
   } else {
     throw InvalidArgument("profile: architecture '" + arch + "' has no rates; expected sm_80, sm_86, sm_89, sm_90a");
   }

@@ -48,8 +48,8 @@ Run run_forward(const Variant& v, DType dtype, int tiles) {
   std::vector<float> lse(elements(lse_extent(p)));
   Run r;
   emulate_forward(p, {q.data(), k.data(), vv.data(), o.data(), lse.data()}, v, &r.counters);
-  r.problem = "B 1, H 1, Sq " + std::to_string(sq) + " (one CTA), Sk = tiles x " + std::to_string(s.block_n) +
-              ", d " + std::to_string(s.head_dim) + ", no mask";
+  r.problem = "B 1, H 1, Sq " + std::to_string(sq) + " (one CTA), Sk = tiles x " + std::to_string(s.block_n) + ", d " +
+              std::to_string(s.head_dim) + ", no mask";
   return r;
 }
 
@@ -91,7 +91,8 @@ Run run_backward(const Variant& v, DType dtype, int tiles) {
   std::vector<std::uint16_t> dk(k.size());
   std::vector<std::uint16_t> dv(vv.size());
   Run r;
-  emulate_backward(p, {q.data(), k.data(), vv.data(), o.data(), d_o.data(), lse.data(), dq.data(), dk.data(), dv.data()},
+  emulate_backward(p,
+                   {q.data(), k.data(), vv.data(), o.data(), d_o.data(), lse.data(), dq.data(), dk.data(), dv.data()},
                    v, &r.counters);
   r.problem = "one CTA of " + std::to_string(s.block_n) + " keys, Sq = tiles x " + std::to_string(s.block_m) + ", d " +
               std::to_string(s.head_dim) + ", no mask";
@@ -225,8 +226,8 @@ VariantProfile profile_variant(const Variant& variant, const std::string& arch, 
     for (std::string line; std::getline(log, line);) {
       if (line.find("warning") != std::string::npos) p.resources.ptxas_warnings.push_back(line);
     }
-    p.resources.ctas_per_sm = ctas_per_sm(p.rates, c.registers, p.resources.threads, p.resources.shared_bytes,
-                                          &p.resources.ctas_limited_by);
+    p.resources.ctas_per_sm =
+        ctas_per_sm(p.rates, c.registers, p.resources.threads, p.resources.shared_bytes, &p.resources.ctas_limited_by);
     try {
       p.sass = count_sass(disassemble(c.cubin));
     } catch (const Error& e) {

@@ -45,7 +45,7 @@ struct PerKeyTile {
   double ex2 = 0;  // per thread
   double barriers = 0;
   double global_bytes = 0;
-  double flops = 0;  // useful FLOPs of the tile (the forward's 4 * rows * keys * d; backward 2.5x)
+  double flops = 0;              // useful FLOPs of the tile (the forward's 4 * rows * keys * d; backward 2.5x)
   double warp_instructions = 0;  // the issue estimate (docs/perf/layouts.md)
   std::vector<emu::SiteTraffic> worst_sites;  // of the tile's shared traffic, worst first
   std::string problem;                        // what was emulated

@@ -61,9 +61,10 @@ std::string find_nvdisasm() {
 std::string disassemble(const std::vector<char>& cubin) {
   const std::string tool = find_nvdisasm();
   if (tool.empty()) {
-    throw Error("nvdisasm not found (looked in $ATTUNE_NVDISASM, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, "
-                "~/.cache/attune/tools/bin and python3's site-packages/nvidia/*/bin); tools/setup.sh installs it "
-                "from NVIDIA's PyPI wheel nvidia-cuda-nvdisasm");
+    throw Error(
+        "nvdisasm not found (looked in $ATTUNE_NVDISASM, PATH, $CUDA_HOME/bin, /usr/local/cuda/bin, "
+        "~/.cache/attune/tools/bin and python3's site-packages/nvidia/*/bin); tools/setup.sh installs it "
+        "from NVIDIA's PyPI wheel nvidia-cuda-nvdisasm");
   }
   char name[] = "/tmp/attune-sass-XXXXXX";
   const int fd = ::mkstemp(name);

@@ -218,20 +218,18 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
   // rows (ldmatrix.x4 of K or V), queries the B columns (ldmatrix.x2 of Q
   // or dO, whose rows are the columns' k values). One product at a time
   // keeps fewer fragments alive.
+  const auto a_at = KvTile::lane(warp_key0 + frag::x4_row(lane), frag::x4_col(lane));
+  const auto b_at = QTile::lane(warp_query0 + frag::x2_row(lane), frag::x2_col(lane));
   const auto product = [&](const u16* a_s, const u16* b_s, float(&acc)[Config::kKeyTiles][Config::kQueryTiles][4]) {
     ATTUNE_UNROLL
     for (int ks = 0; ks < Config::kHeadSteps; ++ks) {
       u32 a[Config::kKeyTiles][4];
       ATTUNE_UNROLL
-      for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
-        const i32 key = warp_key0 + kt * 16 + frag::x4_row(lane);
-        dev::warp::ldmatrix_x4(a[kt], a_s + KvTile::offset(key, ks * 16 + frag::x4_col(lane)));
-      }
+      for (int kt = 0; kt < Config::kKeyTiles; ++kt) dev::warp::ldmatrix_x4(a[kt], a_s + a_at.at(kt * 16, ks * 16));
       ATTUNE_UNROLL
       for (int qt = 0; qt < Config::kQueryTiles; ++qt) {
-        const i32 query = warp_query0 + qt * 8 + frag::x2_row(lane);
         u32 b[2];
-        dev::warp::ldmatrix_x2(b, b_s + QTile::offset(query, ks * 16 + frag::x2_col(lane)));
+        dev::warp::ldmatrix_x2(b, b_s + b_at.at(qt * 8, ks * 16));
         ATTUNE_UNROLL
         for (int kt = 0; kt < Config::kKeyTiles; ++kt) dev::warp::mma_m16n8k16<D>(acc[kt][qt], a[kt], b, acc[kt][qt]);
       }
@@ -272,14 +270,16 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
       }
     }
   }
+  // The warp's queries are a power-of-two block, so stepping by query tile
+  // flips chunk bits the warp's first query leaves clear (one P^T panel).
+  const auto p_at = PTile::lane(warp_key0 + frag::acc_row(lane, 0), warp_query0 + frag::acc_col(lane, 0));
   ATTUNE_UNROLL
   for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
     ATTUNE_UNROLL
     for (int half = 0; half < 2; ++half) {
-      const i32 key = warp_key0 + kt * 16 + frag::acc_row(lane, half);
       ATTUNE_UNROLL
       for (int qt = 0; qt < Config::kQueryTiles; ++qt) {
-        const i32 at = PTile::offset(key, warp_query0 + qt * 8 + frag::acc_col(lane, 0));
+        const i32 at = p_at.at(kt * 16 + 8 * half, qt * 8);
         dev::store_shared(reinterpret_cast<u32*>(p_s + at),
                           dev::pack2<D>(s[kt][qt][2 * half], s[kt][qt][2 * half + 1]));
         dev::store_shared(reinterpret_cast<u32*>(ds_s + at),
@@ -303,20 +303,23 @@ ATTUNE_DEVICE void accumulate_kv(const u16* p_s, const u16* ds_s, const u16* q_s
   const i32 warp_key0 = (warp % Config::kWarpsN) * Config::kWarpKeys;
   const i32 col0 = (warp / Config::kWarpsN) * Config::kKvCols;
   // acc += A B: A = [key][query] in shared memory, B = [query][column].
+  const auto a_at = PTile::lane(warp_key0 + frag::x4_row(lane), frag::x4_col(lane));
+  // Column steps from the warp's slice are XOR steps where the layout allows
+  // (SmemTile::xor_steps_within); otherwise each address is computed.
+  constexpr bool kXorSteps = QTile::xor_steps_within(Config::kKvCols);
+  const auto b_at = QTile::lane(frag::x4_row(lane), col0);
   const auto product = [&](const u16* a_s, const u16* b_s, float(&acc)[Config::kKeyTiles][Config::kKvColTiles][4]) {
     ATTUNE_UNROLL
     for (int qs = 0; qs < Config::kQuerySteps; ++qs) {
       u32 a[Config::kKeyTiles][4];
       ATTUNE_UNROLL
-      for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
-        const i32 key = warp_key0 + kt * 16 + frag::x4_row(lane);
-        dev::warp::ldmatrix_x4(a[kt], a_s + PTile::offset(key, qs * 16 + frag::x4_col(lane)));
-      }
+      for (int kt = 0; kt < Config::kKeyTiles; ++kt) dev::warp::ldmatrix_x4(a[kt], a_s + a_at.at(kt * 16, qs * 16));
       const i32 query = qs * 16 + frag::x4_row(lane);
       ATTUNE_UNROLL
       for (int ct = 0; ct < Config::kKvColTiles; ++ct) {
         u32 b[2];
-        dev::warp::ldmatrix_x2_trans(b, b_s + QTile::offset(query, col0 + ct * 8));
+        dev::warp::ldmatrix_x2_trans(
+            b, b_s + (kXorSteps ? b_at.at(qs * 16, ct * 8) : QTile::offset(query, col0 + ct * 8)));
         ATTUNE_UNROLL
         for (int kt = 0; kt < Config::kKeyTiles; ++kt) dev::warp::mma_m16n8k16<D>(acc[kt][ct], a[kt], b, acc[kt][ct]);
       }
@@ -337,21 +340,24 @@ ATTUNE_DEVICE void tile_dq(const u16* ds_s, const u16* k_s, float (&dq)[Config::
   const i32 warp = dev::warp_id();
   const i32 warp_query0 = (warp / Config::kWarpsN) * Config::kWarpQueries;
   const i32 col0 = (warp % Config::kWarpsN) * Config::kDqCols;
+  // As in accumulate_kv: the warp's queries are a power-of-two block; its
+  // head-dim slice steps by XOR where the layout allows.
+  constexpr bool kXorSteps = KvTile::xor_steps_within(Config::kDqCols);
+  const auto a_at = PTile::lane(frag::x4t_row(lane), warp_query0 + frag::x4t_col(lane));
+  const auto b_at = KvTile::lane(frag::x4_row(lane), col0);
   fill(dq, 0.0f);
   ATTUNE_UNROLL
   for (int ks = 0; ks < Config::kKeySteps; ++ks) {
     u32 a[Config::kDqRowTiles][4];
     ATTUNE_UNROLL
-    for (int rt = 0; rt < Config::kDqRowTiles; ++rt) {
-      const i32 key = ks * 16 + frag::x4t_row(lane);
-      const i32 query = warp_query0 + rt * 16 + frag::x4t_col(lane);
-      dev::warp::ldmatrix_x4_trans(a[rt], ds_s + PTile::offset(key, query));
-    }
+    for (int rt = 0; rt < Config::kDqRowTiles; ++rt)
+      dev::warp::ldmatrix_x4_trans(a[rt], ds_s + a_at.at(ks * 16, rt * 16));
     const i32 key = ks * 16 + frag::x4_row(lane);
     ATTUNE_UNROLL
     for (int ct = 0; ct < Config::kDqColTiles; ++ct) {
       u32 b[2];
-      dev::warp::ldmatrix_x2_trans(b, k_s + KvTile::offset(key, col0 + ct * 8));
+      dev::warp::ldmatrix_x2_trans(b,
+                                   k_s + (kXorSteps ? b_at.at(ks * 16, ct * 8) : KvTile::offset(key, col0 + ct * 8)));
       ATTUNE_UNROLL
       for (int rt = 0; rt < Config::kDqRowTiles; ++rt) dev::warp::mma_m16n8k16<D>(dq[rt][ct], a[rt], b, dq[rt][ct]);
     }

@@ -121,11 +121,9 @@ struct QFragments {
   ATTUNE_DEVICE void load() {}  // nothing to keep
   ATTUNE_DEVICE void get(u32 (&a)[Config::kMTiles][4], int ks) const {
     const i32 lane = dev::lane_id();
+    const auto at = Config::QTile::lane(warp_row0 + frag::x4_row(lane), frag::x4_col(lane));
     ATTUNE_UNROLL
-    for (int mt = 0; mt < Config::kMTiles; ++mt) {
-      const i32 row = warp_row0 + mt * 16 + frag::x4_row(lane);
-      dev::warp::ldmatrix_x4(a[mt], q_s + Config::QTile::offset(row, ks * 16 + frag::x4_col(lane)));
-    }
+    for (int mt = 0; mt < Config::kMTiles; ++mt) dev::warp::ldmatrix_x4(a[mt], q_s + at.at(mt * 16, ks * 16));
   }
 };
 
@@ -151,13 +149,18 @@ struct QFragments<Config, true> {
 };
 
 // S = Q K^T for this warp's rows and keys of the tile, over the head
-// dimension 16 at a time; K's B fragments two 8-key tiles per ldmatrix.x4.
+// dimension 16 at a time; K's B fragments two 8-key tiles per ldmatrix.x4 (or x2 pairs).
 template <class Config, class Q>
 ATTUNE_DEVICE void tile_scores(const Q& q, const u16* k_s, float (&s)[Config::kMTiles][Config::kNTiles][4],
                                i32 warp_key0) {
   using D = typename Config::DType;
   using KvTile = typename Config::KvTile;
   const i32 lane = dev::lane_id();
+  // With one m-tile per warp, ldmatrix.x4 halves the K loads; with two, each
+  // B fragment already feeds two mma, and the x4's two extra live registers
+  // tip the d96 variants into spills, so two x2 (the same bytes) are used.
+  constexpr bool kX4 = Config::kMTiles == 1;
+  const auto k_at = KvTile::lane(warp_key0 + (kX4 ? frag::x4_b_row(lane) : frag::x2_row(lane)), frag::x2_col(lane));
   fill(s, 0.0f);
   ATTUNE_UNROLL
   for (int ks = 0; ks < Config::kKSteps; ++ks) {
@@ -165,11 +168,19 @@ ATTUNE_DEVICE void tile_scores(const Q& q, const u16* k_s, float (&s)[Config::kM
     q.get(a, ks);
     ATTUNE_UNROLL
     for (int nt = 0; nt < Config::kNTiles; nt += 2) {
-      u32 b[4];
-      const i32 key = warp_key0 + nt * 8 + frag::x4_b_row(lane);
-      dev::warp::ldmatrix_x4(b, k_s + KvTile::offset(key, ks * 16 + frag::x2_col(lane)));
-      const u32 b0[2] = {b[0], b[1]};
-      const u32 b1[2] = {b[2], b[3]};
+      u32 b0[2];
+      u32 b1[2];
+      if constexpr (kX4) {
+        u32 b[4];
+        dev::warp::ldmatrix_x4(b, k_s + k_at.at(nt * 8, ks * 16));
+        b0[0] = b[0];
+        b0[1] = b[1];
+        b1[0] = b[2];
+        b1[1] = b[3];
+      } else {
+        dev::warp::ldmatrix_x2(b0, k_s + k_at.at(nt * 8, ks * 16));
+        dev::warp::ldmatrix_x2(b1, k_s + k_at.at(nt * 8 + 8, ks * 16));
+      }
       ATTUNE_UNROLL
       for (int mt = 0; mt < Config::kMTiles; ++mt) {
         dev::warp::mma_m16n8k16<D>(s[mt][nt], a[mt], b0, s[mt][nt]);
@@ -216,6 +227,7 @@ ATTUNE_DEVICE void accumulate_pv(const float (&p)[Config::kMTiles][Config::kNTil
   using D = typename Config::DType;
   using KvTile = typename Config::KvTile;
   const i32 lane = dev::lane_id();
+  const auto v_at = KvTile::lane(warp_key0 + frag::x4_row(lane), frag::x4_col(lane));
   ATTUNE_UNROLL
   for (int ps = 0; ps < Config::kPSteps; ++ps) {
     u32 a[Config::kMTiles][4];
@@ -230,8 +242,7 @@ ATTUNE_DEVICE void accumulate_pv(const float (&p)[Config::kMTiles][Config::kNTil
     ATTUNE_UNROLL
     for (int dt = 0; dt < Config::kDTiles; dt += 2) {
       u32 b[4];
-      const i32 key = warp_key0 + ps * 16 + frag::x4_row(lane);
-      dev::warp::ldmatrix_x4_trans(b, v_s + KvTile::offset(key, dt * 8 + frag::x4_col(lane)));
+      dev::warp::ldmatrix_x4_trans(b, v_s + v_at.at(ps * 16, dt * 8));
       const u32 b0[2] = {b[0], b[1]};
       const u32 b1[2] = {b[2], b[3]};
       ATTUNE_UNROLL
