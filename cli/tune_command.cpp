@@ -94,8 +94,9 @@ TuneCommands add_tune_commands(CLI::App& app, TuneCommandOptions& t, DbCommandOp
   c.db_best = db->add_subcommand("best", "The best variant per device and problem key");
   c.db_devices = db->add_subcommand("devices", "The devices measured");
   c.db_verify = db->add_subcommand("verify", "Integrity check; best rows agree with the measurements");
-  c.db_merge = db->add_subcommand("merge", "Copy another database's rows into this one");
-  c.db_merge->add_option("other", d.merge_from, "The database to merge from")->required();
+  c.db_merge = db->add_subcommand("merge", "Copy the rows of other databases (shards) into this one");
+  c.db_merge->add_option("others", d.merge_from, "The databases to merge from, in order (the first wins a conflict)")
+      ->required();
   c.db_export = db->add_subcommand("export", "Every measurement as CSV or JSON");
   c.db_export->add_option("--format", d.format, "csv or json")->capture_default_str();
   c.db_export->add_option("--out", d.out_path, "Output file (default: standard output)");
@@ -275,10 +276,26 @@ void db_prune(tuning_db::TuningDb& db, const DbCommandOptions& o) {
 }
 
 void db_merge(tuning_db::TuningDb& db, const DbCommandOptions& o) {
-  const tuning_db::MergeReport r = db.merge_from(o.merge_from);
-  std::printf("merged %s: %lld measurements, %lld problems, %lld variants, %lld devices added\n", o.merge_from.c_str(),
-              static_cast<long long>(r.measurements), static_cast<long long>(r.problems),
-              static_cast<long long>(r.variants), static_cast<long long>(r.devices));
+  const std::vector<std::filesystem::path> others(o.merge_from.begin(), o.merge_from.end());
+  const std::vector<tuning_db::MergeReport> reports = db.merge_from(others);
+  tuning_db::MergeReport total;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const tuning_db::MergeReport& r = reports[i];
+    std::printf(
+        "merged %s: %lld measurements added, %lld already present, %lld conflicting (the row already here "
+        "kept); %lld problems, %lld variants, %lld devices added\n",
+        others[i].c_str(), static_cast<long long>(r.measurements), static_cast<long long>(r.measurements_present),
+        static_cast<long long>(r.measurements_conflicting), static_cast<long long>(r.problems),
+        static_cast<long long>(r.variants), static_cast<long long>(r.devices));
+    total.measurements += r.measurements;
+    total.measurements_present += r.measurements_present;
+    total.measurements_conflicting += r.measurements_conflicting;
+  }
+  if (reports.size() > 1) {
+    std::printf("merged %zu files: %lld measurements added, %lld already present, %lld conflicting\n", reports.size(),
+                static_cast<long long>(total.measurements), static_cast<long long>(total.measurements_present),
+                static_cast<long long>(total.measurements_conflicting));
+  }
 }
 
 void db_report(tuning_db::TuningDb& db, const DbCommandOptions& o) {

@@ -27,7 +27,7 @@ struct TuneCommandOptions {
 
 struct DbCommandOptions {
   std::string db_path;
-  std::string merge_from;
+  std::vector<std::string> merge_from;
   std::string format = "csv";
   std::string out_path;  // empty: stdout
   std::string import_path;

@@ -15,6 +15,7 @@ packages=(
   clang-format clang-tidy-16
   python3-numpy python3-pip
   chromium
+  slurm-wlm munge
 )
 
 missing=()

@@ -56,7 +56,8 @@ std::int64_t run_counting(sqlite::Connection& conn, std::string_view sql) {
   return conn.changes();
 }
 
-MergeReport merge_attached(sqlite::Connection& conn, const fs::path& other) {
+// Refuses a damaged file or one of another schema version; nothing is written.
+void check_attached(sqlite::Connection& conn, const fs::path& other) {
   {
     sqlite::Statement check(conn, "PRAGMA src.quick_check");
     std::string found;
@@ -65,16 +66,34 @@ MergeReport merge_attached(sqlite::Connection& conn, const fs::path& other) {
     }
     if (!found.empty()) throw DbError("quick_check of " + other.string() + " found damage: " + found);
   }
-  {
-    sqlite::Statement version(conn, "PRAGMA src.user_version");
-    version.step();
-    if (const int found = version.int32(0); found != kSchemaVersion) {
-      throw DbError(other.string() + " has schema version " + std::to_string(found) + "; expected " +
-                    std::to_string(kSchemaVersion) + " (open it once with this attune to migrate it)");
-    }
+  sqlite::Statement version(conn, "PRAGMA src.user_version");
+  version.step();
+  if (const int found = version.int32(0); found != kSchemaVersion) {
+    throw DbError(other.string() + " has schema version " + std::to_string(found) + "; expected " +
+                  std::to_string(kSchemaVersion) +
+                  (found > kSchemaVersion ? " (written by a newer attune: merge with that version)"
+                                          : " (open it once with this attune to migrate it)"));
   }
+}
 
-  sqlite::Transaction tx(conn);
+// The attached file's measurements with the target's row ids; a temporary
+// view, so the counts and the insert read one definition.
+constexpr const char* kIncoming =
+    "CREATE TEMP VIEW incoming AS SELECT md.id AS device, mp.id AS problem, mv.id AS variant, sm.ok, sm.median_ms, "
+    "sm.spread_ms, sm.repetitions, sm.tflops, sm.max_error, sm.measured_at, sm.driver_version, sm.nvrtc_version, "
+    "sm.attune_version, sm.id AS source_id FROM src.measurements sm "
+    "JOIN src.devices sd ON sd.id = sm.device JOIN main.devices md ON md.key = sd.key "
+    "JOIN src.problems sp ON sp.id = sm.problem JOIN main.problems mp ON mp.op = sp.op AND mp.dtype = sp.dtype "
+    "AND mp.head_dim_k = sp.head_dim_k AND mp.head_dim_v = sp.head_dim_v AND mp.mask = sp.mask AND "
+    "mp.seqlen_q_log2 = sp.seqlen_q_log2 AND mp.seqlen_k_log2 = sp.seqlen_k_log2 AND mp.batch_heads_log2 = "
+    "sp.batch_heads_log2 AND mp.seqlen_q = sp.seqlen_q AND mp.seqlen_k = sp.seqlen_k AND mp.batch = sp.batch AND "
+    "mp.heads_q = sp.heads_q AND mp.heads_kv = sp.heads_kv "
+    "JOIN src.variants sv ON sv.id = sm.variant JOIN src.templates st ON st.id = sv.template "
+    "JOIN main.templates mt ON mt.kernel = st.kernel AND mt.hash = st.hash "
+    "JOIN main.variants mv ON mv.template = mt.id AND mv.variant_id = sv.variant_id";
+
+// Copies the attached file's rows in; runs inside the caller's transaction.
+MergeReport merge_attached(sqlite::Connection& conn) {
   MergeReport report;
   // Ids differ between files: every row is matched by its unique key.
   report.devices = run_counting(
@@ -104,26 +123,37 @@ MergeReport merge_attached(sqlite::Connection& conn, const fs::path& other) {
       "src.compile_results sc JOIN src.variants sv ON sv.id = sc.variant JOIN src.templates st ON st.id = "
       "sv.template JOIN main.templates mt ON mt.kernel = st.kernel AND mt.hash = st.hash JOIN main.variants mv ON "
       "mv.template = mt.id AND mv.variant_id = sv.variant_id WHERE true ORDER BY sc.id ON CONFLICT DO NOTHING");
+
+  conn.exec(kIncoming);
+  {
+    // A measurement already here: the same result (present) or another one
+    // of the same (device, problem, variant) (a conflict; the row here wins).
+    sqlite::Statement known(conn,
+                            "SELECT count(*), coalesce(sum(i.ok IS mm.ok AND i.median_ms IS mm.median_ms AND "
+                            "i.measured_at IS mm.measured_at), 0) FROM incoming i JOIN main.measurements mm ON "
+                            "mm.device = i.device AND mm.problem = i.problem AND mm.variant = i.variant");
+    known.step();
+    report.measurements_present = known.int64(1);
+    report.measurements_conflicting = known.int64(0) - known.int64(1);
+  }
   report.measurements = run_counting(
       conn,
       "INSERT INTO main.measurements(device, problem, variant, ok, median_ms, spread_ms, repetitions, tflops, "
-      "max_error, measured_at, driver_version, nvrtc_version, attune_version) SELECT md.id, mp.id, mv.id, sm.ok, "
-      "sm.median_ms, sm.spread_ms, sm.repetitions, sm.tflops, sm.max_error, sm.measured_at, sm.driver_version, "
-      "sm.nvrtc_version, sm.attune_version FROM src.measurements sm "
-      "JOIN src.devices sd ON sd.id = sm.device JOIN main.devices md ON md.key = sd.key "
-      "JOIN src.problems sp ON sp.id = sm.problem JOIN main.problems mp ON mp.op = sp.op AND mp.dtype = sp.dtype "
-      "AND mp.head_dim_k = sp.head_dim_k AND mp.head_dim_v = sp.head_dim_v AND mp.mask = sp.mask AND "
-      "mp.seqlen_q_log2 = sp.seqlen_q_log2 AND mp.seqlen_k_log2 = sp.seqlen_k_log2 AND mp.batch_heads_log2 = "
-      "sp.batch_heads_log2 AND mp.seqlen_q = sp.seqlen_q AND mp.seqlen_k = sp.seqlen_k AND mp.batch = sp.batch AND "
-      "mp.heads_q = sp.heads_q AND mp.heads_kv = sp.heads_kv "
-      "JOIN src.variants sv ON sv.id = sm.variant JOIN src.templates st ON st.id = sv.template "
-      "JOIN main.templates mt ON mt.kernel = st.kernel AND mt.hash = st.hash "
-      "JOIN main.variants mv ON mv.template = mt.id AND mv.variant_id = sv.variant_id "
-      "WHERE true ORDER BY sm.id ON CONFLICT DO NOTHING");
-  // Nothing new measured: leave the best rows (and the file) as they are.
-  if (report.measurements > 0) recompute_best(conn);
-  tx.commit();
+      "max_error, measured_at, driver_version, nvrtc_version, attune_version) SELECT device, problem, variant, ok, "
+      "median_ms, spread_ms, repetitions, tflops, max_error, measured_at, driver_version, nvrtc_version, "
+      "attune_version FROM incoming WHERE true ORDER BY source_id ON CONFLICT DO NOTHING");
+  conn.exec("DROP VIEW temp.incoming");
   return report;
+}
+
+// "tuning database <target>: merging from <other>: <detail>", the
+// connection's own prefix dropped from the detail.
+DbError merge_error(sqlite::Connection& conn, const fs::path& other, const std::string& detail) {
+  std::string text = detail;
+  if (const std::string own = "tuning database " + conn.path().string() + ": "; text.starts_with(own)) {
+    text.erase(0, own.size());
+  }
+  return DbError("tuning database " + conn.path().string() + ": merging from " + other.string() + ": " + text);
 }
 
 }  // namespace
@@ -227,23 +257,40 @@ VerifyReport verify(sqlite::Connection& conn) {
   return report;
 }
 
-MergeReport merge(sqlite::Connection& conn, const fs::path& other) {
-  const std::string where = "tuning database " + conn.path().string() + ": merging from " + other.string() + ": ";
-  std::error_code ec;
-  if (!fs::is_regular_file(other, ec)) throw DbError(where + "no such file; expected a tuning database file");
-  // The same file: every row is already here.
-  if (fs::equivalent(other, conn.path(), ec)) return {};
-  try {
-    Attached src(conn, other);
-    return merge_attached(conn, other);
-  } catch (const DbError& e) {
-    // Name both files once: drop the connection's own "tuning database <path>: " prefix.
-    std::string detail = e.what();
-    if (const std::string own = "tuning database " + conn.path().string() + ": "; detail.starts_with(own)) {
-      detail.erase(0, own.size());
+std::vector<MergeReport> merge(sqlite::Connection& conn, const std::vector<fs::path>& others) {
+  // Every file is checked before anything is written: one damaged or
+  // foreign shard leaves the target as it was. (SQLite cannot attach inside
+  // a transaction, so each file is then merged in its own; merging is
+  // idempotent, so a run interrupted between files is simply rerun.)
+  std::vector<bool> same_file;
+  for (const fs::path& other : others) {
+    std::error_code ec;
+    if (!fs::is_regular_file(other, ec))
+      throw merge_error(conn, other, "no such file; expected a tuning database file");
+    same_file.push_back(fs::equivalent(other, conn.path(), ec));  // every row is already here
+    if (same_file.back()) continue;
+    try {
+      Attached src(conn, other);
+      check_attached(conn, other);
+    } catch (const DbError& e) {
+      throw merge_error(conn, other, e.what());
     }
-    throw DbError(where + detail);
   }
+  std::vector<MergeReport> reports(others.size());
+  for (std::size_t i = 0; i < others.size(); ++i) {
+    if (same_file[i]) continue;
+    try {
+      Attached src(conn, others[i]);
+      sqlite::Transaction tx(conn);
+      reports[i] = merge_attached(conn);
+      // Nothing new measured: leave the best rows (and the file) as they are.
+      if (reports[i].measurements > 0) recompute_best(conn);
+      tx.commit();
+    } catch (const DbError& e) {
+      throw merge_error(conn, others[i], e.what());
+    }
+  }
+  return reports;
 }
 
 std::int64_t prune_stale_templates(sqlite::Connection& conn, std::string_view kernel, std::string_view current_hash) {

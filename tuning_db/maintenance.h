@@ -22,7 +22,8 @@ void recompute_best(sqlite::Connection& conn);
 ProblemKey read_key(const sqlite::Statement& row, int first);
 
 VerifyReport verify(sqlite::Connection& conn);
-MergeReport merge(sqlite::Connection& conn, const std::filesystem::path& other);
+// All files or none: each is checked before any is merged, in one transaction.
+std::vector<MergeReport> merge(sqlite::Connection& conn, const std::vector<std::filesystem::path>& others);
 std::int64_t prune_stale_templates(sqlite::Connection& conn, std::string_view kernel, std::string_view current_hash);
 VersionPruneReport prune_older_versions(sqlite::Connection& conn, const std::vector<long>& oldest_kept);
 

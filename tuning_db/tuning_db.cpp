@@ -504,10 +504,12 @@ VerifyReport TuningDb::verify() const {
   return tuning_db::verify(s.conn);
 }
 
-MergeReport TuningDb::merge_from(const fs::path& other) {
+MergeReport TuningDb::merge_from(const fs::path& other) { return merge_from(std::vector<fs::path>{other}).front(); }
+
+std::vector<MergeReport> TuningDb::merge_from(const std::vector<fs::path>& others) {
   State& s = use();
   std::lock_guard lock(s.mutex);
-  return merge(s.conn, other);
+  return merge(s.conn, others);
 }
 
 std::int64_t TuningDb::prune_stale_templates(std::string_view kernel, std::string_view current_hash) {

@@ -152,7 +152,11 @@ struct VerifyReport {
   bool ok() const { return problems.empty(); }
 };
 
-// Rows merge_from() added (rows already present are not counted).
+// What merge_from() took from one file: rows added, and of its
+// measurements those already here with the same result (present) and those
+// whose (device, problem, variant) was measured here with another result
+// (conflicting: the row already here wins, so merging is idempotent and the
+// first file given wins among the sources).
 struct MergeReport {
   std::int64_t devices = 0;
   std::int64_t templates = 0;
@@ -160,6 +164,8 @@ struct MergeReport {
   std::int64_t problems = 0;
   std::int64_t compile_results = 0;
   std::int64_t measurements = 0;
+  std::int64_t measurements_present = 0;
+  std::int64_t measurements_conflicting = 0;
 };
 
 // What prune_older_versions() deleted: measurements per attune version
@@ -231,6 +237,9 @@ class TuningDb {
   // The other file is opened read-only and must be sound and of the current
   // schema version. Idempotent: merging the same file again adds nothing.
   MergeReport merge_from(const std::filesystem::path& other);
+  // Several files, in order: each is checked (readable, undamaged, this
+  // schema version) before any is merged, so a bad one changes nothing.
+  std::vector<MergeReport> merge_from(const std::vector<std::filesystem::path>& others);
 
   // Deletes the variants, compile results and measurements of `kernel`'s
   // templates other than `current_hash` (they are stale), and recomputes

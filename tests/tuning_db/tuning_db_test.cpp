@@ -627,6 +627,55 @@ TEST(TuningDbTest, MergeRefusesMissingCorruptAndOldFiles) {
   EXPECT_TRUE(s.db.record_measurement(measurement(s.device, s.problem, s.variants[1], 1.0)));  // still usable
 }
 
+TEST(TuningDbTest, MergeOfManyShardsReportsEachAndRefusesABadOneBeforeWriting) {
+  TempDir dir;
+  const fs::path target = dir.path() / "tuning.db";
+  const fs::path shard0 = dir.path() / "shard-0.db";
+  const fs::path shard1 = dir.path() / "shard-1.db";
+  {
+    Seeded s0(shard0);
+    ASSERT_TRUE(s0.db.record_measurement(measurement(s0.device, s0.problem, s0.variants[0], 2.0)));
+    ASSERT_TRUE(s0.db.record_measurement(measurement(s0.device, s0.problem, s0.variants[1], 1.0)));
+    Seeded s1(shard1);
+    ASSERT_TRUE(s1.db.record_measurement(measurement(s1.device, s1.problem, s1.variants[1], 0.5)));  // conflicts
+    ASSERT_TRUE(s1.db.record_measurement(measurement(s1.device, s1.problem, s1.variants[2], 3.0)));
+  }
+  Seeded t(target);
+  RawDb raw(target);
+  const std::string before = raw.dump();
+
+  // A damaged file and one of another schema version, last in the list:
+  // refused by name before the good ones are merged.
+  const fs::path garbage = dir.path() / "shard-2.db";
+  std::ofstream(garbage, std::ios::binary) << std::string(4096, 'g');
+  std::string message = attune::testing::error_of<DbError>([&] { t.db.merge_from({shard0, shard1, garbage}); });
+  EXPECT_TRUE(contains(message, garbage.string())) << message;
+  const fs::path newer = dir.path() / "shard-3.db";
+  { const Seeded other(newer); }
+  RawDb(newer).exec("PRAGMA user_version = 3");
+  message = attune::testing::error_of<DbError>([&] { t.db.merge_from({shard0, newer, shard1}); });
+  EXPECT_TRUE(contains(message, newer.string()) && contains(message, "schema version 3; expected 2")) << message;
+  EXPECT_EQ(raw.dump(), before);
+
+  const std::vector<MergeReport> reports = t.db.merge_from({shard0, shard1});
+  ASSERT_EQ(reports.size(), 2u);
+  EXPECT_EQ(reports[0].measurements, 2);
+  EXPECT_EQ(reports[0].measurements_present + reports[0].measurements_conflicting, 0);
+  EXPECT_EQ(reports[1].measurements, 1);
+  EXPECT_EQ(reports[1].measurements_conflicting, 1);  // variant 1: shard 0's row, merged first, stays
+  const std::vector<BestRow> best = t.db.best_all();
+  ASSERT_EQ(best.size(), 1u);
+  EXPECT_EQ(best[0].variant_id, variant_name(1));
+  EXPECT_DOUBLE_EQ(best[0].median_ms, 1.0);
+  EXPECT_TRUE(t.db.verify().ok());
+
+  const std::vector<MergeReport> again = t.db.merge_from({shard1, shard0});
+  EXPECT_EQ(again[0].measurements + again[1].measurements, 0);
+  EXPECT_EQ(again[0].measurements_present, 1);  // variant 2; variant 1 still conflicts
+  EXPECT_EQ(again[0].measurements_conflicting, 1);
+  EXPECT_EQ(again[1].measurements_present, 2);
+}
+
 TEST(TuningDbTest, VerifyDetectsATamperedBestRow) {
   TempDir dir;
   const fs::path path = dir.path() / "tuning.db";
