@@ -11,9 +11,9 @@ namespace attune::cli {
 struct VariantsOptions {
   std::string id;  // profile, dump: the variant
   std::string format = "text";
-  int sm_count = 0;       // 0: the architecture's example part
-  double clock_ghz = 0;   // 0: the clock its peak is quoted at
-  std::string out;        // dump: the directory
+  int sm_count = 0;      // 0: the architecture's example part
+  double clock_ghz = 0;  // 0: the clock its peak is quoted at
+  std::string out;       // dump: the directory
   std::string op = "fwd";
   std::string dtype = "bf16";
   int dk = 0;

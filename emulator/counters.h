@@ -13,16 +13,16 @@ namespace attune::emu {
 
 // One template line's shared-memory traffic.
 struct SiteTraffic {
-  std::string site;               // templates/flash_tile.cuh:123
+  std::string site;                // templates/flash_tile.cuh:123
   std::uint64_t instructions = 0;  // warp instructions
   std::uint64_t wavefronts = 0;
   std::uint64_t ideal = 0;
 };
 
 struct LaunchCounters {
-  std::uint64_t mma = 0;       // mma.sync m16n8k16, per warp
-  std::uint64_t ldmatrix = 0;  // per warp
-  std::uint64_t shuffles = 0;  // per warp
+  std::uint64_t mma = 0;                  // mma.sync m16n8k16, per warp
+  std::uint64_t ldmatrix = 0;             // per warp
+  std::uint64_t shuffles = 0;             // per warp
   std::uint64_t shared_instructions = 0;  // per warp: plain loads, stores and cp.async writes
   std::uint64_t shared_wavefronts = 0;    // of all shared accesses, ldmatrix included
   std::uint64_t shared_ideal = 0;

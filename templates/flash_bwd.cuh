@@ -153,9 +153,13 @@ struct BwdConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN
 
   // Shared memory, 16-bit elements first: K, V, `kStages` Q and dO tiles,
   // P^T and dS^T ([key][query]); then floats: `kStages` LSE_log2 and D rows.
-  using KvTile = SmemTile<kBlockN, kHeadDim>;  // K, V
-  using QTile = SmemTile<kBlockM, kHeadDim>;   // one stage of Q or of dO
-  using PTile = SmemTile<kBlockN, kBlockM>;    // P^T, dS^T: [key][query]
+  // 16-column panels where 64 does not divide the head dim: the warps'
+  // column blocks (d96 in 48s) then step by XOR (fewer spills than 32).
+  template <int kRows>
+  using HeadDimTile = SmemTile<kRows, kHeadDim, 16>;
+  using KvTile = HeadDimTile<kBlockN>;       // K, V
+  using QTile = HeadDimTile<kBlockM>;        // one stage of Q or of dO
+  using PTile = SmemTile<kBlockN, kBlockM>;  // P^T, dS^T: [key][query]
   static constexpr int kKvElems = KvTile::kElems;
   static constexpr int kQElems = QTile::kElems;
   static constexpr int kPElems = PTile::kElems;

@@ -84,8 +84,8 @@ struct FlashFwdTunables {
     const int warp_keys = block_n / warps_n;
     const int m_tiles = warp_rows / 16;
     const int key_tiles = warp_keys / 8;
-    const int registers = m_tiles * (head_dim / 8) * 4 + m_tiles * key_tiles * 6 +
-                          (q_regs != 0 ? m_tiles * (head_dim / 16) * 4 : 0);
+    const int registers =
+        m_tiles * (head_dim / 8) * 4 + m_tiles * key_tiles * 6 + (q_regs != 0 ? m_tiles * (head_dim / 16) * 4 : 0);
     return block_m % warps_m == 0 && block_n % warps_n == 0 && warp_rows % 16 == 0 && warp_keys % 16 == 0 &&
            head_dim % 16 == 0 && stages >= 1 && stages <= 4 && warps_m * warps_n <= 8 &&
            key_tiles <= kMaxWarpKeyTiles && registers <= kRegisterBudget && (q_regs == 0 || q_regs == 1);

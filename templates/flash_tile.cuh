@@ -45,8 +45,10 @@ struct TileConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarps
   static constexpr int kKSteps = kHeadDim / 16;        // QK^T reduction steps
   static constexpr int kPSteps = kWarpKeys / 16;       // PV reduction steps
   static constexpr int kDTiles = kHeadDim / 8;         // O columns
-  using QTile = SmemTile<kBlockM, kHeadDim>;           // Q in shared memory
-  using KvTile = SmemTile<kBlockN, kHeadDim>;          // one stage of K or of V
+  template <int kRows>
+  using HeadDimTile = SmemTile<kRows, kHeadDim>;  // rows of head-dim width, as load_rows writes them
+  using QTile = HeadDimTile<kBlockM>;             // Q in shared memory
+  using KvTile = HeadDimTile<kBlockN>;            // one stage of K or of V
   static constexpr int kQElems = QTile::kElems;
   static constexpr int kTileElems = KvTile::kElems;
   // The per-thread softmax state of a warp's rows.
@@ -67,12 +69,12 @@ struct WarpPerRowTunables {
 namespace flash_detail {
 
 // Copies a tile of kRows x kHeadDim elements into shared memory, laid out as
-// SmemTile<kRows, kHeadDim>; rows >= rows_valid and columns >= cols_valid
+// Config::HeadDimTile<kRows>; rows >= rows_valid and columns >= cols_valid
 // are zero. Row r starts at row_address(r): tensors whose rows are not evenly
 // spaced (paged caches, packed query heads) load through the same code.
 template <class Config, int kRows, class RowAddress>
 ATTUNE_DEVICE void load_rows(u16* dst, const RowAddress& row_address, i64 rows_valid, i32 cols_valid, bool vectorized) {
-  using Tile = SmemTile<kRows, Config::kHeadDim>;
+  using Tile = typename Config::template HeadDimTile<kRows>;
   const i32 tid = dev::linear_thread();
   // In storage order: thread t fills the t-th 16 bytes, whatever the layout.
   for (i32 c = tid; c < Tile::kChunks; c += Config::kThreads) {

@@ -5,7 +5,8 @@
 // Swizzled (the default): the tile is stored as column panels of 64
 // elements (128 bytes: the 32 banks once), or of 32 or 16 when 64 does not
 // divide the tile's width (d96, d160 and d224 use 32: every panel of a tile
-// has one width, so a lane's offset is one register); a panel holds its rows
+// has one width, so a lane's offset is one register; the backward uses 16);
+// a panel holds its rows
 // one after another, and within a row the 16-byte chunk c is stored at chunk
 // c ^ f(row), f(row) = (row / (8 / chunks)) mod chunks for a panel of
 // `chunks` chunks. Any 8 consecutive rows then put a given chunk in 8
@@ -28,15 +29,19 @@ namespace attune {
 
 inline constexpr bool kSwizzleTiles = true;
 
-// A kRows x kCols tile (kCols a multiple of 16).
-template <int kRows, int kCols>
+// A kRows x kCols tile (kCols a multiple of 16). kNarrowPanel: the panel
+// width where 64 does not divide kCols (32 or 16; 16 if 32 does not divide
+// either). The forward kernels use 32; the backward 16, which lets its
+// warps' column blocks of any multiple of 16 (d96 split in 48s) step by XOR.
+template <int kRows, int kCols, int kNarrowPanel = 32>
 struct SmemTile {
   static_assert(kCols % 16 == 0, "SmemTile: tiles are whole 16-column fragments wide");
   static constexpr int kElems = kRows * kCols;
   static constexpr int kChunks = kElems / 8;  // 16-byte chunks
 
-  // Columns of a panel: 64 (128 bytes) where it divides the tile, else 32 or 16.
-  static constexpr int kPanel = kCols % 64 == 0 ? 64 : kCols % 32 == 0 ? 32 : 16;
+  static_assert(kNarrowPanel == 32 || kNarrowPanel == 16, "SmemTile: narrow panels are 32 or 16 columns");
+  // Columns of a panel: 64 (128 bytes) where it divides the tile, else narrower.
+  static constexpr int kPanel = kCols % 64 == 0 ? 64 : kCols % kNarrowPanel == 0 ? kNarrowPanel : 16;
   static constexpr int kPanelChunks = kPanel / 8;
 
   // The chunk (0..kPanelChunks-1) a logical chunk is stored at in its row;
@@ -88,11 +93,11 @@ struct SmemTile {
   };
   // Whether lanes of a warp whose columns are a block of `block` columns
   // (starting at a multiple of it, the lane's part below 8) may step by XOR
-  // within the block: when the block is the whole tile or a power of two
-  // (then it divides a panel or a panel divides it, and a step's chunk bits
-  // are above the lane's).
+  // within the block: when the block is the whole tile, a power of two (then
+  // it divides a panel or a panel divides it, and a step's chunk bits are
+  // above the lane's), or a multiple of 16-column panels.
   ATTUNE_HOST_DEVICE static constexpr bool xor_steps_within(int block) {
-    return block >= kCols || (block >= 8 && (block & (block - 1)) == 0);
+    return block >= kCols || (block >= 8 && (block & (block - 1)) == 0) || (kPanel == 16 && block % 16 == 0);
   }
   ATTUNE_HOST_DEVICE static constexpr LaneOffsets lane(i32 row, i32 col) {
     LaneOffsets l{};

@@ -6,9 +6,9 @@
 
 #include "core/error.h"
 #include "generator/variants.h"
+#include "profile/profile.h"
 #include "runtime/dispatch/heuristics.h"
 #include "runtime/dispatch/tuned_id.h"
-#include "profile/profile.h"
 #include "runtime/runtime.h"
 
 namespace attune::tuner {

@@ -170,8 +170,8 @@ std::string best_table_row(const KeyAnalysis& k) {
   }
   return "<tr><td><code>" + html_escape(k.best.key.to_string()) + "</code></td><td><code>" +
          html_escape(k.best.variant_id) + "</code></td><td class=\"num\">" + format_ms(k.best.median_ms) +
-         "</td><td class=\"num\">" + tflops + "</td><td class=\"num\">" + predicted + "</td><td class=\"num\">" +
-         gain + "</td><td class=\"num\">" + std::to_string(k.rows.size()) + "</td></tr>\n";
+         "</td><td class=\"num\">" + tflops + "</td><td class=\"num\">" + predicted + "</td><td class=\"num\">" + gain +
+         "</td><td class=\"num\">" + std::to_string(k.rows.size()) + "</td></tr>\n";
 }
 
 // One bar per variant (its fastest ok measurement: a key may hold several

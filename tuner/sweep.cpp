@@ -118,9 +118,10 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
       spec.splits.push_back(static_cast<int>(n));
     }
   } else {
-    throw InvalidArgument("sweep axis: got '" + axis +
-                          "'; expected dtypes, head_dims, masks, seqlens, batch_heads, max_variants, order, op, queries, "
-                          "gqa or splits");
+    throw InvalidArgument(
+        "sweep axis: got '" + axis +
+        "'; expected dtypes, head_dims, masks, seqlens, batch_heads, max_variants, order, op, queries, "
+        "gqa or splits");
   }
 }
 

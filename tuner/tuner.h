@@ -63,6 +63,14 @@ std::vector<std::string> worker_arguments(const Task& task, const TuneOptions& o
 std::string format_result(const Measurement& m);
 std::optional<Measurement> parse_result(const std::string& line);
 
+// Thrown by measure_in_worker when the worker was stopped from outside
+// (SIGTERM, SIGINT, SIGHUP, SIGQUIT: the job was cancelled): the sweep stops
+// and records nothing for the candidate, so a resumed sweep measures it.
+class Interrupted : public Error {
+ public:
+  using Error::Error;
+};
+
 // Runs measure() in a worker process; crashes, hangs and missing results
 // become failed measurements with the reason.
 Measurement measure_in_worker(const Task& task, const TuneOptions& options);

@@ -108,6 +108,16 @@ std::optional<Measurement> parse_result(const std::string& line) {
   return m;
 }
 
+namespace {
+
+// Signals a job is stopped with, never what a faulty kernel dies of (SEGV,
+// ABRT, BUS, ILL, FPE) nor what the time limit sends (KILL).
+bool stopped_from_outside(int signal) {
+  return signal == SIGTERM || signal == SIGINT || signal == SIGHUP || signal == SIGQUIT;
+}
+
+}  // namespace
+
 Measurement measure_in_worker(const Task& task, const TuneOptions& options) {
   if (!options.isolate) throw Error("measure_in_worker: no worker options");
   const WorkerOptions& worker = *options.isolate;
@@ -170,6 +180,13 @@ Measurement measure_in_worker(const Task& task, const TuneOptions& options) {
     return failed;
   }
   kill(-pid, SIGKILL);  // nothing the worker started outlives it
+  if (WIFSIGNALED(status) && stopped_from_outside(WTERMSIG(status))) {
+    // A scheduler cancelling the job (scancel, a preemption) signals every
+    // process of it, the worker too. That is not the candidate's failure:
+    // recording it would make the resumed sweep skip the candidate.
+    throw Interrupted("tune: the worker measuring " + task_variant_id(task) + " was stopped by " +
+                      strsignal(WTERMSIG(status)) + " from outside; nothing was recorded for it (rerun to resume)");
+  }
   if (WIFSIGNALED(status)) {
     failed.error = std::string("worker crashed: ") + strsignal(WTERMSIG(status));
     return failed;

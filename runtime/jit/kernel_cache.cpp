@@ -452,10 +452,12 @@ void KernelCache::store(const CacheKey& key, std::span<const char> binary) {
 
   const std::span<const std::byte> pieces[] = {std::as_bytes(std::span(header)), std::as_bytes(binary)};
   try {
-    io::write_file_atomically(
-        digest, pieces,
-        {.mode = 0600, .directory_fd = dir_fd_, .no_follow = true, .temp_infix = std::string(kTempInfix),
-         .precise_mtime = true});
+    io::write_file_atomically(digest, pieces,
+                              {.mode = 0600,
+                               .directory_fd = dir_fd_,
+                               .no_follow = true,
+                               .temp_infix = std::string(kTempInfix),
+                               .precise_mtime = true});
   } catch (const IoError& e) {
     throw IoError("kernel cache entry '" + path + "': " + std::string(e.what()).substr(digest.size() + 2));
   }

@@ -127,11 +127,11 @@ class Cluster:
 
 
 def measurements(db):
-    """The (device, problem, variant, ok) set of a database, by keys, not ids."""
+    """The (device, problem, variant) triples of a database, by keys, not ids."""
     con = sqlite3.connect(db)
     rows = con.execute(
         "SELECT d.key, p.op, p.dtype, p.head_dim_k, p.head_dim_v, p.mask, p.seqlen_q, p.seqlen_k, p.batch, "
-        "p.heads_q, p.heads_kv, t.kernel, v.variant_id, m.ok FROM measurements m JOIN devices d ON d.id = m.device "
+        "p.heads_q, p.heads_kv, t.kernel, v.variant_id FROM measurements m JOIN devices d ON d.id = m.device "
         "JOIN problems p ON p.id = m.problem JOIN variants v ON v.id = m.variant "
         "JOIN templates t ON t.id = v.template").fetchall()
     con.close()
@@ -190,7 +190,7 @@ def run_fleet(attune, tmp, cluster, checks):
             tmp, attune))
     os.chmod(slow, 0o755)
     fleet = os.path.join(tmp, "fleet")
-    sweep = SWEEP + ["--isolate", "yes"]
+    sweep = SWEEP + ["--isolate", "yes", "--time-limit", "600"]  # a loaded CI machine must not time out
     first = subprocess.run(["bash", SUBMIT, "--shards", "4", "--out", fleet, "--attune", attune, "--"] + sweep,
                            env=dict(env, ATTUNE_TUNE_WORKER=slow), capture_output=True, text=True, timeout=60)
     jobs = dict(line.split()[:2] for line in first.stdout.splitlines() if line.split()[:1] in (["array"], ["merge"]))
@@ -226,9 +226,11 @@ def run_fleet(attune, tmp, cluster, checks):
         print(cluster.logs())
         return
     merged = measurements(os.path.join(fleet, "tuning.db"))
-    checks.check(sorted(merged) == sorted(expected) and len(set(merged)) == len(merged),
+    missing = sorted(set(expected) - set(merged))
+    extra = sorted(set(merged) - set(expected))
+    checks.check(not missing and not extra and len(set(merged)) == len(merged),
                  "merged database: %d measurements, the single-process sweep's %d, same (device, problem, variant) "
-                 "set" % (len(merged), len(expected)))
+                 "set (missing %s, extra %s)" % (len(merged), len(expected), missing[:2], extra[:2]))
     verify = subprocess.run([attune, "db", "--db", os.path.join(fleet, "tuning.db"), "verify"], capture_output=True,
                             text=True)
     checks.check(verify.returncode == 0, "db verify of the merged database: %s" % (verify.stdout + verify.stderr).strip())

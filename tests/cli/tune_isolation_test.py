@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """`attune tune --isolate yes`: a candidate whose worker crashes or hangs is
-recorded as failed, never becomes best, and the sweep goes on. Faults are
+recorded as failed, never becomes best, and the sweep goes on; one stopped
+from outside (SIGTERM of a cancelled job) stops the sweep and is not recorded. Faults are
 injected with a wrapper (ATTUNE_TUNE_WORKER) that crashes for variants with
 pipeline depth `st1` and hangs for `st3`, and runs the real worker otherwise. Also:
 export to JSON and import into a fresh database round-trips.
@@ -57,6 +58,30 @@ def main():
             failures.append("a failed candidate became best: %s" % (best & set(faulty)))
         if not any(ok for _, ok in rows):
             failures.append("no candidate was measured")
+
+        # A worker stopped from outside (a cancelled job's SIGTERM) is not a
+        # failed candidate: the sweep stops, records nothing for it, and a
+        # resumed sweep measures it.
+        stopped = os.path.join(tmp, "stopped.sh")
+        with open(stopped, "w") as f:
+            f.write("#!/bin/bash\n[ -e %s/resume ] || kill -TERM $$\nexec \"%s\" \"$@\"\n" % (tmp, attune))
+        os.chmod(stopped, 0o755)
+        sdb = os.path.join(tmp, "stopped.db")
+        sweep = [attune, "tune", "--backend", "emu", "--db", sdb, "--head-dims", "32", "--seqlens", "48",
+                 "--max-variants", "2", "--repetitions", "1", "--isolate", "yes", "--quiet"]
+        first = subprocess.run(sweep, env=dict(os.environ, ATTUNE_TUNE_WORKER=stopped), capture_output=True,
+                               text=True, timeout=120)
+        con = sqlite3.connect(sdb)
+        recorded = con.execute("select count(*) from measurements").fetchone()[0]
+        con.close()
+        if first.returncode == 0 or "stopped by" not in first.stderr or recorded != 0:
+            failures.append("a worker stopped by SIGTERM: exit %d, %d recorded, %s" % (
+                first.returncode, recorded, first.stderr.strip()[-200:]))
+        open(os.path.join(tmp, "resume"), "w").close()
+        resumed = subprocess.run(sweep, env=dict(os.environ, ATTUNE_TUNE_WORKER=stopped), capture_output=True,
+                                 text=True, timeout=120)
+        if resumed.returncode != 0 or "tuned 2, failed 0, already measured 0" not in resumed.stdout:
+            failures.append("resumed after SIGTERM: %s %s" % (resumed.stdout.strip(), resumed.stderr.strip()[-200:]))
 
         exported = os.path.join(tmp, "e.json")
         subprocess.run([attune, "db", "--db", db, "export", "--format", "json", "--out", exported], check=True)

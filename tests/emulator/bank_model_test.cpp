@@ -60,7 +60,7 @@ TEST(BankModelTest, LdmatrixRowsOneBankGroupApartConflictEightWays) {
   for (std::uint64_t r = 0; r < 8; ++r) {
     pitch128.push_back(r * 128);
     pitch256.push_back(r * 256);
-    padded.push_back(r * 144);                  // a 16-byte pad per row
+    padded.push_back(r * 144);                   // a 16-byte pad per row
     swizzled.push_back(r * 128 + 16 * (r ^ 0));  // chunk 0 of row r stored at chunk r
   }
   EXPECT_EQ(ldmatrix_wavefronts(pitch128).actual, 8U);

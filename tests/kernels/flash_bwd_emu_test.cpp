@@ -33,7 +33,6 @@
 
 namespace attune {
 
-
 namespace {
 
 using testing::BackwardInputs;

@@ -19,7 +19,6 @@
 
 namespace attune {
 
-
 namespace {
 
 void check_families(const Variant& variant, const std::vector<testing::Family>& families) {

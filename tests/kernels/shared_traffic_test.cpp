@@ -53,8 +53,9 @@ emu::LaunchCounters run_unswizzled(int tiles) {
   constexpr int kBlockM = 64;
   constexpr int kBlockN = 32;
   const std::int64_t sk = static_cast<std::int64_t>(tiles) * kBlockN;
-  const AttentionProblem p = make_problem(std::vector<std::int64_t>{1, kBlockM, 1, kD},
-                                          std::vector<std::int64_t>{1, sk, 1, kD}, std::vector<std::int64_t>{1, sk, 1, kD}, {});
+  const AttentionProblem p =
+      make_problem(std::vector<std::int64_t>{1, kBlockM, 1, kD}, std::vector<std::int64_t>{1, sk, 1, kD},
+                   std::vector<std::int64_t>{1, sk, 1, kD}, {});
   std::mt19937 rng(7);
   std::normal_distribution<float> normal;
   const auto random = [&](std::int64_t n) {

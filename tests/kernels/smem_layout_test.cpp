@@ -17,9 +17,9 @@
 namespace attune {
 namespace {
 
-template <int kRows, int kCols>
+template <int kRows, int kCols, int kNarrow>
 void expect_permutation() {
-  using Tile = SmemTile<kRows, kCols>;
+  using Tile = SmemTile<kRows, kCols, kNarrow>;
   std::vector<int> hits(Tile::kElems, 0);
   for (int r = 0; r < kRows; ++r) {
     for (int c = 0; c < kCols; ++c) {
@@ -39,9 +39,9 @@ void expect_permutation() {
 // Every lane whose column is `base` (a multiple of `block`) plus a part
 // below `part`, stepped by dc (multiples of `step` below `reach`) and dr
 // (multiples of 8 below kRows - row).
-template <int kRows, int kCols>
+template <int kRows, int kCols, int kNarrow>
 void expect_lane_steps(int block, int part, int step, int reach) {
-  using Tile = SmemTile<kRows, kCols>;
+  using Tile = SmemTile<kRows, kCols, kNarrow>;
   for (int base = 0; base + block <= kCols; base += block) {
     for (int row = 0; row < 16 && row < kRows; ++row) {
       for (int p = 0; p < part; ++p) {
@@ -57,29 +57,34 @@ void expect_lane_steps(int block, int part, int step, int reach) {
   }
 }
 
-template <int kRows, int kCols>
+template <int kRows, int kCols, int kNarrow>
 void expect_shape() {
-  using Tile = SmemTile<kRows, kCols>;
-  expect_permutation<kRows, kCols>();
+  using Tile = SmemTile<kRows, kCols, kNarrow>;
+  expect_permutation<kRows, kCols, kNarrow>();
   // A lane's 16-column fragment stepped across the whole tile (Q, K, V reads).
-  expect_lane_steps<kRows, kCols>(kCols, 16, 16, kCols);
-  // Power-of-two warp blocks of columns, a lane part below 8, stepped by 8
-  // within the block (P^T stores, the backward's transposed reads).
-  for (int block = 8; block <= kCols; block *= 2) {
-    if (kCols % block == 0 && Tile::xor_steps_within(block)) expect_lane_steps<kRows, kCols>(block, 8, 8, block);
+  expect_lane_steps<kRows, kCols, kNarrow>(kCols, 16, 16, kCols);
+  // Warp blocks of columns the layout admits (powers of two; any multiple of
+  // 16 with 16-column panels), a lane part below 8, stepped by 8 within the
+  // block (P^T stores, the backward's transposed reads).
+  for (int block = 8; block <= kCols; block += 8) {
+    if (kCols % block == 0 && Tile::xor_steps_within(block)) {
+      expect_lane_steps<kRows, kCols, kNarrow>(block, 8, 8, block);
+    }
   }
 }
 
-template <int... kCols>
+template <int kNarrow, int... kCols>
 void expect_rows(std::integer_sequence<int, kCols...> /*cols*/) {
-  (expect_shape<16, kCols>(), ...);
-  (expect_shape<32, kCols>(), ...);
-  (expect_shape<64, kCols>(), ...);
-  (expect_shape<128, kCols>(), ...);
+  (expect_shape<16, kCols, kNarrow>(), ...);
+  (expect_shape<32, kCols, kNarrow>(), ...);
+  (expect_shape<64, kCols, kNarrow>(), ...);
+  (expect_shape<128, kCols, kNarrow>(), ...);
 }
 
 TEST(SmemLayoutTest, EveryShapeIsAPermutationAndEveryAdmittedStepIsExact) {
-  expect_rows(std::integer_sequence<int, 16, 32, 48, 64, 80, 96, 128, 160, 192, 224, 256>{});
+  using Widths = std::integer_sequence<int, 16, 32, 48, 64, 80, 96, 128, 160, 192, 224, 256>;
+  expect_rows<32>(Widths{});  // the forward's tiles
+  expect_rows<16>(Widths{});  // the backward's
 }
 
 TEST(SmemLayoutTest, AStepWhoseChunkBitsOverlapTheLanesIsRefused) {
@@ -104,6 +109,10 @@ TEST(SmemLayoutTest, PanelsAreTheWidestOf64_32_16ThatDividesTheTile) {
   EXPECT_TRUE((SmemTile<16, 96>::xor_steps_within(32)));
   EXPECT_FALSE((SmemTile<16, 96>::xor_steps_within(48)));
   EXPECT_EQ((SmemTile<16, 96>::lane(3, 64).at(8, 16)), (SmemTile<16, 96>::offset(11, 80)));
+  // The backward's 16-column panels: a 48-column block steps by XOR too.
+  EXPECT_EQ((SmemTile<16, 96, 16>::kPanel), 16);
+  EXPECT_TRUE((SmemTile<16, 96, 16>::xor_steps_within(48)));
+  EXPECT_EQ((SmemTile<16, 96, 16>::lane(5, 48).at(8, 40)), (SmemTile<16, 96, 16>::offset(13, 88)));
 }
 
 TEST(SmemLayoutTest, EightRowsOfAChunkSitInEightBankGroups) {
