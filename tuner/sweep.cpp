@@ -189,6 +189,7 @@ std::vector<Variant> sweep_variants(const SweepSpec& spec, DType dtype, int d, c
   std::vector<Variant> variants = enumerate_variants(spec.op, dtype, d, d, arch);
   if (spec.order == "model") {
     std::vector<std::pair<double, Variant>> ranked;
+    ranked.reserve(variants.size());
     for (const Variant& v : variants) ranked.emplace_back(predicted_tflops(v, dtype, arch), v);
     std::stable_sort(ranked.begin(), ranked.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
     variants.clear();

@@ -9,51 +9,20 @@
 // and nvdisasm; a column it cannot fill says why.)
 #include <unistd.h>
 
-#include <bit>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <random>
 #include <string>
 
 #include "generated/kernel_shapes.h"
-#include "mutants/unswizzled.cuh"
 #include "profile/profile.h"
 #include "runtime/dispatch/heuristics.h"
 #include "runtime/jit/nvrtc_compiler.h"
 #include "runtime/launch/flash_fwd_params.h"
+#include "tests/kernels/unswizzled_run.h"
 
 namespace attune {
 namespace {
-
-// The unswizzled copy run on the same problems as emulate_per_key_tile.
-template <int kD, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kQRegs, class D>
-emu::LaunchCounters run_unswizzled(const Variant& variant, DType dtype, int tiles) {
-  const std::int64_t sk = static_cast<std::int64_t>(tiles) * kBlockN;
-  const AttentionProblem p =
-      make_problem(std::vector<std::int64_t>{1, kBlockM, 1, kD}, std::vector<std::int64_t>{1, sk, 1, kD},
-                   std::vector<std::int64_t>{1, sk, 1, kD}, {.dtype = dtype});
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal;
-  const auto random = [&](std::int64_t n) {
-    std::vector<std::uint16_t> out(static_cast<std::size_t>(n));
-    for (auto& x : out) x = float_to_bits(dtype, normal(rng));
-    return out;
-  };
-  const auto q = random(q_extent(p));
-  const auto k = random(k_extent(p));
-  const auto v = random(v_extent(p));
-  std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(p)));
-  emu::Emulator emulator;
-  emulator.register_buffer("Q", q.data(), q.size() * 2);
-  emulator.register_buffer("K", k.data(), k.size() * 2);
-  emulator.register_buffer("V", v.data(), v.size() * 2);
-  emulator.register_buffer("O", o.data(), o.size() * 2);
-  const FlashFwdParams params = flash_fwd_params(p, {q.data(), k.data(), v.data(), o.data(), nullptr}, {});
-  emulator.launch(&unswizzled::flash_fwd<kD, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kQRegs, D>,
-                  flash_fwd_launch(p, variant), std::bit_cast<unswizzled::FlashFwdParams>(params));
-  return emulator.counters();
-}
 
 // The SASS mix of the unswizzled copy of one instantiation, through nvcc.
 profile::SassMix unswizzled_sass(const std::string& instantiation, const std::string& arch, std::string* note) {
@@ -104,10 +73,11 @@ void row(const char* arch, DType dtype) {
   }
   const profile::VariantProfile after = profile::profile_variant(after_variant, arch, {.dtype = dtype});
   const auto counts = [&](int tiles) {
-    return dtype == DType::kBF16 ? run_unswizzled<kD, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kQRegs, Bf16>(
-                                       after_variant, dtype, tiles)
-                                 : run_unswizzled<kD, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kQRegs, Fp16>(
-                                       after_variant, dtype, tiles);
+    return dtype == DType::kBF16
+               ? testing::run_unswizzled<kD, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kQRegs, Bf16>(after_variant,
+                                                                                                        dtype, tiles)
+               : testing::run_unswizzled<kD, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kQRegs, Fp16>(after_variant,
+                                                                                                        dtype, tiles);
   };
   const profile::PerKeyTile before =
       profile::tile_costs(counts(4).minus(counts(2)), 2, {double(kBlockM), double(kBlockN), double(kD), false});

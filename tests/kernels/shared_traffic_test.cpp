@@ -6,13 +6,10 @@
 // one after another, made at configure time) is reported at 4x or more.
 #include <gtest/gtest.h>
 
-#include <bit>
-#include <random>
-
-#include "mutants/unswizzled.cuh"
 #include "profile/profile.h"
 #include "runtime/dispatch/heuristics.h"
 #include "runtime/launch/flash_fwd_params.h"
+#include "tests/kernels/unswizzled_run.h"
 #include "tests/support/covering_set.h"
 
 namespace attune {
@@ -49,35 +46,8 @@ INSTANTIATE_TEST_SUITE_P(CoveringSets, SharedTrafficTest, ::testing::ValuesIn(al
 // The unswizzled copy of flash_fwd, run on the heuristic d128 variant's tile
 // shape with 2 and 4 key tiles.
 emu::LaunchCounters run_unswizzled(int tiles) {
-  constexpr int kD = 128;
-  constexpr int kBlockM = 64;
-  constexpr int kBlockN = 32;
-  const std::int64_t sk = static_cast<std::int64_t>(tiles) * kBlockN;
-  const AttentionProblem p =
-      make_problem(std::vector<std::int64_t>{1, kBlockM, 1, kD}, std::vector<std::int64_t>{1, sk, 1, kD},
-                   std::vector<std::int64_t>{1, sk, 1, kD}, {});
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal;
-  const auto random = [&](std::int64_t n) {
-    std::vector<std::uint16_t> out(static_cast<std::size_t>(n));
-    for (auto& x : out) x = float_to_bits(DType::kBF16, normal(rng));
-    return out;
-  };
-  const auto q = random(q_extent(p));
-  const auto k = random(k_extent(p));
-  const auto v = random(v_extent(p));
-  std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(p)));
-  emu::Emulator emulator;
-  emulator.register_buffer("Q", q.data(), q.size() * 2);
-  emulator.register_buffer("K", k.data(), k.size() * 2);
-  emulator.register_buffer("V", v.data(), v.size() * 2);
-  emulator.register_buffer("O", o.data(), o.size() * 2);
-  const FlashFwdParams params = flash_fwd_params(p, {q.data(), k.data(), v.data(), o.data(), nullptr}, {});
-  const Variant variant = parse_variant_id("flash_fwd/d128.bm64.bn32.wm4.wn1.st2.qr1");
-  // The mutant's params type is its own copy of FlashFwdParams (same layout).
-  emulator.launch(&unswizzled::flash_fwd<kD, kBlockM, kBlockN, 4, 1, 2, 1, Bf16>, flash_fwd_launch(p, variant),
-                  std::bit_cast<unswizzled::FlashFwdParams>(params));
-  return emulator.counters();
+  return testing::run_unswizzled<128, 64, 32, 4, 1, 2, 1, Bf16>(
+      parse_variant_id("flash_fwd/d128.bm64.bn32.wm4.wn1.st2.qr1"), DType::kBF16, tiles);
 }
 
 TEST(SharedTrafficPlantedTest, TheUnswizzledLayoutIsReportedAtFourTimesTheIdealOrMore) {
