@@ -150,6 +150,10 @@ struct BwdConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN
   static constexpr int kDqCols = kHeadDim / kWarpsN;
   static constexpr int kDqColTiles = kDqCols / 8;
   static constexpr int kKeySteps = kBlockN / 16;  // reduction over the keys
+  // dQ column tiles computed and written at a time: at most 16 fp32
+  // accumulators per thread (each chunk reloads dS^T, a few ldmatrix).
+  static constexpr int kDqChunk =
+      kDqColTiles * kDqRowTiles * 4 <= 16 ? kDqColTiles : (4 / kDqRowTiles > 0 ? 4 / kDqRowTiles : 1);
 
   // Shared memory, 16-bit elements first: K, V, `kStages` Q and dO tiles,
   // P^T and dS^T ([key][query]); then floats: `kStages` LSE_log2 and D rows.
@@ -222,8 +226,10 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
   // rows (ldmatrix.x4 of K or V), queries the B columns (ldmatrix.x2 of Q
   // or dO, whose rows are the columns' k values). One product at a time
   // keeps fewer fragments alive.
-  const auto a_at = KvTile::lane(warp_key0 + frag::x4_row(lane), frag::x4_col(lane));
-  const auto b_at = QTile::lane(warp_query0 + frag::x2_row(lane), frag::x2_col(lane));
+  auto a_at = KvTile::lane(warp_key0 + frag::x4_row(lane), frag::x4_col(lane));
+  a_at.full = dev::opaque(a_at.full);
+  auto b_at = QTile::lane(warp_query0 + frag::x2_row(lane), frag::x2_col(lane));
+  b_at.full = dev::opaque(b_at.full);
   const auto product = [&](const u16* a_s, const u16* b_s, float(&acc)[Config::kKeyTiles][Config::kQueryTiles][4]) {
     ATTUNE_UNROLL
     for (int ks = 0; ks < Config::kHeadSteps; ++ks) {
@@ -276,7 +282,8 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
   }
   // The warp's queries are a power-of-two block, so stepping by query tile
   // flips chunk bits the warp's first query leaves clear (one P^T panel).
-  const auto p_at = PTile::lane(warp_key0 + frag::acc_row(lane, 0), warp_query0 + frag::acc_col(lane, 0));
+  auto p_at = PTile::lane(warp_key0 + frag::acc_row(lane, 0), warp_query0 + frag::acc_col(lane, 0));
+  p_at.full = dev::opaque(p_at.full);
   ATTUNE_UNROLL
   for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
     ATTUNE_UNROLL
@@ -307,11 +314,13 @@ ATTUNE_DEVICE void accumulate_kv(const u16* p_s, const u16* ds_s, const u16* q_s
   const i32 warp_key0 = (warp % Config::kWarpsN) * Config::kWarpKeys;
   const i32 col0 = (warp / Config::kWarpsN) * Config::kKvCols;
   // acc += A B: A = [key][query] in shared memory, B = [query][column].
-  const auto a_at = PTile::lane(warp_key0 + frag::x4_row(lane), frag::x4_col(lane));
+  auto a_at = PTile::lane(warp_key0 + frag::x4_row(lane), frag::x4_col(lane));
+  a_at.full = dev::opaque(a_at.full);
   // Column steps from the warp's slice are XOR steps where the layout allows
   // (SmemTile::xor_steps_within); otherwise each address is computed.
   constexpr bool kXorSteps = QTile::xor_steps_within(Config::kKvCols);
-  const auto b_at = QTile::lane(frag::x4_row(lane), col0);
+  auto b_at = QTile::lane(frag::x4_row(lane), col0);
+  b_at.full = dev::opaque(b_at.full);
   const auto product = [&](const u16* a_s, const u16* b_s, float(&acc)[Config::kKeyTiles][Config::kKvColTiles][4]) {
     ATTUNE_UNROLL
     for (int qs = 0; qs < Config::kQuerySteps; ++qs) {
@@ -333,10 +342,13 @@ ATTUNE_DEVICE void accumulate_kv(const u16* p_s, const u16* ds_s, const u16* q_s
   product(ds_s, q_s, dk);
 }
 
-// dQ = dS K for this warp's queries and head-dim slice, reducing over the
-// block's keys: A is dS^T read transposed, B is K read transposed.
-template <class Config>
-ATTUNE_DEVICE void tile_dq(const u16* ds_s, const u16* k_s, float (&dq)[Config::kDqRowTiles][Config::kDqColTiles][4]) {
+// dQ = dS K for this warp's queries and column tiles [kCol0, kCol0 +
+// kCols) of its head-dim slice, reducing over the block's keys: A is dS^T
+// read transposed, B is K read transposed. The caller takes the slice in
+// chunks (BwdConfig::kDqChunk) so that dQ's registers do not add to dK's and
+// dV's at large head dims.
+template <class Config, int kCol0, int kCols>
+ATTUNE_DEVICE void tile_dq(const u16* ds_s, const u16* k_s, float (&dq)[Config::kDqRowTiles][kCols][4]) {
   using D = typename Config::DType;
   using KvTile = typename Config::KvTile;
   using PTile = typename Config::PTile;
@@ -347,8 +359,10 @@ ATTUNE_DEVICE void tile_dq(const u16* ds_s, const u16* k_s, float (&dq)[Config::
   // As in accumulate_kv: the warp's queries are a power-of-two block; its
   // head-dim slice steps by XOR where the layout allows.
   constexpr bool kXorSteps = KvTile::xor_steps_within(Config::kDqCols);
-  const auto a_at = PTile::lane(frag::x4t_row(lane), warp_query0 + frag::x4t_col(lane));
-  const auto b_at = KvTile::lane(frag::x4_row(lane), col0);
+  auto a_at = PTile::lane(frag::x4t_row(lane), warp_query0 + frag::x4t_col(lane));
+  a_at.full = dev::opaque(a_at.full);
+  auto b_at = KvTile::lane(frag::x4_row(lane), col0);
+  b_at.full = dev::opaque(b_at.full);
   fill(dq, 0.0f);
   ATTUNE_UNROLL
   for (int ks = 0; ks < Config::kKeySteps; ++ks) {
@@ -358,14 +372,56 @@ ATTUNE_DEVICE void tile_dq(const u16* ds_s, const u16* k_s, float (&dq)[Config::
       dev::warp::ldmatrix_x4_trans(a[rt], ds_s + a_at.at(ks * 16, rt * 16));
     const i32 key = ks * 16 + frag::x4_row(lane);
     ATTUNE_UNROLL
-    for (int ct = 0; ct < Config::kDqColTiles; ++ct) {
+    for (int c = 0; c < kCols; ++c) {
+      const int ct = kCol0 + c;
       u32 b[2];
       dev::warp::ldmatrix_x2_trans(b,
                                    k_s + (kXorSteps ? b_at.at(ks * 16, ct * 8) : KvTile::offset(key, col0 + ct * 8)));
       ATTUNE_UNROLL
-      for (int rt = 0; rt < Config::kDqRowTiles; ++rt) dev::warp::mma_m16n8k16<D>(dq[rt][ct], a[rt], b, dq[rt][ct]);
+      for (int rt = 0; rt < Config::kDqRowTiles; ++rt) dev::warp::mma_m16n8k16<D>(dq[rt][c], a[rt], b, dq[rt][c]);
     }
   }
+}
+
+// The dQ rows of one query tile this lane writes (null past the
+// sequence), at the lane's first column of its head-dim slice, and how many
+// columns of the head dim remain from there.
+template <class Config>
+struct DqRows {
+  float* out[Config::kDqRowTiles][2];
+  i32 cols_left;
+};
+
+// dQ of this warp's queries, column tiles from kCol0 on, a chunk
+// (BwdConfig::kDqChunk) at a time: added to the fp32 accumulator
+// (kDqAtomic) or stored to this key block's slice.
+template <class Config, int kDqAtomic, int kCol0>
+ATTUNE_DEVICE void write_dq(const u16* ds_s, const u16* k_s, const DqRows<Config>& rows) {
+  constexpr int kCols = Config::kDqColTiles - kCol0 < Config::kDqChunk ? Config::kDqColTiles - kCol0 : Config::kDqChunk;
+  float dq[Config::kDqRowTiles][kCols][4];
+  tile_dq<Config, kCol0, kCols>(ds_s, k_s, dq);
+  ATTUNE_UNROLL
+  for (int rt = 0; rt < Config::kDqRowTiles; ++rt) {
+    ATTUNE_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      float* out = rows.out[rt][half];
+      if (out == nullptr) continue;
+      ATTUNE_UNROLL
+      for (int c = 0; c < kCols; ++c) {
+        ATTUNE_UNROLL
+        for (int e = 0; e < 2; ++e) {
+          const i32 col = (kCol0 + c) * 8 + e;  // from the lane's first column
+          if (col >= rows.cols_left) continue;
+          if (kDqAtomic != 0) {
+            dev::atomic_add(out + col, dq[rt][c][2 * half + e]);
+          } else {
+            dev::store_global(out + col, dq[rt][c][2 * half + e]);
+          }
+        }
+      }
+    }
+  }
+  if constexpr (kCol0 + kCols < Config::kDqColTiles) write_dq<Config, kDqAtomic, kCol0 + kCols>(ds_s, k_s, rows);
 }
 
 }  // namespace bwd_detail
@@ -529,33 +585,25 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
       dev::block::sync();  // P^T and dS^T complete
 
       bwd_detail::accumulate_kv<Config>(p_s, ds_s, q_t, do_t, dk, dv);
-      float dq[Config::kDqRowTiles][Config::kDqColTiles][4];
-      bwd_detail::tile_dq<Config>(ds_s, k_s, dq);
-      const i32 warp_query0 = (warp / kWarpsN) * Config::kWarpQueries;
-      const i32 dq_col0 = (warp % kWarpsN) * Config::kDqCols;
-      ATTUNE_UNROLL
-      for (int rt = 0; rt < Config::kDqRowTiles; ++rt) {
+      bwd_detail::DqRows<Config> dq_rows;
+      {
+        const i32 warp_query0 = (warp / kWarpsN) * Config::kWarpQueries;
+        const i32 lane_col = (warp % kWarpsN) * Config::kDqCols + frag::acc_col(lane, 0);
+        float* dq_base =
+            kDqAtomic != 0 ? p.dq_accum : p.dq_partial + static_cast<i64>(n_block) * p.rows * p.heads_q * p.head_dim_k;
+        dq_rows.cols_left = p.head_dim_k - lane_col;
         ATTUNE_UNROLL
-        for (int half = 0; half < 2; ++half) {
-          const i64 row = row0 + warp_query0 + rt * 16 + frag::acc_row(lane, half);
-          if (row >= seq.q_len) continue;
-          const i64 at = ((seq.row_base + row) * p.heads_q + head) * p.head_dim_k;
+        for (int rt = 0; rt < Config::kDqRowTiles; ++rt) {
           ATTUNE_UNROLL
-          for (int ct = 0; ct < Config::kDqColTiles; ++ct) {
-            ATTUNE_UNROLL
-            for (int e = 0; e < 2; ++e) {
-              const i32 col = dq_col0 + ct * 8 + frag::acc_col(lane, e);
-              if (col >= p.head_dim_k) continue;
-              if (kDqAtomic != 0) {
-                dev::atomic_add(p.dq_accum + at + col, dq[rt][ct][2 * half + e]);
-              } else {
-                const i64 slice = static_cast<i64>(n_block) * p.rows * p.heads_q * p.head_dim_k;
-                dev::store_global(p.dq_partial + slice + at + col, dq[rt][ct][2 * half + e]);
-              }
-            }
+          for (int half = 0; half < 2; ++half) {
+            const i64 row = row0 + warp_query0 + rt * 16 + frag::acc_row(lane, half);
+            dq_rows.out[rt][half] = row < seq.q_len
+                                        ? dq_base + ((seq.row_base + row) * p.heads_q + head) * p.head_dim_k + lane_col
+                                        : nullptr;
           }
         }
       }
+      bwd_detail::write_dq<Config, kDqAtomic, 0>(ds_s, k_s, dq_rows);
       dev::block::sync();  // the stage, P^T and dS^T are overwritten next
     }
   }

@@ -67,6 +67,14 @@ ATTUNE_DEVICE float log2_approx(float x) {
 
 ATTUNE_DEVICE float infinity() { return __int_as_float(0x7F800000); }
 
+// `value`, unknown to the compiler from here on: values derived from it are
+// computed where they are used instead of being hoisted out of loops and
+// held in registers (shared-memory lane offsets and their XOR steps).
+ATTUNE_DEVICE i32 opaque(i32 value) {
+  asm volatile("" : "+r"(value));
+  return value;
+}
+
 // Shared-state-space address of a generic pointer to shared memory.
 ATTUNE_DEVICE u32 shared_address(const void* p) { return static_cast<u32>(__cvta_generic_to_shared(p)); }
 

@@ -89,6 +89,7 @@ inline void atomic_add(float* p, float value, const Where& where = Where::curren
 inline float exp2_approx(float x) { return emu::hooks::exp2_approx(x); }
 inline float log2_approx(float x) { return emu::hooks::log2_approx(x); }
 inline float infinity() { return std::bit_cast<float>(0x7F800000U); }
+inline i32 opaque(i32 value) { return value; }
 
 template <class D>
 float to_float(u16 bits) {

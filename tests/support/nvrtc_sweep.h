@@ -22,6 +22,7 @@ struct SweepSummary {
   int compiled = 0;
   int spilling = 0;
   int most_registers = 0;
+  std::vector<int> spill_bytes;  // per variant, in order; -1 where it failed to compile
 };
 
 inline SweepSummary compile_sweep(const std::vector<Variant>& variants, DType dtype, const char* arch,
@@ -39,10 +40,12 @@ inline SweepSummary compile_sweep(const std::vector<Variant>& variants, DType dt
   }
   for (std::thread& t : workers) t.join();
   SweepSummary summary;
+  summary.spill_bytes.assign(variants.size(), -1);
   for (std::size_t i = 0; i < variants.size(); ++i) {
     const CompileResult& r = results[i];
     EXPECT_TRUE(r.ok) << variants[i].id() << ":\n" << r.log;
     if (!r.ok) continue;
+    summary.spill_bytes[i] = r.spill_bytes;
     ++summary.compiled;
     EXPECT_GT(r.registers, 0) << variants[i].id() << ": no ptxas register count in\n" << r.log;
     EXPECT_LE(r.registers, 255) << variants[i].id();
