@@ -248,11 +248,12 @@ void db_show(tuning_db::TuningDb& db, const DbCommandOptions& o) {
   for (const tuning_db::MeasurementRow& m : db.all_measurements()) {
     if (m.variant_id != variant.id()) continue;
     ++shown;
-    std::printf("%-28s %-60s %s %10s ms  %8s TFLOP/s  error %s  %s\n", m.device_key.c_str(),
+    std::printf("%-28s %-60s %s %10s ms  %8s TFLOP/s  error %s  %s%s%s\n", m.device_key.c_str(),
                 m.problem.key.to_string().c_str(), m.ok ? "ok    " : "FAILED",
                 m.median_ms ? std::to_string(*m.median_ms).c_str() : "-",
                 m.tflops ? std::to_string(*m.tflops).c_str() : "-",
-                m.max_error ? std::to_string(*m.max_error).c_str() : "-", m.measured_at.c_str());
+                m.max_error ? std::to_string(*m.max_error).c_str() : "-", m.measured_at.c_str(),
+                m.error.empty() ? "" : "  ", m.error.c_str());
   }
   if (shown == 0) std::printf("no measurement of %s in %s\n", variant.id().c_str(), db.path().c_str());
 }

@@ -35,6 +35,7 @@ struct Runtime::Impl {
   int sm_count = 0;  // what the split heuristic fills
 
   void forward(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream) {
+    check_usable();
     if (options.backend == Backend::kEmu) check_emulated(variant, problem);
     const ForwardKernels kernels = load_forward(*backend, variant, problem.dtype);
     CallMemory memory(*backend, problem, 0, stream);
@@ -44,6 +45,7 @@ struct Runtime::Impl {
 
   void decode(const Variant& variant, int splits, const AttentionProblem& problem, const AttentionBuffers& buffers,
               void* stream) {
+    check_usable();
     if (options.backend == Backend::kEmu) check_emulated(variant, problem);
     const DecodeKernels kernels = load_decode(*backend, variant, splits, problem.dtype);
     CallMemory memory(*backend, problem, decode_workspace_bytes(problem, kernels), stream);
@@ -52,11 +54,18 @@ struct Runtime::Impl {
   }
 
   void backward(const Variant& variant, const AttentionProblem& problem, const BackwardBuffers& buffers, void* stream) {
+    check_usable();
     if (options.backend == Backend::kEmu) check_emulated(variant, problem);
     const BackwardKernels kernels = load_backward(*backend, variant, problem.dtype);
     CallMemory memory(*backend, problem, backward_workspace_bytes(problem, kernels), stream);
     launch_backward(*backend->begin(stream), problem, kernels, buffers, memory.metadata(), memory.workspace());
     memory.finish();
+  }
+
+  // After a sticky CUDA error every call fails at once with its message,
+  // before compiling anything.
+  void check_usable() const {
+    if (options.backend == Backend::kCuda) cuda::Driver::get().check_usable();
   }
 
   // The emulator also checks against its own limits (more shared memory).

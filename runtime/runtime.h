@@ -67,7 +67,10 @@ class Runtime {
   // Forward attention: O (and LSE when set). Validates the problem and the
   // buffers (InvalidArgument), compiles on first use, launches on `stream`
   // (cuda; ignored by emu). Varlen and padded problems upload their lengths
-  // and synchronize the stream before returning. Thread-safe.
+  // and synchronize the stream before returning. After a sticky CUDA error
+  // (illegal address, launch failure) every later call throws that
+  // cuda::CudaError again at once, compiling and launching nothing: the
+  // context is lost until the process restarts. Thread-safe.
   void forward(const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream = nullptr);
 
   // The same with a given variant instead of the dispatcher's choice (the

@@ -220,6 +220,11 @@ TuneSummary run_sweep(const std::vector<Task>& tasks, Runtime& runtime, tuning_d
                                      .variant = variant,
                                      .nvrtc_version = nvrtc_version(),
                                      .attune_version = attune_version()};
+      // In this process a lost context fails every candidate alike: stop
+      // rather than record them all as failed (a worker dies with its context).
+      const cuda::Driver* in_process =
+          !options.isolate && runtime.backend() == Backend::kCuda ? &cuda::Driver::get() : nullptr;
+      if (in_process != nullptr) in_process->check_usable();
       const Measurement result = options.isolate ? measure_in_worker(task, options) : measure(runtime, task, options);
       m.ok = result.ok;
       m.max_error = result.max_error;
@@ -227,7 +232,13 @@ TuneSummary run_sweep(const std::vector<Task>& tasks, Runtime& runtime, tuning_d
       m.spread_ms = result.spread_ms;
       m.tflops = result.tflops;
       m.repetitions = result.ok ? options.repetitions : 0;
+      m.error = result.ok ? "" : result.error;
       db.record_measurement(m);
+      if (in_process != nullptr && in_process->lost_context() != nullptr) {
+        throw ContextLost("tune: " + task_variant_id(task) + " lost the CUDA context (" + result.error +
+                          "); it is recorded as failed and the sweep stops here: rerun to resume in a new process, "
+                          "or use --isolate yes");
+      }
       if (m.ok) {
         ++summary.measured;
       } else {

@@ -71,6 +71,15 @@ class Interrupted : public Error {
   using Error::Error;
 };
 
+// Thrown by run_sweep when a candidate measured in this process hit a sticky
+// CUDA error: that candidate is recorded as failed with the error, but the
+// context is lost, so every later candidate would fail with it too. The
+// sweep stops; rerunning it (a new process) resumes after the candidate.
+class ContextLost : public Error {
+ public:
+  using Error::Error;
+};
+
 // Runs measure() in a worker process; crashes, hangs and missing results
 // become failed measurements with the reason.
 Measurement measure_in_worker(const Task& task, const TuneOptions& options);

@@ -81,7 +81,7 @@ void check_attached(sqlite::Connection& conn, const fs::path& other) {
 constexpr const char* kIncoming =
     "CREATE TEMP VIEW incoming AS SELECT md.id AS device, mp.id AS problem, mv.id AS variant, sm.ok, sm.median_ms, "
     "sm.spread_ms, sm.repetitions, sm.tflops, sm.max_error, sm.measured_at, sm.driver_version, sm.nvrtc_version, "
-    "sm.attune_version, sm.id AS source_id FROM src.measurements sm "
+    "sm.attune_version, sm.error, sm.id AS source_id FROM src.measurements sm "
     "JOIN src.devices sd ON sd.id = sm.device JOIN main.devices md ON md.key = sd.key "
     "JOIN src.problems sp ON sp.id = sm.problem JOIN main.problems mp ON mp.op = sp.op AND mp.dtype = sp.dtype "
     "AND mp.head_dim_k = sp.head_dim_k AND mp.head_dim_v = sp.head_dim_v AND mp.mask = sp.mask AND "
@@ -139,9 +139,9 @@ MergeReport merge_attached(sqlite::Connection& conn) {
   report.measurements = run_counting(
       conn,
       "INSERT INTO main.measurements(device, problem, variant, ok, median_ms, spread_ms, repetitions, tflops, "
-      "max_error, measured_at, driver_version, nvrtc_version, attune_version) SELECT device, problem, variant, ok, "
-      "median_ms, spread_ms, repetitions, tflops, max_error, measured_at, driver_version, nvrtc_version, "
-      "attune_version FROM incoming WHERE true ORDER BY source_id ON CONFLICT DO NOTHING");
+      "max_error, measured_at, driver_version, nvrtc_version, attune_version, error) SELECT device, problem, "
+      "variant, ok, median_ms, spread_ms, repetitions, tflops, max_error, measured_at, driver_version, "
+      "nvrtc_version, attune_version, error FROM incoming WHERE true ORDER BY source_id ON CONFLICT DO NOTHING");
   conn.exec("DROP VIEW temp.incoming");
   return report;
 }

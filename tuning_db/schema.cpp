@@ -113,6 +113,13 @@ ALTER TABLE measurements ADD COLUMN spread_ms REAL CHECK (spread_ms IS NULL OR s
 ALTER TABLE measurements ADD COLUMN attune_version TEXT;
 PRAGMA user_version = 2;
 )sql",
+    // 2 -> 3: why a failed measurement failed ("wrong result: ...",
+    // "cuLaunchKernel failed: CUDA_ERROR_ILLEGAL_ADDRESS ..."); NULL when ok
+    // and for rows measured before.
+    R"sql(
+ALTER TABLE measurements ADD COLUMN error TEXT;
+PRAGMA user_version = 3;
+)sql",
 };
 static_assert(std::size(kMigrations) == kSchemaVersion, "one migration per schema version");
 

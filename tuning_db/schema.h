@@ -11,7 +11,7 @@
 namespace attune::tuning_db {
 
 // The schema this attune reads and writes.
-inline constexpr int kSchemaVersion = 2;
+inline constexpr int kSchemaVersion = 3;
 
 // PRAGMA user_version of an open connection (reads only).
 int read_schema_version(sqlite::Connection& conn);

@@ -1,8 +1,12 @@
 #include "tuning_db/sqlite.h"
 
 #include <sqlite3.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -31,6 +35,30 @@ std::string file_uri(const std::filesystem::path& path, std::string_view query) 
   }
   return uri;
 }
+
+namespace {
+
+// Why the file system refuses the database, when it can tell: a directory
+// that cannot be written (read-only, no permission) or a full disk. SQLite's
+// own words ("unable to open database file") name neither.
+std::string storage_problem(const std::filesystem::path& path) {
+  const std::filesystem::path absolute = std::filesystem::absolute(path);
+  const std::filesystem::path directory = absolute.parent_path();
+  if (::access(directory.c_str(), W_OK) != 0) {
+    return "; the directory " + directory.string() + " cannot be written (" + std::strerror(errno) +
+           "): expected a writable directory (the database keeps its -wal and -shm files beside it)";
+  }
+  if (::access(absolute.c_str(), F_OK) == 0 && ::access(absolute.c_str(), W_OK) != 0) {
+    return "; the file cannot be written (" + std::string(std::strerror(errno)) + "): expected a writable file";
+  }
+  struct statvfs fs {};
+  if (::statvfs(directory.c_str(), &fs) == 0 && fs.f_bavail == 0) {
+    return "; the file system of " + directory.string() + " is full: expected free space";
+  }
+  return "";
+}
+
+}  // namespace
 
 Connection::Connection(std::filesystem::path path, int flags) : path_(std::move(path)) {
   const std::string uri = file_uri(path_);
@@ -90,6 +118,17 @@ void Connection::fail(int rc, std::string_view what) const {
       message += "the file is corrupt or not an SQLite database (SQLite: " + sqlite_says +
                  "); expected an attune tuning database. The file was left untouched: move it aside or restore "
                  "a backup";
+      break;
+    case SQLITE_CANTOPEN:
+    case SQLITE_READONLY:
+    case SQLITE_FULL:
+    case SQLITE_IOERR:
+      message += sqlite_says + " (" + sqlite3_errstr(rc) + ")";
+      // The system's reason (No space left on device, File too large, Read-only file system).
+      if (const int error = db_ != nullptr ? sqlite3_system_errno(db_) : 0; error != 0) {
+        message += std::string(": ") + std::strerror(error);
+      }
+      message += storage_problem(path_);
       break;
     default:
       message += sqlite_says + " (" + sqlite3_errstr(rc) + ")";

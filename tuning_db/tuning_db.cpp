@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdlib>
@@ -156,6 +157,8 @@ void check_file(sqlite::Connection& conn) {
     while (check.step()) {
       if (const std::string line = check.text(0); line != "ok") found += (found.empty() ? "" : "; ") + line;
     }
+    // SQLite's report spans lines ("*** in database main ***\nPage 9: ..."): the error is one line.
+    std::replace(found.begin(), found.end(), '\n', ' ');
     if (!found.empty()) {
       throw DbError("tuning database " + conn.path().string() + ": quick_check found damage: " + found +
                     "; expected \"ok\". The file was left untouched: move it aside or restore a backup");
@@ -387,12 +390,13 @@ bool TuningDb::record_measurement(const MeasurementRecord& m) {
     sqlite::Statement insert(
         s.conn,
         "INSERT INTO measurements(device, problem, variant, ok, median_ms, spread_ms, repetitions, tflops, "
-        "max_error, measured_at, driver_version, nvrtc_version, attune_version) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, "
-        "?8, ?9, coalesce(nullif(?10, ''), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), ?11, ?12, ?13) "
+        "max_error, measured_at, driver_version, nvrtc_version, attune_version, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+        "?7, ?8, ?9, coalesce(nullif(?10, ''), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), ?11, ?12, ?13, nullif(?14, "
+        "'')) "
         "ON CONFLICT(device, problem, variant) DO NOTHING");
     insert
         .bind(m.device.value, m.problem.value, m.variant.value, m.ok, m.median_ms, m.spread_ms, m.repetitions, m.tflops,
-              m.max_error, m.measured_at, m.driver_version, m.nvrtc_version, m.attune_version)
+              m.max_error, m.measured_at, m.driver_version, m.nvrtc_version, m.attune_version, m.error)
         .run();
   }
   if (s.conn.changes() == 0) return false;  // measured before; the transaction rolls back (nothing to undo)
@@ -444,7 +448,7 @@ constexpr const char* kMeasurementSelect =
     "SELECT m.id, d.key, p.op, p.dtype, p.head_dim_k, p.head_dim_v, p.mask, p.seqlen_q_log2, p.seqlen_k_log2, "
     "p.batch_heads_log2, p.seqlen_q, p.seqlen_k, p.batch, p.heads_q, p.heads_kv, t.kernel, t.hash, v.variant_id, "
     "m.ok, m.median_ms, m.spread_ms, m.repetitions, m.tflops, m.max_error, m.measured_at, m.driver_version, "
-    "m.nvrtc_version, m.attune_version FROM measurements m JOIN devices d ON d.id = m.device "
+    "m.nvrtc_version, m.attune_version, m.error FROM measurements m JOIN devices d ON d.id = m.device "
     "JOIN problems p ON p.id = m.problem JOIN variants v ON v.id = m.variant JOIN templates t ON t.id = v.template ";
 
 MeasurementRow read_measurement(sqlite::Statement& query) {
@@ -468,7 +472,8 @@ MeasurementRow read_measurement(sqlite::Statement& query) {
           .measured_at = query.text(24),
           .driver_version = query.text(25),
           .nvrtc_version = query.text(26),
-          .attune_version = query.optional_text(27)};
+          .attune_version = query.optional_text(27),
+          .error = query.optional_text(28).value_or("")};
 }
 
 }  // namespace

@@ -113,6 +113,7 @@ struct MeasurementRecord {
   std::string nvrtc_version;
   std::string attune_version;
   std::string measured_at;  // ISO-8601 UTC; empty: now
+  std::string error;        // why it failed (a CUDA error's name, "wrong result: ..."); empty when ok
 };
 
 // A stored measurement with the names behind its ids.
@@ -133,6 +134,7 @@ struct MeasurementRow {
   std::string driver_version;
   std::string nvrtc_version;
   std::optional<std::string> attune_version;  // absent before schema 2
+  std::string error;                          // why it failed; empty when ok and before schema 3
 };
 
 // The best variant of one (device, problem key): its fastest ok measurement.

@@ -242,8 +242,24 @@ std::string cuda_error_message(int code, const std::string& operation) {
   return one_line(message);
 }
 
+// The first sticky error of this process, never freed (like the driver):
+// the context is unusable from then on, so every later call throws it again
+// at once instead of reaching the driver with a new operation's name.
+std::atomic<const CudaError*> g_lost{nullptr};
+
 void check(CUresult status, const std::string& operation) {
-  if (status != CUDA_SUCCESS) throw CudaError(status, operation);
+  if (status == CUDA_SUCCESS) return;
+  CudaError error(status, operation);
+  if (error.sticky() && g_lost.load(std::memory_order_acquire) == nullptr) {
+    const CudaError* expected = nullptr;
+    auto* kept = new CudaError(error);
+    if (!g_lost.compare_exchange_strong(expected, kept, std::memory_order_acq_rel)) delete kept;
+  }
+  throw error;
+}
+
+void check_context() {
+  if (const CudaError* lost = g_lost.load(std::memory_order_acquire)) throw *lost;
 }
 
 }  // namespace
@@ -290,6 +306,7 @@ struct Driver::Impl {
   }
 
   void make_current(CUcontext context) const {
+    check_context();
     CUcontext current = nullptr;
     check(api.ctx_get_current(&current), "cuCtxGetCurrent");
     if (current != context) check(api.ctx_set_current(context), "cuCtxSetCurrent");
@@ -300,6 +317,7 @@ struct Driver::Impl {
   // The context of `stream`; for the null stream the current one, or device
   // 0's primary context when the thread has none.
   void make_current_for(CUstream stream) {
+    check_context();
     if (stream != nullptr) {
       CUcontext context = nullptr;
       check(api.stream_get_ctx(stream, &context), "cuStreamGetCtx");
@@ -313,6 +331,7 @@ struct Driver::Impl {
 
   // Device memory is reached through the primary context of its device.
   void make_current_for(const void* device_ptr) {
+    check_context();
     int device = 0;
     check(api.pointer_get_attribute(&device, CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL, to_device(device_ptr)),
           "cuPointerGetAttribute(DEVICE_ORDINAL)");
@@ -369,6 +388,10 @@ bool Driver::available(std::string* why) {
 }
 
 int Driver::version() const { return impl_->api.version; }
+
+const CudaError* Driver::lost_context() const { return g_lost.load(std::memory_order_acquire); }
+
+void Driver::check_usable() const { check_context(); }
 
 std::vector<DeviceInfo> Driver::devices() const {
   const Api& api = impl_->api;

@@ -98,6 +98,15 @@ class Driver {
   ~Driver();
 
   int version() const;  // cuDriverGetVersion: 13000 for CUDA 13.0
+
+  // The first sticky CudaError this process saw (illegal address, launch
+  // failure, ...), or null. From then on every call that uses a context
+  // throws a copy of it at once, with its message, instead of reaching the
+  // driver: the context cannot recover, only a new process can.
+  const CudaError* lost_context() const;
+  // Throws the lost context's error, if any; for callers about to do slow
+  // work (an NVRTC compile) before their first driver call.
+  void check_usable() const;
   std::vector<DeviceInfo> devices() const;
 
   struct Module {

@@ -340,6 +340,12 @@ KernelCache::KernelCache(Options options) : options_(std::move(options)) {
     throw CacheError(what + " has mode " + octal_mode(st.st_mode) + " (writable by " + writable_by(st.st_mode) +
                      "): expected a directory only its owner can write, mode 0700");
   }
+  // A read-only directory (a read-only mount, no permission) would fail
+  // every store later with a less direct message, and recompile every run.
+  if (::faccessat(dir_fd.get(), ".", W_OK, AT_EACCESS) != 0) {
+    throw CacheError(what + " cannot be written (" + errno_text(errno) +
+                     "): expected a directory this user can write; set ATTUNE_CACHE_DIR to one");
+  }
   dir_fd_ = dir_fd.release();
 }
 

@@ -102,7 +102,8 @@ class KernelCache {
   // Creates the directory and its missing parents with mode 0700. Throws
   // CacheError naming the path, what was found and what is expected when it
   // exists but is not a directory, is owned by another user or is writable
-  // by group or others, or when it cannot be created or opened.
+  // by group or others, when it cannot be created or opened, or when this
+  // user cannot write it (a read-only mount).
   explicit KernelCache(Options options);
   ~KernelCache();
   KernelCache(const KernelCache&) = delete;

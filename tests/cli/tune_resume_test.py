@@ -1,7 +1,15 @@
 #!/usr/bin/env python3
-"""`attune tune` killed with SIGKILL at random moments, then resumed: no
-measurement lost, none taken twice, and the database verifies. Then two
-tuners (two shards) writing one database at once: nothing lost.
+"""`attune tune` killed with SIGKILL at 20 random moments of one sweep
+(seeded), each kill followed by a resume that is killed in turn, then a
+last resume to the end: after every kill the count of measurements equals
+the count of distinct (device, problem, variant) triples, none was lost
+since the kill before, and `attune db verify` passes; at the end every task
+is measured exactly once. Then two tuners (two shards) writing one
+database at once: nothing lost.
+
+Can fail: each round prints FAIL with the counts it saw. The round checker
+is also run on planted outcomes (a duplicated measurement, a lost one, a
+failed verify) and must report each.
 
 Usage: tune_resume_test.py PATH_TO_ATTUNE
 """
@@ -15,38 +23,76 @@ import tempfile
 import time
 
 SWEEP = ["--backend", "emu", "--head-dims", "32", "--masks", "none,causal", "--seqlens", "64,96,128",
-         "--batch-heads", "1x2", "--max-variants", "5", "--repetitions", "2", "--quiet"]
+         "--batch-heads", "1x2", "--max-variants", "10", "--repetitions", "2", "--quiet"]
+TASKS = 2 * 3 * 10  # masks x seqlens x variants
+KILLS = 20
+
+
+def counts(db):
+    """(measurements, distinct (device, problem, variant) triples)."""
+    con = sqlite3.connect(db)
+    try:
+        rows = con.execute("select count(*) from measurements").fetchone()[0]
+        distinct = con.execute(
+            "select count(*) from (select distinct device, problem, variant from measurements)").fetchone()[0]
+        return rows, distinct
+    finally:
+        con.close()
+
+
+def judge(rows, distinct, previous, verify_rc):
+    """None when a killed sweep left a sound database, else what is wrong."""
+    if rows != distinct:
+        return "%d measurements of %d distinct triples: some measured twice" % (rows, distinct)
+    if rows < previous:
+        return "%d measurements, %d before the kill: some lost" % (rows, previous)
+    if verify_rc != 0:
+        return "db verify failed"
+    return None
 
 
 def main():
     attune = os.path.abspath(sys.argv[1])
     rng = random.Random(1234)
     failures = 0
+    for planted, args in (("duplicated", (5, 4, 3, 0)), ("lost", (3, 3, 4, 0)), ("verify", (3, 3, 3, 1))):
+        caught = judge(*args) is not None
+        print("%s planted %s measurement is reported" % ("ok  " if caught else "FAIL", planted))
+        failures += 0 if caught else 1
     with tempfile.TemporaryDirectory(prefix="attune_resume_") as tmp:
-        for round_ in range(3):
-            db = os.path.join(tmp, "round%d.db" % round_)
-            kills = 0
-            for _ in range(6):  # interrupted runs, each killed mid-sweep
-                proc = subprocess.Popen([attune, "tune", "--db", db] + SWEEP,
-                                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-                time.sleep(rng.uniform(0.05, 0.5))
-                if proc.poll() is None:
-                    proc.send_signal(signal.SIGKILL)
-                    kills += 1
+        db = os.path.join(tmp, "killed.db")
+        kills = attempts = previous = 0
+        while kills < KILLS and attempts < 3 * KILLS:
+            attempts += 1
+            proc = subprocess.Popen([attune, "tune", "--db", db] + SWEEP,
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            time.sleep(rng.uniform(0.02, 1.0))
+            if proc.poll() is not None:
                 proc.wait()
-            done = subprocess.run([attune, "tune", "--db", db] + SWEEP, capture_output=True, text=True, timeout=600)
-            con = sqlite3.connect(db)
-            rows = con.execute("select count(*) from measurements").fetchone()[0]
-            distinct = con.execute(
-                "select count(*) from (select distinct device, problem, variant from measurements)").fetchone()[0]
-            con.close()
-            expected = 2 * 3 * 5  # masks x seqlens x variants
+                break  # the sweep finished before this kill: too few tasks for KILLS kills
+            proc.send_signal(signal.SIGKILL)
+            proc.wait()
+            kills += 1
+            if not os.path.exists(db):
+                continue  # killed before the database was created
+            rows, distinct = counts(db)
             verify = subprocess.run([attune, "db", "--db", db, "verify"], capture_output=True, text=True)
-            ok = kills >= 2 and done.returncode == 0 and rows == expected and distinct == rows and verify.returncode == 0
-            print("%s round %d: %d kills, %d measurements (expected %d, distinct %d), final run: %s, verify: %s" % (
-                "ok" if ok else "FAIL", round_, kills, rows, expected, distinct, done.stdout.strip(),
-                verify.stdout.strip() or verify.stderr.strip()))
-            failures += 0 if ok else 1
+            why = judge(rows, distinct, previous, verify.returncode)
+            print("%s kill %d: %d measurements (distinct %d)%s" % (
+                "ok  " if why is None else "FAIL", kills, rows, distinct,
+                "" if why is None else ": %s; %s" % (why, (verify.stdout + verify.stderr).strip()[-300:])))
+            failures += 0 if why is None else 1
+            previous = rows
+        done = subprocess.run([attune, "tune", "--db", db] + SWEEP, capture_output=True, text=True, timeout=600)
+        rows, distinct = counts(db)
+        verify = subprocess.run([attune, "db", "--db", db, "verify"], capture_output=True, text=True)
+        ok = (kills == KILLS and done.returncode == 0 and rows == TASKS and distinct == rows and
+              verify.returncode == 0 and previous < TASKS)
+        print("%s %d kills (of %d), then resumed: %d measurements (expected %d, distinct %d), %d before the last "
+              "resume; final run: %s, verify: %s" % (
+                  "ok  " if ok else "FAIL", kills, KILLS, rows, TASKS, distinct, previous, done.stdout.strip(),
+                  verify.stdout.strip() or verify.stderr.strip()))
+        failures += 0 if ok else 1
         # Two tuners writing one database at once (two shards): nothing lost.
         db = os.path.join(tmp, "shared.db")
         # The file does not exist yet: both tuners create it at the same moment.
@@ -57,11 +103,11 @@ def main():
         rows = con.execute("select count(*) from measurements").fetchone()[0]
         con.close()
         verify = subprocess.run([attune, "db", "--db", db, "verify"], capture_output=True, text=True)
-        ok = all(p.returncode == 0 for p in procs) and rows == 2 * 3 * 5 and verify.returncode == 0
+        ok = all(p.returncode == 0 for p in procs) and rows == TASKS and verify.returncode == 0
         print("%s two concurrent tuners: %d measurements (expected %d); %s" % (
-            "ok" if ok else "FAIL", rows, 2 * 3 * 5, " | ".join(outputs)))
+            "ok" if ok else "FAIL", rows, TASKS, " | ".join(outputs)))
         failures += 0 if ok else 1
-    print("%d passed, %d failed" % (4 - failures, failures))
+    print("%d failed" % failures)
     return 1 if failures else 0
 
 

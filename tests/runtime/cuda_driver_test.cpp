@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <numeric>
 #include <optional>
@@ -22,6 +23,7 @@
 
 #include "generator/variants.h"
 #include "runtime/jit/nvrtc_compiler.h"
+#include "runtime/runtime.h"
 #include "tests/support/fake_driver.h"
 
 namespace attune::cuda {
@@ -419,6 +421,92 @@ TEST_F(CudaDriverGpuTest, AModuleThatIsNotACubinIsACudaError) {
     EXPECT_FALSE(e.sticky()) << e.what();
     EXPECT_EQ(std::string(e.what()).rfind("cuModuleLoadData failed: CUDA_ERROR_", 0), 0u) << e.what();
   }
+}
+
+// A sticky error loses the context for the process: every later call fails
+// at once with the first error's message and never reaches the driver. Each
+// test runs in its own process (gtest_discover_tests), as these poison it.
+class LostContextTest : public CudaErrorTest {
+ protected:
+  void SetUp() override {
+    CudaErrorTest::SetUp();
+    ASSERT_TRUE(fake_.loaded());
+    fake_.reset();
+  }
+  // Launches a do-nothing function of the fake whose launch fails with `code`.
+  std::string launch_failing(Driver& driver, int code) const {
+    const std::vector<char> image(16, 'x');  // the fake loads anything
+    const Driver::Module module = driver.load_module(0, image);
+    const Driver::Function function = driver.function(module, "kernel");
+    fake_.fail("cuLaunchKernel", 1, code);
+    try {
+      driver.launch(function, {.grid = {1, 1, 1}, .block = {32, 1, 1}}, nullptr, 0, nullptr);
+    } catch (const CudaError& e) {
+      return e.what();
+    }
+    ADD_FAILURE() << "the injected launch failure was not thrown";
+    return "";
+  }
+  testing::FakeDriver fake_;
+};
+
+TEST_F(LostContextTest, LaterCallsFailFastWithTheFirstStickyError) {
+  Driver& driver = Driver::get();
+  void* buffer = driver.allocate(0, 256);
+  ASSERT_EQ(driver.lost_context(), nullptr);
+  const std::string first = launch_failing(driver, CUDA_ERROR_ILLEGAL_ADDRESS);
+  ASSERT_NE(driver.lost_context(), nullptr);
+  EXPECT_EQ(std::string(driver.lost_context()->what()), first);
+  const long allocs = fake_.count("cuMemAlloc_v2");
+  const long syncs = fake_.count("cuStreamSynchronize");
+  const auto same_error = [&](const std::function<void()>& call, const char* what) {
+    try {
+      call();
+      ADD_FAILURE() << what << " succeeded on a lost context";
+    } catch (const CudaError& e) {
+      EXPECT_EQ(std::string(e.what()), first) << what;
+      EXPECT_EQ(e.code(), CUDA_ERROR_ILLEGAL_ADDRESS) << what;
+      EXPECT_TRUE(e.sticky()) << what;
+    }
+  };
+  same_error([&] { driver.allocate(0, 64); }, "allocate");
+  same_error([&] { driver.synchronize(nullptr); }, "synchronize");
+  same_error([&] { driver.copy_to_device(buffer, first.data(), 8); }, "copy_to_device");
+  same_error([&] { driver.check_usable(); }, "check_usable");
+  EXPECT_EQ(fake_.count("cuMemAlloc_v2"), allocs) << "a call reached the driver after the context was lost";
+  EXPECT_EQ(fake_.count("cuStreamSynchronize"), syncs) << "a call reached the driver after the context was lost";
+}
+
+TEST_F(LostContextTest, ANonStickyErrorLeavesTheContextUsable) {
+  Driver& driver = Driver::get();
+  const std::string first = launch_failing(driver, CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES);
+  EXPECT_NE(first.find("CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES"), std::string::npos) << first;
+  EXPECT_EQ(driver.lost_context(), nullptr);
+  void* buffer = driver.allocate(0, 64);
+  EXPECT_NE(buffer, nullptr);
+  driver.release(buffer);
+}
+
+TEST_F(LostContextTest, TheRuntimeFailsFastBeforeCompiling) {
+  const std::filesystem::path cache =
+      std::filesystem::temp_directory_path() / ("attune_lost_context_" + std::to_string(::getpid()));
+  std::filesystem::remove_all(cache);
+  Driver& driver = Driver::get();
+  Runtime runtime({.backend = Backend::kCuda, .cache_directory = cache});
+  const std::vector<std::int64_t> shape = {1, 16, 1, 64};
+  const AttentionProblem problem = make_problem(shape, shape, shape, {.dtype = DType::kBF16});
+  const DeviceBuffers d(driver, {{nullptr, 4096}, {nullptr, 4096}, {nullptr, 4096}, {nullptr, 4096}, {nullptr, 64}});
+  const std::string first = launch_failing(driver, CUDA_ERROR_LAUNCH_FAILED);
+  try {
+    runtime.forward(problem, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4))});
+    ADD_FAILURE() << "forward succeeded on a lost context";
+  } catch (const CudaError& e) {
+    EXPECT_EQ(std::string(e.what()), first);
+  }
+  // Nothing was compiled (an NVRTC compile takes seconds) nor loaded.
+  EXPECT_TRUE(std::filesystem::is_empty(cache)) << "the runtime compiled before failing";
+  EXPECT_EQ(fake_.count("cuModuleLoadData"), 1);  // launch_failing's own
+  std::filesystem::remove_all(cache);
 }
 
 }  // namespace

@@ -30,10 +30,11 @@ TEST(SchemaTest, AFreshDatabaseHasTheCurrentVersion) {
   const fs::path path = dir.path() / "tuning.db";
   EXPECT_EQ(TuningDb::open(path).schema_version(), kSchemaVersion);
   RawDb raw(path);
-  EXPECT_EQ(raw.scalar("PRAGMA user_version"), 2);
+  EXPECT_EQ(raw.scalar("PRAGMA user_version"), kSchemaVersion);
   EXPECT_EQ(raw.scalar("SELECT count(*) FROM pragma_table_info('measurements') WHERE name IN ('spread_ms', "
                        "'attune_version')"),
             2);
+  EXPECT_EQ(raw.scalar("SELECT count(*) FROM pragma_table_info('measurements') WHERE name = 'error'"), 1);
 }
 
 TEST(SchemaTest, VersionOneMigratesAndKeepsItsRows) {
@@ -59,7 +60,7 @@ TEST(SchemaTest, VersionOneMigratesAndKeepsItsRows) {
   }
 
   TuningDb db = TuningDb::open(path);
-  EXPECT_EQ(db.schema_version(), 2);
+  EXPECT_EQ(db.schema_version(), kSchemaVersion);
   const std::vector<BestRow> best = db.best_for_device(h200().key);
   ASSERT_EQ(best.size(), 1u);
   EXPECT_EQ(best[0].key, problem_record().key);
@@ -110,7 +111,7 @@ TEST(SchemaTest, ANewerSchemaIsRefusedAndLeftUntouched) {
   TempDir dir;
   const fs::path path = dir.path() / "tuning.db";
   (void)TuningDb::open(path);
-  RawDb(path).exec("PRAGMA user_version = 3");
+  RawDb(path).exec("PRAGMA user_version = 4");
   const std::string before = read_bytes(path);
   try {
     (void)TuningDb::open(path);
@@ -118,7 +119,7 @@ TEST(SchemaTest, ANewerSchemaIsRefusedAndLeftUntouched) {
   } catch (const DbError& e) {
     const std::string message = e.what();
     EXPECT_NE(message.find(path.string()), std::string::npos) << message;
-    EXPECT_NE(message.find("schema version 3 is newer than this attune (2): upgrade attune"), std::string::npos)
+    EXPECT_NE(message.find("schema version 4 is newer than this attune (3): upgrade attune"), std::string::npos)
         << message;
   }
   EXPECT_EQ(read_bytes(path), before);
@@ -129,7 +130,7 @@ TEST(SchemaTest, TheVersionOneHelperRefusesAnExistingFile) {
   const fs::path path = dir.path() / "tuning.db";
   (void)TuningDb::open(path);
   EXPECT_THROW(create_schema_v1_for_test(path), DbError);
-  EXPECT_EQ(TuningDb::open(path).schema_version(), 2);
+  EXPECT_EQ(TuningDb::open(path).schema_version(), kSchemaVersion);
 }
 
 }  // namespace

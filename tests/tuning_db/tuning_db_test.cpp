@@ -60,7 +60,7 @@ TEST(TuningDbTest, OpenCreatesDirectoriesAndAWalFileOfTheCurrentSchema) {
   TuningDb db = TuningDb::open(path);
   EXPECT_TRUE(fs::is_regular_file(path));
   EXPECT_EQ(db.path(), path);
-  EXPECT_EQ(db.schema_version(), 2);
+  EXPECT_EQ(db.schema_version(), kSchemaVersion);
   EXPECT_TRUE(db.best_all().empty());
   EXPECT_TRUE(db.verify().ok());
   // File format bytes 18 and 19 are 2 in WAL mode.
@@ -208,9 +208,13 @@ TEST(TuningDbTest, RecordsOutsideTheirDomainsAreRefused) {
   EXPECT_THROW(s.db.upsert_variant(s.tmpl, ""), InvalidArgument);
   EXPECT_FALSE(s.db.has_measurement(s.device, s.problem, s.variants[0]));
 
-  // A failed measurement may come without a time.
+  // A failed measurement may come without a time, and keeps why it failed.
   no_time.ok = false;
+  no_time.error = "cuLaunchKernel failed: CUDA_ERROR_ILLEGAL_ADDRESS";
   EXPECT_TRUE(s.db.record_measurement(no_time));
+  const std::vector<MeasurementRow> rows = s.db.all_measurements();
+  ASSERT_EQ(rows.size(), 1U);
+  EXPECT_EQ(rows[0].error, "cuLaunchKernel failed: CUDA_ERROR_ILLEGAL_ADDRESS");
 }
 
 TEST(TuningDbTest, FasterMeasurementReplacesTheBestAndSlowerDoesNot) {
@@ -619,9 +623,9 @@ TEST(TuningDbTest, MergeRefusesMissingCorruptAndOldFiles) {
 
   const fs::path newer = dir.path() / "newer.db";
   { const Seeded other(newer); }
-  RawDb(newer).exec("PRAGMA user_version = 3");
+  RawDb(newer).exec("PRAGMA user_version = 4");
   EXPECT_TRUE(
-      contains(attune::testing::error_of<DbError>([&] { s.db.merge_from(newer); }), "schema version 3; expected 2"));
+      contains(attune::testing::error_of<DbError>([&] { s.db.merge_from(newer); }), "schema version 4; expected 3"));
 
   EXPECT_EQ(raw.dump(), before);
   EXPECT_TRUE(s.db.record_measurement(measurement(s.device, s.problem, s.variants[1], 1.0)));  // still usable
@@ -652,9 +656,9 @@ TEST(TuningDbTest, MergeOfManyShardsReportsEachAndRefusesABadOneBeforeWriting) {
   EXPECT_TRUE(contains(message, garbage.string())) << message;
   const fs::path newer = dir.path() / "shard-3.db";
   { const Seeded other(newer); }
-  RawDb(newer).exec("PRAGMA user_version = 3");
+  RawDb(newer).exec("PRAGMA user_version = 4");
   message = attune::testing::error_of<DbError>([&] { t.db.merge_from({shard0, newer, shard1}); });
-  EXPECT_TRUE(contains(message, newer.string()) && contains(message, "schema version 3; expected 2")) << message;
+  EXPECT_TRUE(contains(message, newer.string()) && contains(message, "schema version 4; expected 3")) << message;
   EXPECT_EQ(raw.dump(), before);
 
   const std::vector<MergeReport> reports = t.db.merge_from({shard0, shard1});
