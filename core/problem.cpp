@@ -31,6 +31,24 @@ std::string shape_string(std::span<const int64_t> shape) {
 
 std::string str(int64_t value) { return std::to_string(value); }
 
+// Sizes and strides come from callers: products and sums of them are
+// checked, so a problem too large for int64 offsets is refused by name
+// instead of wrapping around.
+int64_t mul(int64_t a, int64_t b, const std::string& what) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) {
+    reject(what, str(a) + " x " + str(b) + ", which overflows int64", "sizes and strides whose offsets fit in int64");
+  }
+  return r;
+}
+int64_t add(int64_t a, int64_t b, const std::string& what) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) {
+    reject(what, str(a) + " + " + str(b) + ", which overflows int64", "sizes and strides whose offsets fit in int64");
+  }
+  return r;
+}
+
 void check_lengths(const std::vector<int32_t>& cu, const char* name, int64_t batch, int64_t total,
                    const char* total_name) {
   if (static_cast<int64_t>(cu.size()) != batch + 1) {
@@ -55,7 +73,10 @@ void check_lengths(const std::vector<int32_t>& cu, const char* name, int64_t bat
 // strides over `batches` batches.
 int64_t extent(const TensorStrides& s, int64_t batches, int64_t rows, int64_t heads, int64_t dim) {
   if (batches <= 0 || rows <= 0 || heads <= 0 || dim <= 0) return 0;
-  return (batches - 1) * s.batch + (rows - 1) * s.seq + (heads - 1) * s.head + dim;
+  const std::string what = "tensor extent";
+  return add(
+      add(add(mul(batches - 1, s.batch, what), mul(rows - 1, s.seq, what), what), mul(heads - 1, s.head, what), what),
+      dim, what);
 }
 
 int64_t batches_of(const AttentionProblem& p) { return p.is_packed() ? 1 : p.batch; }
@@ -81,7 +102,7 @@ void check_no_self_overlap(const char* name, std::array<std::pair<int64_t, int64
       reject(std::string(name) + " strides", "an axis of stride " + str(stride) + " inside a span of " + str(span),
              "output strides that never map two elements to one address");
     }
-    span = stride * (size - 1) + span;
+    span = add(mul(stride, size - 1, std::string(name) + " strides"), span, std::string(name) + " strides");
   }
 }
 
@@ -124,7 +145,7 @@ void check_paged(const AttentionProblem& p) {
     reject("block table", str(static_cast<int64_t>(p.block_table.size())) + " entries",
            "B x max_pages entries with max_pages >= 1 (B = " + str(p.batch) + ")");
   }
-  if (p.seqlen_k != p.max_pages() * p.page_size) {
+  if (p.seqlen_k != mul(p.max_pages(), p.page_size, "paged cache keys (max_pages x page_size)")) {
     reject("key length Sk of a paged cache", str(p.seqlen_k),
            str(p.max_pages() * p.page_size) + " (max_pages x page_size)");
   }
@@ -205,14 +226,17 @@ SequenceExtent AttentionProblem::sequence(int64_t b) const {
 
 void set_contiguous_strides(AttentionProblem& p) {
   const auto contiguous = [&](int64_t heads, int64_t dim, int64_t rows) {
-    const int64_t seq = heads * dim;
-    return TensorStrides{.batch = p.is_packed() ? 0 : rows * seq, .seq = seq, .head = dim};
+    const int64_t seq = mul(heads, dim, "contiguous strides (heads x head dim)");
+    return TensorStrides{.batch = p.is_packed() ? 0 : mul(rows, seq, "contiguous strides (rows x heads x head dim)"),
+                         .seq = seq,
+                         .head = dim};
   };
   p.q_strides = contiguous(p.heads_q, p.head_dim_k, p.seqlen_q);
   p.k_strides = contiguous(p.heads_kv, p.head_dim_k, p.seqlen_k);
   p.v_strides = contiguous(p.heads_kv, p.head_dim_v, p.seqlen_k);
   p.o_strides = contiguous(p.heads_q, p.head_dim_v, p.seqlen_q);
-  p.lse_strides = {.batch = p.is_packed() ? 0 : p.heads_q * p.seqlen_q, .seq = 1, .head = p.seqlen_q};
+  p.lse_strides = {
+      .batch = p.is_packed() ? 0 : mul(p.heads_q, p.seqlen_q, "LSE strides (Hq x Sq)"), .seq = 1, .head = p.seqlen_q};
 }
 
 AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const int64_t> k_shape,
@@ -281,7 +305,7 @@ AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const 
     p.page_size = options.page_size;
     p.num_pages = k_shape[0];
     p.block_table = std::move(options.block_table);
-    p.seqlen_k = p.max_pages() * p.page_size;
+    p.seqlen_k = mul(p.max_pages(), p.page_size, "paged cache keys (max_pages x page_size)");
   }
   if (packed && p.cu_seqlens_k.size() != p.cu_seqlens_q.size()) {
     reject("cu_seqlens_k length", str(static_cast<int64_t>(p.cu_seqlens_k.size())),
@@ -290,8 +314,8 @@ AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const 
   set_contiguous_strides(p);
   if (paged) {
     // Pools: one page of rows per "batch" entry.
-    p.k_strides.batch = p.page_size * p.k_strides.seq;
-    p.v_strides.batch = p.page_size * p.v_strides.seq;
+    p.k_strides.batch = mul(p.page_size, p.k_strides.seq, "K page stride");
+    p.v_strides.batch = mul(p.page_size, p.v_strides.seq, "V page stride");
   }
   validate(p);
   return p;
@@ -335,6 +359,16 @@ void validate(const AttentionProblem& p) {
   if (p.seqlen_k < 0) reject("key length Sk", str(p.seqlen_k), "Sk >= 0");
   if (p.heads_q < 1) reject("query heads Hq", str(p.heads_q), "Hq >= 1");
   if (p.heads_kv < 1) reject("kv heads Hkv", str(p.heads_kv), "Hkv >= 1");
+  // The kernels take sizes as int32 (and cu_seqlens are int32).
+  constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+  const std::array<std::tuple<const char*, int64_t>, 5> sizes = {{{"batch size B", p.batch},
+                                                                  {"query length Sq", p.seqlen_q},
+                                                                  {"key length Sk", p.seqlen_k},
+                                                                  {"query heads Hq", p.heads_q},
+                                                                  {"kv heads Hkv", p.heads_kv}}};
+  for (const auto& [name, value] : sizes) {
+    if (value > kInt32Max) reject(name, str(value), "at most 2^31 - 1 (int32 on the device)");
+  }
   if (p.heads_q % p.heads_kv != 0) {
     reject("query heads Hq = " + str(p.heads_q) + " with kv heads Hkv = " + str(p.heads_kv),
            "Hq % Hkv = " + str(p.heads_q % p.heads_kv), "Hq to be a multiple of Hkv (GQA/MQA)");
@@ -345,10 +379,11 @@ void validate(const AttentionProblem& p) {
   if (p.head_dim_v < 1 || p.head_dim_v > kMaxHeadDim) {
     reject("head dim Dv", str(p.head_dim_v), "1 <= Dv <= " + str(kMaxHeadDim));
   }
-  if (p.scale && !std::isfinite(*p.scale)) {
+  // The kernels scale in float: a scale beyond float's range is infinite there.
+  if (p.scale && !(std::abs(*p.scale) <= std::numeric_limits<float>::max())) {
     std::ostringstream seen;
     seen << *p.scale;
-    reject("scale", seen.str(), "a finite number");
+    reject("scale", seen.str(), "a finite number within float range (|scale| <= 3.4e38)");
   }
   switch (p.mask.kind) {
     case MaskKind::kNone:
@@ -419,6 +454,13 @@ void validate(const AttentionProblem& p) {
                                  {p.lse_strides.seq, p.seqlen_q},
                                  {p.lse_strides.head, p.heads_q},
                                  {std::numeric_limits<int64_t>::max(), 1}}});
+  // Every tensor's extent, and its bytes, fits in int64 (extent() checks each
+  // step): offsets computed from these strides never wrap.
+  for (const auto& [name, elements] :
+       {std::pair{"Q", q_extent(p)}, std::pair{"K", k_extent(p)}, std::pair{"V", v_extent(p)},
+        std::pair{"O", o_extent(p)}, std::pair{"LSE", lse_extent(p)}}) {
+    (void)mul(elements, 4, std::string(name) + " bytes");
+  }
 }
 
 void validate(const AttentionProblem& p, const AttentionBuffers& buffers) {

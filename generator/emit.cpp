@@ -201,6 +201,7 @@ std::string emit_registry(const std::vector<BundledKernel>& kernels, int shards)
     o << "bool " << info.name
       << "_emulate(DType dtype, std::span<const int> v, emu::Emulator& e, const LaunchConfig& c, const void* p) {\n"
       << "  return ";
+    if (shards == 0) o << "false";  // a build without emulator instantiations (ATTUNE_EMU_SHARDS=0)
     for (int s = 0; s < shards; ++s) {
       o << (s != 0 ? " ||\n         " : "") << "generated::" << shard_function(info, s) << "(dtype, v, e, c, p)";
     }

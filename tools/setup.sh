@@ -12,6 +12,7 @@ packages=(
   libbenchmark-dev
   libcli11-dev
   libclang-16-dev libclang-cpp16-dev llvm-16-dev clang-16
+  libclang-rt-16-dev
   clang-format clang-tidy-16
   python3-numpy python3-pip
   chromium

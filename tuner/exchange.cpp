@@ -83,7 +83,8 @@ json to_json(const tuning_db::MeasurementRow& m) {
           {"measured_at", m.measured_at},
           {"driver_version", m.driver_version},
           {"nvrtc_version", m.nvrtc_version},
-          {"attune_version", m.attune_version ? json(*m.attune_version) : json(nullptr)}};
+          {"attune_version", m.attune_version ? json(*m.attune_version) : json(nullptr)},
+          {"error", m.error}};
 }
 
 std::string csv_field(const json& value) {
@@ -139,13 +140,18 @@ std::size_t import_json(tuning_db::TuningDb& db, std::istream& in) {
   } catch (const json::exception& e) {
     throw InvalidArgument(std::string("import: not JSON: ") + e.what());
   }
-  if (!document.is_object() || document.value("format", "") != kFormat) {
+  // Compared as JSON values: a field of another type is refused, not thrown
+  // from inside the JSON library.
+  if (!document.is_object() || !document.contains("format") || document.at("format") != kFormat) {
     throw InvalidArgument(std::string("import: expected a document with \"format\": \"") + kFormat +
                           "\" (what attune db export --format json writes)");
   }
-  if (document.value("version", 0) != kFormatVersion) {
+  if (!document.contains("version") || document.at("version") != kFormatVersion) {
     throw InvalidArgument("import: format version " + document.value("version", json(nullptr)).dump() + "; expected " +
                           std::to_string(kFormatVersion));
+  }
+  if (!document.contains("measurements") || !document.at("measurements").is_array()) {
+    throw InvalidArgument("import: expected \"measurements\": an array of measurements");
   }
   std::size_t added = 0;
   std::size_t index = 0;
@@ -176,7 +182,9 @@ std::size_t import_json(tuning_db::TuningDb& db, std::istream& in) {
            .driver_version = e.at("driver_version").get<std::string>(),
            .nvrtc_version = e.at("nvrtc_version").get<std::string>(),
            .attune_version = e.at("attune_version").is_null() ? "" : e.at("attune_version").get<std::string>(),
-           .measured_at = e.at("measured_at").get<std::string>()});
+           .measured_at = e.at("measured_at").get<std::string>(),
+           // Absent from exports before schema 3.
+           .error = e.contains("error") && e.at("error").is_string() ? e.at("error").get<std::string>() : ""});
       added += inserted ? 1 : 0;
     } catch (const json::exception& x) {
       throw InvalidArgument("import: measurement " + std::to_string(index) + ": " + x.what());

@@ -92,7 +92,10 @@ std::string format_result(const Measurement& m) {
 std::optional<Measurement> parse_result(const std::string& line) {
   if (line.empty() || line.front() != '{') return std::nullopt;
   const json object = json::parse(line, nullptr, /*allow_exceptions=*/false);
-  if (!object.is_object() || object.value(kResultTag, 0) != kProtocolVersion) return std::nullopt;
+  // A tag of another type is a line from something else, not an exception.
+  if (!object.is_object() || !object.contains(kResultTag) || object.at(kResultTag) != kProtocolVersion) {
+    return std::nullopt;
+  }
   Measurement m;
   try {
     m.ok = object.at("ok").get<bool>();

@@ -162,6 +162,26 @@ TEST(ProblemTest, RejectsUnsupportedDtypeAndMask) {
   expect_rejected([&] { validate(p); }, {"scale", "inf", "finite"});
 }
 
+// Found by fuzz/problem_fuzzer (docs/reliability.md): sizes and strides
+// whose offsets overflow int64, and a scale beyond float's range, were
+// accepted (strides wrapped around; the kernels' float scale was infinite).
+TEST(ProblemTest, RejectsSizesAndStridesWhoseOffsetsOverflow) {
+  constexpr int64_t kHuge = int64_t{1} << 40;
+  expect_rejected([&] { dense({1, kHuge, kHuge, 8}, {1, 4, 1, 8}, {1, 4, 1, 8}); }, {"overflows int64"});
+  AttentionProblem p = valid_problem();
+  p.q_strides.seq = std::numeric_limits<int64_t>::max() / 2;
+  expect_rejected([&] { validate(p); }, {"tensor extent", "overflows int64"});
+  p = valid_problem();
+  p.seqlen_q = int64_t{1} << 31;
+  expect_rejected([&] { validate(p); }, {"query length Sq", "2147483648", "int32"});
+  p = valid_problem();
+  p.scale = -1.79e308;
+  expect_rejected([&] { validate(p); }, {"scale", "float range"});
+  p = valid_problem();
+  p.scale = 3.0e38;  // within float: fine
+  EXPECT_NO_THROW(validate(p));
+}
+
 TEST(ProblemTest, RejectsBadStrides) {
   AttentionProblem p = valid_problem();
   p.k_strides.seq = -4;

@@ -1,0 +1,16 @@
+// attune_problem (the C API's struct, runtime/attune_c.h) as an
+// AttentionProblem: what every C entry point does first, apart so that it can
+// be tested and fuzzed without a runtime.
+#pragma once
+
+#include "core/problem.h"
+#include "runtime/attune_c.h"
+
+namespace attune {
+
+// Converts and validates. Length arrays are read for the counts the struct
+// gives (batch, batch + 1, batch x max_pages). Throws InvalidArgument naming
+// the field, the value and what was expected.
+AttentionProblem problem_from_c(const attune_problem& c);
+
+}  // namespace attune
