@@ -24,7 +24,8 @@ int main(int argc, char** argv) {
   app.add_option("--prelude", options.prelude, "Declarations standing in for the CUDA headers")->required();
   app.add_option("--resource-dir", options.resource_dir, "clang's resource directory")->required();
   app.add_option("--out", out_dir, "Where to write the generated sources (omit to only check)");
-  app.add_option("--shards", shards, "Number of emulator instantiation files (0: none, the kernels do not run on the emulator)")
+  app.add_option("--shards", shards,
+                 "Number of emulator instantiation files (0: none, the kernels do not run on the emulator)")
       ->check(CLI::Range(0, 256));
   app.add_option("templates", templates, "Kernel template files")->required();
   CLI11_PARSE(app, argc, argv);
