@@ -15,11 +15,13 @@
 #include <cuda.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <map>
 #include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,10 @@ struct State {
   std::vector<Failure> failures;
   int poisoned = 0;  // a sticky error seen
   int capturing = 0;
+  // Live "device" allocations: still reachable when a lost context never
+  // frees them (as on a GPU, the memory goes with the context), so the
+  // sanitizer build's leak check does not count them.
+  std::set<void*> allocations;
   std::string device_name = "attune fake GPU";
   int major = 9;
   int minor = 0;
@@ -273,7 +279,10 @@ CUresult cuCtxSetCurrent(CUcontext context) {
   return record("cuCtxSetCurrent");
 }
 CUresult cuModuleLoadData(CUmodule* module, const void*) {
-  *module = reinterpret_cast<CUmodule>(new unsigned char[1]);
+  // A distinct handle per module, never dereferenced: nothing to free, so
+  // nothing leaks when a caller (or a test) never unloads.
+  static std::atomic<std::uintptr_t> next{0x1000};
+  *module = reinterpret_cast<CUmodule>(next.fetch_add(16));
   return record("cuModuleLoadData");
 }
 CUresult cuModuleUnload(CUmodule) { return record("cuModuleUnload"); }
@@ -315,11 +324,22 @@ CUresult cuMemAlloc_v2(CUdeviceptr* ptr, size_t bytes) {
   if (r != CUDA_SUCCESS) return r;
   void* p = std::aligned_alloc(256, (bytes + 255) / 256 * 256 + 256);
   if (p == nullptr) return CUDA_ERROR_OUT_OF_MEMORY;
+  {
+    State& s = state();
+    const std::lock_guard<std::mutex> lock(s.mutex);
+    s.allocations.insert(p);
+  }
   *ptr = reinterpret_cast<CUdeviceptr>(p);
   return CUDA_SUCCESS;
 }
 CUresult cuMemFree_v2(CUdeviceptr ptr) {
-  std::free(reinterpret_cast<void*>(ptr));
+  void* p = reinterpret_cast<void*>(ptr);
+  {
+    State& s = state();
+    const std::lock_guard<std::mutex> lock(s.mutex);
+    s.allocations.erase(p);
+  }
+  std::free(p);
   return record("cuMemFree_v2");
 }
 CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes) {
