@@ -11,6 +11,7 @@
 #include <regex>
 #include <sstream>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "runtime/jit/nvrtc_library.h"
 
@@ -19,11 +20,6 @@ namespace attune::profile {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string env(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr ? v : "";
-}
 
 bool executable(const fs::path& p) { return ::access(p.c_str(), X_OK) == 0 && fs::is_regular_file(p); }
 

@@ -18,6 +18,7 @@
 #include <string_view>
 #include <utility>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 
@@ -291,10 +292,6 @@ std::string CacheKey::digest() const {
 }
 
 fs::path KernelCache::default_directory() {
-  const auto env = [](const char* name) -> std::string {
-    const char* value = std::getenv(name);
-    return value != nullptr ? value : "";
-  };
   if (std::string dir = env("ATTUNE_CACHE_DIR"); !dir.empty()) return dir;
   // The XDG spec says to ignore a relative XDG_CACHE_HOME.
   if (const fs::path xdg = env("XDG_CACHE_HOME"); !xdg.empty() && xdg.is_absolute()) return xdg / "attune";

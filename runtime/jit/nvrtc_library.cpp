@@ -14,17 +14,13 @@
 #include <set>
 
 #include "core/dl_symbol.h"
+#include "core/env.h"
 
 namespace attune::nvrtc {
 
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string env(const char* name) {
-  const char* value = std::getenv(name);
-  return value != nullptr ? value : "";
-}
 
 // Version numbers of a name like libnvrtc.so.13.0 ({13, 0}); libnvrtc.so is {}.
 std::vector<int> so_version(const std::string& name) {
