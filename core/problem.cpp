@@ -7,6 +7,7 @@
 #include <limits>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <tuple>
 
 #include "core/enum_names.h"
@@ -34,17 +35,21 @@ std::string str(int64_t value) { return std::to_string(value); }
 // Sizes and strides come from callers: products and sums of them are
 // checked, so a problem too large for int64 offsets is refused by name
 // instead of wrapping around.
-int64_t mul(int64_t a, int64_t b, const std::string& what) {
+// `what` and `detail` make the message, built only on overflow (validate
+// runs on every call).
+int64_t mul(int64_t a, int64_t b, std::string_view what, std::string_view detail = {}) {
   int64_t r = 0;
   if (__builtin_mul_overflow(a, b, &r)) {
-    reject(what, str(a) + " x " + str(b) + ", which overflows int64", "sizes and strides whose offsets fit in int64");
+    reject(std::string(what) + std::string(detail), str(a) + " x " + str(b) + ", which overflows int64",
+           "sizes and strides whose offsets fit in int64");
   }
   return r;
 }
-int64_t add(int64_t a, int64_t b, const std::string& what) {
+int64_t add(int64_t a, int64_t b, std::string_view what, std::string_view detail = {}) {
   int64_t r = 0;
   if (__builtin_add_overflow(a, b, &r)) {
-    reject(what, str(a) + " + " + str(b) + ", which overflows int64", "sizes and strides whose offsets fit in int64");
+    reject(std::string(what) + std::string(detail), str(a) + " + " + str(b) + ", which overflows int64",
+           "sizes and strides whose offsets fit in int64");
   }
   return r;
 }
@@ -73,7 +78,7 @@ void check_lengths(const std::vector<int32_t>& cu, const char* name, int64_t bat
 // strides over `batches` batches.
 int64_t extent(const TensorStrides& s, int64_t batches, int64_t rows, int64_t heads, int64_t dim) {
   if (batches <= 0 || rows <= 0 || heads <= 0 || dim <= 0) return 0;
-  const std::string what = "tensor extent";
+  constexpr std::string_view what = "tensor extent";
   return add(
       add(add(mul(batches - 1, s.batch, what), mul(rows - 1, s.seq, what), what), mul(heads - 1, s.head, what), what),
       dim, what);
@@ -102,7 +107,7 @@ void check_no_self_overlap(const char* name, std::array<std::pair<int64_t, int64
       reject(std::string(name) + " strides", "an axis of stride " + str(stride) + " inside a span of " + str(span),
              "output strides that never map two elements to one address");
     }
-    span = add(mul(stride, size - 1, std::string(name) + " strides"), span, std::string(name) + " strides");
+    span = add(mul(stride, size - 1, name, " strides"), span, name, " strides");
   }
 }
 
@@ -237,6 +242,11 @@ void set_contiguous_strides(AttentionProblem& p) {
   p.o_strides = contiguous(p.heads_q, p.head_dim_v, p.seqlen_q);
   p.lse_strides = {
       .batch = p.is_packed() ? 0 : mul(p.heads_q, p.seqlen_q, "LSE strides (Hq x Sq)"), .seq = 1, .head = p.seqlen_q};
+  if (p.is_paged()) {
+    // Pools: one page of rows per "batch" entry.
+    p.k_strides.batch = mul(p.page_size, p.k_strides.seq, "K page stride");
+    p.v_strides.batch = mul(p.page_size, p.v_strides.seq, "V page stride");
+  }
 }
 
 AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const int64_t> k_shape,
@@ -312,11 +322,6 @@ AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const 
            str(static_cast<int64_t>(p.cu_seqlens_q.size())) + ", the length of cu_seqlens_q");
   }
   set_contiguous_strides(p);
-  if (paged) {
-    // Pools: one page of rows per "batch" entry.
-    p.k_strides.batch = mul(p.page_size, p.k_strides.seq, "K page stride");
-    p.v_strides.batch = mul(p.page_size, p.v_strides.seq, "V page stride");
-  }
   validate(p);
   return p;
 }
@@ -459,7 +464,7 @@ void validate(const AttentionProblem& p) {
   for (const auto& [name, elements] :
        {std::pair{"Q", q_extent(p)}, std::pair{"K", k_extent(p)}, std::pair{"V", v_extent(p)},
         std::pair{"O", o_extent(p)}, std::pair{"LSE", lse_extent(p)}}) {
-    (void)mul(elements, 4, std::string(name) + " bytes");
+    (void)mul(elements, 4, name, " bytes");
   }
 }
 

@@ -185,7 +185,9 @@ struct UnpagedKv {
 };
 UnpagedKv unpage_kv(const AttentionProblem& problem, const std::uint16_t* k_pool, const std::uint16_t* v_pool);
 
-// Contiguous strides for the problem's sizes (dense or packed).
+// Contiguous strides for the problem's sizes (dense or packed; for a paged
+// cache, K and V strides of its page pools). Throws InvalidArgument when
+// they overflow int64.
 void set_contiguous_strides(AttentionProblem& problem);
 
 // Checks the problem against the contract; throws InvalidArgument.

@@ -14,15 +14,6 @@ TensorStrides strides_of(const int64_t (&s)[3]) { return {.batch = s[0], .seq = 
 
 bool all_zero(const int64_t (&s)[3]) { return s[0] == 0 && s[1] == 0 && s[2] == 0; }
 
-int64_t checked_page_stride(int64_t page_size, int64_t row_stride) {
-  int64_t r = 0;
-  if (__builtin_mul_overflow(page_size, row_stride, &r)) {
-    throw InvalidArgument("page stride: got page_size " + std::to_string(page_size) + " x row stride " +
-                          std::to_string(row_stride) + ", which overflows int64; expected a smaller page or row");
-  }
-  return r;
-}
-
 // The int a C enum field holds, without loading it as the C++ enum.
 template <class Enum>
 int enum_field(const Enum& field) {
@@ -95,11 +86,6 @@ AttentionProblem problem_from_c(const attune_problem& c) {
     p.num_pages = c.num_pages;
   }
   set_contiguous_strides(p);
-  if (p.is_paged()) {
-    // Pools: one page per "batch" entry.
-    p.k_strides.batch = checked_page_stride(p.page_size, p.k_strides.seq);
-    p.v_strides.batch = checked_page_stride(p.page_size, p.v_strides.seq);
-  }
   if (!all_zero(c.q_strides)) p.q_strides = strides_of(c.q_strides);
   if (!all_zero(c.k_strides)) p.k_strides = strides_of(c.k_strides);
   if (!all_zero(c.v_strides)) p.v_strides = strides_of(c.v_strides);

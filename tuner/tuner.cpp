@@ -205,6 +205,10 @@ TuneSummary run_sweep(const std::vector<Task>& tasks, Runtime& runtime, tuning_d
       db.upsert_device({.key = runtime.device_key(), .name = runtime.device_name(), .nvrtc_version = nvrtc_version()});
   TuneSummary summary;
   Progress progress{.total = tasks.size()};
+  // In this process a lost context fails every candidate alike: stop rather
+  // than record them all as failed (a worker dies with its context).
+  const cuda::Driver* in_process =
+      !options.isolate && runtime.backend() == Backend::kCuda ? &cuda::Driver::get() : nullptr;
   for (const Task& task : tasks) {
     progress.current = task_variant_id(task) + " on " + problem_key(task_op(task), task.problem).to_string();
     const tuning_db::TemplateRowId tmpl =
@@ -220,10 +224,6 @@ TuneSummary run_sweep(const std::vector<Task>& tasks, Runtime& runtime, tuning_d
                                      .variant = variant,
                                      .nvrtc_version = nvrtc_version(),
                                      .attune_version = attune_version()};
-      // In this process a lost context fails every candidate alike: stop
-      // rather than record them all as failed (a worker dies with its context).
-      const cuda::Driver* in_process =
-          !options.isolate && runtime.backend() == Backend::kCuda ? &cuda::Driver::get() : nullptr;
       if (in_process != nullptr) in_process->check_usable();
       const Measurement result = options.isolate ? measure_in_worker(task, options) : measure(runtime, task, options);
       m.ok = result.ok;
