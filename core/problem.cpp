@@ -78,10 +78,10 @@ void check_lengths(const std::vector<int32_t>& cu, const char* name, int64_t bat
 // strides over `batches` batches.
 int64_t extent(const TensorStrides& s, int64_t batches, int64_t rows, int64_t heads, int64_t dim) {
   if (batches <= 0 || rows <= 0 || heads <= 0 || dim <= 0) return 0;
-  constexpr std::string_view what = "tensor extent";
-  return add(
-      add(add(mul(batches - 1, s.batch, what), mul(rows - 1, s.seq, what), what), mul(heads - 1, s.head, what), what),
-      dim, what);
+  constexpr std::string_view kWhat = "tensor extent";
+  return add(add(add(mul(batches - 1, s.batch, kWhat), mul(rows - 1, s.seq, kWhat), kWhat),
+                 mul(heads - 1, s.head, kWhat), kWhat),
+             dim, kWhat);
 }
 
 int64_t batches_of(const AttentionProblem& p) { return p.is_packed() ? 1 : p.batch; }
