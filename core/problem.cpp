@@ -54,6 +54,39 @@ int64_t add(int64_t a, int64_t b, std::string_view what, std::string_view detail
   return r;
 }
 
+void check_modifiers(const ScoreModifiers& m) {
+  // The kernels hold c in float: beyond float's range it is infinite there.
+  if (m.softcap != 0 && !(m.softcap > 0 && m.softcap <= std::numeric_limits<float>::max())) {
+    std::ostringstream seen;
+    seen << m.softcap;
+    reject("softcap", seen.str(), "a finite value > 0 within float range (0 turns softcapping off)");
+  }
+  if (m.alibi != AlibiSlopes::kNone && m.alibi != AlibiSlopes::kPerHead && m.alibi != AlibiSlopes::kPerBatchHead) {
+    reject("alibi slopes layout", "enum value " + str(static_cast<int64_t>(m.alibi)), "none, [Hq] or [B, Hq]");
+  }
+}
+
+void check_finite(const float* values, int64_t count, const char* name, const char* expected) {
+  if (count > 0 && values == nullptr) reject(std::string(name) + " pointer", "null", expected);
+  for (int64_t i = 0; i < count; ++i) {
+    if (!std::isfinite(values[i])) {
+      std::ostringstream seen;
+      seen << values[i];
+      reject(std::string(name) + "[" + str(i) + "]", seen.str(), "finite float32 values");
+    }
+  }
+}
+
+// The modifiers' tensors exist when the problem uses them (their values are
+// in the backend's memory: check_modifier_values reads host ones).
+void check_modifier_pointers(const AttentionProblem& p, const float* sinks, const float* alibi_slopes) {
+  if (p.modifiers.sinks && sinks == nullptr) reject("sinks pointer", "null", "a float32 [Hq] tensor of sink logits");
+  if (p.modifiers.alibi != AlibiSlopes::kNone && alibi_slopes == nullptr) {
+    reject("alibi_slopes pointer", "null",
+           p.modifiers.alibi == AlibiSlopes::kPerHead ? "a float32 [Hq] tensor" : "a float32 [B, Hq] tensor");
+  }
+}
+
 void check_lengths(const std::vector<int32_t>& cu, const char* name, int64_t batch, int64_t total,
                    const char* total_name) {
   if (static_cast<int64_t>(cu.size()) != batch + 1) {
@@ -308,6 +341,7 @@ AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const 
   p.head_dim_v = v_shape[o + 2];
   p.scale = options.scale;
   p.mask = options.mask;
+  p.modifiers = options.modifiers;
   p.seqlens_k = std::move(options.seqlens_k);
   p.cu_seqlens_q = std::move(options.cu_seqlens_q);
   p.cu_seqlens_k = std::move(options.cu_seqlens_k);
@@ -355,6 +389,59 @@ UnpagedKv unpage_kv(const AttentionProblem& p, const std::uint16_t* k_pool, cons
   return out;
 }
 
+std::uint8_t modifier_bits(const ScoreModifiers& m) {
+  return static_cast<std::uint8_t>((m.softcap != 0 ? kModSoftcap : 0) | (m.sinks ? kModSinks : 0) |
+                                   (m.alibi != AlibiSlopes::kNone ? kModAlibi : 0));
+}
+
+namespace {
+constexpr std::array<std::pair<std::uint8_t, std::string_view>, 3> kModifierNames = {
+    {{kModSoftcap, "softcap"}, {kModSinks, "sinks"}, {kModAlibi, "alibi"}}};
+}  // namespace
+
+std::string modifier_names(std::uint8_t bits) {
+  std::string out;
+  for (const auto& [bit, name] : kModifierNames) {
+    if ((bits & bit) != 0) out += (out.empty() ? "" : "+") + std::string(name);
+  }
+  return out.empty() ? "none" : out;
+}
+
+std::optional<std::uint8_t> parse_modifier_names(std::string_view names) {
+  if (names == "none") return 0;
+  std::uint8_t bits = 0;
+  while (!names.empty()) {
+    const std::size_t plus = names.find('+');
+    const std::string_view part = names.substr(0, plus);
+    const auto* found = std::find_if(kModifierNames.begin(), kModifierNames.end(),
+                                     [&](const auto& entry) { return entry.second == part; });
+    if (found == kModifierNames.end() || (bits & found->first) != 0) return std::nullopt;
+    bits = static_cast<std::uint8_t>(bits | found->first);
+    if (plus == std::string_view::npos) break;
+    names = names.substr(plus + 1);
+    if (names.empty()) return std::nullopt;  // a trailing '+'
+  }
+  return bits == 0 ? std::nullopt : std::optional<std::uint8_t>(bits);
+}
+
+int64_t alibi_extent(const AttentionProblem& p) {
+  switch (p.modifiers.alibi) {
+    case AlibiSlopes::kPerHead:
+      return p.heads_q;
+    case AlibiSlopes::kPerBatchHead:
+      return mul(p.batch, p.heads_q, "ALiBi slopes [B, Hq]");
+    default:
+      return 0;
+  }
+}
+
+void check_modifier_values(const AttentionProblem& p, const ModifierTensors& tensors) {
+  if (p.modifiers.sinks) check_finite(tensors.sinks, p.heads_q, "sinks", "a float32 [Hq] tensor of sink logits");
+  if (p.modifiers.alibi != AlibiSlopes::kNone) {
+    check_finite(tensors.alibi_slopes, alibi_extent(p), "alibi_slopes", "a float32 [Hq] or [B, Hq] tensor of slopes");
+  }
+}
+
 void validate(const AttentionProblem& p) {
   if (p.dtype != DType::kF16 && p.dtype != DType::kBF16) {
     reject("dtype", "enum value " + str(static_cast<int64_t>(p.dtype)), "fp16 or bf16");
@@ -390,6 +477,7 @@ void validate(const AttentionProblem& p) {
     seen << *p.scale;
     reject("scale", seen.str(), "a finite number within float range (|scale| <= 3.4e38)");
   }
+  check_modifiers(p.modifiers);
   switch (p.mask.kind) {
     case MaskKind::kNone:
     case MaskKind::kCausalBottomRight:
@@ -478,6 +566,7 @@ void validate(const AttentionProblem& p, const AttentionBuffers& buffers) {
   for (const auto& [ptr, name, elements] : required) {
     if (ptr == nullptr && elements > 0) reject(std::string(name) + " pointer", "null", "a valid pointer");
   }
+  check_modifier_pointers(p, buffers.sinks, buffers.alibi_slopes);
   const int64_t elem = element_bytes(p.dtype);
   const ByteSpan inputs[] = {span_of("Q", buffers.q, q_extent(p), elem), span_of("K", buffers.k, k_extent(p), elem),
                              span_of("V", buffers.v, v_extent(p), elem)};
@@ -497,6 +586,10 @@ void validate(const AttentionProblem& p, const AttentionBuffers& buffers) {
 
 void validate(const AttentionProblem& p, const BackwardBuffers& buffers) {
   validate(p);
+  check_modifier_pointers(p, buffers.sinks, buffers.alibi_slopes);
+  if (p.modifiers.sinks && buffers.dsink == nullptr) {
+    reject("dsink pointer", "null", "a float32 [Hq] output for the sinks' gradient");
+  }
   if (p.is_paged()) reject("backward K and V", "a paged KV cache", "contiguous K and V [B, Sk, Hkv, D]");
   const int64_t elem = element_bytes(p.dtype);
   const auto float_bytes = static_cast<int64_t>(sizeof(float));

@@ -88,6 +88,36 @@ struct SequenceExtent {
   int64_t k_capacity = 0;
 };
 
+// Score modifiers (docs/contract.md, "Score modifiers"): compile-time
+// features of the kernels, so a problem without them runs the code it ran
+// before they existed. Their values live in the buffers (device memory).
+enum class AlibiSlopes : std::uint8_t {
+  kNone,
+  kPerHead,       // float32 [Hq]
+  kPerBatchHead,  // float32 [B, Hq]
+};
+
+struct ScoreModifiers {
+  double softcap = 0;  // c > 0: the scaled score s becomes c tanh(s / c); 0: off
+  bool sinks = false;  // a float32 sink logit per query head, [Hq], joins every row's softmax
+  AlibiSlopes alibi = AlibiSlopes::kNone;  // -slope x |i + Sk - Sq - j| added to the score
+  bool any() const { return softcap != 0 || sinks || alibi != AlibiSlopes::kNone; }
+  bool operator==(const ScoreModifiers&) const = default;
+};
+
+// The modifiers a problem uses as bits: what keys, variant ids and the
+// tuning database distinguish (values such as c do not change the kernel).
+inline constexpr std::uint8_t kModSoftcap = 1;
+inline constexpr std::uint8_t kModSinks = 2;
+inline constexpr std::uint8_t kModAlibi = 4;
+inline constexpr std::uint8_t kModAll = kModSoftcap | kModSinks | kModAlibi;
+std::uint8_t modifier_bits(const ScoreModifiers& modifiers);
+// "none", or the modifiers in use joined by '+' in a fixed order:
+// "softcap", "softcap+sinks+alibi". parse_modifier_names reads both forms
+// (any order), or returns nullopt.
+std::string modifier_names(std::uint8_t bits);
+std::optional<std::uint8_t> parse_modifier_names(std::string_view names);
+
 struct AttentionProblem {
   DType dtype = DType::kBF16;   // storage dtype of Q, K, V and O
   int64_t batch = 1;            // B; packed: number of sequences
@@ -112,6 +142,7 @@ struct AttentionProblem {
   std::vector<int32_t> block_table;  // [B, max_pages]
   int64_t page_size = 0;
   int64_t num_pages = 0;
+  ScoreModifiers modifiers;
 
   bool is_packed() const { return !cu_seqlens_q.empty(); }
   bool is_paged() const { return page_size > 0; }
@@ -135,6 +166,9 @@ struct AttentionBuffers {
   const void* v = nullptr;
   void* o = nullptr;
   float* lse = nullptr;
+  // Score modifiers (float32, read when the problem's modifiers use them).
+  const float* sinks = nullptr;         // [Hq]
+  const float* alibi_slopes = nullptr;  // [Hq] or [B, Hq]
 };
 
 // Data pointers of one backward call, in the memory space of the backend
@@ -152,6 +186,11 @@ struct BackwardBuffers {
   void* dq = nullptr;
   void* dk = nullptr;
   void* dv = nullptr;
+  // Score modifiers, as in AttentionBuffers; with sinks the backward also
+  // writes dsink [Hq] (float32), the loss's gradient with respect to sinks.
+  const float* sinks = nullptr;
+  const float* alibi_slopes = nullptr;
+  float* dsink = nullptr;
 };
 
 // What make_problem needs besides the tensor shapes.
@@ -165,6 +204,7 @@ struct ProblemOptions {
   // Paged KV cache: K and V shapes are then [pages, page_size, Hkv, D].
   std::vector<int32_t> block_table;  // [B * max_pages], row-major
   int64_t page_size = 0;             // 0: K and V are contiguous [B, Sk, Hkv, D]
+  ScoreModifiers modifiers;
 };
 
 // Builds a problem with contiguous strides from tensor shapes: rank 4
@@ -199,6 +239,20 @@ void validate(const AttentionProblem& problem, const AttentionBuffers& buffers);
 // whose strides never map two elements to one address, and gradients that
 // overlap neither an input nor each other. Paged caches are refused.
 void validate(const AttentionProblem& problem, const BackwardBuffers& buffers);
+
+// Host copies of the modifiers' float32 tensors, as the references and
+// check_modifier_values read them (null when the problem does not use one).
+struct ModifierTensors {
+  const float* sinks = nullptr;         // [Hq]
+  const float* alibi_slopes = nullptr;  // [Hq] or [B, Hq] (AlibiSlopes)
+};
+
+// Checks the values of the modifiers in host memory (the CLI's inputs, the
+// emulator's buffers): every sink and slope finite. Throws InvalidArgument
+// naming the first bad element ("sinks[3]: got nan; expected ...").
+void check_modifier_values(const AttentionProblem& problem, const ModifierTensors& tensors);
+// Elements of the ALiBi slopes tensor: Hq, or B x Hq (0 without ALiBi).
+int64_t alibi_extent(const AttentionProblem& problem);
 
 // Elements spanned by each tensor (highest offset + 1; 0 when empty).
 int64_t q_extent(const AttentionProblem& problem);

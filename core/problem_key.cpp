@@ -37,6 +37,7 @@ std::uint64_t ProblemKey::hash() const {
   mix(static_cast<std::uint64_t>(seqlen_q_log2));
   mix(static_cast<std::uint64_t>(seqlen_k_log2));
   mix(static_cast<std::uint64_t>(batch_heads_log2));
+  mix(static_cast<std::uint64_t>(modifiers));
   return h;
 }
 
@@ -44,7 +45,7 @@ std::string ProblemKey::to_string() const {
   return std::string(attune::to_string(op)) + "/" + std::string(attune::to_string(dtype)) + "/dk" +
          std::to_string(head_dim_k) + "/dv" + std::to_string(head_dim_v) + "/" + std::string(attune::to_string(mask)) +
          "/sq2^" + std::to_string(seqlen_q_log2) + "/sk2^" + std::to_string(seqlen_k_log2) + "/bh2^" +
-         std::to_string(batch_heads_log2);
+         std::to_string(batch_heads_log2) + (modifiers != 0 ? "/" + modifier_names(modifiers) : std::string());
 }
 
 ProblemKey problem_key(Op op, const AttentionProblem& p) {
@@ -68,6 +69,7 @@ ProblemKey problem_key(Op op, const AttentionProblem& p) {
   key.seqlen_q_log2 = bucket_log2(max_q);
   key.seqlen_k_log2 = bucket_log2(max_k);
   key.batch_heads_log2 = bucket_log2(p.batch * p.heads_q);
+  key.modifiers = modifier_bits(p.modifiers);
   if (op == Op::kDecode) {
     if (!p.seqlens_k.empty()) max_k = *std::max_element(p.seqlens_k.begin(), p.seqlens_k.end());
     key.seqlen_q_log2 = bucket_log2(max_q * p.group_size());  // the rows of a KV head, as the kernel packs them
@@ -79,7 +81,7 @@ ProblemKey problem_key(Op op, const AttentionProblem& p) {
 
 int bucket_distance(const ProblemKey& a, const ProblemKey& b) {
   if (a.op != b.op || a.dtype != b.dtype || a.head_dim_k != b.head_dim_k || a.head_dim_v != b.head_dim_v ||
-      a.mask != b.mask) {
+      a.mask != b.mask || a.modifiers != b.modifiers) {
     return std::numeric_limits<int>::max();
   }
   return std::abs(a.seqlen_q_log2 - b.seqlen_q_log2) + std::abs(a.seqlen_k_log2 - b.seqlen_k_log2) +

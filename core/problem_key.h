@@ -28,10 +28,14 @@ struct ProblemKey {
   std::int8_t seqlen_q_log2 = 0;
   std::int8_t seqlen_k_log2 = 0;
   std::int8_t batch_heads_log2 = 0;
+  // Score modifiers in use (kModSoftcap | kModSinks | kModAlibi): kernels
+  // with and without them are different instantiations, tuned apart.
+  std::uint8_t modifiers = 0;
 
   bool operator==(const ProblemKey&) const = default;
   std::uint64_t hash() const;
-  // "fwd/bf16/dk128/dv128/causal-bottom-right/sq2^10/sk2^12/bh2^5"
+  // "fwd/bf16/dk128/dv128/causal-bottom-right/sq2^10/sk2^12/bh2^5", with
+  // "/softcap+sinks" (modifier_names) appended when modifiers are in use
   std::string to_string() const;
 };
 
@@ -44,7 +48,7 @@ std::int8_t bucket_log2(std::int64_t size);
 // (the CTAs a split multiplies).
 ProblemKey problem_key(Op op, const AttentionProblem& problem);
 
-// Distance between two keys of the same op, dtype, head dims and mask: the
+// Distance between two keys of the same op, dtype, head dims, mask and modifiers: the
 // sum of the bucket-exponent differences of the sizes (each doubling or
 // halving counts 1). Keys that differ in anything else are infinitely far.
 int bucket_distance(const ProblemKey& a, const ProblemKey& b);
