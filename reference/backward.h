@@ -2,7 +2,7 @@
 // the forward in reference/reference.h.
 //
 // Example:
-//   const attune::ReferenceGradients g = attune::reference_backward(problem, q, k, v, d_o);
+//   const attune::ReferenceGradients g = attune::reference_backward(problem, q, k, v, d_o, {.sinks = sinks});
 //   const double dk0 = g.dk[attune::reference_dk_index(problem, /*b=*/0, /*row=*/0, /*head=*/0)];
 #pragma once
 
@@ -16,7 +16,8 @@ namespace attune {
 // Gradients of the loss sum(dO * O) with respect to Q, K and V, always
 // contiguous whatever the problem's input strides:
 //   dq [B, Sq, Hq, Dk], dk [B, Sk, Hkv, Dk], dv [B, Sk, Hkv, Dv]
-//   (packed: dq [Tq, Hq, Dk], dk [Tk, Hkv, Dk], dv [Tk, Hkv, Dv]).
+//   (packed: dq [Tq, Hq, Dk], dk [Tk, Hkv, Dk], dv [Tk, Hkv, Dv]),
+// and with respect to the sinks when the problem uses them.
 // Under GQA/MQA dk and dv sum over the query heads that share a kv head.
 // Rows with no visible key contribute nothing, so their dq is 0 exactly, as
 // are dk and dv of keys no row sees (padding included). Never NaN.
@@ -24,23 +25,30 @@ struct ReferenceGradients {
   std::vector<double> dq;
   std::vector<double> dk;
   std::vector<double> dv;
+  std::vector<double> dsink;  // [Hq] with sinks, else empty
 };
 
 // Backward attention in fp64 from fp64 values (problem.dtype is ignored):
 // Q, K and V read with the problem's strides, dO contiguous and laid out like
-// ReferenceOutput::o ([B, Sq, Hq, Dv], packed [Tq, Hq, Dv]). Recomputes the
-// forward, then per row i with visible keys j:
-//   P_ij = exp(scale * q_i.k_j - LSE_i), D_i = dO_i . O_i,
+// ReferenceOutput::o ([B, Sq, Hq, Dv], packed [Tq, Hq, Dv]); `modifiers` as
+// for reference_forward. Recomputes the forward (O, and LSE with the sink),
+// then per row i with visible keys j, x_ij = scale * q_i.k_j and s_ij its
+// modified score (docs/contract.md, "Score modifiers"):
+//   P_ij = exp(s_ij - LSE_i), D_i = dO_i . O_i,
 //   dS_ij = P_ij (dO_i . v_j - D_i),
-//   dq_i = scale * sum_j dS_ij k_j, dk_j += scale * dS_ij q_i, dv_j += P_ij dO_i.
+//   dX_ij = dS_ij (1 - tanh^2(x_ij / c)) with softcap c, else dS_ij,
+//   dq_i = scale * sum_j dX_ij k_j, dk_j += scale * dX_ij q_i, dv_j += P_ij dO_i,
+//   dsink_h = -sum over every row (b, i) of head h of exp(sink_h - LSE_i) D_i.
+// ALiBi slopes are constants: they get no gradient.
 ReferenceGradients reference_backward(const AttentionProblem& problem, const double* q, const double* k,
-                                      const double* v, const double* d_o);
+                                      const double* v, const double* d_o, const ModifierTensors& modifiers = {});
 
 // The same from Q, K, V and dO stored in problem.dtype (16-bit patterns) in
 // host memory: Q, K and V read with the problem's strides, dO contiguous as
 // above.
 ReferenceGradients reference_backward(const AttentionProblem& problem, const std::uint16_t* q, const std::uint16_t* k,
-                                      const std::uint16_t* v, const std::uint16_t* d_o);
+                                      const std::uint16_t* v, const std::uint16_t* d_o,
+                                      const ModifierTensors& modifiers = {});
 
 // Index of the first element of dq row (b, row, head) and of dk / dv row
 // (b, row, kv_head) in a ReferenceGradients; `row` is the global row

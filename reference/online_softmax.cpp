@@ -16,6 +16,14 @@ SoftmaxState<Acc>::SoftmaxState(int64_t value_dim)
     : m_(-std::numeric_limits<Acc>::infinity()), l_(0), u_(static_cast<std::size_t>(value_dim), Acc(0)) {}
 
 template <typename Acc>
+SoftmaxState<Acc> SoftmaxState<Acc>::of_sink(Acc logit, int64_t value_dim) {
+  SoftmaxState state(value_dim);
+  state.m_ = logit;
+  state.l_ = Acc(1);
+  return state;
+}
+
+template <typename Acc>
 void SoftmaxState<Acc>::rescale(Acc new_max) {
   if (new_max == m_) return;
   // exp(-inf) = 0 would be right too, but an empty state has nothing to scale.
@@ -102,8 +110,10 @@ std::vector<std::size_t> visiting_order(const TilePlan& plan, std::size_t count,
 
 template <typename Acc>
 ReferenceOutput tiled_forward(const AttentionProblem& p, const std::uint16_t* q, const std::uint16_t* k,
-                              const std::uint16_t* v, const TilePlan& plan, TiledStats* stats) {
+                              const std::uint16_t* v, const TilePlan& plan, TiledStats* stats,
+                              const ModifierTensors& modifiers) {
   validate(p);
+  const ModifierValues mods(p, modifiers);
   if (plan.tile_sizes.empty() ||
       std::any_of(plan.tile_sizes.begin(), plan.tile_sizes.end(), [](int64_t s) { return s <= 0; })) {
     throw InvalidArgument("tile sizes: got an empty list or a size <= 0; expected positive key counts");
@@ -148,12 +158,13 @@ ReferenceOutput tiled_forward(const AttentionProblem& p, const std::uint16_t* q,
             const int64_t k_off = element_offset(p.k_strides, b, seq.k_begin + j, hk);
             Acc dot = 0;
             for (int64_t d = 0; d < p.head_dim_k; ++d) dot += load(q, q_off + d) * load(k, k_off + d);
-            logits.push_back(scale * dot);
+            logits.push_back(static_cast<Acc>(mods.cap(scale * dot) + mods.bias(b, h, i, j, seq)));
             const int64_t v_off = element_offset(p.v_strides, b, seq.k_begin + j, hk);
             for (int64_t d = 0; d < p.head_dim_v; ++d) values.push_back(load(v, v_off + d));
           }
           state.add_tile(logits, values);
         }
+        if (mods.has_sinks()) state.merge(SoftmaxState<Acc>::of_sink(static_cast<Acc>(mods.sink(h)), p.head_dim_v));
         const auto result = state.finalize();
         const auto o_index = static_cast<std::size_t>(reference_o_index(p, b, row, h));
         std::copy(result.o.begin(), result.o.end(), out.o.begin() + static_cast<std::ptrdiff_t>(o_index));
@@ -166,8 +177,10 @@ ReferenceOutput tiled_forward(const AttentionProblem& p, const std::uint16_t* q,
 }
 
 template ReferenceOutput tiled_forward<float>(const AttentionProblem&, const std::uint16_t*, const std::uint16_t*,
-                                              const std::uint16_t*, const TilePlan&, TiledStats*);
+                                              const std::uint16_t*, const TilePlan&, TiledStats*,
+                                              const ModifierTensors&);
 template ReferenceOutput tiled_forward<double>(const AttentionProblem&, const std::uint16_t*, const std::uint16_t*,
-                                               const std::uint16_t*, const TilePlan&, TiledStats*);
+                                               const std::uint16_t*, const TilePlan&, TiledStats*,
+                                               const ModifierTensors&);
 
 }  // namespace attune

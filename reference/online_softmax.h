@@ -20,6 +20,9 @@ template <typename Acc>
 class SoftmaxState {
  public:
   explicit SoftmaxState(int64_t value_dim);
+  // The state of an attention sink: one logit with no value (m = logit,
+  // l = 1, u = 0), merged like any other key set.
+  static SoftmaxState of_sink(Acc logit, int64_t value_dim);
 
   // Folds in one tile: `logits` (already scaled), `values` row-major
   // [logits.size(), value_dim]. An empty tile changes nothing.
@@ -64,10 +67,14 @@ struct TiledStats {
 
 // Forward attention by tiles of keys with the online softmax, accumulating
 // in Acc (float, as the kernels do, or double). Output layout as the
-// reference's. Throws InvalidArgument for a bad plan.
+// reference's. Score modifiers as in reference_forward: softcap and ALiBi on
+// each logit (evaluated in fp64, then rounded to Acc), the sink merged as one
+// more state after the last tile. Throws InvalidArgument for a bad plan or
+// bad modifier values.
 template <typename Acc>
 ReferenceOutput tiled_forward(const AttentionProblem& problem, const std::uint16_t* q, const std::uint16_t* k,
-                              const std::uint16_t* v, const TilePlan& plan, TiledStats* stats = nullptr);
+                              const std::uint16_t* v, const TilePlan& plan, TiledStats* stats = nullptr,
+                              const ModifierTensors& modifiers = {});
 
 extern template class SoftmaxState<float>;
 extern template class SoftmaxState<double>;

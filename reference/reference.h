@@ -12,22 +12,55 @@ namespace attune {
 
 // Dense outputs of the reference, always contiguous whatever the problem's
 // output strides: O [B, Sq, Hq, Dv] and LSE [B, Hq, Sq] (packed: O [Tq, Hq, Dv],
-// LSE [Hq, Tq]). Rows with no visible key: O = 0 exactly, LSE = -inf.
+// LSE [Hq, Tq]). Rows with no visible key: O = 0 exactly, LSE = -inf (with
+// sinks: LSE = sink_h).
 struct ReferenceOutput {
   std::vector<double> o;
   std::vector<double> lse;
 };
 
+// A problem's score modifiers bound to their values (docs/contract.md, "Score
+// modifiers"): the one formula the forward, backward and tiled references
+// share. The constructor checks the values (check_modifier_values: a tensor
+// the problem uses is non-null and finite; throws InvalidArgument).
+//
+// Example, the score of row i and key j of sequence b in head h:
+//   const attune::ModifierValues mods(problem, {.sinks = sinks});
+//   const double s = mods.cap(scale * dot) + mods.bias(b, h, i, j, problem.sequence(b));
+class ModifierValues {
+ public:
+  ModifierValues(const AttentionProblem& problem, const ModifierTensors& tensors);
+
+  // c tanh(x / c) for the scaled score x = scale q_i.k_j with softcap c; x without.
+  double cap(double x) const;
+  // d cap(x) / dx = 1 - tanh^2(x / c); 1 without softcap.
+  double cap_gradient(double x) const;
+  // The ALiBi term -slope_{b,h} |i + Sk - Sq - j| of row i and key j (local
+  // positions; Sq, Sk the sequence's q_len and k_len); 0 without ALiBi.
+  double bias(int64_t b, int64_t h, int64_t i, int64_t j, const SequenceExtent& seq) const;
+  bool has_sinks() const { return sinks_ != nullptr; }
+  // The sink logit of query head h; -inf without sinks (a term e^-inf = 0).
+  double sink(int64_t h) const;
+
+ private:
+  double softcap_;
+  const float* sinks_;          // null without sinks
+  const float* alibi_slopes_;   // null without ALiBi
+  int64_t slope_batch_stride_;  // Hq for [B, Hq] slopes, 0 for [Hq]
+};
+
 // Forward attention in fp64 from Q, K and V stored in problem.dtype (16-bit
 // patterns) in host memory, read with the problem's strides (a paged cache
-// through its block table).
+// through its block table). `modifiers` holds the host tensors of the
+// problem's score modifiers (sinks, ALiBi slopes) it uses.
 ReferenceOutput reference_forward(const AttentionProblem& problem, const std::uint16_t* q, const std::uint16_t* k,
-                                  const std::uint16_t* v);
+                                  const std::uint16_t* v, const ModifierTensors& modifiers = {});
 
 // The same from fp64 values (problem.dtype is ignored): the exact
 // mathematical function, for tests that need values no 16-bit format holds.
 // Contiguous K and V only.
-ReferenceOutput reference_forward(const AttentionProblem& problem, const double* q, const double* k, const double* v);
+ReferenceOutput reference_forward(const AttentionProblem& problem, const double* q, const double* k, const double* v,
+                                  const ModifierTensors& modifiers = {});
 
 // Index of O row (b, row, head) and of LSE entry (b, head, row) in a
 // ReferenceOutput; `row` is the global row (packed: offset by q_begin).

@@ -1,6 +1,7 @@
 // The fp64 reference backward against central finite differences of the fp64
 // forward, on every mask kind, padding, packed variable length, GQA and
-// Dk != Dv; plus the exact zeros of empty rows and unseen keys.
+// Dk != Dv, with and without score modifiers (dsink included); plus the exact
+// zeros of empty rows and unseen keys.
 #include "reference/backward.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "core/error.h"
 #include "reference/reference.h"
 
 namespace attune {
@@ -23,9 +25,14 @@ int64_t o_size(const AttentionProblem& p) {
   return (p.is_packed() ? 1 : p.batch) * p.seqlen_q * p.heads_q * p.head_dim_v;
 }
 
-// Q, K, V in the problem's layout and dO laid out like ReferenceOutput::o.
+// Q, K, V in the problem's layout, dO laid out like ReferenceOutput::o, and
+// the modifiers' values the problem uses (empty otherwise).
 struct Tensors {
   std::vector<double> q, k, v, d_o;
+  std::vector<float> sinks, slopes;
+  ModifierTensors modifiers() const {
+    return {.sinks = sinks.empty() ? nullptr : sinks.data(), .alibi_slopes = slopes.empty() ? nullptr : slopes.data()};
+  }
 };
 
 Tensors random_tensors(const AttentionProblem& p, unsigned seed) {
@@ -38,27 +45,39 @@ Tensors random_tensors(const AttentionProblem& p, unsigned seed) {
   for (auto* x : {&t.q, &t.k, &t.v, &t.d_o}) {
     for (double& e : *x) e = normal(rng);
   }
+  // Sinks on a grid of 1/64 in [-1, 2.5]: x +- kSinkStep is exact in float32.
+  std::uniform_int_distribution<int> sink_steps(-64, 160);
+  std::uniform_real_distribution<float> slope(0.05F, 0.7F);
+  if (p.modifiers.sinks) {
+    for (int64_t h = 0; h < p.heads_q; ++h) t.sinks.push_back(static_cast<float>(sink_steps(rng)) / 64.0F);
+  }
+  for (int64_t e = 0; e < alibi_extent(p); ++e) t.slopes.push_back(slope(rng));
   return t;
 }
 
 ReferenceGradients backward(const AttentionProblem& p, const Tensors& t) {
-  return reference_backward(p, t.q.data(), t.k.data(), t.v.data(), t.d_o.data());
+  return reference_backward(p, t.q.data(), t.k.data(), t.v.data(), t.d_o.data(), t.modifiers());
 }
 
 // The loss whose gradient reference_backward returns.
 double loss(const AttentionProblem& p, const Tensors& t) {
-  const ReferenceOutput out = reference_forward(p, t.q.data(), t.k.data(), t.v.data());
+  const ReferenceOutput out = reference_forward(p, t.q.data(), t.k.data(), t.v.data(), t.modifiers());
   double sum = 0.0;
   for (std::size_t i = 0; i < out.o.size(); ++i) sum += t.d_o[i] * out.o[i];
   return sum;
 }
 
 constexpr double kStep = 1e-6;
-constexpr double kTolerance = 1e-6;  // absolute and relative
+const double kSinkStep = std::ldexp(1.0, -20);  // about 1e-6, exact on float32 sinks below 16
+constexpr double kTolerance = 1e-6;             // absolute and relative
+
+bool disagree(double numeric, double analytic) {
+  return !(std::abs(numeric - analytic) <= kTolerance * (1 + std::abs(numeric)));
+}
 
 // Elements of Q, K and V (contiguous problems only: element e of a tensor is
-// element e of its gradient) where the central difference of the loss and
-// the analytic gradient disagree.
+// element e of its gradient) and sinks where the central difference of the
+// loss and the analytic gradient disagree; dsink must be empty without sinks.
 std::vector<std::string> finite_difference_mismatches(const AttentionProblem& p, Tensors t,
                                                       const ReferenceGradients& g) {
   std::vector<std::string> bad;
@@ -81,10 +100,28 @@ std::vector<std::string> finite_difference_mismatches(const AttentionProblem& p,
       (*x)[e] = saved;
       const double numeric = (up - down) / (2 * kStep);
       const double analytic = (*grad)[e];
-      if (!(std::abs(numeric - analytic) <= kTolerance * (1 + std::abs(numeric)))) {
+      if (disagree(numeric, analytic)) {
         bad.push_back(std::string(names[which]) + "[" + std::to_string(e) + "]: analytic " + std::to_string(analytic) +
                       ", finite difference " + std::to_string(numeric));
       }
+    }
+  }
+  if (g.dsink.size() != t.sinks.size()) {
+    bad.push_back("dsink has " + std::to_string(g.dsink.size()) + " elements, expected " +
+                  std::to_string(t.sinks.size()));
+    return bad;
+  }
+  for (std::size_t h = 0; h < t.sinks.size(); ++h) {
+    const float saved = t.sinks[h];
+    t.sinks[h] = static_cast<float>(saved + kSinkStep);
+    const double up = loss(p, t);
+    t.sinks[h] = static_cast<float>(saved - kSinkStep);
+    const double down = loss(p, t);
+    t.sinks[h] = saved;
+    const double numeric = (up - down) / (2 * kSinkStep);
+    if (disagree(numeric, g.dsink[h])) {
+      bad.push_back("dsink[" + std::to_string(h) + "]: analytic " + std::to_string(g.dsink[h]) +
+                    ", finite difference " + std::to_string(numeric));
     }
   }
   return bad;
@@ -303,6 +340,128 @@ TEST(BackwardTest, StorageOverloadMatchesFp64OnRepresentableValues) {
     for (std::size_t i = 0; i < got.dk.size(); ++i) EXPECT_EQ(got.dk[i], want.dk[i]) << name << " dk " << i;
     for (std::size_t i = 0; i < got.dv.size(); ++i) EXPECT_EQ(got.dv[i], want.dv[i]) << name << " dv " << i;
   }
+}
+
+// Softcap, sinks and ALiBi alone and together, under masks, GQA, padding and
+// packed variable length (with rows that see no key but still meet the sink).
+std::vector<Case> modifier_cases() {
+  std::vector<Case> c;
+  const ScoreModifiers all{.softcap = 1.1, .sinks = true, .alibi = AlibiSlopes::kPerHead};
+  c.push_back({"all_causal_gqa",
+               {2, 5, 4, 4},
+               {2, 7, 2, 4},
+               {2, 7, 2, 3},
+               {.mask = Mask::causal_bottom_right(), .scale = 0.8, .modifiers = all}});
+  c.push_back({"all_packed_varlen_causal_padding",  // sequence 1: 5 queries on 2 keys
+               {9, 2, 4},
+               {13, 1, 4},
+               {13, 1, 3},
+               {.mask = Mask::causal_bottom_right(),
+                .seqlens_k = {4, 2, 5},
+                .cu_seqlens_q = {0, 3, 8, 9},
+                .cu_seqlens_k = {0, 5, 7, 13},
+                .modifiers = {.softcap = 0.8, .sinks = true, .alibi = AlibiSlopes::kPerBatchHead}}});
+  c.push_back({"all_packed_varlen",
+               {9, 4, 4},
+               {13, 2, 4},
+               {13, 2, 3},
+               {.scale = 0.9, .cu_seqlens_q = {0, 3, 8, 9}, .cu_seqlens_k = {0, 5, 7, 13}, .modifiers = all}});
+  c.push_back({"softcap_window",
+               {1, 6, 2, 4},
+               {1, 8, 2, 4},
+               {1, 8, 2, 3},
+               {.mask = Mask::window(2, 1), .scale = 1.2, .modifiers = {.softcap = 0.7}}});
+  c.push_back({"sinks_top_left_tall",
+               {1, 7, 2, 4},
+               {1, 5, 2, 4},
+               {1, 5, 2, 3},
+               {.mask = Mask::causal_top_left(), .modifiers = {.sinks = true}}});
+  c.push_back({"alibi_per_batch_padding",
+               {2, 5, 2, 4},
+               {2, 6, 1, 4},
+               {2, 6, 1, 3},
+               {.seqlens_k = {3, 6}, .modifiers = {.alibi = AlibiSlopes::kPerBatchHead}}});
+  return c;
+}
+
+TEST(BackwardModifiersTest, MatchesFiniteDifferencesOfTheForward) {
+  unsigned seed = 31;
+  for (const Case& c : modifier_cases()) {
+    const AttentionProblem p = problem_of(c);
+    const Tensors t = random_tensors(p, seed++);
+    const ReferenceGradients g = backward(p, t);
+    EXPECT_EQ(g.dsink.size(), p.modifiers.sinks ? at(p.heads_q) : 0U) << c.name;
+    const std::vector<std::string> bad = finite_difference_mismatches(p, t, g);
+    EXPECT_TRUE(bad.empty()) << c.name << ": " << bad.size() << " mismatches, first " << bad.front();
+  }
+}
+
+TEST(BackwardModifiersTest, DsinkIsEmptyWithoutSinks) {
+  for (const Case& c : finite_difference_cases()) {
+    const AttentionProblem p = problem_of(c);
+    EXPECT_TRUE(backward(p, random_tensors(p, 3)).dsink.empty()) << c.name;
+  }
+  Case softcap_alibi = modifier_cases()[0];
+  softcap_alibi.options.modifiers.sinks = false;
+  const AttentionProblem p = problem_of(softcap_alibi);
+  EXPECT_TRUE(backward(p, random_tensors(p, 3)).dsink.empty());
+}
+
+// The finite-difference check above can fail on the modifiers: a dsink of
+// the wrong sign, and gradients that ignore the chain rule through tanh (those
+// of the same problem without softcap), are both reported.
+TEST(BackwardModifiersTest, FiniteDifferenceCheckCatchesWrongModifierGradients) {
+  const AttentionProblem p = problem_of(modifier_cases()[0]);
+  const Tensors t = random_tensors(p, 77);
+  const ReferenceGradients right = backward(p, t);
+  ASSERT_TRUE(finite_difference_mismatches(p, t, right).empty());
+
+  ReferenceGradients flipped = right;
+  for (double& x : flipped.dsink) x = -x;
+  const std::vector<std::string> bad = finite_difference_mismatches(p, t, flipped);
+  ASSERT_EQ(bad.size(), flipped.dsink.size());
+  EXPECT_EQ(bad[0].rfind("dsink[0]", 0), 0U) << bad[0];
+
+  AttentionProblem uncapped = p;
+  uncapped.modifiers.softcap = 0;
+  EXPECT_FALSE(finite_difference_mismatches(p, t, backward(uncapped, t)).empty());
+
+  ReferenceGradients no_dsink = right;
+  no_dsink.dsink.clear();
+  EXPECT_FALSE(finite_difference_mismatches(p, t, no_dsink).empty());
+}
+
+TEST(BackwardModifiersTest, StorageOverloadPassesModifiers) {
+  const Case c = modifier_cases()[1];  // packed, every modifier
+  AttentionProblem p = problem_of(c);
+  p.dtype = DType::kBF16;
+  Tensors t = random_tensors(p, 41);
+  for (auto* x : {&t.q, &t.k, &t.v, &t.d_o}) {
+    for (double& e : *x) e = round_to(p.dtype, static_cast<float>(e));
+  }
+  const auto bits = [&](const std::vector<double>& x) {
+    std::vector<std::uint16_t> out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) out[i] = float_to_bits(p.dtype, static_cast<float>(x[i]));
+    return out;
+  };
+  const std::vector<std::uint16_t> q = bits(t.q), k = bits(t.k), v = bits(t.v), d_o = bits(t.d_o);
+  const ReferenceGradients got = reference_backward(p, q.data(), k.data(), v.data(), d_o.data(), t.modifiers());
+  const ReferenceGradients want = backward(p, t);
+  EXPECT_EQ(got.dq, want.dq);
+  EXPECT_EQ(got.dk, want.dk);
+  EXPECT_EQ(got.dv, want.dv);
+  ASSERT_EQ(got.dsink.size(), at(p.heads_q));
+  EXPECT_EQ(got.dsink, want.dsink);
+}
+
+TEST(BackwardModifiersTest, MissingOrNonFiniteValuesAreInvalidArguments) {
+  const AttentionProblem p = problem_of(modifier_cases()[0]);
+  Tensors t = random_tensors(p, 43);
+  EXPECT_THROW(
+      reference_backward(p, t.q.data(), t.k.data(), t.v.data(), t.d_o.data(), {.alibi_slopes = t.slopes.data()}),
+      InvalidArgument);
+  t.slopes[2] = std::nanf("");
+  EXPECT_THROW(backward(p, t), InvalidArgument);
 }
 
 }  // namespace

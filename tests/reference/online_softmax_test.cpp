@@ -219,5 +219,60 @@ TEST(OnlineSoftmaxTest, CheckCatchesPerTileNormalization) {
   EXPECT_GT(max_error(wrong, want), 1e-3);
 }
 
+TEST(OnlineSoftmaxTest, SinkIsOneMoreStateWithNoValue) {
+  // One key (logit 0, value 1) and a sink of logit ln 3: weights 1/4 and 3/4.
+  SoftmaxState<double> state(1);
+  const double zero = 0.0;
+  const double one = 1.0;
+  state.add_tile(std::span(&zero, 1), std::span(&one, 1));
+  const SoftmaxState<double> sink = SoftmaxState<double>::of_sink(kLn3, 1);
+  EXPECT_EQ(sink.m(), kLn3);
+  EXPECT_EQ(sink.l(), 1.0);
+  EXPECT_EQ(sink.u()[0], 0.0);
+  state.merge(sink);
+  EXPECT_NEAR(state.finalize().o[0], 0.25, 1e-15);
+  EXPECT_NEAR(state.finalize().lse, std::log(4.0), 1e-15);
+  // A row with no key: O = 0, LSE = the sink.
+  SoftmaxState<double> empty(1);
+  empty.merge(sink);
+  EXPECT_EQ(empty.finalize().o[0], 0.0);
+  EXPECT_EQ(empty.finalize().lse, kLn3);
+}
+
+TEST(OnlineSoftmaxTest, ModifiersMatchReferenceForAnyTiling) {
+  const std::vector<TilePlan> plans = {
+      {.tile_sizes = {1}},
+      {.tile_sizes = {2, 5, 1}, .order = TileOrder::kShuffled, .seed = 3},
+      {.tile_sizes = {64}},
+  };
+  double moved = 0;  // how far the modifiers move the outputs: the check is not vacuous
+  for (const testing::Family& family : testing::seed_families()) {
+    testing::Inputs in = testing::make_inputs(family);
+    AttentionProblem& p = in.problem;
+    const ReferenceOutput plain = reference_forward(p, in.q.data(), in.k.data(), in.v.data());
+    p.modifiers = {.softcap = 3.0, .sinks = true, .alibi = AlibiSlopes::kPerBatchHead};
+    std::vector<float> sinks, slopes;
+    for (int64_t h = 0; h < p.heads_q; ++h) sinks.push_back(0.5F * static_cast<float>(h) - 0.25F);
+    for (int64_t e = 0; e < alibi_extent(p); ++e) slopes.push_back(0.1F + 0.05F * static_cast<float>(e % 7));
+    const ModifierTensors mods{.sinks = sinks.data(), .alibi_slopes = slopes.data()};
+    const ReferenceOutput want = reference_forward(p, in.q.data(), in.k.data(), in.v.data(), mods);
+    moved = std::max(moved, max_error(plain, want));
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      const auto f32 =
+          tiled_forward<float>(p, in.q.data(), in.k.data(), in.v.data(), plans[i], /*stats=*/nullptr, mods);
+      const auto f64 =
+          tiled_forward<double>(p, in.q.data(), in.k.data(), in.v.data(), plans[i], /*stats=*/nullptr, mods);
+      EXPECT_LT(max_error(f32, want), 4e-6 * (1 + testing::max_abs_logit(in))) << family.name << " plan " << i;
+      EXPECT_LT(max_error(f64, want), 1e-12) << family.name << " plan " << i;
+    }
+  }
+  EXPECT_GT(moved, 1e-2);
+  // Missing values are refused here too.
+  const testing::Inputs in = testing::make_inputs(testing::seed_families()[0]);
+  AttentionProblem p = in.problem;
+  p.modifiers.sinks = true;
+  EXPECT_THROW(tiled_forward<double>(p, in.q.data(), in.k.data(), in.v.data(), TilePlan{}), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace attune
