@@ -22,7 +22,8 @@ struct ForwardState {
 };
 
 ForwardState forward_state(const AttentionOptions& opt, std::optional<Backend> backend, Runtime* runtime,
-                           const AttentionProblem& p, const std::array<std::vector<std::uint16_t>, 3>& in) {
+                           const AttentionProblem& p, const std::array<std::vector<std::uint16_t>, 3>& in,
+                           const ModifierInputs& mods) {
   ForwardState s;
   if (!opt.o_in_path.empty()) {
     const npy::Array o = read_floats(opt.o_in_path, "O");
@@ -42,10 +43,12 @@ ForwardState forward_state(const AttentionOptions& opt, std::optional<Backend> b
   s.o.resize(static_cast<std::size_t>(o_extent(p)));
   s.lse.resize(static_cast<std::size_t>(lse_extent(p)));
   if (!backend || *backend == Backend::kEmu) {
+    const ModifierTensors host = mods.host();
     if (backend) {
-      runtime->forward(p, {in[0].data(), in[1].data(), in[2].data(), s.o.data(), s.lse.data()});
+      runtime->forward(
+          p, {in[0].data(), in[1].data(), in[2].data(), s.o.data(), s.lse.data(), host.sinks, host.alibi_slopes});
     } else {
-      const ReferenceOutput ref = reference_forward(p, in[0].data(), in[1].data(), in[2].data());
+      const ReferenceOutput ref = reference_forward(p, in[0].data(), in[1].data(), in[2].data(), host);
       for (std::size_t i = 0; i < s.o.size(); ++i) s.o[i] = float_to_bits(p.dtype, static_cast<float>(ref.o[i]));
       for (std::size_t i = 0; i < s.lse.size(); ++i) s.lse[i] = static_cast<float>(ref.lse[i]);
     }
@@ -57,7 +60,9 @@ ForwardState forward_state(const AttentionOptions& opt, std::optional<Backend> b
                                  {in[2].data(), in[2].size() * 2},
                                  {nullptr, s.o.size() * 2},
                                  {nullptr, s.lse.size() * sizeof(float)}});
-  runtime->forward(p, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4))});
+  const DeviceModifiers device_mods(driver, mods);
+  runtime->forward(p, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4)), device_mods.tensors().sinks,
+                       device_mods.tensors().alibi_slopes});
   driver.synchronize(nullptr);
   driver.copy_to_host(s.o.data(), d.at(3), s.o.size() * 2);
   driver.copy_to_host(s.lse.data(), d.at(4), s.lse.size() * sizeof(float));
@@ -66,6 +71,7 @@ ForwardState forward_state(const AttentionOptions& opt, std::optional<Backend> b
 
 struct Gradients {
   std::vector<float> dq, dk, dv;
+  std::vector<float> dsink;  // [Hq] with sinks
 };
 
 Gradients from_bits(DType dtype, const std::array<std::vector<std::uint16_t>, 3>& bits) {
@@ -79,7 +85,8 @@ Gradients from_bits(DType dtype, const std::array<std::vector<std::uint16_t>, 3>
 
 Gradients on_runtime(const AttentionOptions& opt, Backend backend, Runtime& runtime, const AttentionProblem& p,
                      const std::array<std::vector<std::uint16_t>, 3>& in, const std::vector<std::uint16_t>& d_o,
-                     const ForwardState& fwd) {
+                     const ForwardState& fwd, const ModifierInputs& mods) {
+  std::vector<float> dsink(p.modifiers.sinks ? static_cast<std::size_t>(p.heads_q) : 0);
   std::array<std::vector<std::uint16_t>, 3> grads = {std::vector<std::uint16_t>(in[0].size()),
                                                      std::vector<std::uint16_t>(in[1].size()),
                                                      std::vector<std::uint16_t>(in[2].size())};
@@ -91,9 +98,12 @@ Gradients on_runtime(const AttentionOptions& opt, Backend backend, Runtime& runt
     }
   };
   if (backend == Backend::kEmu) {
+    const ModifierTensors host = mods.host();
     run({in[0].data(), in[1].data(), in[2].data(), fwd.o.data(), d_o.data(), fwd.lse.data(), grads[0].data(),
-         grads[1].data(), grads[2].data()});
-    return from_bits(p.dtype, grads);
+         grads[1].data(), grads[2].data(), host.sinks, host.alibi_slopes, dsink.empty() ? nullptr : dsink.data()});
+    Gradients g = from_bits(p.dtype, grads);
+    g.dsink = std::move(dsink);
+    return g;
   }
   cuda::Driver& driver = cuda::Driver::get();
   cuda::DeviceBuffers d(driver, {{in[0].data(), in[0].size() * 2},
@@ -104,11 +114,18 @@ Gradients on_runtime(const AttentionOptions& opt, Backend backend, Runtime& runt
                                  {fwd.lse.data(), fwd.lse.size() * sizeof(float)},
                                  {nullptr, grads[0].size() * 2},
                                  {nullptr, grads[1].size() * 2},
-                                 {nullptr, grads[2].size() * 2}});
-  run({d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), static_cast<const float*>(d.at(5)), d.at(6), d.at(7), d.at(8)});
+                                 {nullptr, grads[2].size() * 2},
+                                 {nullptr, std::max<std::size_t>(dsink.size(), 1) * sizeof(float)}});
+  const DeviceModifiers device_mods(driver, mods);
+  run({d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), static_cast<const float*>(d.at(5)), d.at(6), d.at(7), d.at(8),
+       device_mods.tensors().sinks, device_mods.tensors().alibi_slopes,
+       dsink.empty() ? nullptr : static_cast<float*>(d.at(9))});
   driver.synchronize(nullptr);
   for (std::size_t t = 0; t < 3; ++t) driver.copy_to_host(grads[t].data(), d.at(6 + t), grads[t].size() * 2);
-  return from_bits(p.dtype, grads);
+  if (!dsink.empty()) driver.copy_to_host(dsink.data(), d.at(9), dsink.size() * sizeof(float));
+  Gradients g = from_bits(p.dtype, grads);
+  g.dsink = std::move(dsink);
+  return g;
 }
 
 }  // namespace
@@ -134,7 +151,8 @@ void check_backward_flags(const AttentionOptions& o) {
 
 void run_backward(const AttentionOptions& o, std::optional<Backend> backend, const AttentionProblem& p,
                   const std::array<std::vector<std::uint16_t>, 3>& in,
-                  const std::array<std::vector<int64_t>, 3>& shapes) {
+                  const std::array<std::vector<int64_t>, 3>& shapes, const ModifierInputs& mods) {
+  if (!o.dsink_path.empty() && !p.modifiers.sinks) bad_flag("--dsink", o.dsink_path, "--sinks with it");
   const npy::Array d_o = read_floats(o.d_o_path, "dO");
   if (static_cast<int64_t>(d_o.to_float32().size()) != o_extent(p)) {
     throw InvalidArgument(o.d_o_path + ": dO has " + std::to_string(d_o.to_float32().size()) + " elements; expected " +
@@ -144,17 +162,19 @@ void run_backward(const AttentionOptions& o, std::optional<Backend> backend, con
   Gradients g;
   std::optional<Runtime> runtime;
   if (backend) runtime.emplace(RuntimeOptions{.backend = *backend});
-  const ForwardState fwd = forward_state(o, backend, runtime ? &*runtime : nullptr, p, in);
+  const ForwardState fwd = forward_state(o, backend, runtime ? &*runtime : nullptr, p, in, mods);
   if (backend && runtime) {
-    g = on_runtime(o, *backend, *runtime, p, in, d_o_bits, fwd);
+    g = on_runtime(o, *backend, *runtime, p, in, d_o_bits, fwd, mods);
   } else {
     // Exact: the fp64 reference recomputes O and LSE from Q, K and V.
-    const ReferenceGradients ref = reference_backward(p, in[0].data(), in[1].data(), in[2].data(), d_o_bits.data());
-    g = {to_float32(ref.dq), to_float32(ref.dk), to_float32(ref.dv)};
+    const ReferenceGradients ref =
+        reference_backward(p, in[0].data(), in[1].data(), in[2].data(), d_o_bits.data(), mods.host());
+    g = {to_float32(ref.dq), to_float32(ref.dk), to_float32(ref.dv), to_float32(ref.dsink)};
   }
   npy::write(o.dq_path, shapes[0], g.dq);
   npy::write(o.dk_path, shapes[1], g.dk);
   npy::write(o.dv_path, shapes[2], g.dv);
+  if (!o.dsink_path.empty()) npy::write(o.dsink_path, std::vector<int64_t>{p.heads_q}, g.dsink);
   // The forward's O and LSE as the backward used them, when asked for.
   if (!o.out_path.empty()) {
     std::vector<int64_t> o_shape = shapes[0];

@@ -1,6 +1,7 @@
 #include "cli/attention_command.h"
 
 #include "cli/attention_backward.h"
+#include "cli/modifier_inputs.h"
 #include "cli/npy_inputs.h"
 #include "cli/problem_flags.h"
 
@@ -32,7 +33,7 @@ struct RunChoice {
 
 ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem, const std::vector<std::uint16_t>& q,
                                const std::vector<std::uint16_t>& k, const std::vector<std::uint16_t>& v,
-                               const RunChoice& choice) {
+                               const ModifierInputs& mods, const RunChoice& choice) {
   const std::string& variant_id = choice.variant_id;
   const std::string& db_path = choice.db_path;
   const std::optional<tuning_db::TuningDb> db = open_db_for_dispatch(db_path);
@@ -56,7 +57,8 @@ ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem,
     }
   };
   if (backend == Backend::kEmu) {
-    run({q.data(), k.data(), v.data(), o.data(), lse.data()});
+    const ModifierTensors host = mods.host();
+    run({q.data(), k.data(), v.data(), o.data(), lse.data(), host.sinks, host.alibi_slopes});
   } else {
     cuda::Driver& driver = cuda::Driver::get();
     cuda::DeviceBuffers device(driver, {{q.data(), q.size() * 2},
@@ -64,7 +66,9 @@ ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem,
                                         {v.data(), v.size() * 2},
                                         {nullptr, o.size() * 2},
                                         {nullptr, lse.size() * sizeof(float)}});
-    run({device.at(0), device.at(1), device.at(2), device.at(3), static_cast<float*>(device.at(4))});
+    const DeviceModifiers device_mods(driver, mods);
+    run({device.at(0), device.at(1), device.at(2), device.at(3), static_cast<float*>(device.at(4)),
+         device_mods.tensors().sinks, device_mods.tensors().alibi_slopes});
     driver.synchronize(nullptr);
     driver.copy_to_host(o.data(), device.at(3), o.size() * 2);
     driver.copy_to_host(lse.data(), device.at(4), lse.size() * sizeof(float));
@@ -116,6 +120,13 @@ CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
   cmd->add_option("--dv", o.dv_path, "Backward: dV output, float32, shaped like V");
   cmd->add_option("--o-in", o.o_in_path, "Backward: the forward's O (default: computed)");
   cmd->add_option("--lse-in", o.lse_in_path, "Backward: the forward's LSE, float32 (default: computed)");
+  cmd->add_option("--softcap", o.softcap,
+                  "Logit softcapping c > 0: scores s become c * tanh(s / c) before masking (Gemma 2, Grok)");
+  cmd->add_option("--sinks", o.sinks_path,
+                  "float [Hq]: one sink logit per query head, an extra softmax term with no value (gpt-oss)");
+  cmd->add_option("--alibi-slopes", o.alibi_slopes_path,
+                  "float [Hq] or [B,Hq]: ALiBi, -slope * |i + Sk - Sq - j| added to the scores");
+  cmd->add_option("--dsink", o.dsink_path, "Backward with --sinks: dsink output, float32 [Hq]");
   cmd->add_flag("--deterministic", o.deterministic,
                 "Backward: dQ summed per key block in a fixed order (bitwise-repeatable gradients)");
   k->excludes(k_cache);
@@ -131,7 +142,8 @@ void run_attention(const AttentionOptions& o) {
   } else {
     for (const auto& [flag, value] :
          {std::pair{"--do", &o.d_o_path}, std::pair{"--dq", &o.dq_path}, std::pair{"--dk", &o.dk_path},
-          std::pair{"--dv", &o.dv_path}, std::pair{"--o-in", &o.o_in_path}, std::pair{"--lse-in", &o.lse_in_path}}) {
+          std::pair{"--dv", &o.dv_path}, std::pair{"--o-in", &o.o_in_path}, std::pair{"--lse-in", &o.lse_in_path},
+          std::pair{"--dsink", &o.dsink_path}}) {
       if (!value->empty()) bad_flag(flag, *value, "--backward with it");
     }
     if (o.out_path.empty()) bad_flag("--out", "(missing)", "a path for O");
@@ -175,13 +187,15 @@ void run_attention(const AttentionOptions& o) {
     options.block_table = read_block_table(o.block_table_path, q.shape.empty() ? 0 : q.shape[0]);
   const npy::Array k = cache ? read_floats(o.k_cache_path, "K cache") : read_floats(o.k_path, "K");
   const npy::Array v = cache ? read_floats(o.v_cache_path, "V cache") : read_floats(o.v_path, "V");
+  const ModifierInputs mods = read_modifier_inputs(o.softcap, o.sinks_path, o.alibi_slopes_path, options);
   const AttentionProblem problem = make_problem(q.shape, k.shape, v.shape, std::move(options));
+  check_modifier_inputs(mods, problem);
 
   const std::vector<std::uint16_t> q_bits = to_storage(q, dtype);
   const std::vector<std::uint16_t> k_bits = to_storage(k, dtype);
   const std::vector<std::uint16_t> v_bits = to_storage(v, dtype);
   if (o.backward) {
-    run_backward(o, backend, problem, {q_bits, k_bits, v_bits}, {q.shape, k.shape, v.shape});
+    run_backward(o, backend, problem, {q_bits, k_bits, v_bits}, {q.shape, k.shape, v.shape}, mods);
     return;
   }
   // The reference is exact: splits do not change what it computes.
@@ -190,8 +204,9 @@ void run_attention(const AttentionOptions& o) {
       .db_path = o.db_path,
       .decode = cache || o.splits.has_value() || problem.is_paged() || o.variant.rfind("flash_decode/", 0) == 0,
       .splits = o.splits.value_or(0)};
-  const ReferenceOutput out = backend ? run_on_runtime(*backend, problem, q_bits, k_bits, v_bits, choice)
-                                      : reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data());
+  const ReferenceOutput out =
+      backend ? run_on_runtime(*backend, problem, q_bits, k_bits, v_bits, mods, choice)
+              : reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data(), mods.host());
 
   std::vector<int64_t> o_shape = {problem.seqlen_q, problem.heads_q, problem.head_dim_v};
   std::vector<int64_t> lse_shape = {problem.heads_q, problem.seqlen_q};

@@ -30,6 +30,11 @@ struct AttentionOptions {
   std::string d_o_path, dq_path, dk_path, dv_path;
   std::string o_in_path, lse_in_path;  // the forward's O and LSE; empty: computed
   bool deterministic = false;          // dQ summed in a fixed order: bitwise-repeatable gradients
+  std::string dsink_path;              // backward with sinks: dsink [Hq] (empty: not written)
+  // Score modifiers (docs/contract.md), flash-attn's and vLLM's names.
+  std::optional<double> softcap;  // c > 0: scores become c * tanh(s / c)
+  std::string sinks_path;         // float [Hq]: one sink logit per query head
+  std::string alibi_slopes_path;  // float [Hq] or [B, Hq]
 };
 
 // Registers the subcommand and its flags on `app`, bound to `options`.

@@ -704,6 +704,12 @@ float exp2_approx(float value) {
   return std::fpclassify(result) == FP_SUBNORMAL ? 0.0F : result;
 }
 
+float tanh_approx(float value) {
+  // tanh.approx.f32 (sm_75+): about 11 bits; the emulator gives the exact
+  // value, which the accuracy rule's bound covers.
+  return std::tanh(value);
+}
+
 float log2_approx(float value) {
   // lg2.approx.ftz: a subnormal input counts as zero (result -inf).
   if (std::fpclassify(value) == FP_SUBNORMAL) value = 0.0F;

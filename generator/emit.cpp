@@ -192,6 +192,9 @@ std::string emit_registry(const std::vector<BundledKernel>& kernels, int shards)
       o << "    {\"" << t.name << "\", \"" << t.id_key << "\", k_" << info.name << "_" << t.name << "},\n";
     }
     o << "};\n";
+    o << "constexpr std::string_view k_" << info.name << "_features[] = {";
+    for (const std::string& f : info.features) o << "\"" << f << "\", ";
+    o << "\"\"};  // the last entry only keeps the array non-empty\n";
     o << "bool " << info.name << "_valid(std::span<const int> v) { return " << info.tunables_struct << "::valid("
       << span_args(n) << "); }\n";
     o << "int " << info.name << "_threads(std::span<const int> v) { return " << info.tunables_struct << "::threads("
@@ -211,9 +214,9 @@ std::string emit_registry(const std::vector<BundledKernel>& kernels, int shards)
   for (const auto& k : kernels) {
     const KernelInfo& info = k.info;
     o << "    {" << id_name(info) << ", \"" << info.name << "\", \"" << info.qualified_name << "\", \""
-      << info.params_type << "\", k_" << info.name << "_source, \"" << k.hash << "\", k_" << info.name << "_tunables, &"
-      << info.name << "_valid, &" << info.name << "_threads, &" << info.name << "_shared_bytes, &" << info.name
-      << "_emulate},\n";
+      << info.params_type << "\", k_" << info.name << "_source, \"" << k.hash << "\", k_" << info.name
+      << "_tunables, std::span(k_" << info.name << "_features).first(" << info.features.size() << "), &" << info.name
+      << "_valid, &" << info.name << "_threads, &" << info.name << "_shared_bytes, &" << info.name << "_emulate},\n";
   }
   o << "};\n\n}  // namespace\n\nstd::span<const KernelSpec> kernel_specs() { return kSpecs; }\n\n}  // namespace "
        "attune\n";
@@ -234,8 +237,10 @@ std::string emit_shard(const std::vector<BundledKernel>& kernels, int shard, int
     o << "template <class D, " << args(n, "int V") << ">\n";
     o << "bool " << info.name << "_launch(emu::Emulator& e, const LaunchConfig& c, const void* p) {\n";
     o << "  if constexpr (" << info.tunables_struct << "::valid(" << args(n, "V") << ")) {\n";
-    o << "    e.launch(&" << info.qualified_name << "<" << args(n, "V") << ", D>, c, *static_cast<const "
-      << info.params_type << "*>(p));\n";
+    std::string features;
+    for (std::size_t f = 0; f < info.features.size(); ++f) features += ", -1";  // read from the params
+    o << "    e.launch(&" << info.qualified_name << "<" << args(n, "V") << ", D" << features
+      << ">, c, *static_cast<const " << info.params_type << "*>(p));\n";
     o << "    return true;\n  } else {\n    return false;\n  }\n}\n\n";
     o << "struct " << info.name << "_entry {\n  DType dtype;\n  std::array<int, " << n
       << "> values;\n  Launch launch;\n};\n\n";

@@ -23,6 +23,13 @@ inline std::string camel_case(const std::string& snake) {
   return out;
 }
 
+// kSoftcap -> softcap: a feature's variant-id key.
+inline std::string feature_key(const std::string& param) {
+  std::string out = param.size() > 1 && param[0] == 'k' ? param.substr(1) : param;
+  for (char& c : out) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return out;
+}
+
 struct TunableInfo {
   std::string name;    // template parameter name, e.g. kBlockM
   std::string id_key;  // variant-id key, e.g. bm
@@ -40,12 +47,16 @@ struct TunableField {
 };
 
 struct KernelInfo {
-  std::string name;                          // flash_fwd
-  std::string qualified_name;                // attune::flash_fwd
-  std::string tunables_struct;               // attune::FlashFwdTunables
-  std::string params_type;                   // attune::FlashFwdParams
-  std::string header;                        // root-relative path of the template, e.g. templates/flash_fwd.cuh
-  std::vector<TunableInfo> tunables;         // the int template parameters, in order
+  std::string name;                   // flash_fwd
+  std::string qualified_name;         // attune::flash_fwd
+  std::string tunables_struct;        // attune::FlashFwdTunables
+  std::string params_type;            // attune::FlashFwdParams
+  std::string header;                 // root-relative path of the template, e.g. templates/flash_fwd.cuh
+  std::vector<TunableInfo> tunables;  // the int template parameters before DType, in order
+  // The int template parameters after DType, by id key (softcap, sinks,
+  // alibi): score modifiers the problem turns on (1) or off (0), never
+  // tuned; the emulator instantiates them once at -1, read from the params.
+  std::vector<std::string> features;
   std::vector<TunableField> tunable_fields;  // of params_type
 };
 

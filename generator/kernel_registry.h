@@ -25,6 +25,10 @@ struct KernelSpec {
   std::string_view source;          // the template with its includes, for NVRTC
   std::string_view source_hash;     // SHA-256 of `source`
   std::span<const TunableSpec> tunables;
+  // Id keys of its features (template parameters after the dtype): the
+  // score modifiers it supports, named as modifier_names does (softcap,
+  // sinks, alibi).
+  std::span<const std::string_view> features;
   bool (*valid)(std::span<const int> values);        // the template's own constraints
   int (*threads)(std::span<const int> values);       // threads per block
   int (*shared_bytes)(std::span<const int> values);  // dynamic shared memory

@@ -135,13 +135,17 @@ class TemplateVisitor : public RecursiveASTVisitor<TemplateVisitor> {
     bool has_dtype = false;
     for (const NamedDecl* param : *params) {
       if (const auto* nttp = dyn_cast<NonTypeTemplateParmDecl>(param)) {
-        if (has_dtype) error(param->getLocation(), "the storage dtype must be the kernel's last template parameter");
-        kernel.tunables.push_back({nttp->getNameAsString(), "", {}});
-      } else if (isa<TemplateTypeParmDecl>(param) && param->getNameAsString() == "DType") {
+        // After the dtype: features (score modifiers), on or off by the problem.
+        if (has_dtype) {
+          kernel.features.push_back(feature_key(nttp->getNameAsString()));
+        } else {
+          kernel.tunables.push_back({nttp->getNameAsString(), "", {}});
+        }
+      } else if (isa<TemplateTypeParmDecl>(param) && param->getNameAsString() == "DType" && !has_dtype) {
         has_dtype = true;
       } else {
         error(param->getLocation(), "kernel template parameter '" + param->getNameAsString() +
-                                        "': expected int tunables followed by 'class DType'");
+                                        "': expected int tunables, 'class DType', then int features");
       }
     }
     if (!has_dtype) error(fn->getLocation(), "kernel '" + kernel.name + "' has no 'class DType' template parameter");

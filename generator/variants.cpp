@@ -4,6 +4,7 @@
 #include <charconv>
 
 #include "core/error.h"
+#include "core/problem.h"
 
 namespace attune {
 
@@ -42,6 +43,13 @@ void combinations(const KernelSpec& kernel, std::size_t index, std::vector<int>&
   }
 }
 
+// The modifier bit a feature compiles in (its id key is a modifier name).
+std::uint8_t feature_bit(std::string_view feature) {
+  const std::optional<std::uint8_t> bits = parse_modifier_names(feature);
+  if (!bits) throw Error("kernel feature '" + std::string(feature) + "' names no score modifier");
+  return *bits;
+}
+
 }  // namespace
 
 std::optional<ArchLimits> parse_arch(std::string_view name) {
@@ -67,7 +75,30 @@ std::string Variant::id() const {
   for (std::size_t i = 0; i < values.size(); ++i) {
     out += (i != 0 ? "." : "") + std::string(kernel->tunables[i].id_key) + std::to_string(values[i]);
   }
+  for (std::string_view feature : kernel->features) {
+    if ((modifiers & feature_bit(feature)) != 0) out += "." + std::string(feature) + "1";
+  }
   return out;
+}
+
+std::uint8_t supported_modifiers(const KernelSpec& kernel) {
+  std::uint8_t bits = 0;
+  for (std::string_view feature : kernel.features) bits = static_cast<std::uint8_t>(bits | feature_bit(feature));
+  return bits;
+}
+
+void check_variant_modifiers(const Variant& v, std::uint8_t problem_modifiers) {
+  const std::uint8_t wanted = problem_modifiers & supported_modifiers(*v.kernel);
+  if (v.modifiers == wanted) return;
+  const std::uint8_t missing = wanted & static_cast<std::uint8_t>(~v.modifiers);
+  const std::uint8_t extra = v.modifiers & static_cast<std::uint8_t>(~wanted);
+  std::string what = "variant " + v.id() + ": ";
+  if (missing != 0) what += "compiled without " + modifier_names(missing) + ", which the problem uses";
+  if (extra != 0)
+    what += std::string(missing != 0 ? "; " : "") + "compiled with " + modifier_names(extra) +
+            ", which the problem does not use";
+  throw InvalidArgument(what + "; expected a variant with modifiers " + modifier_names(wanted) +
+                        " (as 'attune variants list' prints for the problem)");
 }
 
 void require_kernel(const Variant& variant, KernelId id) {
@@ -77,16 +108,18 @@ void require_kernel(const Variant& variant, KernelId id) {
   }
 }
 
-Variant only_variant(KernelId id) {
+Variant only_variant(KernelId id, std::uint8_t modifiers) {
   const KernelSpec& spec = kernel_spec(id);
-  Variant v{&spec, {}};
+  Variant v{&spec, {}, static_cast<std::uint8_t>(modifiers & supported_modifiers(spec))};
   for (const TunableSpec& t : spec.tunables) v.values.push_back(t.values.front());
   return v;
 }
 
 std::string Variant::name_expression(DType dtype) const {
+  std::string features;
+  for (std::string_view feature : kernel->features) features += (modifiers & feature_bit(feature)) != 0 ? ", 1" : ", 0";
   return std::string(kernel->qualified_name) + "<" + values_text(values) + ", " +
-         (dtype == DType::kF16 ? "attune::Fp16" : "attune::Bf16") + ">";
+         (dtype == DType::kF16 ? "attune::Fp16" : "attune::Bf16") + features + ">";
 }
 
 const KernelSpec& kernel_for_op(std::string_view op) {
@@ -127,15 +160,17 @@ void check_variant_fits(const Variant& v, int dk, int dv, const ArchLimits& arch
   }
 }
 
-std::vector<Variant> enumerate_variants(std::string_view op, DType /*dtype*/, int dk, int dv, const ArchLimits& arch) {
+std::vector<Variant> enumerate_variants(std::string_view op, DType /*dtype*/, int dk, int dv, const ArchLimits& arch,
+                                        std::uint8_t modifiers) {
   const KernelSpec& kernel = kernel_for_op(op);
+  const auto bits = static_cast<std::uint8_t>(modifiers & supported_modifiers(kernel));
   std::vector<int> current = {head_dim_bucket(kernel, dk, dv)};
   std::vector<std::vector<int>> all;
   combinations(kernel, 1, current, all);
   std::vector<Variant> out;
   for (auto& values : all) {
     if (!kernel.valid(values)) continue;
-    Variant v{&kernel, std::move(values)};
+    Variant v{&kernel, std::move(values), bits};
     if (v.shared_bytes() <= arch.max_shared_bytes && v.threads() <= arch.max_threads) out.push_back(std::move(v));
   }
   return out;
@@ -168,9 +203,24 @@ Variant parse_variant_id(std::string_view id) {
     v.values.push_back(value);
     rest = dot == std::string_view::npos ? std::string_view{} : rest.substr(dot + 1);
   }
-  if (!rest.empty())
+  // Then the modifiers compiled in, in the kernel's order, each optional.
+  for (std::string_view feature : kernel->features) {
+    const std::size_t dot = rest.find('.');
+    const std::string_view part = rest.substr(0, dot);
+    if (part.substr(0, feature.size()) != feature) continue;
+    const std::string_view digit = part.substr(feature.size());
+    if (digit != "0" && digit != "1")
+      throw bad("'" + std::string(part) + "'", std::string(feature) + "0 or " + std::string(feature) + "1");
+    if (digit == "1") v.modifiers = static_cast<std::uint8_t>(v.modifiers | feature_bit(feature));
+    rest = dot == std::string_view::npos ? std::string_view{} : rest.substr(dot + 1);
+  }
+  if (!rest.empty()) {
+    std::string features;
+    for (std::string_view f : kernel->features) features += (features.empty() ? "" : ", ") + std::string(f) + "1";
     throw bad("trailing '" + std::string(rest) + "'",
-              "exactly " + std::to_string(kernel->tunables.size()) + " tunables");
+              "exactly " + std::to_string(kernel->tunables.size()) + " tunables" +
+                  (features.empty() ? std::string() : ", then optional modifiers in this order: " + features));
+  }
   if (!kernel->valid(v.values)) {
     throw bad("these tunables break the template's constraints", "an id that 'attune variants list' prints");
   }

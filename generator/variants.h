@@ -6,6 +6,7 @@
 //     std::cout << v.id() << '\n';   // flash_fwd/d128.bm64.bn32.wm2.wn1.st1 ...
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -34,17 +35,23 @@ std::string known_archs();
 struct Variant {
   const KernelSpec* kernel = nullptr;
   std::vector<int> values;  // one per tunable, in the template's order
+  // Score modifiers compiled in (kModSoftcap | kModSinks | kModAlibi), a
+  // subset of the kernel's features: chosen by the problem, never tuned.
+  std::uint8_t modifiers = 0;
 
-  // Canonical id, e.g. flash_fwd/d128.bm64.bn64.wm4.wn1.st2: the key of the
-  // variant in caches, the tuning database and the CLI.
+  // Canonical id, e.g. flash_fwd/d128.bm64.bn64.wm4.wn1.st2, then each
+  // modifier compiled in (.softcap1.sinks1.alibi1): the key of the variant
+  // in caches, the tuning database and the CLI.
   std::string id() const;
-  // The expression NVRTC instantiates, e.g. attune::flash_fwd<128, ..., attune::Bf16>.
+  // The expression NVRTC instantiates, e.g. attune::flash_fwd<128, ..., attune::Bf16, 0, 0, 0>.
   std::string name_expression(DType dtype) const;
   // Tunables by name: the kernel's generated shape (generated/kernel_shapes.h),
   // e.g. FlashFwdShape::of(variant).block_m.
   int threads() const { return kernel->threads(values); }
   int shared_bytes() const { return kernel->shared_bytes(values); }
-  bool operator==(const Variant& other) const { return kernel == other.kernel && values == other.values; }
+  bool operator==(const Variant& other) const {
+    return kernel == other.kernel && values == other.values && modifiers == other.modifiers;
+  }
 };
 
 // Throws InvalidArgument unless `variant` is a variant of kernel `id`
@@ -52,8 +59,12 @@ struct Variant {
 void require_kernel(const Variant& variant, KernelId id);
 
 // The one variant of a kernel whose tunables each have one value (the
-// decode combine, the backward's row kernels).
-Variant only_variant(KernelId id);
+// decode combine, the backward's row kernels), with the modifiers of
+// `modifiers` that the kernel supports.
+Variant only_variant(KernelId id, std::uint8_t modifiers = 0);
+
+// The score modifiers (bits) a kernel can compile in: its features.
+std::uint8_t supported_modifiers(const KernelSpec& kernel);
 
 // The kernel of an operation: "fwd" -> flash_fwd. Throws InvalidArgument.
 const KernelSpec& kernel_for_op(std::string_view op);
@@ -62,8 +73,10 @@ const KernelSpec& kernel_for_op(std::string_view op);
 // holds max(dk, dv). Throws InvalidArgument when none does.
 int head_dim_bucket(const KernelSpec& kernel, int dk, int dv);
 
-// Every valid variant for the problem class on `arch`, in a stable order.
-std::vector<Variant> enumerate_variants(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch);
+// Every valid variant for the problem class on `arch`, in a stable order,
+// each with the problem's modifiers (bits) that its kernel supports.
+std::vector<Variant> enumerate_variants(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch,
+                                        std::uint8_t modifiers = 0);
 
 // Parses and validates an id against the kernel's tunable domains and
 // constraints. Throws InvalidArgument saying what is wrong.
@@ -71,6 +84,10 @@ Variant parse_variant_id(std::string_view id);
 
 // Checks that `variant` can run a problem with these head dims on `arch`
 // (bucket, shared memory, threads). Throws InvalidArgument.
+// check_variant_modifiers: and that it compiles in exactly the problem's
+// modifiers its kernel supports ("variant ...: compiled without softcap;
+// the problem uses softcap").
+void check_variant_modifiers(const Variant& variant, std::uint8_t problem_modifiers);
 void check_variant_fits(const Variant& variant, int dk, int dv, const ArchLimits& arch);
 
 // The candidate whose tunable values differ from `wanted` in the fewest

@@ -64,11 +64,18 @@ typedef struct {
    * which runs decode for it) reads pages. */
   const int32_t* block_table;
   int64_t max_pages, page_size, num_pages;
+  /* Score modifiers (docs/contract.md), off when 0 / NULL. The tensors are
+   * float32 in the backend's memory (device memory on cuda, host on emu). */
+  double softcap;            /* c > 0: scores s become c * tanh(s / c) */
+  const float* sinks;        /* [heads_q]: one sink logit per query head */
+  const float* alibi_slopes; /* [heads_q], or [batch, heads_q] with alibi_per_batch != 0 */
+  int alibi_per_batch;
+  float* dsink; /* attune_backward with sinks: the gradient of the sinks, [heads_q] */
 } attune_problem;
 
 typedef struct attune_runtime attune_runtime;
 
-/* Fills a problem with defaults: bf16, no mask, contiguous. */
+/* Fills a problem with defaults: bf16, no mask, contiguous, no modifiers. */
 void attune_problem_init(attune_problem* problem);
 
 /* backend: "cuda" or "emu". */

@@ -88,7 +88,8 @@ attune_status attune_forward(attune_runtime* runtime, const attune_problem* prob
   return guarded([&] {
     if (runtime == nullptr) throw attune::InvalidArgument("runtime: got NULL; expected one from attune_runtime_create");
     if (problem == nullptr) throw attune::InvalidArgument("problem: got NULL; expected an attune_problem");
-    runtime->runtime->forward(attune::problem_from_c(*problem), {q, k, v, o, lse}, stream);
+    runtime->runtime->forward(attune::problem_from_c(*problem),
+                              {q, k, v, o, lse, problem->sinks, problem->alibi_slopes}, stream);
   });
 }
 
@@ -99,7 +100,7 @@ attune_status attune_forward_variant(attune_runtime* runtime, const char* varian
     if (problem == nullptr) throw attune::InvalidArgument("problem: got NULL; expected an attune_problem");
     if (variant_id == nullptr) throw attune::InvalidArgument("variant_id: got NULL; expected a variant id");
     runtime->runtime->forward_variant(attune::parse_variant_id(variant_id), attune::problem_from_c(*problem),
-                                      {q, k, v, o, lse}, stream);
+                                      {q, k, v, o, lse, problem->sinks, problem->alibi_slopes}, stream);
   });
 }
 
@@ -108,7 +109,8 @@ attune_status attune_decode(attune_runtime* runtime, const attune_problem* probl
   return guarded([&] {
     if (runtime == nullptr) throw attune::InvalidArgument("runtime: got NULL; expected one from attune_runtime_create");
     if (problem == nullptr) throw attune::InvalidArgument("problem: got NULL; expected an attune_problem");
-    runtime->runtime->decode(attune::problem_from_c(*problem), {q, k, v, o, lse}, {.splits = splits}, stream);
+    runtime->runtime->decode(attune::problem_from_c(*problem), {q, k, v, o, lse, problem->sinks, problem->alibi_slopes},
+                             {.splits = splits}, stream);
   });
 }
 
@@ -118,8 +120,10 @@ attune_status attune_backward(attune_runtime* runtime, const attune_problem* pro
   return guarded([&] {
     if (runtime == nullptr) throw attune::InvalidArgument("runtime: got NULL; expected one from attune_runtime_create");
     if (problem == nullptr) throw attune::InvalidArgument("problem: got NULL; expected an attune_problem");
-    runtime->runtime->backward(attune::problem_from_c(*problem), {q, k, v, o, d_o, lse, dq, dk, dv},
-                               {.deterministic = deterministic != 0}, stream);
+    runtime->runtime->backward(
+        attune::problem_from_c(*problem),
+        {q, k, v, o, d_o, lse, dq, dk, dv, problem->sinks, problem->alibi_slopes, problem->dsink},
+        {.deterministic = deterministic != 0}, stream);
   });
 }
 

@@ -71,6 +71,12 @@ AttentionProblem problem_from_c(const attune_problem& c) {
   const auto copy = [&](const int32_t* data, int64_t count) {
     return data == nullptr || count < 0 ? std::vector<int32_t>{} : std::vector<int32_t>(data, data + count);
   };
+  // Modifiers: the tensors travel in the buffers; the problem says which are on.
+  p.modifiers.softcap = c.softcap;
+  p.modifiers.sinks = c.sinks != nullptr;
+  if (c.alibi_slopes != nullptr) {
+    p.modifiers.alibi = c.alibi_per_batch != 0 ? AlibiSlopes::kPerBatchHead : AlibiSlopes::kPerHead;
+  }
   p.seqlens_k = copy(c.seqlens_k, c.batch);
   p.cu_seqlens_q = copy(c.cu_seqlens_q, c.batch + 1);
   p.cu_seqlens_k = copy(c.cu_seqlens_k, c.batch + 1);

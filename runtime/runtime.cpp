@@ -36,7 +36,7 @@ struct Runtime::Impl {
 
   void forward(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream) {
     check_usable();
-    if (options.backend == Backend::kEmu) check_emulated(variant, problem);
+    if (options.backend == Backend::kEmu) check_emulated(variant, problem, buffers.sinks, buffers.alibi_slopes);
     const ForwardKernels kernels = load_forward(*backend, variant, problem.dtype);
     CallMemory memory(*backend, problem, 0, stream);
     launch_forward(*backend->begin(stream), problem, kernels, buffers, memory.metadata());
@@ -46,7 +46,7 @@ struct Runtime::Impl {
   void decode(const Variant& variant, int splits, const AttentionProblem& problem, const AttentionBuffers& buffers,
               void* stream) {
     check_usable();
-    if (options.backend == Backend::kEmu) check_emulated(variant, problem);
+    if (options.backend == Backend::kEmu) check_emulated(variant, problem, buffers.sinks, buffers.alibi_slopes);
     const DecodeKernels kernels = load_decode(*backend, variant, splits, problem.dtype);
     CallMemory memory(*backend, problem, decode_workspace_bytes(problem, kernels), stream);
     launch_decode(*backend->begin(stream), problem, kernels, buffers, memory.metadata(), memory.workspace());
@@ -55,8 +55,8 @@ struct Runtime::Impl {
 
   void backward(const Variant& variant, const AttentionProblem& problem, const BackwardBuffers& buffers, void* stream) {
     check_usable();
-    if (options.backend == Backend::kEmu) check_emulated(variant, problem);
-    const BackwardKernels kernels = load_backward(*backend, variant, problem.dtype);
+    if (options.backend == Backend::kEmu) check_emulated(variant, problem, buffers.sinks, buffers.alibi_slopes);
+    const BackwardKernels kernels = load_backward(*backend, variant, problem.dtype, problem.modifiers.sinks);
     CallMemory memory(*backend, problem, backward_workspace_bytes(problem, kernels), stream);
     launch_backward(*backend->begin(stream), problem, kernels, buffers, memory.metadata(), memory.workspace());
     memory.finish();
@@ -69,7 +69,10 @@ struct Runtime::Impl {
   }
 
   // The emulator also checks against its own limits (more shared memory).
-  static void check_emulated(const Variant& variant, const AttentionProblem& problem) {
+  // Its buffers are host memory, so the modifiers' values are checked too.
+  static void check_emulated(const Variant& variant, const AttentionProblem& problem, const float* sinks,
+                             const float* alibi_slopes) {
+    check_modifier_values(problem, {sinks, alibi_slopes});
     check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v),
                        emulator_limits());
   }
@@ -145,7 +148,7 @@ namespace {
 std::optional<Variant> deterministic_twin(const Variant& v) {
   FlashBwdShape shape = FlashBwdShape::of(v);
   shape.dq_atomic = 0;
-  Variant twin{v.kernel, shape.values()};
+  Variant twin{v.kernel, shape.values(), v.modifiers};
   if (!v.kernel->valid(twin.values)) return std::nullopt;
   return twin;
 }
@@ -161,7 +164,8 @@ DispatchChoice Runtime::explain_backward(const AttentionProblem& problem, Backwa
       choice.detail += "; its deterministic twin (dQ summed per key block)";
     } else {
       choice.variant = heuristic_backward_variant(problem.dtype, static_cast<int>(problem.head_dim_k),
-                                                  static_cast<int>(problem.head_dim_v), impl_->arch, true);
+                                                  static_cast<int>(problem.head_dim_v), impl_->arch, true,
+                                                  modifier_bits(problem.modifiers));
       choice.rule = DispatchRule::kHeuristic;
       choice.detail = "deterministic mode: the heuristic's deterministic variant";
     }

@@ -20,6 +20,14 @@
 //   flash_bwd_dq_convert  dQ = scale x (the accumulator, or the sum of the
 //                         key blocks' slices in a fixed order), stored in the
 //                         storage dtype.
+//   flash_bwd_dsink       with attention sinks: dsink_h = -sum_i
+//                         e^(sink_h - LSE_i) D_i over every row of head h,
+//                         in a fixed order (deterministic).
+//
+// Score modifiers (score_mods.cuh) enter where S^T is recomputed: softcap
+// and ALiBi as in the forward, and the softcap's chain rule dS^T *= 1 - t^2
+// (t = tanh of the scaled score over c). Sinks need nothing there: the
+// saved LSE already holds the sink's term.
 //
 // Every product runs on mma.sync m16n8k16 with fp32 accumulators. The warps
 // form a kWarpsM x kWarpsN grid that each product splits its own way:
@@ -77,7 +85,9 @@ struct FlashBwdParams {
   float scale;                                             // softmax scale: dQ and dK carry it
   float scale_log2;                                        // scale * log2(e): probabilities are computed in base 2
   i32 partial_keys ATTUNE_TUNABLE_OF(flash_bwd, kBlockN);  // keys per dq_partial slice
-  i32 vectorized;  // 1: Q, K, V and dO rows start 16-byte aligned, so tiles load with cp.async
+  i32 vectorized;       // 1: Q, K, V and dO rows start 16-byte aligned, so tiles load with cp.async
+  ScoreModParams mods;  // read only by variants that compile modifiers in
+  float* dsink;         // [Hq] with sinks: the gradient of the sink logits
 };
 
 namespace bwd_detail {
@@ -125,9 +135,11 @@ ATTUNE_DEVICE WarpRow warp_row(const FlashBwdParams& p) {
 
 // Every size of a flash_bwd variant, derived from its tunables in one place
 // (the tunables themselves as in every tiled kernel, TileTunables).
-template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_, int kStages_, class DType_>
+template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_, int kStages_, class DType_,
+          class Mods_ = NoScoreMods>
 struct BwdConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_> {
   using Base = TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_>;
+  using Mods = Mods_;  // the score modifiers compiled in
   using Base::kBlockM;
   using Base::kBlockN;
   using Base::kHeadDim;
@@ -194,10 +206,14 @@ ATTUNE_DEVICE TileRange query_tiles(const MaskParams& mask, i64 key0, i64 q_len,
   return r;
 }
 
-// What attend_keys needs of the problem beyond the tiles.
+// What attend_keys needs of the problem beyond the tiles: the mask, the
+// scale, and the modifiers of the step's query head (its ALiBi slope in
+// log2 units).
 struct KeyMask {
   MaskParams mask;
   float scale_log2;
+  BlockScoreMods mods;
+  float slope_log2;
 };
 
 // S^T = K Q^T and dP^T = V dO^T for this warp's keys and queries, then
@@ -212,6 +228,7 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
   using KvTile = typename Config::KvTile;
   using QTile = typename Config::QTile;
   using PTile = typename Config::PTile;
+  using Mods = typename Config::Mods;
   const i32 lane = dev::lane_id();
   const i32 warp = dev::warp_id();
   const i32 warp_key0 = (warp % Config::kWarpsN) * Config::kWarpKeys;
@@ -273,9 +290,22 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
         for (int half = 0; half < 2; ++half) {
           const i32 key = kt * 16 + frag::acc_row(lane, half);
           const bool visible = !kMasked || (key >= begin && key < end);
-          const float prob = visible ? dev::exp2_approx(s[kt][qt][2 * half + c] * m.scale_log2 - lse) : 0.0f;
+          // The forward's logit, modifiers included; t: the softcap's tanh.
+          const float raw = s[kt][qt][2 * half + c];
+          float x = raw * m.scale_log2;
+          float t = 0.0f;
+          if (Mods::kMaySoftcap && m.mods.softcap) {
+            t = dev::tanh_approx(raw * m.mods.softcap_in);
+            x = t * m.mods.softcap_out;
+          }
+          if (Mods::kMayAlibi && m.mods.alibi) {
+            x -= alibi_penalty(m.slope_log2, row0 + query + k_len - q_len - (key0 + warp_key0 + key));
+          }
+          const float prob = visible ? dev::exp2_approx(x - lse) : 0.0f;
           s[kt][qt][2 * half + c] = prob;
-          dp[kt][qt][2 * half + c] = prob * (dp[kt][qt][2 * half + c] - row_d);
+          float ds = prob * (dp[kt][qt][2 * half + c] - row_d);
+          if (Mods::kMaySoftcap && m.mods.softcap) ds *= 1.0f - t * t;  // d(c tanh(x / c)) / dx
+          dp[kt][qt][2 * half + c] = ds;
         }
       }
     }
@@ -478,11 +508,13 @@ struct FlashBwdTunables {
 // Grid: (ceil(longest key capacity / kBlockN), Hkv, B); block: threads();
 // dynamic shared memory: shared_bytes() (FlashBwdTunables). Needs D from
 // flash_bwd_preprocess; dQ is finished by flash_bwd_dq_convert.
-template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kDqAtomic, class DType>
+template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kDqAtomic, class DType,
+          int kSoftcap, int kAlibi>
 ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
   static_assert(FlashBwdTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kDqAtomic),
                 "flash_bwd: these tunables break FlashBwdTunables::valid");
-  using Config = bwd_detail::BwdConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType>;
+  using Mods = ScoreMods<kSoftcap, 0, kAlibi>;
+  using Config = bwd_detail::BwdConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType, Mods>;
   using D = DType;
   const i32 n_block = dev::block_index().x;
   const i32 kv_head = dev::block_index().y;
@@ -511,7 +543,6 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
   float* lse_s = reinterpret_cast<float*>(smem + Config::kHalfElems);
   float* d_s = lse_s + kStages * kBlockM;
   const bool vectorized = p.vectorized != 0;
-  const bwd_detail::KeyMask key_mask{p.mask, p.scale_log2};
 
   const auto issue = [&](i64 step) {
     if (step < steps) {
@@ -570,6 +601,9 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
       const u16* do_t = do_s + stage * Config::kQElems;
       const float* lse_t = lse_s + stage * kBlockM;
       const float* d_t = d_s + stage * kBlockM;
+      bwd_detail::KeyMask key_mask{p.mask, p.scale_log2,
+                                   block_score_mods<Mods>(p.mods, p.scale_log2, batch, static_cast<i32>(head)), 0.0f};
+      if (Mods::kMayAlibi && key_mask.mods.alibi) key_mask.slope_log2 = dev::load_global(key_mask.mods.slope) * kLog2e;
 
       // Every row of the tile sees every key of the block: no mask.
       const i64 last_row = row0 + kBlockM - 1 < seq.q_len - 1 ? row0 + kBlockM - 1 : seq.q_len - 1;
@@ -690,6 +724,34 @@ ATTUNE_KERNEL void flash_bwd_dq_convert(FlashBwdParams p) {
     }
     dev::store_global(dq_row + col, dev::to_bits<D>(sum * p.scale));
   }
+}
+
+// One warp per query head.
+struct FlashBwdDsinkTunables : WarpPerRowTunables {};
+
+// Grid: (ceil(Hq / kWarps)); block: kWarps x 32 threads. With sinks, after
+// flash_bwd_preprocess: dsink_h = -sum over the rows i of head h of
+// e^(sink_h - LSE_i) D_i (LSE holds the sink, so e^(sink - LSE) is the sink's
+// probability; an empty row has D = 0). Lane l sums rows l, l + 32, ... in
+// order, then a fixed butterfly: the same bits on every run.
+template <int kWarps, class DType>
+ATTUNE_KERNEL void flash_bwd_dsink(FlashBwdParams p) {
+  const i32 head = dev::block_index().x * kWarps + dev::warp_id();
+  if (head >= p.heads_q) return;  // whole warps leave together
+  const i32 lane = dev::lane_id();
+  const float sink_log2 = dev::load_global(p.mods.sinks + head) * kLog2e;
+  const bool packed = p.cu_seqlens_q != nullptr;
+  float sum = 0.0f;
+  for (i64 r = lane; r < p.rows; r += kWarpSize) {
+    const i64 batch = packed ? 0 : r / p.seqlen_q;
+    const i64 row = packed ? r : r % p.seqlen_q;
+    const float lse =
+        dev::load_global(p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride + row * p.lse_row_stride);
+    const float row_d = dev::load_global(p.d + head * p.rows + r);
+    sum += dev::exp2_approx(sink_log2 - lse * kLog2e) * row_d;
+  }
+  sum = dev::warp::reduce_sum(sum);
+  if (lane == 0) dev::store_global(p.dsink + head, -sum);
 }
 
 }  // namespace attune

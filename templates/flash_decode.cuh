@@ -44,8 +44,9 @@ struct FlashDecodeParams {
   i32 head_dim_v;
   MaskParams mask;
   float scale_log2;
-  i32 vectorized;  // 1: every row starts 16-byte aligned, so tiles load with cp.async
-  i32 splits;      // CTAs along the keys
+  i32 vectorized;       // 1: every row starts 16-byte aligned, so tiles load with cp.async
+  i32 splits;           // CTAs along the keys
+  ScoreModParams mods;  // read only by variants that compile modifiers in; sinks join in the combine when split
 };
 
 // The tunable space of flash_decode (read by attune-gen). Decode blocks hold
@@ -119,11 +120,13 @@ ATTUNE_DEVICE i64 key_offset(const FlashDecodeParams& p, i64 batch_stride, i64 r
 // (kPackGqa = 0) or a KV head (kPackGqa = 1) and row blocks =
 // ceil(Sq x rows per position / kBlockM); block: threads(); dynamic shared
 // memory: shared_bytes() (FlashDecodeTunables).
-template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsN, int kStages, int kPackGqa, class DType>
+template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsN, int kStages, int kPackGqa, class DType, int kSoftcap,
+          int kSinks, int kAlibi>
 ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
   static_assert(FlashDecodeTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsN, kStages, kPackGqa),
                 "flash_decode: these tunables break FlashDecodeTunables::valid");
-  using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kBlockM / 16, kWarpsN, kStages, DType>;
+  using Mods = ScoreMods<kSoftcap, kSinks, kAlibi>;
+  using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kBlockM / 16, kWarpsN, kStages, DType, false, Mods>;
   const i32 pack = kPackGqa != 0 ? p.group_size : 1;
   const i64 q_len = p.seqlen_q;
   const i64 rows = q_len * pack;
@@ -154,7 +157,10 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
   u16* k_s = smem + Config::kQElems;
   u16* v_s = k_s + Config::kStages * Config::kTileElems;
   const bool vectorized = p.vectorized != 0;
-  const flash_detail::TileMask tile_mask{p.mask, p.scale_log2, pack};
+  // Block row r's head is the slot's first head + r % pack.
+  const i32 head0 = kPackGqa != 0 ? slot * p.group_size : slot;
+  const flash_detail::TileMask tile_mask{p.mask, p.scale_log2, pack,
+                                         block_score_mods<Mods>(p.mods, p.scale_log2, batch, head0)};
 
   const auto q_row = [&](i32 r) {
     const decode_detail::RowPlace at = decode_detail::place<kPackGqa>(row0 + r, slot, p.group_size);
@@ -203,7 +209,8 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
                                         at.position * p.lse_row_stride;
     const i64 index = ((static_cast<i64>(split) * p.batch + batch) * p.heads_q + at.head) * q_len + at.position;
     float* state = partial ? p.partial + index * (p.head_dim_v + 2) : nullptr;
-    return flash_detail::RowOut{o, lse, state};
+    const float* sink = tile_mask.mods.sink != nullptr ? tile_mask.mods.sink + (at.head - head0) : nullptr;
+    return flash_detail::RowOut{o, lse, state, sink};
   });
 }
 
@@ -220,6 +227,7 @@ struct FlashDecodeCombineParams {
   i32 seqlen_q;
   i32 head_dim_v;
   i32 splits;
+  const float* sinks;  // [Hq] (kSinks): the sink joins the merged state, once
 };
 
 struct FlashDecodeCombineTunables : WarpPerRowTunables {};
@@ -228,7 +236,7 @@ struct FlashDecodeCombineTunables : WarpPerRowTunables {};
 // holds columns lane, lane + 32, ... of its warp's row; the splits' states
 // merge one by one by the softmax's rule, empty splits (l = 0) skipped
 // explicitly.
-template <int kWarps, class DType>
+template <int kWarps, class DType, int kSinks>
 ATTUNE_KERNEL void flash_decode_combine(FlashDecodeCombineParams p) {
   using D = DType;
   constexpr int kMaxDv = 256;
@@ -262,7 +270,10 @@ ATTUNE_KERNEL void flash_decode_combine(FlashDecodeCombineParams p) {
   const i64 head = (row / p.seqlen_q) % p.heads_q;
   const i64 b = row / (static_cast<i64>(p.seqlen_q) * p.heads_q);
   u16* o_row = p.o + b * p.o_batch_stride + position * p.o_row_stride + head * p.o_head_stride;
-  const softmax::RowEnd end = softmax::finalize(m, l);
+  softmax::RowEnd end = softmax::finalize(m, l);
+  if (kSinks != 0 && (kSinks != kAtRunTime || p.sinks != nullptr)) {
+    end = softmax::finalize_with_sink(m, l, dev::load_global(p.sinks + head) * kLog2e);
+  }
   ATTUNE_UNROLL
   for (int c = 0; c < kColsPerLane; ++c) {
     const i32 col = lane + c * kWarpSize;

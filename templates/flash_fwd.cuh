@@ -38,8 +38,9 @@ struct FlashFwdParams {
   i32 head_dim_k;
   i32 head_dim_v;
   MaskParams mask;
-  float scale_log2;  // softmax scale * log2(e): the kernel works in base 2
-  i32 vectorized;    // 1: every row starts 16-byte aligned, so tiles load with cp.async
+  float scale_log2;     // softmax scale * log2(e): the kernel works in base 2
+  i32 vectorized;       // 1: every row starts 16-byte aligned, so tiles load with cp.async
+  ScoreModParams mods;  // read only by variants that compile modifiers in
 };
 
 // The tunable space of flash_fwd, read by attune-gen: one array per
@@ -93,10 +94,13 @@ struct FlashFwdTunables {
 };
 
 // Grid: (ceil(max query rows / kBlockM), Hq, B); block: threads(); dynamic
-// shared memory: shared_bytes() (FlashFwdTunables).
-template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kQRegs, class DType>
+// shared memory: shared_bytes() (FlashFwdTunables). kSoftcap, kSinks,
+// kAlibi: the score modifiers compiled in (score_mods.cuh).
+template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kQRegs, class DType,
+          int kSoftcap, int kSinks, int kAlibi>
 ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
-  using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType, kQRegs != 0>;
+  using Mods = ScoreMods<kSoftcap, kSinks, kAlibi>;
+  using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType, kQRegs != 0, Mods>;
   static_assert(FlashFwdTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kQRegs),
                 "flash_fwd: these tunables break FlashFwdTunables::valid");
   const i32 m_block = dev::block_index().x;
@@ -131,7 +135,8 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   u16* k_s = smem + Config::kQElems;
   u16* v_s = k_s + Config::kStages * Config::kTileElems;
   const bool vectorized = p.vectorized != 0;
-  const flash_detail::TileMask tile_mask{p.mask, p.scale_log2, 1};
+  const flash_detail::TileMask tile_mask{p.mask, p.scale_log2, 1,
+                                         block_score_mods<Mods>(p.mods, p.scale_log2, batch, head)};
 
   const u16* q_rows = p.q + batch * p.q_batch_stride + (q_begin + row0) * p.q_row_stride + head * p.q_head_stride;
   const u16* k_rows = p.k + batch * p.k_batch_stride + k_begin * p.k_row_stride + kv_head * p.k_head_stride;
@@ -159,7 +164,8 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   }
 
   if (!flash_detail::merge_warps<Config>(softmax)) return;
-  // Normalize once; a row with no visible key is 0 with LSE = -inf.
+  // Normalize once; a row with no visible key is 0 with LSE = -inf (the
+  // sink with sinks).
   flash_detail::store_rows<Config>(softmax, p.head_dim_v, /*partial=*/false, [&](i32 r) {
     const i64 row = row0 + r;
     if (row >= q_len) return flash_detail::RowOut{nullptr, nullptr, nullptr};
@@ -167,7 +173,7 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
     float* lse = p.lse == nullptr ? nullptr
                                   : p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride +
                                         (q_begin + row) * p.lse_row_stride;
-    return flash_detail::RowOut{o, lse, nullptr};
+    return flash_detail::RowOut{o, lse, nullptr, tile_mask.mods.sink};
   });
 }
 

@@ -6,6 +6,7 @@
 
 #include "templates/mask.h"
 #include "templates/online_softmax.cuh"
+#include "templates/score_mods.cuh"
 #include "templates/smem_layout.cuh"
 
 namespace attune {
@@ -26,11 +27,13 @@ struct TileTunables {
 
 // Every size of a forward or decode variant, derived from its tunables in
 // one place. kQInRegisters: each warp keeps its Q fragments in registers
-// across the key tiles instead of reloading them from shared memory.
+// across the key tiles instead of reloading them from shared memory. Mods:
+// the score modifiers compiled in (ScoreMods).
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_, int kStages_, class DType_,
-          bool kQInRegisters_ = false>
+          bool kQInRegisters_ = false, class Mods_ = NoScoreMods>
 struct TileConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_> {
   static constexpr bool kQInRegisters = kQInRegisters_;
+  using Mods = Mods_;
   using Base = TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_>;
   using Base::kBlockM;
   using Base::kBlockN;
@@ -106,12 +109,14 @@ ATTUNE_DEVICE void load_tile(u16* dst, const u16* src, i64 row_stride, i64 rows_
 }
 
 // What attend_tile needs of the problem: the mask band, the softmax scale in
-// base 2, and how block rows map to query positions (row / pack: `pack`
-// query heads of one position sit in consecutive rows, 1 when unpacked).
+// base 2, how block rows map to query positions (row / pack: `pack` query
+// heads of one position sit in consecutive rows, 1 when unpacked), and the
+// score modifiers (read only where Config::Mods compiles them in).
 struct TileMask {
   MaskParams mask;
   float scale_log2;
   i32 pack;
+  BlockScoreMods mods;
 };
 
 // A warp's A fragments of Q: read from shared memory at each use, or (with
@@ -195,9 +200,12 @@ ATTUNE_DEVICE void tile_scores(const Q& q, const u16* k_s, float (&s)[Config::kM
 // Scores to base-2 logits, -inf for keys a row does not see, by global
 // position: `row0` and `key0` are the warp's first row and key, and block
 // row r is query position r / pack.
+// The score modifiers apply first (softcap, then the ALiBi bias), as the
+// contract orders them.
 template <class Config, bool kMasked>
 ATTUNE_DEVICE void scale_and_mask(float (&s)[Config::kMTiles][Config::kNTiles][4], const TileMask& p, i64 row0,
                                   i64 key0, i64 q_len, i64 k_len) {
+  using Mods = typename Config::Mods;
   const i32 lane = dev::lane_id();
   ATTUNE_UNROLL
   for (int mt = 0; mt < Config::kMTiles; ++mt) {
@@ -205,13 +213,20 @@ ATTUNE_DEVICE void scale_and_mask(float (&s)[Config::kMTiles][Config::kNTiles][4
     for (int half = 0; half < 2; ++half) {
       const i64 row = row0 + mt * 16 + frag::acc_row(lane, half);
       const KeyBounds bounds = kMasked ? key_bounds(p.mask, row / p.pack, q_len, k_len) : KeyBounds{0, k_len};
+      // ALiBi: the row's slope and its bottom-right diagonal i + Sk - Sq.
+      float slope_log2 = 0.0f;
+      i64 diagonal = 0;
+      if (Mods::kMayAlibi && p.mods.alibi) {
+        slope_log2 = dev::load_global(p.mods.slope + row % p.pack) * kLog2e;
+        diagonal = row / p.pack + k_len - q_len;
+      }
       ATTUNE_UNROLL
       for (int nt = 0; nt < Config::kNTiles; ++nt) {
         ATTUNE_UNROLL
         for (int e = 0; e < 2; ++e) {
-          float x = s[mt][nt][2 * half + e] * p.scale_log2;
+          const i64 key = key0 + nt * 8 + frag::acc_col(lane, e);
+          float x = modified_logit<Mods>(s[mt][nt][2 * half + e], p.mods, p.scale_log2, slope_log2, diagonal - key);
           if (kMasked) {
-            const i64 key = key0 + nt * 8 + frag::acc_col(lane, e);
             if (key < bounds.begin || key >= bounds.end) x = -dev::infinity();
           }
           s[mt][nt][2 * half + e] = x;
@@ -356,9 +371,10 @@ ATTUNE_DEVICE bool merge_warps(typename Config::Softmax& softmax) {
 // `partial`, the unnormalized state (u, m, l) as floats for a later merge.
 // out(row) gives the destinations of block row `row` as a RowOut.
 struct RowOut {
-  u16* o;          // null: a row past the end, not stored
-  float* lse;      // may be null
-  float* partial;  // [Dv + 2] floats: u, m, l (with `partial`)
+  u16* o;                       // null: a row past the end, not stored
+  float* lse;                   // may be null
+  float* partial;               // [Dv + 2] floats: u, m, l (with `partial`)
+  const float* sink = nullptr;  // the row's head's sink logit (Mods with sinks); joins O and LSE, not partials
 };
 
 template <class Config, class Out>
@@ -370,7 +386,12 @@ ATTUNE_DEVICE void store_rows(const typename Config::Softmax& softmax, i32 head_
   softmax.for_each_row(lane, [&](i32 row, const typename Softmax::Row& r) {
     const RowOut to = out(warp_row0 + row);
     if (to.o == nullptr) return;
-    const softmax::RowEnd end = softmax::finalize(r.m, r.l);  // normalize once
+    // Normalize once (with the sink's term in the denominator when there is one).
+    softmax::RowEnd end = softmax::finalize(r.m, r.l);
+    if constexpr (Config::Mods::kMaySinks) {
+      if (!partial && to.sink != nullptr)
+        end = softmax::finalize_with_sink(r.m, r.l, dev::load_global(to.sink) * kLog2e);
+    }
     ATTUNE_UNROLL
     for (int dt = 0; dt < Config::kDTiles; ++dt) {
       ATTUNE_UNROLL

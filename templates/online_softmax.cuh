@@ -44,6 +44,17 @@ ATTUNE_DEVICE RowEnd finalize(float m, float l) {
   return {1.0f / l, (m + dev::log2_approx(l)) * kLn2};
 }
 
+// The same with a sink: the state merged with one more term of logit
+// `sink_log2` (base 2) and no value, (sink, 1, 0), before normalizing.
+// inv_l then scales u (relative to m); a row that saw no key gives O = 0
+// and LSE = the sink.
+ATTUNE_DEVICE RowEnd finalize_with_sink(float m, float l, float sink_log2) {
+  const float top = max2(m, sink_log2);  // finite: the sink is
+  const float a = l > 0.0f ? dev::exp2_approx(m - top) : 0.0f;
+  const float total = a * l + dev::exp2_approx(sink_log2 - top);
+  return {a / total, (top + dev::log2_approx(total)) * kLn2};
+}
+
 }  // namespace softmax
 
 // The rows a thread holds in the accumulator fragments of a warp's

@@ -19,11 +19,11 @@ namespace {
 // earliest: what the best table must hold.
 constexpr std::string_view kFastest =
     "WITH fastest AS (SELECT device, op, dtype, head_dim_k, head_dim_v, mask, seqlen_q_log2, seqlen_k_log2, "
-    "batch_heads_log2, variant, id, median_ms FROM (SELECT m.device, p.op, p.dtype, p.head_dim_k, p.head_dim_v, "
-    "p.mask, p.seqlen_q_log2, p.seqlen_k_log2, p.batch_heads_log2, m.variant, m.id, m.median_ms, row_number() OVER "
-    "(PARTITION BY m.device, p.op, p.dtype, p.head_dim_k, p.head_dim_v, p.mask, p.seqlen_q_log2, p.seqlen_k_log2, "
-    "p.batch_heads_log2 ORDER BY m.median_ms, m.id) AS place FROM measurements m JOIN problems p ON p.id = m.problem "
-    "WHERE m.ok = 1) WHERE place = 1) ";
+    "batch_heads_log2, modifiers, variant, id, median_ms FROM (SELECT m.device, p.op, p.dtype, p.head_dim_k, "
+    "p.head_dim_v, p.mask, p.seqlen_q_log2, p.seqlen_k_log2, p.batch_heads_log2, p.modifiers, m.variant, m.id, "
+    "m.median_ms, row_number() OVER (PARTITION BY m.device, p.op, p.dtype, p.head_dim_k, p.head_dim_v, p.mask, "
+    "p.seqlen_q_log2, p.seqlen_k_log2, p.batch_heads_log2, p.modifiers ORDER BY m.median_ms, m.id) AS place FROM "
+    "measurements m JOIN problems p ON p.id = m.problem WHERE m.ok = 1) WHERE place = 1) ";
 
 std::string with_fastest(std::string_view sql) { return std::string(kFastest) + std::string(sql); }
 
@@ -86,8 +86,8 @@ constexpr const char* kIncoming =
     "JOIN src.problems sp ON sp.id = sm.problem JOIN main.problems mp ON mp.op = sp.op AND mp.dtype = sp.dtype "
     "AND mp.head_dim_k = sp.head_dim_k AND mp.head_dim_v = sp.head_dim_v AND mp.mask = sp.mask AND "
     "mp.seqlen_q_log2 = sp.seqlen_q_log2 AND mp.seqlen_k_log2 = sp.seqlen_k_log2 AND mp.batch_heads_log2 = "
-    "sp.batch_heads_log2 AND mp.seqlen_q = sp.seqlen_q AND mp.seqlen_k = sp.seqlen_k AND mp.batch = sp.batch AND "
-    "mp.heads_q = sp.heads_q AND mp.heads_kv = sp.heads_kv "
+    "sp.batch_heads_log2 AND mp.modifiers = sp.modifiers AND mp.seqlen_q = sp.seqlen_q AND mp.seqlen_k = "
+    "sp.seqlen_k AND mp.batch = sp.batch AND mp.heads_q = sp.heads_q AND mp.heads_kv = sp.heads_kv "
     "JOIN src.variants sv ON sv.id = sm.variant JOIN src.templates st ON st.id = sv.template "
     "JOIN main.templates mt ON mt.kernel = st.kernel AND mt.hash = st.hash "
     "JOIN main.variants mv ON mv.template = mt.id AND mv.variant_id = sv.variant_id";
@@ -112,9 +112,9 @@ MergeReport merge_attached(sqlite::Connection& conn) {
   report.problems = run_counting(
       conn,
       "INSERT INTO main.problems(op, dtype, head_dim_k, head_dim_v, mask, seqlen_q_log2, seqlen_k_log2, "
-      "batch_heads_log2, seqlen_q, seqlen_k, batch, heads_q, heads_kv) SELECT op, dtype, head_dim_k, head_dim_v, "
-      "mask, seqlen_q_log2, seqlen_k_log2, batch_heads_log2, seqlen_q, seqlen_k, batch, heads_q, heads_kv FROM "
-      "src.problems WHERE true ORDER BY id ON CONFLICT DO NOTHING");
+      "batch_heads_log2, modifiers, seqlen_q, seqlen_k, batch, heads_q, heads_kv) SELECT op, dtype, head_dim_k, "
+      "head_dim_v, mask, seqlen_q_log2, seqlen_k_log2, batch_heads_log2, modifiers, seqlen_q, seqlen_k, batch, "
+      "heads_q, heads_kv FROM src.problems WHERE true ORDER BY id ON CONFLICT DO NOTHING");
   report.compile_results = run_counting(
       conn,
       "INSERT INTO main.compile_results(variant, dtype, arch, nvrtc_version, ok, registers, spill_bytes, "
@@ -166,6 +166,7 @@ ProblemKey read_key(const sqlite::Statement& row, int first) {
   const std::string op = row.text(first);
   const std::string dtype = row.text(first + 1);
   const std::string mask = row.text(first + 4);
+  const std::string modifiers = row.text(first + 8);
   ProblemKey key;
   if (const auto o = parse_op(op))
     key.op = *o;
@@ -185,14 +186,22 @@ ProblemKey read_key(const sqlite::Statement& row, int first) {
   key.seqlen_q_log2 = static_cast<std::int8_t>(row.int32(first + 5));
   key.seqlen_k_log2 = static_cast<std::int8_t>(row.int32(first + 6));
   key.batch_heads_log2 = static_cast<std::int8_t>(row.int32(first + 7));
+  // Only modifier_names' own spelling: "sinks+softcap" would read as the
+  // same key yet be another one to SQL.
+  if (const auto bits = parse_modifier_names(modifiers); bits && modifier_names(*bits) == modifiers) {
+    key.modifiers = *bits;
+  } else {
+    throw bad("modifiers", modifiers, "none, or softcap, sinks and alibi joined by '+' in that order");
+  }
   return key;
 }
 
 void recompute_best(sqlite::Connection& conn) {
   static const std::string kInsert = with_fastest(
       "INSERT INTO best(device, op, dtype, head_dim_k, head_dim_v, mask, seqlen_q_log2, seqlen_k_log2, "
-      "batch_heads_log2, variant, measurement, median_ms) SELECT device, op, dtype, head_dim_k, head_dim_v, mask, "
-      "seqlen_q_log2, seqlen_k_log2, batch_heads_log2, variant, id, median_ms FROM fastest");
+      "batch_heads_log2, modifiers, variant, measurement, median_ms) SELECT device, op, dtype, head_dim_k, "
+      "head_dim_v, mask, seqlen_q_log2, seqlen_k_log2, batch_heads_log2, modifiers, variant, id, median_ms FROM "
+      "fastest");
   sqlite::Statement(conn, "DELETE FROM best").run();
   sqlite::Statement(conn, kInsert).run();
 }
@@ -216,42 +225,43 @@ VerifyReport verify(sqlite::Connection& conn) {
 
   static const std::string kBestRows = with_fastest(
       "SELECT d.key, b.op, b.dtype, b.head_dim_k, b.head_dim_v, b.mask, b.seqlen_q_log2, b.seqlen_k_log2, "
-      "b.batch_heads_log2, bv.variant_id, b.median_ms, fv.variant_id, f.median_ms, EXISTS (SELECT 1 FROM "
-      "measurements m JOIN problems p ON p.id = m.problem WHERE m.id = b.measurement AND m.ok = 1 AND m.device = "
-      "b.device AND m.variant = b.variant AND m.median_ms = b.median_ms AND p.op = b.op AND p.dtype = b.dtype AND "
-      "p.head_dim_k = b.head_dim_k AND p.head_dim_v = b.head_dim_v AND p.mask = b.mask AND p.seqlen_q_log2 = "
-      "b.seqlen_q_log2 AND p.seqlen_k_log2 = b.seqlen_k_log2 AND p.batch_heads_log2 = b.batch_heads_log2) "
-      "FROM best b JOIN devices d ON d.id = b.device JOIN variants bv ON bv.id = b.variant LEFT JOIN fastest f ON "
-      "f.device = b.device AND f.op = b.op AND f.dtype = b.dtype AND f.head_dim_k = b.head_dim_k AND f.head_dim_v = "
-      "b.head_dim_v AND f.mask = b.mask AND f.seqlen_q_log2 = b.seqlen_q_log2 AND f.seqlen_k_log2 = b.seqlen_k_log2 "
-      "AND f.batch_heads_log2 = b.batch_heads_log2 LEFT JOIN variants fv ON fv.id = f.variant ORDER BY d.key");
+      "b.batch_heads_log2, b.modifiers, bv.variant_id, b.median_ms, fv.variant_id, f.median_ms, EXISTS (SELECT 1 "
+      "FROM measurements m JOIN problems p ON p.id = m.problem WHERE m.id = b.measurement AND m.ok = 1 AND "
+      "m.device = b.device AND m.variant = b.variant AND m.median_ms = b.median_ms AND p.op = b.op AND p.dtype = "
+      "b.dtype AND p.head_dim_k = b.head_dim_k AND p.head_dim_v = b.head_dim_v AND p.mask = b.mask AND "
+      "p.seqlen_q_log2 = b.seqlen_q_log2 AND p.seqlen_k_log2 = b.seqlen_k_log2 AND p.batch_heads_log2 = "
+      "b.batch_heads_log2 AND p.modifiers = b.modifiers) FROM best b JOIN devices d ON d.id = b.device JOIN "
+      "variants bv ON bv.id = b.variant LEFT JOIN fastest f ON f.device = b.device AND f.op = b.op AND f.dtype = "
+      "b.dtype AND f.head_dim_k = b.head_dim_k AND f.head_dim_v = b.head_dim_v AND f.mask = b.mask AND "
+      "f.seqlen_q_log2 = b.seqlen_q_log2 AND f.seqlen_k_log2 = b.seqlen_k_log2 AND f.batch_heads_log2 = "
+      "b.batch_heads_log2 AND f.modifiers = b.modifiers LEFT JOIN variants fv ON fv.id = f.variant ORDER BY d.key");
   {
     sqlite::Statement rows(conn, kBestRows);
     while (rows.step()) {
       const std::string where = "best row of " + rows.text(0) + " " + read_key(rows, 1).to_string() + " names " +
-                                describe(rows.text(9), rows.real(10));
-      if (rows.is_null(12)) {
+                                describe(rows.text(10), rows.real(11));
+      if (rows.is_null(13)) {
         report.problems.push_back(where + ", but the key has no ok measurement");
-      } else if (rows.real(12) < rows.real(10)) {
+      } else if (rows.real(13) < rows.real(11)) {
         report.problems.push_back(where + ", but the fastest ok measurement is " +
-                                  describe(rows.text(11), rows.real(12)));
-      } else if (rows.int64(13) == 0) {
+                                  describe(rows.text(12), rows.real(13)));
+      } else if (rows.int64(14) == 0) {
         report.problems.push_back(where + ", but its measurement is missing, failed or does not match it");
       }
     }
   }
   static const std::string kMissing = with_fastest(
       "SELECT d.key, f.op, f.dtype, f.head_dim_k, f.head_dim_v, f.mask, f.seqlen_q_log2, f.seqlen_k_log2, "
-      "f.batch_heads_log2, fv.variant_id, f.median_ms FROM fastest f JOIN devices d ON d.id = f.device JOIN "
-      "variants fv ON fv.id = f.variant WHERE NOT EXISTS (SELECT 1 FROM best b WHERE b.device = f.device AND b.op = "
-      "f.op AND b.dtype = f.dtype AND b.head_dim_k = f.head_dim_k AND b.head_dim_v = f.head_dim_v AND b.mask = "
-      "f.mask AND b.seqlen_q_log2 = f.seqlen_q_log2 AND b.seqlen_k_log2 = f.seqlen_k_log2 AND b.batch_heads_log2 = "
-      "f.batch_heads_log2) ORDER BY d.key");
+      "f.batch_heads_log2, f.modifiers, fv.variant_id, f.median_ms FROM fastest f JOIN devices d ON d.id = f.device "
+      "JOIN variants fv ON fv.id = f.variant WHERE NOT EXISTS (SELECT 1 FROM best b WHERE b.device = f.device AND "
+      "b.op = f.op AND b.dtype = f.dtype AND b.head_dim_k = f.head_dim_k AND b.head_dim_v = f.head_dim_v AND b.mask "
+      "= f.mask AND b.seqlen_q_log2 = f.seqlen_q_log2 AND b.seqlen_k_log2 = f.seqlen_k_log2 AND b.batch_heads_log2 "
+      "= f.batch_heads_log2 AND b.modifiers = f.modifiers) ORDER BY d.key");
   {
     sqlite::Statement rows(conn, kMissing);
     while (rows.step()) {
       report.problems.push_back("no best row for " + rows.text(0) + " " + read_key(rows, 1).to_string() +
-                                ", whose fastest ok measurement is " + describe(rows.text(9), rows.real(10)));
+                                ", whose fastest ok measurement is " + describe(rows.text(10), rows.real(11)));
     }
   }
   return report;

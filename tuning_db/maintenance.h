@@ -18,7 +18,9 @@ namespace attune::tuning_db {
 // strictly-faster rule does. Runs inside the caller's transaction.
 void recompute_best(sqlite::Connection& conn);
 
-// The eight problem-key columns of a row, starting at `first`, in schema order.
+// The nine problem-key columns of a row (op .. batch_heads_log2, modifiers),
+// starting at `first`, in schema order. Throws DbError for a value this
+// attune does not know.
 ProblemKey read_key(const sqlite::Statement& row, int first);
 
 VerifyReport verify(sqlite::Connection& conn);

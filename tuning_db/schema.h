@@ -11,7 +11,7 @@
 namespace attune::tuning_db {
 
 // The schema this attune reads and writes.
-inline constexpr int kSchemaVersion = 3;
+inline constexpr int kSchemaVersion = 4;
 
 // PRAGMA user_version of an open connection (reads only).
 int read_schema_version(sqlite::Connection& conn);
@@ -23,12 +23,14 @@ void check_schema_version(sqlite::Connection& conn, int version);
 
 // Brings the schema up to kSchemaVersion in one IMMEDIATE transaction
 // (re-reading the version inside it, since another process may have
-// migrated meanwhile). Idempotent.
+// migrated meanwhile). Idempotent. Foreign keys are off while the steps run
+// (a step may rebuild a table others refer to) and checked before commit.
 void migrate(sqlite::Connection& conn);
 
-// Test only: creates `path` (which must not exist) with the version-1
-// schema and nothing newer, so tests can insert old rows and check that
-// opening migrates them.
-void create_schema_v1_for_test(const std::filesystem::path& path);
+// Test only: creates `path` (which must not exist) with the schema of
+// `version` (1..kSchemaVersion) and nothing newer, so tests can insert old
+// rows and check that opening migrates them.
+//   create_schema_for_test(dir / "v3.db", 3);
+void create_schema_for_test(const std::filesystem::path& path, int version);
 
 }  // namespace attune::tuning_db

@@ -64,6 +64,11 @@ void check_key(const ProblemKey& key) {
   check_range("seqlen_q_log2", key.seqlen_q_log2, 0, kMaxBucketLog2);
   check_range("seqlen_k_log2", key.seqlen_k_log2, 0, kMaxBucketLog2);
   check_range("batch_heads_log2", key.batch_heads_log2, 0, kMaxBucketLog2);
+  // modifier_names would drop an unknown bit, merging its key into another.
+  if ((key.modifiers & ~kModAll) != 0) {
+    throw InvalidArgument("tuning database: modifiers is " + std::to_string(key.modifiers) +
+                          "; expected a combination of kModSoftcap (1), kModSinks (2) and kModAlibi (4)");
+  }
 }
 
 void check_problem(const ProblemRecord& problem) {
@@ -117,26 +122,26 @@ constexpr const char* kSelectTemplate = "SELECT id FROM templates WHERE kernel =
 constexpr const char* kSelectVariant = "SELECT id FROM variants WHERE template = ?1 AND variant_id = ?2";
 constexpr const char* kSelectProblem =
     "SELECT id FROM problems WHERE op = ?1 AND dtype = ?2 AND head_dim_k = ?3 AND head_dim_v = ?4 AND mask = ?5 "
-    "AND seqlen_q_log2 = ?6 AND seqlen_k_log2 = ?7 AND batch_heads_log2 = ?8 AND seqlen_q = ?9 AND seqlen_k = ?10 "
-    "AND batch = ?11 AND heads_q = ?12 AND heads_kv = ?13";
+    "AND seqlen_q_log2 = ?6 AND seqlen_k_log2 = ?7 AND batch_heads_log2 = ?8 AND modifiers = ?9 AND seqlen_q = ?10 "
+    "AND seqlen_k = ?11 AND batch = ?12 AND heads_q = ?13 AND heads_kv = ?14";
 
 constexpr std::string_view kSelectBest =
     "SELECT d.key, b.op, b.dtype, b.head_dim_k, b.head_dim_v, b.mask, b.seqlen_q_log2, b.seqlen_k_log2, "
-    "b.batch_heads_log2, t.kernel, t.hash, v.variant_id, b.median_ms FROM best b JOIN devices d ON d.id = b.device "
-    "JOIN variants v ON v.id = b.variant JOIN templates t ON t.id = v.template ";
+    "b.batch_heads_log2, b.modifiers, t.kernel, t.hash, v.variant_id, b.median_ms FROM best b JOIN devices d ON "
+    "d.id = b.device JOIN variants v ON v.id = b.variant JOIN templates t ON t.id = v.template ";
 constexpr std::string_view kOrderBest =
     " ORDER BY d.key, b.op, b.dtype, b.head_dim_k, b.head_dim_v, b.mask, b.seqlen_q_log2, b.seqlen_k_log2, "
-    "b.batch_heads_log2";
+    "b.batch_heads_log2, b.modifiers";
 
 std::vector<BestRow> read_best(sqlite::Statement& query) {
   std::vector<BestRow> rows;
   while (query.step()) {
     rows.push_back({.device_key = query.text(0),
                     .key = read_key(query, 1),
-                    .kernel = query.text(9),
-                    .template_hash = query.text(10),
-                    .variant_id = query.text(11),
-                    .median_ms = query.real(12)});
+                    .kernel = query.text(10),
+                    .template_hash = query.text(11),
+                    .variant_id = query.text(12),
+                    .median_ms = query.real(13)});
   }
   return rows;
 }
@@ -317,20 +322,22 @@ ProblemRowId TuningDb::upsert_problem(const ProblemRecord& problem) {
   const std::string op(to_string(k.op));
   const std::string dtype(to_string(k.dtype));
   const std::string mask(to_string(k.mask));
+  const std::string modifiers = modifier_names(k.modifiers);
   const auto find = [&] {
     return select_id(s.conn, kSelectProblem, op, dtype, k.head_dim_k, k.head_dim_v, mask, k.seqlen_q_log2,
-                     k.seqlen_k_log2, k.batch_heads_log2, problem.seqlen_q, problem.seqlen_k, problem.batch,
+                     k.seqlen_k_log2, k.batch_heads_log2, modifiers, problem.seqlen_q, problem.seqlen_k, problem.batch,
                      problem.heads_q, problem.heads_kv);
   };
   if (auto id = find()) return {*id};
   sqlite::Transaction tx(s.conn);
   sqlite::Statement insert(s.conn,
                            "INSERT INTO problems(op, dtype, head_dim_k, head_dim_v, mask, seqlen_q_log2, "
-                           "seqlen_k_log2, batch_heads_log2, seqlen_q, seqlen_k, batch, heads_q, heads_kv) VALUES "
-                           "(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) ON CONFLICT DO NOTHING");
+                           "seqlen_k_log2, batch_heads_log2, modifiers, seqlen_q, seqlen_k, batch, heads_q, "
+                           "heads_kv) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14) "
+                           "ON CONFLICT DO NOTHING");
   insert
       .bind(op, dtype, k.head_dim_k, k.head_dim_v, mask, k.seqlen_q_log2, k.seqlen_k_log2, k.batch_heads_log2,
-            problem.seqlen_q, problem.seqlen_k, problem.batch, problem.heads_q, problem.heads_kv)
+            modifiers, problem.seqlen_q, problem.seqlen_k, problem.batch, problem.heads_q, problem.heads_kv)
       .run();
   const auto id = find();
   if (!id)
@@ -405,10 +412,11 @@ bool TuningDb::record_measurement(const MeasurementRecord& m) {
     sqlite::Statement best(
         s.conn,
         "INSERT INTO best(device, op, dtype, head_dim_k, head_dim_v, mask, seqlen_q_log2, seqlen_k_log2, "
-        "batch_heads_log2, variant, measurement, median_ms) SELECT ?1, op, dtype, head_dim_k, head_dim_v, mask, "
-        "seqlen_q_log2, seqlen_k_log2, batch_heads_log2, ?2, ?3, ?4 FROM problems WHERE id = ?5 "
-        "ON CONFLICT(device, op, dtype, head_dim_k, head_dim_v, mask, seqlen_q_log2, seqlen_k_log2, batch_heads_log2) "
-        "DO UPDATE SET variant = excluded.variant, measurement = excluded.measurement, median_ms = excluded.median_ms "
+        "batch_heads_log2, modifiers, variant, measurement, median_ms) SELECT ?1, op, dtype, head_dim_k, head_dim_v, "
+        "mask, seqlen_q_log2, seqlen_k_log2, batch_heads_log2, modifiers, ?2, ?3, ?4 FROM problems WHERE id = ?5 "
+        "ON CONFLICT(device, op, dtype, head_dim_k, head_dim_v, mask, seqlen_q_log2, seqlen_k_log2, batch_heads_log2, "
+        "modifiers) DO UPDATE SET variant = excluded.variant, measurement = excluded.measurement, median_ms = "
+        "excluded.median_ms "
         "WHERE excluded.median_ms < best.median_ms");
     best.bind(m.device.value, m.variant.value, s.conn.last_insert_rowid(), m.median_ms, m.problem.value).run();
   }
@@ -446,7 +454,8 @@ namespace {
 // The joined columns of a measurement row, as read_measurement reads them.
 constexpr const char* kMeasurementSelect =
     "SELECT m.id, d.key, p.op, p.dtype, p.head_dim_k, p.head_dim_v, p.mask, p.seqlen_q_log2, p.seqlen_k_log2, "
-    "p.batch_heads_log2, p.seqlen_q, p.seqlen_k, p.batch, p.heads_q, p.heads_kv, t.kernel, t.hash, v.variant_id, "
+    "p.batch_heads_log2, p.modifiers, p.seqlen_q, p.seqlen_k, p.batch, p.heads_q, p.heads_kv, t.kernel, t.hash, "
+    "v.variant_id, "
     "m.ok, m.median_ms, m.spread_ms, m.repetitions, m.tflops, m.max_error, m.measured_at, m.driver_version, "
     "m.nvrtc_version, m.attune_version, m.error FROM measurements m JOIN devices d ON d.id = m.device "
     "JOIN problems p ON p.id = m.problem JOIN variants v ON v.id = m.variant JOIN templates t ON t.id = v.template ";
@@ -455,25 +464,25 @@ MeasurementRow read_measurement(sqlite::Statement& query) {
   return {.id = query.int64(0),
           .device_key = query.text(1),
           .problem = {.key = read_key(query, 2),
-                      .seqlen_q = query.int64(10),
-                      .seqlen_k = query.int64(11),
-                      .batch = query.int64(12),
-                      .heads_q = query.int64(13),
-                      .heads_kv = query.int64(14)},
-          .kernel = query.text(15),
-          .template_hash = query.text(16),
-          .variant_id = query.text(17),
-          .ok = query.int64(18) != 0,
-          .median_ms = query.optional_real(19),
-          .spread_ms = query.optional_real(20),
-          .repetitions = query.int32(21),
-          .tflops = query.optional_real(22),
-          .max_error = query.optional_real(23),
-          .measured_at = query.text(24),
-          .driver_version = query.text(25),
-          .nvrtc_version = query.text(26),
-          .attune_version = query.optional_text(27),
-          .error = query.optional_text(28).value_or("")};
+                      .seqlen_q = query.int64(11),
+                      .seqlen_k = query.int64(12),
+                      .batch = query.int64(13),
+                      .heads_q = query.int64(14),
+                      .heads_kv = query.int64(15)},
+          .kernel = query.text(16),
+          .template_hash = query.text(17),
+          .variant_id = query.text(18),
+          .ok = query.int64(19) != 0,
+          .median_ms = query.optional_real(20),
+          .spread_ms = query.optional_real(21),
+          .repetitions = query.int32(22),
+          .tflops = query.optional_real(23),
+          .max_error = query.optional_real(24),
+          .measured_at = query.text(25),
+          .driver_version = query.text(26),
+          .nvrtc_version = query.text(27),
+          .attune_version = query.optional_text(28),
+          .error = query.optional_text(29).value_or("")};
 }
 
 }  // namespace
@@ -484,11 +493,11 @@ std::vector<MeasurementRow> TuningDb::measurements(const std::string& device_key
   sqlite::Statement query(
       s.conn, std::string(kMeasurementSelect) +
                   "WHERE d.key = ?1 AND p.op = ?2 AND p.dtype = ?3 AND p.head_dim_k = ?4 AND p.head_dim_v = ?5 AND "
-                  "p.mask = ?6 AND p.seqlen_q_log2 = ?7 AND p.seqlen_k_log2 = ?8 AND p.batch_heads_log2 = ?9 "
-                  "ORDER BY m.ok DESC, m.median_ms IS NULL, m.median_ms, m.id");
+                  "p.mask = ?6 AND p.seqlen_q_log2 = ?7 AND p.seqlen_k_log2 = ?8 AND p.batch_heads_log2 = ?9 AND "
+                  "p.modifiers = ?10 ORDER BY m.ok DESC, m.median_ms IS NULL, m.median_ms, m.id");
   query.bind(device_key, std::string(to_string(key.op)), std::string(to_string(key.dtype)), key.head_dim_k,
              key.head_dim_v, std::string(to_string(key.mask)), key.seqlen_q_log2, key.seqlen_k_log2,
-             key.batch_heads_log2);
+             key.batch_heads_log2, modifier_names(key.modifiers));
   std::vector<MeasurementRow> rows;
   while (query.step()) rows.push_back(read_measurement(query));
   return rows;

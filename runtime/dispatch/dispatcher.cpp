@@ -28,7 +28,7 @@ DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem) con
     return choice;
   }
   return {heuristic_variant(to_string(op), problem.dtype, static_cast<int>(problem.head_dim_k),
-                            static_cast<int>(problem.head_dim_v), arch_),
+                            static_cast<int>(problem.head_dim_v), arch_, modifier_bits(problem.modifiers)),
           DispatchRule::kHeuristic, "", 0};
 }
 
@@ -56,6 +56,7 @@ DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem) const
           throw InvalidArgument("variant " + tuned.variant.id() + ": no split count; expected VARIANT/splitsN");
         }
         check_variant_fits(tuned.variant, dk, dv, arch_);
+        check_variant_modifiers(tuned.variant, key.modifiers);
       } catch (const InvalidArgument& e) {
         passed_over +=
             std::string(passed_over.empty() ? "" : "; ") + "passed over " + entry.key.to_string() + ": " + e.what();

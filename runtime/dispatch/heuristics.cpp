@@ -13,8 +13,9 @@ namespace attune {
 
 namespace {
 
-std::vector<Variant> candidates_for(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch) {
-  std::vector<Variant> candidates = enumerate_variants(op, dtype, dk, dv, arch);
+std::vector<Variant> candidates_for(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch,
+                                    std::uint8_t modifiers) {
+  std::vector<Variant> candidates = enumerate_variants(op, dtype, dk, dv, arch, modifiers);
   if (candidates.empty()) {
     throw InvalidArgument("no " + std::string(op) + " variant fits Dk " + std::to_string(dk) + ", Dv " +
                           std::to_string(dv) + " on " + arch.name);
@@ -24,9 +25,10 @@ std::vector<Variant> candidates_for(std::string_view op, DType dtype, int dk, in
 
 }  // namespace
 
-Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch) {
-  if (op == "bwd") return heuristic_backward_variant(dtype, dk, dv, arch);
-  const std::vector<Variant> candidates = candidates_for(op, dtype, dk, dv, arch);
+Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch,
+                          std::uint8_t modifiers) {
+  if (op == "bwd") return heuristic_backward_variant(dtype, dk, dv, arch, false, modifiers);
+  const std::vector<Variant> candidates = candidates_for(op, dtype, dk, dv, arch, modifiers);
   // FlashAttention-2's usual shape: 4 warps of 16 rows each, one warp per
   // row block, a 2-deep pipeline, wider key tiles for small head dims.
   const int bucket = FlashFwdShape::of(candidates.front()).head_dim;
@@ -41,8 +43,9 @@ Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, cons
   return nearest_variant(candidates, wanted.values());
 }
 
-Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic) {
-  const std::vector<Variant> candidates = candidates_for("bwd", dtype, dk, dv, arch);
+Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic,
+                                   std::uint8_t modifiers) {
+  const std::vector<Variant> candidates = candidates_for("bwd", dtype, dk, dv, arch, modifiers);
   // 64 query rows against 64 keys on 2 x 4 warps (32 keys on 4 x 2 warps
   // from head dim 160 on, where dK and dV fill the registers), two Q / dO
   // tiles in flight; dQ by atomics unless deterministic (which changes
@@ -62,7 +65,7 @@ Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits
 Variant heuristic_decode_variant(const AttentionProblem& p, const ArchLimits& arch) {
   const auto dk = static_cast<int>(p.head_dim_k);
   const auto dv = static_cast<int>(p.head_dim_v);
-  const std::vector<Variant> candidates = candidates_for("decode", p.dtype, dk, dv, arch);
+  const std::vector<Variant> candidates = candidates_for("decode", p.dtype, dk, dv, arch, modifier_bits(p.modifiers));
   const int pack = p.group_size() > 1 ? 1 : 0;
   const std::int64_t rows = p.seqlen_q * (pack != 0 ? p.group_size() : 1);
   const int bucket = FlashDecodeShape::of(candidates.front()).head_dim;

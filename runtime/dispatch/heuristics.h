@@ -12,11 +12,13 @@ namespace attune {
 
 // The default variant of "fwd" or "bwd" (dQ by atomics) for the problem
 // class on the architecture: the listed variant nearest the shapes below.
-Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch);
+Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch,
+                          std::uint8_t modifiers = 0);
 
 // The default flash_bwd variant, with dQ summed per key block in a fixed
 // order instead of by atomics when `deterministic`.
-Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic = false);
+Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic = false,
+                                   std::uint8_t modifiers = 0);
 
 // The default decode variant of a problem: one 16-row block when the
 // (packed) rows of a KV head fit in it, 64 rows otherwise; query heads packed

@@ -98,6 +98,7 @@ void check_runs(const Variant& variant, KernelId kernel, const AttentionProblem&
 void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant,
                      emu::LaunchCounters* counters) {
   validate(problem, buffers);
+  check_modifier_values(problem, {buffers.sinks, buffers.alibi_slopes});
   check_runs(variant, KernelId::kFlashFwd, problem);
   emulate(
       problem, [&](LaunchBackend& b) { return load_forward(b, variant, problem.dtype); },
@@ -111,6 +112,7 @@ void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& bu
 void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant,
                     int splits, emu::LaunchCounters* counters) {
   validate(problem, buffers);
+  check_modifier_values(problem, {buffers.sinks, buffers.alibi_slopes});
   check_runs(variant, KernelId::kFlashDecode, problem);
   emulate(
       problem, [&](LaunchBackend& b) { return load_decode(b, variant, splits, problem.dtype); },
@@ -124,9 +126,10 @@ void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buf
 void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& buffers, const Variant& variant,
                       emu::LaunchCounters* counters) {
   validate(problem, buffers);
+  check_modifier_values(problem, {buffers.sinks, buffers.alibi_slopes});
   check_runs(variant, KernelId::kFlashBwd, problem);
   emulate(
-      problem, [&](LaunchBackend& b) { return load_backward(b, variant, problem.dtype); },
+      problem, [&](LaunchBackend& b) { return load_backward(b, variant, problem.dtype, problem.modifiers.sinks); },
       [&](const BackwardKernels& k) { return backward_workspace_bytes(problem, k); },
       [&](LaunchBackend::Call& call, const BackwardKernels& k, const CallMemory& m) {
         launch_backward(call, problem, k, buffers, m.metadata(), m.workspace());

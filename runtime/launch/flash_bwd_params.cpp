@@ -76,6 +76,8 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
   k.cu_seqlens_k = p.is_packed() ? metadata.cu_seqlens_k : nullptr;
   k.seqlens_k = p.seqlens_k.empty() ? nullptr : metadata.seqlens_k;
   set_problem_fields(k, p);
+  k.mods = score_mod_params(p, b.sinks, b.alibi_slopes);
+  k.dsink = p.modifiers.sinks ? b.dsink : nullptr;
   k.scale = static_cast<float>(p.softmax_scale());
   fill_tunable_fields(k, shape);  // partial_keys: the key block of the main kernel
   const bool packed = p.is_packed();
@@ -102,6 +104,19 @@ const Variant& bwd_preprocess_variant() {
 const Variant& bwd_dq_convert_variant() {
   static const Variant kConvert = only_variant(KernelId::kFlashBwdDqConvert);
   return kConvert;
+}
+
+const Variant& bwd_dsink_variant() {
+  static const Variant kDsink = only_variant(KernelId::kFlashBwdDsink);
+  return kDsink;
+}
+
+LaunchConfig flash_bwd_dsink_launch(const AttentionProblem& p) {
+  const Variant& dsink = bwd_dsink_variant();
+  const std::int64_t warps = FlashBwdDsinkShape::of(dsink).warps;  // one per head
+  return {.grid = {static_cast<i32>((p.heads_q + warps - 1) / warps), 1, 1},
+          .block = {dsink.threads(), 1, 1},
+          .dynamic_shared_bytes = 0};
 }
 
 LaunchConfig flash_bwd_row_launch(const AttentionProblem& p, const Variant& row) {

@@ -64,4 +64,9 @@ const Variant& bwd_preprocess_variant();
 const Variant& bwd_dq_convert_variant();
 LaunchConfig flash_bwd_row_launch(const AttentionProblem& problem, const Variant& row_variant);
 
+// With sinks: the dsink reduction (flash_bwd_dsink), one warp per query
+// head, grid (ceil(Hq / warps)).
+const Variant& bwd_dsink_variant();
+LaunchConfig flash_bwd_dsink_launch(const AttentionProblem& problem);
+
 }  // namespace attune

@@ -53,6 +53,7 @@ FlashDecodeParams flash_decode_params(const AttentionProblem& p, const Attention
   k.page_size = static_cast<i32>(p.page_size);
   k.batch = static_cast<i32>(p.batch);
   set_problem_fields(k, p);
+  k.mods = score_mod_params(p, b.sinks, b.alibi_slopes);
   k.vectorized = rows_aligned(b.q, p.q_strides) && rows_aligned(b.k, p.k_strides) && rows_aligned(b.v, p.v_strides);
   k.splits = splits;
   return k;
@@ -67,9 +68,10 @@ LaunchConfig flash_decode_launch(const AttentionProblem& p, const Variant& v, in
           .dynamic_shared_bytes = v.shared_bytes()};
 }
 
-const Variant& decode_combine_variant() {
+const Variant& decode_combine_variant(std::uint8_t modifiers) {
   static const Variant kCombine = only_variant(KernelId::kFlashDecodeCombine);
-  return kCombine;
+  static const Variant kCombineSinks = only_variant(KernelId::kFlashDecodeCombine, kModSinks);
+  return (modifiers & kModSinks) != 0 ? kCombineSinks : kCombine;
 }
 
 FlashDecodeCombineParams flash_decode_combine_params(const AttentionProblem& p, const AttentionBuffers& b, int splits,
@@ -84,6 +86,7 @@ FlashDecodeCombineParams flash_decode_combine_params(const AttentionProblem& p, 
   k.seqlen_q = static_cast<i32>(p.seqlen_q);
   k.head_dim_v = static_cast<i32>(p.head_dim_v);
   k.splits = splits;
+  k.sinks = p.modifiers.sinks ? b.sinks : nullptr;
   return k;
 }
 

@@ -31,8 +31,9 @@ LaunchConfig flash_decode_launch(const AttentionProblem& problem, const Variant&
 // The longest cache of the call: the most keys any split count divides.
 std::int64_t longest_cache(const AttentionProblem& problem);
 
-// The combine kernel (flash_decode_combine) for the same call.
-const Variant& decode_combine_variant();
+// The combine kernel (flash_decode_combine) for the same call: with the
+// sinks compiled in when `modifiers` (the main variant's) has them.
+const Variant& decode_combine_variant(std::uint8_t modifiers = 0);
 FlashDecodeCombineParams flash_decode_combine_params(const AttentionProblem& problem, const AttentionBuffers& buffers,
                                                      int splits, const float* workspace);
 LaunchConfig flash_decode_combine_launch(const AttentionProblem& problem);

@@ -14,6 +14,7 @@ FlashFwdParams flash_fwd_params(const AttentionProblem& p, const AttentionBuffer
   k.cu_seqlens_k = p.is_packed() ? metadata.cu_seqlens_k : nullptr;
   k.seqlens_k = p.seqlens_k.empty() ? nullptr : metadata.seqlens_k;
   set_problem_fields(k, p);
+  k.mods = score_mod_params(p, b.sinks, b.alibi_slopes);
   const bool packed = p.is_packed();
   k.vectorized = rows_aligned(b.q, p.q_strides, packed) && rows_aligned(b.k, p.k_strides, packed) &&
                          rows_aligned(b.v, p.v_strides, packed)

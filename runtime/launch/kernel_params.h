@@ -8,6 +8,7 @@
 #include <numbers>
 
 #include "core/problem.h"
+#include "templates/score_mods.cuh"
 
 namespace attune {
 
@@ -58,6 +59,17 @@ void set_strides(Params& k, const AttentionProblem& p) {
   put_strides(k.k_batch_stride, k.k_row_stride, k.k_head_stride, p.k_strides);
   put_strides(k.v_batch_stride, k.v_row_stride, k.v_head_stride, p.v_strides);
   set_output_strides(k, p);
+}
+
+// The score modifiers' values (backend memory) as the kernels take them;
+// only the ones the problem uses are set.
+inline ScoreModParams score_mod_params(const AttentionProblem& p, const float* sinks, const float* alibi_slopes) {
+  ScoreModParams m{};
+  m.softcap = static_cast<float>(p.modifiers.softcap);
+  m.sinks = p.modifiers.sinks ? sinks : nullptr;
+  m.alibi_slopes = p.modifiers.alibi != AlibiSlopes::kNone ? alibi_slopes : nullptr;
+  m.alibi_batch_stride = p.modifiers.alibi == AlibiSlopes::kPerBatchHead ? p.heads_q : 0;
+  return m;
 }
 
 // The sizes, mask and base-2 scale every attention kernel takes.

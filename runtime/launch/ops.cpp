@@ -29,13 +29,21 @@ void describe(LaunchBackend::Call& call, const char* name, const void* data, std
   if (data != nullptr && elements > 0) call.buffer(name, data, bytes(elements, size));
 }
 
-// Q, K, V, O and LSE of a forward or decode call.
+// The modifiers' tensors the problem uses.
+void describe_modifiers(LaunchBackend::Call& call, const AttentionProblem& p, const float* sinks,
+                        const float* alibi_slopes) {
+  if (p.modifiers.sinks) describe(call, "sinks", sinks, p.heads_q, sizeof(float));
+  describe(call, "alibi_slopes", alibi_slopes, alibi_extent(p), sizeof(float));
+}
+
+// Q, K, V, O and LSE of a forward or decode call, and its modifiers.
 void describe_attention(LaunchBackend::Call& call, const AttentionProblem& p, const AttentionBuffers& b) {
   describe(call, "Q", b.q, q_extent(p), 2);
   describe(call, "K", b.k, k_extent(p), 2);
   describe(call, "V", b.v, v_extent(p), 2);
   describe(call, "O", b.o, o_extent(p), 2);
   describe(call, "LSE", b.lse, lse_extent(p), sizeof(float));
+  describe_modifiers(call, p, b.sinks, b.alibi_slopes);
 }
 
 template <class Params>
@@ -54,14 +62,18 @@ DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int sp
   require_kernel(variant, KernelId::kFlashDecode);
   check_splits(splits);
   DecodeKernels k{backend.load(variant, dtype), {}, splits};
-  if (splits > 1) k.combine = backend.load(decode_combine_variant(), dtype);
+  if (splits > 1) k.combine = backend.load(decode_combine_variant(variant.modifiers), dtype);
   return k;
 }
 
-BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype) {
+BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype, bool sinks) {
   require_kernel(variant, KernelId::kFlashBwd);
-  return {backend.load(bwd_preprocess_variant(), dtype), backend.load(variant, dtype),
-          backend.load(bwd_dq_convert_variant(), dtype)};
+  BackwardKernels k{backend.load(bwd_preprocess_variant(), dtype),
+                    backend.load(variant, dtype),
+                    backend.load(bwd_dq_convert_variant(), dtype),
+                    {}};
+  if (sinks) k.dsink = backend.load(bwd_dsink_variant(), dtype);
+  return k;
 }
 
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels) {
@@ -75,6 +87,7 @@ std::size_t backward_workspace_bytes(const AttentionProblem& problem, const Back
 void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const ForwardKernels& kernels,
                     const AttentionBuffers& b, const DeviceMetadata& metadata) {
   if (p.is_paged()) throw InvalidArgument("forward: a paged KV cache; expected the decode operation for paged caches");
+  check_variant_modifiers(kernels.main.variant, modifier_bits(p.modifiers));
   if (p.batch == 0 || max_query_rows(p) == 0) return;
   describe_attention(call, p, b);
   describe_metadata(call, p, metadata);
@@ -83,6 +96,7 @@ void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const 
 
 void launch_decode(LaunchBackend::Call& call, const AttentionProblem& p, const DecodeKernels& kernels,
                    const AttentionBuffers& b, const DeviceMetadata& metadata, float* workspace) {
+  check_variant_modifiers(kernels.main.variant, modifier_bits(p.modifiers));
   if (p.batch == 0 || p.seqlen_q == 0) return;
   describe_attention(call, p, b);
   describe_metadata(call, p, metadata);
@@ -98,6 +112,12 @@ void launch_decode(LaunchBackend::Call& call, const AttentionProblem& p, const D
 void launch_backward(LaunchBackend::Call& call, const AttentionProblem& p, const BackwardKernels& kernels,
                      const BackwardBuffers& b, const DeviceMetadata& metadata, float* workspace) {
   if (p.is_paged()) throw InvalidArgument("backward: a paged KV cache; expected contiguous K and V");
+  check_variant_modifiers(kernels.main.variant, modifier_bits(p.modifiers));
+  if (p.modifiers.sinks && kernels.dsink.variant.kernel == nullptr) {
+    throw InvalidArgument(
+        "backward with sinks: kernels loaded without the dsink reduction; expected load_backward "
+        "with sinks");
+  }
   if (p.batch == 0) return;
   const FlashBwdShape shape = FlashBwdShape::of(kernels.main.variant);
   describe(call, "Q", b.q, q_extent(p), 2);
@@ -109,6 +129,8 @@ void launch_backward(LaunchBackend::Call& call, const AttentionProblem& p, const
   describe(call, "dQ", b.dq, q_extent(p), 2);
   describe(call, "dK", b.dk, k_extent(p), 2);
   describe(call, "dV", b.dv, v_extent(p), 2);
+  describe_modifiers(call, p, b.sinks, b.alibi_slopes);
+  if (p.modifiers.sinks) describe(call, "dsink", b.dsink, p.heads_q, sizeof(float));
   describe_metadata(call, p, metadata);
   const BackwardWorkspace sizes = backward_workspace(p, shape);
   describe(call, "backward workspace", workspace, sizes.total_floats(), sizeof(float));
@@ -116,6 +138,7 @@ void launch_backward(LaunchBackend::Call& call, const AttentionProblem& p, const
   launch(call, kernels.preprocess, flash_bwd_row_launch(p, kernels.preprocess.variant), params);
   launch(call, kernels.main, flash_bwd_launch(p, kernels.main.variant), params);
   launch(call, kernels.convert, flash_bwd_row_launch(p, kernels.convert.variant), params);
+  if (p.modifiers.sinks) launch(call, kernels.dsink, flash_bwd_dsink_launch(p), params);
 }
 
 CallMemory::CallMemory(LaunchBackend& backend, const AttentionProblem& problem, std::size_t workspace_bytes,

@@ -30,13 +30,16 @@ struct BackwardKernels {
   LoadedKernel preprocess;  // flash_bwd_preprocess
   LoadedKernel main;        // flash_bwd
   LoadedKernel convert;     // flash_bwd_dq_convert
+  LoadedKernel dsink;       // flash_bwd_dsink, with sinks
 };
 
 // Loads what a call needs; InvalidArgument when `variant` is not a variant
 // of the operation's kernel (or the split count is out of range).
 ForwardKernels load_forward(LaunchBackend& backend, const Variant& variant, DType dtype);
 DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int splits, DType dtype);
-BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype);
+// `sinks`: the problem has attention sinks (the backward then also loads
+// the dsink reduction).
+BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype, bool sinks = false);
 
 // Bytes of fp32 workspace a call needs (0: none).
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels);

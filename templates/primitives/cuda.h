@@ -65,6 +65,13 @@ ATTUNE_DEVICE float log2_approx(float x) {
   return y;
 }
 
+// Hardware tanh (MUFU.TANH, sm_75+): the score modifiers' softcap.
+ATTUNE_DEVICE float tanh_approx(float x) {
+  float y;
+  asm("tanh.approx.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 ATTUNE_DEVICE float infinity() { return __int_as_float(0x7F800000); }
 
 // `value`, unknown to the compiler from here on: values derived from it are

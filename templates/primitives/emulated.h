@@ -37,6 +37,7 @@ u16 float_to_half(float value);
 u16 float_to_bfloat16(float value);
 float exp2_approx(float value);
 float log2_approx(float value);
+float tanh_approx(float value);
 
 }  // namespace attune::emu::hooks
 
@@ -88,6 +89,7 @@ inline void atomic_add(float* p, float value, const Where& where = Where::curren
 
 inline float exp2_approx(float x) { return emu::hooks::exp2_approx(x); }
 inline float log2_approx(float x) { return emu::hooks::log2_approx(x); }
+inline float tanh_approx(float x) { return emu::hooks::tanh_approx(x); }
 inline float infinity() { return std::bit_cast<float>(0x7F800000U); }
 inline i32 opaque(i32 value) { return value; }
 

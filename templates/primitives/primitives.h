@@ -21,6 +21,7 @@
 //   void atomic_add(float* global, float value);
 //   float exp2_approx(float);                         // ex2.approx.ftz.f32
 //   float log2_approx(float);                         // lg2.approx.ftz.f32
+//   float tanh_approx(float);                         // tanh.approx.f32
 //   float infinity();                                 // +inf
 //   u32 pack2<Fp16|Bf16>(float lo, float hi);         // cvt.rn, round to nearest even
 //   float unpack_lo<D>(u32), unpack_hi<D>(u32), to_float<D>(u16);  u16 to_bits<D>(float);

@@ -37,7 +37,7 @@ import numpy as np
 
 from cli_support import Checks
 
-SWEEP = ["--backend", "emu", "--head-dims", "32", "--seqlens", "48,64", "--max-variants", "4", "--repetitions",
+SWEEP = ["--backend", "emu", "--head-dims", "32", "--seqlens", "48,64,80,96", "--max-variants", "4", "--repetitions",
          "1", "--quiet"]
 
 
@@ -105,7 +105,9 @@ def main():
         r = run(["tune", "--db", db] + SWEEP[:5] + ["48"] + SWEEP[6:])  # the first problem only
         first = measurements(db)
         check(r.returncode == 0 and len(first) == 4, "a first sweep on a healthy disk: %s" % r.stdout.strip())
-        limit = os.path.getsize(db) + 4096  # room for a little WAL, not for the next sweep
+        # Room for a little WAL (each file may grow to the limit), not for the
+        # next sweep's twelve measurements.
+        limit = os.path.getsize(db) + 4096
         r = run(["tune", "--db", db] + SWEEP, preexec=limited(limit))
         check(r.returncode != 0 and db in r.stderr, "full disk: tune fails naming the database: rc %d %s" % (
             r.returncode, r.stderr.strip()[-300:]))
@@ -117,7 +119,7 @@ def main():
                   len(rows), (verify.stdout + verify.stderr).strip()))
         r = run(["tune", "--db", db] + SWEEP)
         rows = measurements(db)
-        check(r.returncode == 0 and len(rows) == 8 and rows[:4] == first,
+        check(r.returncode == 0 and len(rows) == 4 * len(SWEEP[5].split(",")) and rows[:4] == first,
               "full disk: the next run on a healthy disk finishes the sweep: %s" % r.stdout.strip())
 
         # -- the tuning database in a read-only directory ----------------------

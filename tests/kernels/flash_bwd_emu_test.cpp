@@ -319,12 +319,13 @@ TEST(FlashBwdPlantedBugTest, DroppingDFromDsFailsTheRule) {
   const Expected e = expected(in);
   std::string why;
   // The real kernel through the same harness passes...
-  EXPECT_TRUE(within_gradient_rule(run_with_main_kernel(in, mutant_variant(), &flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16>),
-                                   e.want, e.naive, DType::kBF16, 3.0, &why))
+  EXPECT_TRUE(
+      within_gradient_rule(run_with_main_kernel(in, mutant_variant(), &flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16, 0, 0>),
+                           e.want, e.naive, DType::kBF16, 3.0, &why))
       << why;
   // ... and dS = P dP instead of P (dP - D) does not (dV stays right).
   const ReferenceGradients bad =
-      run_with_main_kernel(in, mutant_variant(), &no_row_d::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16>);
+      run_with_main_kernel(in, mutant_variant(), &no_row_d::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16, 0, 0>);
   EXPECT_FALSE(within_gradient_rule(bad, e.want, e.naive, DType::kBF16, 3.0, &why));
   EXPECT_NE(why.find("dQ error"), std::string::npos) << why;
   EXPECT_NE(why.find("dK error"), std::string::npos) << why;
@@ -339,11 +340,12 @@ TEST(FlashBwdPlantedBugTest, MaskOffByOneFailsTheRule) {
   const BackwardInputs in = testing::make_backward_inputs(family);
   const Expected e = expected(in);
   std::string why;
-  EXPECT_TRUE(within_gradient_rule(run_with_main_kernel(in, mutant_variant(), &flash_bwd<32, 64, 32, 2, 2, 2, 1, Fp16>),
-                                   e.want, e.naive, DType::kF16, 3.0, &why))
+  EXPECT_TRUE(
+      within_gradient_rule(run_with_main_kernel(in, mutant_variant(), &flash_bwd<32, 64, 32, 2, 2, 2, 1, Fp16, 0, 0>),
+                           e.want, e.naive, DType::kF16, 3.0, &why))
       << why;
   const ReferenceGradients bad =
-      run_with_main_kernel(in, mutant_variant(), &mask_off_by_one::flash_bwd<32, 64, 32, 2, 2, 2, 1, Fp16>);
+      run_with_main_kernel(in, mutant_variant(), &mask_off_by_one::flash_bwd<32, 64, 32, 2, 2, 2, 1, Fp16, 0, 0>);
   EXPECT_FALSE(within_gradient_rule(bad, e.want, e.naive, DType::kF16, 3.0, &why));
   EXPECT_NE(why.find("dV error"), std::string::npos) << why;
 }
@@ -351,7 +353,7 @@ TEST(FlashBwdPlantedBugTest, MaskOffByOneFailsTheRule) {
 TEST(FlashBwdPlantedBugTest, MissingBarrierBeforeReadingDsIsARace) {
   const BackwardInputs in = testing::make_backward_inputs(testing::odd_length_families(DType::kBF16, 32, 32)[0]);
   try {
-    run_with_main_kernel(in, mutant_variant(), &no_tile_barrier::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16>);
+    run_with_main_kernel(in, mutant_variant(), &no_tile_barrier::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16, 0, 0>);
     FAIL() << "the missing barrier was not reported";
   } catch (const emu::KernelFault& fault) {
     EXPECT_TRUE(fault.has(emu::BugKind::kSharedRace)) << fault.what();

@@ -29,7 +29,7 @@ bool launch_planted(DType dtype, std::span<const int> values, emu::Emulator& emu
                     const void* params) {
   if (dtype != DType::kBF16 || !std::equal(values.begin(), values.end(), std::begin(kPlantedValues))) return false;
   // The mutant's params type is its own copy of FlashFwdParams (same layout).
-  emulator.launch(&flash_fwd_first_tile_only::flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16>, config,
+  emulator.launch(&flash_fwd_first_tile_only::flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, 0, 0, 0>, config,
                   *static_cast<const flash_fwd_first_tile_only::FlashFwdParams*>(params));
   return true;
 }
@@ -100,7 +100,7 @@ constexpr int kPlantedBwdValues[] = {32, 64, 32, 2, 2, 2, 1};
 bool launch_planted_bwd(DType dtype, std::span<const int> values, emu::Emulator& emulator, const LaunchConfig& config,
                         const void* params) {
   if (dtype != DType::kBF16 || !std::equal(values.begin(), values.end(), std::begin(kPlantedBwdValues))) return false;
-  emulator.launch(&no_row_d::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16>, config,
+  emulator.launch(&no_row_d::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16, 0, 0>, config,
                   *static_cast<const no_row_d::FlashBwdParams*>(params));
   return true;
 }

@@ -190,6 +190,85 @@ TEST(TuningDbTest, AProblemRowWithAnUnknownOpIsAClearError) {
   }
 }
 
+// Modifiers in the stored text are modifier_names' own spelling only:
+// "sinks+softcap" parses as a known key but would be another key to SQL.
+TEST(TuningDbTest, AProblemRowWithUnknownModifiersIsAClearError) {
+  TempDir dir;
+  const fs::path path = dir.path() / "tuning.db";
+  {
+    Seeded s(path);
+    ASSERT_TRUE(s.db.record_measurement(measurement(s.device, s.problem, s.variants[0], 1.0)));
+  }
+  for (const char* text : {"tanh", "sinks+softcap", "", "softcap+"}) {
+    RawDb(path).exec(std::string("UPDATE problems SET modifiers = '") + text + "'; UPDATE best SET modifiers = '" +
+                     text + "'");
+    const TuningDb db = TuningDb::open(path);
+    const std::string expected =
+        std::string("modifiers '") + text + "'; expected none, or softcap, sinks and alibi joined by '+' in that order";
+    std::string message = attune::testing::error_of<DbError>([&] { (void)db.all_measurements(); });
+    EXPECT_TRUE(contains(message, expected)) << message;
+    message = attune::testing::error_of<DbError>([&] { (void)db.best_all(); });
+    EXPECT_TRUE(contains(message, expected)) << message;
+  }
+}
+
+TEST(TuningDbTest, KeysDifferingOnlyInModifiersAreStoredAndLookedUpApart) {
+  TempDir dir;
+  const fs::path path = dir.path() / "tuning.db";
+  Seeded s(path);
+  ProblemRecord modified = problem_record();  // the same sizes and bucket exponents
+  modified.key.modifiers = kModSoftcap | kModSinks;
+  const ProblemRowId with_modifiers = s.db.upsert_problem(modified);
+  EXPECT_NE(with_modifiers, s.problem);
+  EXPECT_EQ(s.db.upsert_problem(modified), with_modifiers);
+  EXPECT_EQ(s.db.upsert_problem(problem_record()), s.problem);
+
+  // The slower variant is measured with modifiers after the faster one
+  // without: had they shared a best row, the first would have kept it.
+  ASSERT_TRUE(s.db.record_measurement(measurement(s.device, s.problem, s.variants[0], 1.0)));
+  ASSERT_TRUE(s.db.record_measurement(measurement(s.device, with_modifiers, s.variants[1], 2.0)));
+  ASSERT_TRUE(s.db.record_measurement(measurement(s.device, with_modifiers, s.variants[2], 3.0)));
+
+  const std::vector<BestRow> best = s.db.best_for_device(h200().key);
+  ASSERT_EQ(best.size(), 2u);
+  EXPECT_EQ(best[0].key, problem_record().key);  // "none" sorts before "softcap+sinks"
+  EXPECT_EQ(best[0].variant_id, variant_name(0));
+  EXPECT_DOUBLE_EQ(best[0].median_ms, 1.0);
+  EXPECT_EQ(best[1].key, modified.key);
+  EXPECT_EQ(best[1].variant_id, variant_name(1));
+  EXPECT_DOUBLE_EQ(best[1].median_ms, 2.0);
+
+  const std::vector<MeasurementRow> plain = s.db.measurements(h200().key, problem_record().key);
+  ASSERT_EQ(plain.size(), 1u);
+  EXPECT_EQ(plain[0].problem, problem_record());
+  const std::vector<MeasurementRow> rows = s.db.measurements(h200().key, modified.key);
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0].problem, modified);
+  EXPECT_EQ(rows[0].variant_id, variant_name(1));
+  ProblemKey alibi = modified.key;
+  alibi.modifiers = kModAlibi;
+  EXPECT_TRUE(s.db.measurements(h200().key, alibi).empty());
+  EXPECT_TRUE(s.db.verify().ok());
+
+  // Stored as modifier_names' text, readable with sqlite3.
+  RawDb raw(path);
+  EXPECT_EQ(raw.column("SELECT modifiers FROM problems ORDER BY id"), "none\nsoftcap+sinks\n");
+  EXPECT_EQ(raw.column("SELECT modifiers || ' ' || median_ms FROM best ORDER BY modifiers"),
+            "none 1.0\nsoftcap+sinks 2.0\n");
+
+  // Rebuilding the best rows (prune, merge) keeps the keys apart too.
+  EXPECT_EQ(s.db.prune_stale_templates("flash_fwd", "hash-a"), 0);
+  EXPECT_EQ(s.db.best_for_device(h200().key), best);
+
+  // verify() compares within a key: a best row moved to another modifier set is caught.
+  raw.exec("UPDATE best SET modifiers = 'alibi' WHERE modifiers = 'softcap+sinks'");
+  const VerifyReport report = s.db.verify();
+  ASSERT_EQ(report.problems.size(), 2u);
+  EXPECT_TRUE(contains(report.problems[0], "/alibi names")) << report.problems[0];
+  EXPECT_TRUE(contains(report.problems[1], "no best row for " + h200().key + " " + modified.key.to_string()))
+      << report.problems[1];
+}
+
 TEST(TuningDbTest, RecordsOutsideTheirDomainsAreRefused) {
   TempDir dir;
   Seeded s(dir.path() / "tuning.db");
@@ -199,6 +278,10 @@ TEST(TuningDbTest, RecordsOutsideTheirDomainsAreRefused) {
   bad = problem_record();
   bad.seqlen_q = -1;
   EXPECT_THROW(s.db.upsert_problem(bad), InvalidArgument);
+  bad = problem_record();
+  bad.key.modifiers = 8;  // no such modifier: modifier_names would store it as "none"
+  EXPECT_TRUE(contains(attune::testing::error_of<InvalidArgument>([&] { s.db.upsert_problem(bad); }),
+                       "modifiers is 8; expected a combination of"));
 
   MeasurementRecord no_time = measurement(s.device, s.problem, s.variants[0], 1.0);
   no_time.median_ms.reset();
@@ -603,6 +686,50 @@ TEST(TuningDbTest, MergeCopiesTheUnionRecomputesBestAndIsIdempotent) {
   EXPECT_TRUE(b.verify().ok());
 }
 
+TEST(TuningDbTest, MergeKeepsModifiersApart) {
+  TempDir dir;
+  const fs::path path_a = dir.path() / "a.db";
+  const fs::path path_b = dir.path() / "b.db";
+  const auto at_one_time = [](MeasurementRecord m) {
+    m.measured_at = "2025-01-02T03:04:05.000Z";  // the same row in both files
+    return m;
+  };
+  Seeded a(path_a);
+  ASSERT_TRUE(a.db.record_measurement(at_one_time(measurement(a.device, a.problem, a.variants[0], 2.0))));
+  ProblemRecord sinks = problem_record();
+  sinks.key.modifiers = kModSinks;
+  ProblemRecord all = problem_record();
+  all.key.modifiers = kModAll;
+  {
+    Seeded b(path_b);
+    const ProblemRowId b_sinks = b.db.upsert_problem(sinks);
+    const ProblemRowId b_all = b.db.upsert_problem(all);
+    ASSERT_TRUE(b.db.record_measurement(measurement(b.device, b_sinks, b.variants[1], 1.0)));  // faster than a's
+    ASSERT_TRUE(b.db.record_measurement(measurement(b.device, b_all, b.variants[2], 4.0)));
+    ASSERT_TRUE(b.db.record_measurement(at_one_time(measurement(b.device, b.problem, b.variants[0], 2.0))));
+  }
+  const MergeReport report = a.db.merge_from(path_b);
+  EXPECT_EQ(report.problems, 2);
+  EXPECT_EQ(report.measurements, 2);
+  EXPECT_EQ(report.measurements_present, 1);
+
+  const std::vector<BestRow> best = a.db.best_for_device(h200().key);
+  ASSERT_EQ(best.size(), 3u);
+  EXPECT_EQ(best[0].key, problem_record().key);
+  EXPECT_EQ(best[0].variant_id, variant_name(0));  // not replaced by the faster sinks row
+  EXPECT_EQ(best[1].key, sinks.key);
+  EXPECT_EQ(best[1].variant_id, variant_name(1));
+  EXPECT_EQ(best[2].key, all.key);
+  EXPECT_EQ(best[2].variant_id, variant_name(2));
+  EXPECT_EQ(a.db.measurements(h200().key, sinks.key).at(0).problem, sinks);
+  EXPECT_EQ(a.db.measurements(h200().key, problem_record().key).size(), 1u);
+  EXPECT_TRUE(a.db.verify().ok());
+  EXPECT_EQ(RawDb(path_a).column("SELECT modifiers FROM problems ORDER BY id"), "none\nsinks\nsoftcap+sinks+alibi\n");
+
+  const MergeReport again = a.db.merge_from(path_b);
+  EXPECT_EQ(again.problems + again.measurements, 0);
+}
+
 TEST(TuningDbTest, MergeRefusesMissingCorruptAndOldFiles) {
   TempDir dir;
   const fs::path path = dir.path() / "tuning.db";
@@ -623,9 +750,17 @@ TEST(TuningDbTest, MergeRefusesMissingCorruptAndOldFiles) {
 
   const fs::path newer = dir.path() / "newer.db";
   { const Seeded other(newer); }
-  RawDb(newer).exec("PRAGMA user_version = 4");
-  EXPECT_TRUE(
-      contains(attune::testing::error_of<DbError>([&] { s.db.merge_from(newer); }), "schema version 4; expected 3"));
+  RawDb(newer).exec("PRAGMA user_version = 5");
+  EXPECT_TRUE(contains(attune::testing::error_of<DbError>([&] { s.db.merge_from(newer); }),
+                       "schema version 5; expected 4 (written by a newer attune"));
+
+  // An older file is not migrated behind its owner's back: merging is read-only.
+  const fs::path older = dir.path() / "older.db";
+  create_schema_for_test(older, 3);
+  const std::string older_bytes = read_bytes(older);
+  EXPECT_TRUE(contains(attune::testing::error_of<DbError>([&] { s.db.merge_from(older); }),
+                       "schema version 3; expected 4 (open it once with this attune to migrate it)"));
+  EXPECT_EQ(read_bytes(older), older_bytes);
 
   EXPECT_EQ(raw.dump(), before);
   EXPECT_TRUE(s.db.record_measurement(measurement(s.device, s.problem, s.variants[1], 1.0)));  // still usable
@@ -656,9 +791,9 @@ TEST(TuningDbTest, MergeOfManyShardsReportsEachAndRefusesABadOneBeforeWriting) {
   EXPECT_TRUE(contains(message, garbage.string())) << message;
   const fs::path newer = dir.path() / "shard-3.db";
   { const Seeded other(newer); }
-  RawDb(newer).exec("PRAGMA user_version = 4");
+  RawDb(newer).exec("PRAGMA user_version = 5");
   message = attune::testing::error_of<DbError>([&] { t.db.merge_from({shard0, newer, shard1}); });
-  EXPECT_TRUE(contains(message, newer.string()) && contains(message, "schema version 4; expected 3")) << message;
+  EXPECT_TRUE(contains(message, newer.string()) && contains(message, "schema version 5; expected 4")) << message;
   EXPECT_EQ(raw.dump(), before);
 
   const std::vector<MergeReport> reports = t.db.merge_from({shard0, shard1});

@@ -1,0 +1,90 @@
+// Score modifiers (docs/contract.md, "Score modifiers"): logit softcapping,
+// attention sinks and ALiBi, as compile-time features of the kernels.
+//
+// A kernel takes them as int template parameters after its dtype (kSoftcap,
+// kSinks, kAlibi): 0 compiles the modifier out, so a variant without it is
+// the code it was before modifiers existed; 1 compiles it in. The emulator
+// instantiates each kernel once with kAtRunTime (-1), where a modifier is on
+// when its parameter is set, so the emulator runs every combination without
+// multiplying its instantiations.
+#pragma once
+
+#include "templates/numerics.cuh"
+
+namespace attune {
+
+// The modifiers' values of one call (device memory), in natural-log units as
+// the contract states them.
+struct ScoreModParams {
+  float softcap;              // c > 0; 0: off
+  const float* sinks;         // [Hq] sink logits; null: off
+  const float* alibi_slopes;  // [B, Hq] or [Hq]; null: off
+  i64 alibi_batch_stride;     // Hq for [B, Hq], 0 for [Hq]
+};
+
+inline constexpr int kAtRunTime = -1;
+
+template <int kSoftcap, int kSinks, int kAlibi>
+struct ScoreMods {
+  // Whether the code of a modifier is compiled in at all.
+  static constexpr bool kMaySoftcap = kSoftcap != 0;
+  static constexpr bool kMaySinks = kSinks != 0;
+  static constexpr bool kMayAlibi = kAlibi != 0;
+  // Whether it is on for these params (constant unless kAtRunTime).
+  ATTUNE_DEVICE static bool softcap(const ScoreModParams& p) {
+    return kSoftcap == kAtRunTime ? p.softcap > 0.0f : kSoftcap != 0;
+  }
+  ATTUNE_DEVICE static bool sinks(const ScoreModParams& p) {
+    return kSinks == kAtRunTime ? p.sinks != nullptr : kSinks != 0;
+  }
+  ATTUNE_DEVICE static bool alibi(const ScoreModParams& p) {
+    return kAlibi == kAtRunTime ? p.alibi_slopes != nullptr : kAlibi != 0;
+  }
+};
+
+using NoScoreMods = ScoreMods<0, 0, 0>;
+
+// What a block's score step needs of the modifiers, in base 2 (the kernels'
+// units): the softcap factors, and where the slopes and sinks of its rows'
+// heads start (block row r belongs to head head0 + r % pack).
+struct BlockScoreMods {
+  bool softcap;
+  bool sinks;
+  bool alibi;
+  float softcap_in;    // scale / c: raw score to the tanh argument
+  float softcap_out;   // c log2(e): tanh back to a base-2 logit
+  const float* slope;  // alibi_slopes of (batch, head0)
+  const float* sink;   // sinks of head0
+};
+
+template <class Mods>
+ATTUNE_DEVICE BlockScoreMods block_score_mods(const ScoreModParams& p, float scale_log2, i32 batch, i32 head0) {
+  BlockScoreMods b{Mods::softcap(p), Mods::sinks(p), Mods::alibi(p), 0.0f, 0.0f, nullptr, nullptr};
+  if (b.softcap) {
+    b.softcap_in = scale_log2 / (p.softcap * kLog2e);
+    b.softcap_out = p.softcap * kLog2e;
+  }
+  if (b.alibi) b.slope = p.alibi_slopes + batch * p.alibi_batch_stride + head0;
+  if (b.sinks) b.sink = p.sinks + head0;
+  return b;
+}
+
+// The ALiBi bias's magnitude in log2 units: slope log2(e) x |distance|,
+// distance = i + Sk - Sq - j (the key's offset from the row's diagonal).
+ATTUNE_DEVICE float alibi_penalty(float slope_log2, i64 distance) {
+  return slope_log2 * static_cast<float>(distance < 0 ? -distance : distance);
+}
+
+// One raw score q.k as a base-2 logit: scaled (or softcapped), then the
+// ALiBi bias -slope |distance| in log2 units (`slope_log2` = slope log2 e,
+// `distance` = i + Sk - Sq - j). Softcap comes first (the contract's order).
+template <class Mods>
+ATTUNE_DEVICE float modified_logit(float raw, const BlockScoreMods& mods, float scale_log2, float slope_log2,
+                                   i64 distance) {
+  float x = raw * scale_log2;
+  if (Mods::kMaySoftcap && mods.softcap) x = dev::tanh_approx(raw * mods.softcap_in) * mods.softcap_out;
+  if (Mods::kMayAlibi && mods.alibi) x -= alibi_penalty(slope_log2, distance);
+  return x;
+}
+
+}  // namespace attune
