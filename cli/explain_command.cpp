@@ -26,6 +26,8 @@ CLI::App* add_explain_command(CLI::App& app, ExplainOptions& o) {
   cmd->add_option("--op", o.op, "fwd, bwd, or decode (split-KV over a KV cache of --seqlen-k keys)")
       ->capture_default_str();
   cmd->add_option("--splits", o.splits, "decode: a split count to use instead of the dispatcher's");
+  cmd->add_option("--modifiers", o.modifiers, "Score modifiers: none, or softcap, sinks, alibi joined by '+'");
+  cmd->add_option("--softcap", o.softcap, "Softcap c (implies the softcap modifier)");
   return cmd;
 }
 
@@ -39,7 +41,10 @@ void run_explain(const ExplainOptions& o) {
   const std::vector<int64_t> k = {o.batch, o.seqlen_k, o.heads_kv, o.dk};
   const std::vector<int64_t> v = {o.batch, o.seqlen_k, o.heads_kv, o.dv};
   const AttentionProblem problem =
-      make_problem(q, k, v, {.dtype = parse_dtype_flag(o.dtype), .mask = parse_mask(o.causal, o.window)});
+      make_problem(q, k, v,
+                   {.dtype = parse_dtype_flag(o.dtype),
+                    .mask = parse_mask(o.causal, o.window),
+                    .modifiers = parse_modifiers(o.modifiers, o.softcap)});
   const std::optional<tuning_db::TuningDb> db = open_db_for_dispatch(o.db_path);
   const std::optional<DbTunedSource> tuned = db ? std::optional<DbTunedSource>(std::in_place, *db) : std::nullopt;
   const Runtime runtime({.backend = *backend, .device = o.device, .tuned = tuned ? &*tuned : nullptr});

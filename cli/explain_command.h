@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <optional>
 #include <string>
 
 namespace attune::cli {
@@ -15,6 +16,8 @@ struct ExplainOptions {
   std::string db_path;
   std::string op = "fwd";  // fwd, bwd or decode (--seqlen-k is then the cache length)
   int splits = 0;          // decode: as asked; 0: the dispatcher's
+  std::string modifiers;   // score modifiers: none, or softcap, sinks, alibi joined by '+'
+  std::optional<double> softcap;
 };
 
 CLI::App* add_explain_command(CLI::App& app, ExplainOptions& options);

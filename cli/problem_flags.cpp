@@ -51,6 +51,21 @@ Mask parse_mask(const std::string& causal, const std::string& window) {
   return Mask::window(left, right);
 }
 
+ScoreModifiers parse_modifiers(const std::string& names, std::optional<double> softcap) {
+  std::uint8_t bits = 0;
+  if (!names.empty()) {
+    const std::optional<std::uint8_t> parsed = parse_modifier_names(names);
+    if (!parsed) bad_flag("--modifiers", names, "none, or softcap, sinks and alibi joined by '+', e.g. softcap+sinks");
+    bits = *parsed;
+  }
+  if (softcap) bits |= kModSoftcap;
+  ScoreModifiers m;
+  if ((bits & kModSoftcap) != 0) m.softcap = softcap.value_or(30.0);
+  m.sinks = (bits & kModSinks) != 0;
+  m.alibi = (bits & kModAlibi) != 0 ? AlibiSlopes::kPerHead : AlibiSlopes::kNone;
+  return m;
+}
+
 std::optional<tuning_db::TuningDb> open_db_for_dispatch(const std::string& flag) {
   if (!flag.empty()) return tuning_db::TuningDb::open(flag);
   const std::filesystem::path path = tuning_db::TuningDb::default_path();

@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "cli/problem_flags.h"
 #include "core/error.h"
 #include "generator/variants.h"
 #include "runtime/jit/nvrtc_compiler.h"
@@ -24,6 +25,8 @@ VariantsCommands add_variants_command(CLI::App& app, VariantsOptions& o) {
   list->add_option("--dv", o.dv, "Head dim of V (1..256)")->required()->check(CLI::Range(1, 256));
   list->add_option("--arch", o.arch, "GPU architecture: " + known_archs())->capture_default_str();
   list->add_flag("--compile", o.compile, "Compile each variant with NVRTC and print its resources");
+  list->add_option("--modifiers", o.modifiers,
+                   "Score modifiers compiled in: none, or softcap, sinks, alibi joined by '+'");
   list->add_option("--jobs", o.jobs, "Parallel compiles (default: one per core)")->check(CLI::Range(0, 256));
 
   CLI::App* profile =
@@ -49,10 +52,11 @@ void run_variants_list(const VariantsOptions& o) {
   const auto dtype = parse_dtype(o.dtype);
   if (!dtype) throw InvalidArgument("--dtype: got '" + o.dtype + "'; expected fp16 or bf16");
   const ArchLimits arch = require_arch(o.arch);
-  const std::vector<Variant> variants = enumerate_variants(o.op, *dtype, o.dk, o.dv, arch);
+  const std::vector<Variant> variants =
+      enumerate_variants(o.op, *dtype, o.dk, o.dv, arch, modifier_bits(parse_modifiers(o.modifiers, std::nullopt)));
   if (!o.compile) {
-    std::printf("%-44s %8s %12s\n", "variant", "threads", "smem_bytes");
-    for (const Variant& v : variants) std::printf("%-44s %8d %12d\n", v.id().c_str(), v.threads(), v.shared_bytes());
+    std::printf("%-60s %8s %12s\n", "variant", "threads", "smem_bytes");
+    for (const Variant& v : variants) std::printf("%-60s %8d %12d\n", v.id().c_str(), v.threads(), v.shared_bytes());
     std::printf("%zu variants of %s for %s, Dk %d, Dv %d on %s\n", variants.size(), o.op.c_str(),
                 std::string(to_string(*dtype)).c_str(), o.dk, o.dv, arch.name.c_str());
     return;

@@ -20,7 +20,8 @@ struct VariantsOptions {
   int dv = 0;
   std::string arch = "sm_90a";
   bool compile = false;
-  int jobs = 0;  // 0: one per core
+  int jobs = 0;           // 0: one per core
+  std::string modifiers;  // list: the score modifiers compiled in (none, softcap+sinks, ...)
 };
 
 struct VariantsCommands {

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <limits>
 #include <memory>
 #include <random>
 #include <string>
@@ -21,6 +22,7 @@ namespace {
 struct BackwardInputs {
   std::vector<std::uint16_t> q, k, v, o, d_o;
   std::vector<float> lse;
+  ModifierInputs modifiers;
 };
 
 BackwardInputs random_inputs(const AttentionProblem& p, unsigned seed) {
@@ -30,19 +32,25 @@ BackwardInputs random_inputs(const AttentionProblem& p, unsigned seed) {
   in.k = random_bits(k_extent(p), p.dtype, rng);
   in.v = random_bits(v_extent(p), p.dtype, rng);
   in.d_o = random_bits(o_extent(p), p.dtype, rng);
+  in.modifiers = modifier_inputs(p, rng);
   in.o.resize(static_cast<std::size_t>(o_extent(p)));
   in.lse.resize(static_cast<std::size_t>(lse_extent(p)));
   return in;
 }
 
-// The gradients the kernels store, staged through device memory on cuda.
+// The gradients the kernels store (dsink with sinks), staged through device
+// memory on cuda. Outputs start as NaN, so one left unwritten fails the gate.
 ReferenceGradients run_backward(Runtime& runtime, const Task& task, const AttentionProblem& p,
                                 const BackwardInputs& in) {
   std::vector<std::uint16_t> dq(in.q.size(), 0xFFFF), dk(in.k.size(), 0xFFFF), dv(in.v.size(), 0xFFFF);
+  std::vector<float> dsink(p.modifiers.sinks ? static_cast<std::size_t>(p.heads_q) : 0,
+                           std::numeric_limits<float>::quiet_NaN());
   if (runtime.backend() == Backend::kEmu) {
+    const ModifierTensors mods = in.modifiers.host();
     runtime.backward_variant(task.variant, p,
                              {in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.d_o.data(), in.lse.data(),
-                              dq.data(), dk.data(), dv.data()});
+                              dq.data(), dk.data(), dv.data(), mods.sinks, mods.alibi_slopes,
+                              dsink.empty() ? nullptr : dsink.data()});
   } else {
     cuda::Driver& driver = cuda::Driver::get();
     cuda::DeviceBuffers d(driver, {{in.q.data(), in.q.size() * 2},
@@ -54,18 +62,22 @@ ReferenceGradients run_backward(Runtime& runtime, const Task& task, const Attent
                                    {nullptr, dq.size() * 2},
                                    {nullptr, dk.size() * 2},
                                    {nullptr, dv.size() * 2}});
-    runtime.backward_variant(
-        task.variant, p,
-        {d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), static_cast<const float*>(d.at(5)), d.at(6), d.at(7), d.at(8)});
+    const DeviceModifiers mods(driver, in.modifiers, dsink.size());
+    if (!dsink.empty()) driver.copy_to_device(mods.dsink(), dsink.data(), dsink.size() * sizeof(float));
+    runtime.backward_variant(task.variant, p,
+                             {d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), static_cast<const float*>(d.at(5)), d.at(6),
+                              d.at(7), d.at(8), mods.sinks(), mods.alibi_slopes(), mods.dsink()});
     driver.synchronize(nullptr);
     driver.copy_to_host(dq.data(), d.at(6), dq.size() * 2);
     driver.copy_to_host(dk.data(), d.at(7), dk.size() * 2);
     driver.copy_to_host(dv.data(), d.at(8), dv.size() * 2);
+    if (!dsink.empty()) driver.copy_to_host(dsink.data(), mods.dsink(), dsink.size() * sizeof(float));
   }
   ReferenceGradients g;
   for (std::uint16_t b : dq) g.dq.push_back(bits_to_float(p.dtype, b));
   for (std::uint16_t b : dk) g.dk.push_back(bits_to_float(p.dtype, b));
   for (std::uint16_t b : dv) g.dv.push_back(bits_to_float(p.dtype, b));
+  g.dsink.assign(dsink.begin(), dsink.end());
   return g;
 }
 
@@ -77,16 +89,17 @@ bool passes_backward_gate(Runtime& runtime, const Task& task, double* max_error,
   const AttentionProblem& full = task.problem;
   const std::int64_t s = std::min<std::int64_t>(full.seqlen_q, 77);
   const std::int64_t h = std::min<std::int64_t>(full.heads_kv, 2);
-  const AttentionProblem p = make_problem(std::vector<std::int64_t>{1, s, h * full.group_size(), full.head_dim_k},
-                                          std::vector<std::int64_t>{1, s + 13, h, full.head_dim_k},
-                                          std::vector<std::int64_t>{1, s + 13, h, full.head_dim_v},
-                                          {.dtype = full.dtype, .mask = full.mask, .scale = full.scale});
+  const AttentionProblem p = make_problem(
+      std::vector<std::int64_t>{1, s, h * full.group_size(), full.head_dim_k},
+      std::vector<std::int64_t>{1, s + 13, h, full.head_dim_k}, std::vector<std::int64_t>{1, s + 13, h, full.head_dim_v},
+      {.dtype = full.dtype, .mask = full.mask, .scale = full.scale, .modifiers = full.modifiers});
   BackwardInputs in = random_inputs(p, 7);
-  const ReferenceOutput fwd = reference_forward(p, in.q.data(), in.k.data(), in.v.data());
+  const ModifierTensors mods = in.modifiers.host();
+  const ReferenceOutput fwd = reference_forward(p, in.q.data(), in.k.data(), in.v.data(), mods);
   for (std::size_t i = 0; i < in.o.size(); ++i) in.o[i] = float_to_bits(p.dtype, static_cast<float>(fwd.o[i]));
   for (std::size_t i = 0; i < in.lse.size(); ++i) in.lse[i] = static_cast<float>(fwd.lse[i]);
   const ReferenceGradients got = run_backward(runtime, task, p, in);
-  const ReferenceGradients want = reference_backward(p, in.q.data(), in.k.data(), in.v.data(), in.d_o.data());
+  const ReferenceGradients want = reference_backward(p, in.q.data(), in.k.data(), in.v.data(), in.d_o.data(), mods);
   const ReferenceGradients naive = naive_storage_backward(p, in.q.data(), in.k.data(), in.v.data(), in.d_o.data());
   const GradientErrors e = gradient_errors(got, want);
   *max_error = std::max({e.dq, e.dk, e.dv});
@@ -97,19 +110,25 @@ Timing time_backward(Runtime& runtime, const Task& task, const TuneOptions& o) {
   const AttentionProblem& p = task.problem;
   BackwardInputs sets[2] = {random_inputs(p, 1), random_inputs(p, 2)};
   std::vector<std::uint16_t> dq(sets[0].q.size()), dk(sets[0].k.size()), dv(sets[0].v.size());
+  std::vector<float> dsink(p.modifiers.sinks ? static_cast<std::size_t>(p.heads_q) : 0);
   if (runtime.backend() == Backend::kEmu) {
     for (BackwardInputs& in : sets) {
-      runtime.forward(p, {in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.lse.data()});
+      const ModifierTensors mods = in.modifiers.host();
+      runtime.forward(p, {in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.lse.data(), mods.sinks,
+                          mods.alibi_slopes});
     }
     return time_runs(runtime, o, [&](int set) {
       const BackwardInputs& in = sets[set];
+      const ModifierTensors mods = in.modifiers.host();
       runtime.backward_variant(task.variant, p,
                                {in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.d_o.data(), in.lse.data(),
-                                dq.data(), dk.data(), dv.data()});
+                                dq.data(), dk.data(), dv.data(), mods.sinks, mods.alibi_slopes,
+                                dsink.empty() ? nullptr : dsink.data()});
     });
   }
   cuda::Driver& driver = cuda::Driver::get();
   std::vector<std::unique_ptr<cuda::DeviceBuffers>> device;
+  std::vector<std::unique_ptr<DeviceModifiers>> device_mods;
   for (const BackwardInputs& in : sets) {
     device.push_back(std::make_unique<cuda::DeviceBuffers>(
         driver, std::vector<cuda::DeviceBuffers::Spec>{{in.q.data(), in.q.size() * 2},
@@ -121,16 +140,19 @@ Timing time_backward(Runtime& runtime, const Task& task, const TuneOptions& o) {
                                                        {nullptr, dq.size() * 2},
                                                        {nullptr, dk.size() * 2},
                                                        {nullptr, dv.size() * 2}}));
+    device_mods.push_back(std::make_unique<DeviceModifiers>(driver, in.modifiers, dsink.size()));
     const cuda::DeviceBuffers& d = *device.back();
+    const DeviceModifiers& m = *device_mods.back();
     // O and LSE from the forward, so the backward's exponentials are the real ones.
-    runtime.forward(p, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(5))});
+    runtime.forward(p, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(5)), m.sinks(), m.alibi_slopes()});
   }
   driver.synchronize(nullptr);
   return time_runs(runtime, o, [&](int set) {
     const cuda::DeviceBuffers& d = *device[static_cast<std::size_t>(set)];
-    runtime.backward_variant(
-        task.variant, p,
-        {d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), static_cast<const float*>(d.at(5)), d.at(6), d.at(7), d.at(8)});
+    const DeviceModifiers& m = *device_mods[static_cast<std::size_t>(set)];
+    runtime.backward_variant(task.variant, p,
+                             {d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), static_cast<const float*>(d.at(5)), d.at(6),
+                              d.at(7), d.at(8), m.sinks(), m.alibi_slopes(), m.dsink()});
   });
 }
 

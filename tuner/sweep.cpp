@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <mutex>
@@ -76,6 +77,25 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
         throw InvalidArgument("masks: got '" + item + "'; expected none, causal or causal-top-left");
       }
     }
+  } else if (axis == "modifiers") {
+    spec.modifiers.clear();
+    for (const std::string& item : items) {
+      const std::optional<std::uint8_t> bits = parse_modifier_names(item);
+      if (!bits) {
+        throw InvalidArgument("modifiers: got '" + item +
+                              "'; expected none, or softcap, sinks and alibi joined by '+' (e.g. softcap+sinks)");
+      }
+      spec.modifiers.push_back(*bits);
+    }
+  } else if (axis == "softcap") {
+    double c = 0;
+    const std::string& text = items.front();
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), c);
+    if (items.size() != 1 || error != std::errc() || end != text.data() + text.size() || !std::isfinite(c) ||
+        c <= 0) {
+      throw InvalidArgument("softcap: got '" + values + "'; expected one positive number, e.g. 30");
+    }
+    spec.softcap = c;
   } else if (axis == "seqlens") {
     spec.seqlens.clear();
     for (const std::string& item : items) spec.seqlens.push_back(positive(axis, item));
@@ -120,8 +140,8 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
   } else {
     throw InvalidArgument(
         "sweep axis: got '" + axis +
-        "'; expected dtypes, head_dims, masks, seqlens, batch_heads, max_variants, order, op, queries, "
-        "gqa or splits");
+        "'; expected dtypes, head_dims, masks, modifiers, softcap, seqlens, batch_heads, max_variants, order, op, "
+        "queries, gqa or splits");
   }
 }
 
@@ -165,8 +185,11 @@ Shard parse_shard(const std::string& text) {
 namespace {
 
 // The speed model's bound of a variant on the architecture, remembered per
-// (variant, dtype, arch): the emulation behind it is the expensive part.
-double predicted_tflops(const Variant& v, DType dtype, const ArchLimits& arch) {
+// (variant, dtype, arch): the emulation behind it is the expensive part. The
+// model emulates the tiles without score modifiers (they add the same
+// per-score work to every variant), so it ranks `v` as its modifier-free twin.
+double predicted_tflops(Variant v, DType dtype, const ArchLimits& arch) {
+  v.modifiers = 0;
   static std::mutex mutex;
   static std::map<std::string, double> known;
   const std::string key = v.id() + "/" + std::string(to_string(dtype)) + "/" + arch.name;
@@ -181,12 +204,13 @@ double predicted_tflops(const Variant& v, DType dtype, const ArchLimits& arch) {
   return known.emplace(key, tflops).first->second;
 }
 
-// The variants of a problem class: all of them, or max_variants of them
-// (spread over the list, or the model's best), the heuristic's always among
-// them. With the model's order the list comes best first.
-std::vector<Variant> sweep_variants(const SweepSpec& spec, DType dtype, int d, const ArchLimits& arch,
-                                    const Variant& heuristic) {
-  std::vector<Variant> variants = enumerate_variants(spec.op, dtype, d, d, arch);
+// The variants of a problem class (with its modifier bits compiled in): all
+// of them, or max_variants of them (spread over the list, or the model's
+// best), the heuristic's always among them. With the model's order the list
+// comes best first.
+std::vector<Variant> sweep_variants(const SweepSpec& spec, DType dtype, int d, std::uint8_t modifiers,
+                                    const ArchLimits& arch, const Variant& heuristic) {
+  std::vector<Variant> variants = enumerate_variants(spec.op, dtype, d, d, arch, modifiers);
   if (spec.order == "model") {
     std::vector<std::pair<double, Variant>> ranked;
     ranked.reserve(variants.size());
@@ -218,7 +242,8 @@ std::vector<Variant> sweep_variants(const SweepSpec& spec, DType dtype, int d, c
 void add_decode_tasks(const SweepSpec& spec, const AttentionProblem& problem, const ArchLimits& arch, int sm_count,
                       std::vector<Task>& tasks) {
   const int d = static_cast<int>(problem.head_dim_k);
-  for (const Variant& v : sweep_variants(spec, problem.dtype, d, arch, heuristic_decode_variant(problem, arch))) {
+  for (const Variant& v : sweep_variants(spec, problem.dtype, d, modifier_bits(problem.modifiers), arch,
+                                         heuristic_decode_variant(problem, arch))) {
     std::vector<int> counts;
     for (int splits : spec.splits) {
       const int n = splits > 0 ? splits : heuristic_splits(problem, v, sm_count);
@@ -234,31 +259,40 @@ Op task_op(const Task& task) { return task.op; }
 
 std::string task_variant_id(const Task& task) { return tuned_id(task.variant, task.splits); }
 
+ScoreModifiers sweep_modifiers(std::uint8_t bits, double softcap) {
+  return {.softcap = (bits & kModSoftcap) != 0 ? softcap : 0,
+          .sinks = (bits & kModSinks) != 0,
+          .alibi = (bits & kModAlibi) != 0 ? AlibiSlopes::kPerHead : AlibiSlopes::kNone};
+}
+
 std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shard, int sm_count) {
   const bool decode = spec.op == "decode";
   std::vector<Task> tasks;
   for (DType dtype : spec.dtypes) {
     for (int d : spec.head_dims) {
       for (const Mask& mask : spec.masks) {
-        for (std::int64_t s : spec.seqlens) {
-          for (const auto& [b, h] : spec.batch_heads) {
-            if (!decode) {
-              const AttentionProblem problem =
-                  make_problem(std::vector<std::int64_t>{b, s, h, d}, std::vector<std::int64_t>{b, s, h, d},
-                               std::vector<std::int64_t>{b, s, h, d}, {.dtype = dtype, .mask = mask});
-              const Op op = parse_op(spec.op).value_or(Op::kForward);
-              const Variant heuristic = heuristic_variant(spec.op, dtype, d, d, arch);
-              for (const Variant& v : sweep_variants(spec, dtype, d, arch, heuristic)) {
-                tasks.push_back({problem, v, 0, op});
+        for (std::uint8_t bits : spec.modifiers) {
+          const ProblemOptions options{.dtype = dtype, .mask = mask, .modifiers = sweep_modifiers(bits, spec.softcap)};
+          for (std::int64_t s : spec.seqlens) {
+            for (const auto& [b, h] : spec.batch_heads) {
+              if (!decode) {
+                const AttentionProblem problem =
+                    make_problem(std::vector<std::int64_t>{b, s, h, d}, std::vector<std::int64_t>{b, s, h, d},
+                                 std::vector<std::int64_t>{b, s, h, d}, options);
+                const Op op = parse_op(spec.op).value_or(Op::kForward);
+                const Variant heuristic = heuristic_variant(spec.op, dtype, d, d, arch, bits);
+                for (const Variant& v : sweep_variants(spec, dtype, d, bits, arch, heuristic)) {
+                  tasks.push_back({problem, v, 0, op});
+                }
+                continue;
               }
-              continue;
-            }
-            for (std::int64_t sq : spec.queries) {
-              // h KV heads, each read by `gqa` query heads; a full cache of s keys.
-              const AttentionProblem problem =
-                  make_problem(std::vector<std::int64_t>{b, sq, h * spec.gqa, d}, std::vector<std::int64_t>{b, s, h, d},
-                               std::vector<std::int64_t>{b, s, h, d}, {.dtype = dtype, .mask = mask});
-              add_decode_tasks(spec, problem, arch, sm_count, tasks);
+              for (std::int64_t sq : spec.queries) {
+                // h KV heads, each read by `gqa` query heads; a full cache of s keys.
+                const AttentionProblem problem = make_problem(std::vector<std::int64_t>{b, sq, h * spec.gqa, d},
+                                                              std::vector<std::int64_t>{b, s, h, d},
+                                                              std::vector<std::int64_t>{b, s, h, d}, options);
+                add_decode_tasks(spec, problem, arch, sm_count, tasks);
+              }
             }
           }
         }

@@ -1,5 +1,6 @@
-// What a tuning sweep covers: problems (dtypes x head dims x masks x
-// sequence lengths x batch-heads) and, for each, the variants to time.
+// What a tuning sweep covers: problems (dtypes x head dims x masks x score
+// modifiers x sequence lengths x batch-heads) and, for each, the variants to
+// time.
 //
 // Sweep file (attune tune --sweep FILE): one `name = values` line per axis,
 // values separated by commas, `#` starts a comment; axes left out keep their
@@ -7,6 +8,8 @@
 //   dtypes      = bf16, fp16
 //   head_dims   = 64, 128            # Dk = Dv
 //   masks       = none, causal       # causal: bottom-right
+//   modifiers   = none, softcap, sinks+alibi  # score modifier sets, each tuned under its own key
+//   softcap     = 30                 # c of the problems with softcap
 //   seqlens     = 128, 1024          # Sq = Sk
 //   batch_heads = 1x8, 4x16          # B x H (H query heads = kv heads; decode: H kv heads)
 //   max_variants = 8                 # per problem class, spread over the list; 0: all
@@ -35,6 +38,10 @@ struct SweepSpec {
   std::vector<DType> dtypes = {DType::kBF16};
   std::vector<int> head_dims = {64};
   std::vector<Mask> masks = {Mask::none()};
+  // Score modifier sets as bits (kModSoftcap | kModSinks | kModAlibi; 0:
+  // none). A problem with ALiBi has slopes per query head ([Hq]).
+  std::vector<std::uint8_t> modifiers = {0};
+  double softcap = 30;  // c of the problems whose set has softcap
   std::vector<std::int64_t> seqlens = {128};
   std::vector<std::pair<std::int64_t, std::int64_t>> batch_heads = {{1, 2}};
   int max_variants = 0;
@@ -70,8 +77,13 @@ struct Task {
 Op task_op(const Task& task);
 std::string task_variant_id(const Task& task);
 
+// The score modifiers of a sweep problem using the set `bits`: softcap
+// `softcap`, sinks, ALiBi slopes per query head.
+ScoreModifiers sweep_modifiers(std::uint8_t bits, double softcap);
+
 // Every (problem, variant[, split count]) of the sweep in a stable order, then
-// this shard's part. `sm_count`: what decode's heuristic split count fills.
+// this shard's part. Problems carry their modifier set, and their variants
+// compile it in. `sm_count`: what decode's heuristic split count fills.
 std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shard = {}, int sm_count = 132);
 
 // FLOPs of the forward pass: 4 * B * Hq * Dk * visible pairs (design brief).

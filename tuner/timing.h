@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "runtime/cuda/cuda_driver.h"
 #include "tuner/tuner.h"
 
 namespace attune::tuner {
@@ -25,6 +27,36 @@ Timing time_runs(Runtime& runtime, const TuneOptions& options, const std::functi
 
 // Normal random values rounded to the storage dtype, as bit patterns.
 std::vector<std::uint16_t> random_bits(std::int64_t count, DType dtype, std::mt19937& rng);
+
+// The score modifiers' tensors of a problem in host memory, each empty where
+// the problem does not use it: sinks [Hq] uniform in [-1, 2] (so some rows
+// lean on the sink and some hardly do), ALiBi slopes the standard geometric
+// 2^(-8 (h + 1) / Hq) per query head (the same for every sequence with [B, Hq]).
+struct ModifierInputs {
+  std::vector<float> sinks;
+  std::vector<float> alibi_slopes;
+  ModifierTensors host() const {
+    return {sinks.empty() ? nullptr : sinks.data(), alibi_slopes.empty() ? nullptr : alibi_slopes.data()};
+  }
+};
+ModifierInputs modifier_inputs(const AttentionProblem& problem, std::mt19937& rng);
+
+// The same in device memory on the cuda backend, and `dsink_elements` floats
+// for a backward's dsink output; nothing is allocated for a tensor the
+// problem does not use (its pointer stays null).
+class DeviceModifiers {
+ public:
+  DeviceModifiers(cuda::Driver& driver, const ModifierInputs& inputs, std::size_t dsink_elements = 0);
+  const float* sinks() const { return sinks_; }
+  const float* alibi_slopes() const { return alibi_slopes_; }
+  float* dsink() const { return dsink_; }
+
+ private:
+  std::unique_ptr<cuda::DeviceBuffers> buffers_;
+  const float* sinks_ = nullptr;
+  const float* alibi_slopes_ = nullptr;
+  float* dsink_ = nullptr;
+};
 
 // The backward task's parts of measure(): the gate against the fp64
 // reference backward with FlashAttention's gradient rule, and the timing

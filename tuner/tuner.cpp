@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <random>
 
 #include "core/error.h"
@@ -20,12 +21,17 @@ namespace {
 
 struct Inputs {
   std::vector<std::uint16_t> q, k, v;
+  ModifierInputs modifiers;
 };
 
 Inputs make_inputs(const AttentionProblem& p, unsigned seed) {
   std::mt19937 rng(seed);
-  return {random_bits(q_extent(p), p.dtype, rng), random_bits(k_extent(p), p.dtype, rng),
-          random_bits(v_extent(p), p.dtype, rng)};
+  Inputs in;
+  in.q = random_bits(q_extent(p), p.dtype, rng);
+  in.k = random_bits(k_extent(p), p.dtype, rng);
+  in.v = random_bits(v_extent(p), p.dtype, rng);
+  in.modifiers = modifier_inputs(p, rng);  // after Q, K, V: their values do not depend on the modifiers
+  return in;
 }
 
 // Launches the task's kernel (forward, or decode with its split count) on `p`.
@@ -42,7 +48,8 @@ ReferenceOutput run_once(Runtime& runtime, const Task& task, const AttentionProb
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(p)), 0xFFFF);
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)));
   if (runtime.backend() == Backend::kEmu) {
-    launch(runtime, task, p, {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()});
+    const ModifierTensors mods = in.modifiers.host();
+    launch(runtime, task, p, {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), mods.sinks, mods.alibi_slopes});
   } else {
     cuda::Driver& driver = cuda::Driver::get();
     cuda::DeviceBuffers d(driver, {{in.q.data(), in.q.size() * 2},
@@ -50,7 +57,9 @@ ReferenceOutput run_once(Runtime& runtime, const Task& task, const AttentionProb
                                    {in.v.data(), in.v.size() * 2},
                                    {o.data(), o.size() * 2},
                                    {nullptr, lse.size() * sizeof(float)}});
-    launch(runtime, task, p, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4))});
+    const DeviceModifiers mods(driver, in.modifiers);
+    launch(runtime, task, p,
+           {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4)), mods.sinks(), mods.alibi_slopes()});
     driver.synchronize(nullptr);
     driver.copy_to_host(o.data(), d.at(3), o.size() * 2);
     driver.copy_to_host(lse.data(), d.at(4), lse.size() * sizeof(float));
@@ -62,12 +71,14 @@ ReferenceOutput run_once(Runtime& runtime, const Task& task, const AttentionProb
   return out;
 }
 
-// The small instance the gate checks: the same problem class with odd sizes
-// and two (KV) heads at most. Decode keeps its query rows and group size and
-// a cache long enough that several splits have keys and the last ones may not.
+// The small instance the gate checks: the same problem class (its score
+// modifiers too) with odd sizes and two (KV) heads at most. Decode keeps its
+// query rows and group size and a cache long enough that several splits have
+// keys and the last ones may not.
 AttentionProblem gate_problem(const Task& task) {
   const AttentionProblem& full = task.problem;
-  const ProblemOptions options{.dtype = full.dtype, .mask = full.mask, .scale = full.scale};
+  const ProblemOptions options{
+      .dtype = full.dtype, .mask = full.mask, .scale = full.scale, .modifiers = full.modifiers};
   if (task.splits > 0) {
     const std::int64_t kv = std::min<std::int64_t>(full.heads_kv, 2);
     const std::int64_t sq = std::min<std::int64_t>(full.seqlen_q, 77);
@@ -89,7 +100,7 @@ bool passes_gate(Runtime& runtime, const Task& task, double* max_error, std::str
   const AttentionProblem p = gate_problem(task);
   const Inputs in = make_inputs(p, 7);
   const ReferenceOutput got = run_once(runtime, task, p, in);
-  const ReferenceOutput want = reference_forward(p, in.q.data(), in.k.data(), in.v.data());
+  const ReferenceOutput want = reference_forward(p, in.q.data(), in.k.data(), in.v.data(), in.modifiers.host());
   *max_error = accuracy_errors(got, want).o;
   return within_accuracy_rule(got, want, naive_storage_attention(p, in.q.data(), in.k.data(), in.v.data()), 2.0, why);
 }
@@ -103,11 +114,14 @@ Timing time_task(Runtime& runtime, const Task& task, const TuneOptions& o) {
   if (runtime.backend() == Backend::kEmu) {
     return time_runs(runtime, o, [&](int set) {
       const Inputs& in = sets[set];
-      launch(runtime, task, p, {in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data()});
+      const ModifierTensors mods = in.modifiers.host();
+      launch(runtime, task, p,
+             {in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data(), mods.sinks, mods.alibi_slopes});
     });
   }
   cuda::Driver& driver = cuda::Driver::get();
   std::vector<std::unique_ptr<cuda::DeviceBuffers>> device;
+  std::vector<std::unique_ptr<DeviceModifiers>> mods;
   for (const Inputs& in : sets) {
     device.push_back(std::make_unique<cuda::DeviceBuffers>(
         driver, std::vector<cuda::DeviceBuffers::Spec>{{in.q.data(), in.q.size() * 2},
@@ -115,10 +129,13 @@ Timing time_task(Runtime& runtime, const Task& task, const TuneOptions& o) {
                                                        {in.v.data(), in.v.size() * 2},
                                                        {nullptr, out.size() * 2},
                                                        {nullptr, lse.size() * sizeof(float)}}));
+    mods.push_back(std::make_unique<DeviceModifiers>(driver, in.modifiers));
   }
   return time_runs(runtime, o, [&](int set) {
     const cuda::DeviceBuffers& d = *device[static_cast<std::size_t>(set)];
-    launch(runtime, task, p, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4))});
+    const DeviceModifiers& m = *mods[static_cast<std::size_t>(set)];
+    launch(runtime, task, p,
+           {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4)), m.sinks(), m.alibi_slopes()});
   });
 }
 
@@ -129,6 +146,35 @@ std::vector<std::uint16_t> random_bits(std::int64_t count, DType dtype, std::mt1
   std::vector<std::uint16_t> out(static_cast<std::size_t>(count));
   for (auto& x : out) x = float_to_bits(dtype, normal(rng));
   return out;
+}
+
+ModifierInputs modifier_inputs(const AttentionProblem& p, std::mt19937& rng) {
+  ModifierInputs m;
+  if (p.modifiers.sinks) {
+    std::uniform_real_distribution<float> uniform(-1.0F, 2.0F);
+    m.sinks.resize(static_cast<std::size_t>(p.heads_q));
+    for (float& sink : m.sinks) sink = uniform(rng);
+  }
+  const std::int64_t slopes = alibi_extent(p);
+  m.alibi_slopes.reserve(static_cast<std::size_t>(slopes));
+  for (std::int64_t i = 0; i < slopes; ++i) {
+    const auto h = static_cast<double>(i % p.heads_q);
+    m.alibi_slopes.push_back(static_cast<float>(std::exp2(-8.0 * (h + 1) / static_cast<double>(p.heads_q))));
+  }
+  return m;
+}
+
+DeviceModifiers::DeviceModifiers(cuda::Driver& driver, const ModifierInputs& in, std::size_t dsink_elements) {
+  std::vector<cuda::DeviceBuffers::Spec> specs;
+  if (!in.sinks.empty()) specs.push_back({in.sinks.data(), in.sinks.size() * sizeof(float)});
+  if (!in.alibi_slopes.empty()) specs.push_back({in.alibi_slopes.data(), in.alibi_slopes.size() * sizeof(float)});
+  if (dsink_elements > 0) specs.push_back({nullptr, dsink_elements * sizeof(float)});
+  if (specs.empty()) return;
+  buffers_ = std::make_unique<cuda::DeviceBuffers>(driver, specs);
+  std::size_t next = 0;
+  if (!in.sinks.empty()) sinks_ = static_cast<const float*>(buffers_->at(next++));
+  if (!in.alibi_slopes.empty()) alibi_slopes_ = static_cast<const float*>(buffers_->at(next++));
+  if (dsink_elements > 0) dsink_ = static_cast<float*>(buffers_->at(next));
 }
 
 Timing time_runs(Runtime& runtime, const TuneOptions& o, const std::function<void(int)>& run) {
