@@ -206,15 +206,38 @@ ATTUNE_DEVICE TileRange query_tiles(const MaskParams& mask, i64 key0, i64 q_len,
   return r;
 }
 
-// What attend_keys needs of the problem beyond the tiles: the mask, the
-// scale, and the modifiers of the step's query head (its ALiBi slope in
-// log2 units).
+// What attend_keys needs of the problem beyond the tiles: the mask and the
+// scale, and with modifiers compiled in (kWithMods) the modifiers of the
+// step's query head (its ALiBi slope in log2 units). Without them it is the
+// struct it was before modifiers existed: those variants compile as before.
+template <bool kWithMods>
 struct KeyMask {
+  MaskParams mask;
+  float scale_log2;
+};
+
+template <>
+struct KeyMask<true> {
   MaskParams mask;
   float scale_log2;
   BlockScoreMods mods;
   float slope_log2;
 };
+
+template <class Mods>
+ATTUNE_DEVICE KeyMask<Mods::kMaySoftcap || Mods::kMayAlibi> key_mask_of(const FlashBwdParams& p, i32 batch) {
+  if constexpr (Mods::kMaySoftcap || Mods::kMayAlibi) {
+    return {p.mask, p.scale_log2, block_score_mods<Mods>(p.mods, p.scale_log2, batch, 0), 0.0f};
+  } else {
+    return {p.mask, p.scale_log2};
+  }
+}
+
+// The mask of one step's query head: with ALiBi, that head's slope.
+ATTUNE_DEVICE KeyMask<true> for_head(KeyMask<true> m, i64 head) {
+  if (m.mods.alibi) m.slope_log2 = dev::load_global(m.mods.slope + head) * kLog2e;
+  return m;
+}
 
 // S^T = K Q^T and dP^T = V dO^T for this warp's keys and queries, then
 // P^T = 2^(S^T scale_log2 - LSE_log2) (0 where masked) and
@@ -222,8 +245,9 @@ struct KeyMask {
 // storage dtype.
 template <class Config, bool kMasked>
 ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, const u16* do_s, const float* lse_s,
-                               const float* d_s, u16* p_s, u16* ds_s, const KeyMask& m, i64 row0, i64 key0, i64 q_len,
-                               i64 k_len) {
+                               const float* d_s, u16* p_s, u16* ds_s,
+                               const KeyMask<Config::Mods::kMaySoftcap || Config::Mods::kMayAlibi>& m, i64 row0,
+                               i64 key0, i64 q_len, i64 k_len) {
   using D = typename Config::DType;
   using KvTile = typename Config::KvTile;
   using QTile = typename Config::QTile;
@@ -274,6 +298,15 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
       const i32 query = warp_query0 + qt * 8 + frag::acc_col(lane, c);
       const float lse = dev::load_shared(lse_s + query);
       const float row_d = dev::load_shared(d_s + query);
+      // ALiBi: the distance i + Sk - Sq - j of this thread's first key j
+      // (each element's is an offset from it, as in the forward).
+      float distance0 = 0.0f;
+      if constexpr (Mods::kMayAlibi) {
+        if (m.mods.alibi) {
+          distance0 = static_cast<float>(static_cast<i32>(row0 + query + k_len - q_len - key0 - warp_key0) -
+                                         frag::acc_row(lane, 0));
+        }
+      }
       // The row's visible keys relative to this warp's first key, clamped
       // to the warp's keys: 32-bit compares per element.
       i32 begin = 0;
@@ -290,22 +323,26 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
         for (int half = 0; half < 2; ++half) {
           const i32 key = kt * 16 + frag::acc_row(lane, half);
           const bool visible = !kMasked || (key >= begin && key < end);
-          // The forward's logit, modifiers included; t: the softcap's tanh.
-          const float raw = s[kt][qt][2 * half + c];
-          float x = raw * m.scale_log2;
-          float t = 0.0f;
-          if (Mods::kMaySoftcap && m.mods.softcap) {
-            t = dev::tanh_approx(raw * m.mods.softcap_in);
-            x = t * m.mods.softcap_out;
+          if constexpr (Mods::kMaySoftcap || Mods::kMayAlibi) {
+            // The forward's logit, modifiers included; t: the softcap's tanh.
+            const float raw = s[kt][qt][2 * half + c];
+            float x = raw * m.scale_log2;
+            float t = 0.0f;
+            if (m.mods.softcap) {
+              t = dev::tanh_approx(raw * m.mods.softcap_in);
+              x = t * m.mods.softcap_out;
+            }
+            if (m.mods.alibi) x -= alibi_penalty(m.slope_log2, distance0 - static_cast<float>(kt * 16 + 8 * half));
+            const float prob = visible ? dev::exp2_approx(x - lse) : 0.0f;
+            s[kt][qt][2 * half + c] = prob;
+            float ds = prob * (dp[kt][qt][2 * half + c] - row_d);
+            if (m.mods.softcap) ds *= 1.0f - t * t;  // d(c tanh(x / c)) / dx
+            dp[kt][qt][2 * half + c] = ds;
+          } else {  // the code as it was before modifiers, so variants without them compile to the same SASS
+            const float prob = visible ? dev::exp2_approx(s[kt][qt][2 * half + c] * m.scale_log2 - lse) : 0.0f;
+            s[kt][qt][2 * half + c] = prob;
+            dp[kt][qt][2 * half + c] = prob * (dp[kt][qt][2 * half + c] - row_d);
           }
-          if (Mods::kMayAlibi && m.mods.alibi) {
-            x -= alibi_penalty(m.slope_log2, row0 + query + k_len - q_len - (key0 + warp_key0 + key));
-          }
-          const float prob = visible ? dev::exp2_approx(x - lse) : 0.0f;
-          s[kt][qt][2 * half + c] = prob;
-          float ds = prob * (dp[kt][qt][2 * half + c] - row_d);
-          if (Mods::kMaySoftcap && m.mods.softcap) ds *= 1.0f - t * t;  // d(c tanh(x / c)) / dx
-          dp[kt][qt][2 * half + c] = ds;
         }
       }
     }
@@ -543,6 +580,8 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
   float* lse_s = reinterpret_cast<float*>(smem + Config::kHalfElems);
   float* d_s = lse_s + kStages * kBlockM;
   const bool vectorized = p.vectorized != 0;
+  // The modifiers of the batch's heads (slopes from head 0; each step reads its head's).
+  const auto key_mask = bwd_detail::key_mask_of<Mods>(p, batch);
 
   const auto issue = [&](i64 step) {
     if (step < steps) {
@@ -601,15 +640,21 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
       const u16* do_t = do_s + stage * Config::kQElems;
       const float* lse_t = lse_s + stage * kBlockM;
       const float* d_t = d_s + stage * kBlockM;
-      bwd_detail::KeyMask key_mask{p.mask, p.scale_log2,
-                                   block_score_mods<Mods>(p.mods, p.scale_log2, batch, static_cast<i32>(head)), 0.0f};
-      if (Mods::kMayAlibi && key_mask.mods.alibi) key_mask.slope_log2 = dev::load_global(key_mask.mods.slope) * kLog2e;
 
       // Every row of the tile sees every key of the block: no mask.
       const i64 last_row = row0 + kBlockM - 1 < seq.q_len - 1 ? row0 + kBlockM - 1 : seq.q_len - 1;
       const KeyBounds first = key_bounds(p.mask, row0, seq.q_len, seq.k_len);
       const KeyBounds last = key_bounds(p.mask, last_row, seq.q_len, seq.k_len);
-      if (key0 >= last.begin && key0 + kBlockN <= first.end) {
+      if constexpr (Mods::kMaySoftcap || Mods::kMayAlibi) {
+        const bwd_detail::KeyMask<true> head_mask = bwd_detail::for_head(key_mask, head);  // its ALiBi slope
+        if (key0 >= last.begin && key0 + kBlockN <= first.end) {
+          bwd_detail::attend_keys<Config, false>(k_s, v_s, q_t, do_t, lse_t, d_t, p_s, ds_s, head_mask, row0, key0,
+                                                 seq.q_len, seq.k_len);
+        } else {
+          bwd_detail::attend_keys<Config, true>(k_s, v_s, q_t, do_t, lse_t, d_t, p_s, ds_s, head_mask, row0, key0,
+                                                seq.q_len, seq.k_len);
+        }
+      } else if (key0 >= last.begin && key0 + kBlockN <= first.end) {
         bwd_detail::attend_keys<Config, false>(k_s, v_s, q_t, do_t, lse_t, d_t, p_s, ds_s, key_mask, row0, key0,
                                                seq.q_len, seq.k_len);
       } else {

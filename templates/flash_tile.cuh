@@ -213,20 +213,25 @@ ATTUNE_DEVICE void scale_and_mask(float (&s)[Config::kMTiles][Config::kNTiles][4
     for (int half = 0; half < 2; ++half) {
       const i64 row = row0 + mt * 16 + frag::acc_row(lane, half);
       const KeyBounds bounds = kMasked ? key_bounds(p.mask, row / p.pack, q_len, k_len) : KeyBounds{0, k_len};
-      // ALiBi: the row's slope and its bottom-right diagonal i + Sk - Sq.
+      // ALiBi: the row's slope, and the distance i + Sk - Sq - j of this
+      // thread's first key j of the tile (each element's is an offset from it).
       float slope_log2 = 0.0f;
-      i64 diagonal = 0;
-      if (Mods::kMayAlibi && p.mods.alibi) {
-        slope_log2 = dev::load_global(p.mods.slope + row % p.pack) * kLog2e;
-        diagonal = row / p.pack + k_len - q_len;
+      float distance0 = 0.0f;
+      if constexpr (Mods::kMayAlibi) {
+        if (p.mods.alibi) {
+          slope_log2 = dev::load_global(p.mods.slope + row % p.pack) * kLog2e;
+          distance0 =
+              static_cast<float>(static_cast<i32>(row / p.pack + k_len - q_len - key0) - frag::acc_col(lane, 0));
+        }
       }
       ATTUNE_UNROLL
       for (int nt = 0; nt < Config::kNTiles; ++nt) {
         ATTUNE_UNROLL
         for (int e = 0; e < 2; ++e) {
-          const i64 key = key0 + nt * 8 + frag::acc_col(lane, e);
-          float x = modified_logit<Mods>(s[mt][nt][2 * half + e], p.mods, p.scale_log2, slope_log2, diagonal - key);
+          float x = modified_logit<Mods>(s[mt][nt][2 * half + e], p.mods, p.scale_log2, slope_log2,
+                                         distance0 - static_cast<float>(nt * 8 + e));
           if (kMasked) {
+            const i64 key = key0 + nt * 8 + frag::acc_col(lane, e);
             if (key < bounds.begin || key >= bounds.end) x = -dev::infinity();
           }
           s[mt][nt][2 * half + e] = x;

@@ -71,8 +71,10 @@ ATTUNE_DEVICE BlockScoreMods block_score_mods(const ScoreModParams& p, float sca
 
 // The ALiBi bias's magnitude in log2 units: slope log2(e) x |distance|,
 // distance = i + Sk - Sq - j (the key's offset from the row's diagonal).
-ATTUNE_DEVICE float alibi_penalty(float slope_log2, i64 distance) {
-  return slope_log2 * static_cast<float>(distance < 0 ? -distance : distance);
+// The kernels carry distances as floats (exact up to 2^24 keys): a per-row
+// base less a compile-time offset per element, few registers.
+ATTUNE_DEVICE float alibi_penalty(float slope_log2, float distance) {
+  return slope_log2 * (distance < 0.0f ? -distance : distance);
 }
 
 // One raw score q.k as a base-2 logit: scaled (or softcapped), then the
@@ -80,10 +82,14 @@ ATTUNE_DEVICE float alibi_penalty(float slope_log2, i64 distance) {
 // `distance` = i + Sk - Sq - j). Softcap comes first (the contract's order).
 template <class Mods>
 ATTUNE_DEVICE float modified_logit(float raw, const BlockScoreMods& mods, float scale_log2, float slope_log2,
-                                   i64 distance) {
+                                   float distance) {
   float x = raw * scale_log2;
-  if (Mods::kMaySoftcap && mods.softcap) x = dev::tanh_approx(raw * mods.softcap_in) * mods.softcap_out;
-  if (Mods::kMayAlibi && mods.alibi) x -= alibi_penalty(slope_log2, distance);
+  if constexpr (Mods::kMaySoftcap) {
+    if (mods.softcap) x = dev::tanh_approx(raw * mods.softcap_in) * mods.softcap_out;
+  }
+  if constexpr (Mods::kMayAlibi) {
+    if (mods.alibi) x -= alibi_penalty(slope_log2, distance);
+  }
   return x;
 }
 

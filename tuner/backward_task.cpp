@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <cmath>
 #include <limits>
 #include <memory>
 #include <random>
@@ -11,6 +12,7 @@
 #include "reference/reference.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/launch/flash_bwd_params.h"
+#include "tuner/naive_modified.h"
 #include "tuner/timing.h"
 
 namespace attune::tuner {
@@ -81,10 +83,54 @@ ReferenceGradients run_backward(Runtime& runtime, const Task& task, const Attent
   return g;
 }
 
+// dsink against the reference: finite, and off by at most `factor` times
+// the most that O stored in the dtype can move it plus 1e-6. The kernel sums
+// e^(sink_h - LSE_i) D_i over the rows of head h with D_i = dO_i . O_i of the
+// stored O, the reference with the exact one; fp32 sums add far less.
+bool within_dsink_rule(const AttentionProblem& p, const BackwardInputs& in, const ReferenceOutput& fwd,
+                       const ReferenceGradients& got, const ReferenceGradients& want, double factor,
+                       double* max_error, std::string* why) {
+  if (got.dsink.size() != want.dsink.size()) {
+    *why = "dsink has " + std::to_string(got.dsink.size()) + " elements, want " + std::to_string(want.dsink.size());
+    return false;
+  }
+  bool ok = true;
+  for (std::int64_t h = 0; h < p.heads_q; ++h) {
+    const auto hh = static_cast<std::size_t>(h);
+    double moved = 0;  // the most that rounding O moves this head's sum
+    for (std::int64_t b = 0; b < p.batch; ++b) {
+      const SequenceExtent s = p.sequence(b);
+      for (std::int64_t row = s.q_begin; row < s.q_begin + s.q_len; ++row) {
+        const double lse = fwd.lse[static_cast<std::size_t>(reference_lse_index(p, b, row, h))];
+        const std::int64_t o = reference_o_index(p, b, row, h);
+        double d = 0;
+        for (std::int64_t i = o; i < o + p.head_dim_v; ++i) {
+          const auto at = static_cast<std::size_t>(i);
+          d += std::abs(bits_to_float(p.dtype, in.d_o[at])) *
+               std::abs(static_cast<double>(bits_to_float(p.dtype, in.o[at])) - fwd.o[at]);
+        }
+        moved += std::exp(static_cast<double>(in.modifiers.sinks[hh]) - lse) * d;
+      }
+    }
+    const double error = std::abs(got.dsink[hh] - want.dsink[hh]);
+    const double limit = factor * moved + 1e-6;
+    if (!std::isfinite(got.dsink[hh]) || error > limit) {
+      if (ok) {
+        *why = "dsink[" + std::to_string(h) + "] = " + std::to_string(got.dsink[hh]) + ", want " +
+               std::to_string(want.dsink[hh]) + " (limit " + std::to_string(limit) + ")";
+      }
+      ok = false;
+    }
+    if (std::isfinite(error)) *max_error = std::max(*max_error, error);
+  }
+  return ok;
+}
+
 }  // namespace
 
 // The gate: a small instance of the problem class (odd sizes, two heads at
-// most) against the fp64 reference backward with FlashAttention's rule.
+// most, the same score modifiers) against the fp64 reference backward with
+// FlashAttention's rule, and dsink with sinks.
 bool passes_backward_gate(Runtime& runtime, const Task& task, double* max_error, std::string* why) {
   const AttentionProblem& full = task.problem;
   const std::int64_t s = std::min<std::int64_t>(full.seqlen_q, 77);
@@ -100,10 +146,17 @@ bool passes_backward_gate(Runtime& runtime, const Task& task, double* max_error,
   for (std::size_t i = 0; i < in.lse.size(); ++i) in.lse[i] = static_cast<float>(fwd.lse[i]);
   const ReferenceGradients got = run_backward(runtime, task, p, in);
   const ReferenceGradients want = reference_backward(p, in.q.data(), in.k.data(), in.v.data(), in.d_o.data(), mods);
-  const ReferenceGradients naive = naive_storage_backward(p, in.q.data(), in.k.data(), in.v.data(), in.d_o.data());
+  const ReferenceGradients naive =
+      p.modifiers.any() ? naive_modified_backward(p, in.q.data(), in.k.data(), in.v.data(), in.d_o.data(), mods)
+                        : naive_storage_backward(p, in.q.data(), in.k.data(), in.v.data(), in.d_o.data());
   const GradientErrors e = gradient_errors(got, want);
-  *max_error = std::max({e.dq, e.dk, e.dv});
-  return within_gradient_rule(got, want, naive, p.dtype, 3.0, why);
+  double dsink_error = 0;
+  std::string dsink_why;
+  const bool dsink_ok = !p.modifiers.sinks || within_dsink_rule(p, in, fwd, got, want, 3.0, &dsink_error, &dsink_why);
+  *max_error = std::max({e.dq, e.dk, e.dv, dsink_error});
+  const bool ok = within_gradient_rule(got, want, naive, p.dtype, 3.0, why);
+  if (!dsink_ok) *why += (why->empty() ? "" : "; ") + dsink_why;
+  return ok && dsink_ok;
 }
 
 Timing time_backward(Runtime& runtime, const Task& task, const TuneOptions& o) {

@@ -13,6 +13,7 @@
 #include "runtime/jit/compiler_service.h"
 #include "runtime/jit/nvrtc_compiler.h"
 #include "runtime/launch/flash_bwd_params.h"
+#include "tuner/naive_modified.h"
 #include "tuner/timing.h"
 
 namespace attune::tuner {
@@ -102,7 +103,10 @@ bool passes_gate(Runtime& runtime, const Task& task, double* max_error, std::str
   const ReferenceOutput got = run_once(runtime, task, p, in);
   const ReferenceOutput want = reference_forward(p, in.q.data(), in.k.data(), in.v.data(), in.modifiers.host());
   *max_error = accuracy_errors(got, want).o;
-  return within_accuracy_rule(got, want, naive_storage_attention(p, in.q.data(), in.k.data(), in.v.data()), 2.0, why);
+  const ReferenceOutput naive =
+      p.modifiers.any() ? naive_modified_attention(p, in.q.data(), in.k.data(), in.v.data(), in.modifiers.host())
+                        : naive_storage_attention(p, in.q.data(), in.k.data(), in.v.data());
+  return within_accuracy_rule(got, want, naive, 2.0, why);
 }
 
 Timing time_task(Runtime& runtime, const Task& task, const TuneOptions& o) {

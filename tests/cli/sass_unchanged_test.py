@@ -1,0 +1,86 @@
+#!/usr/bin/env python3
+"""Score modifiers cost nothing when unused: variants without them compile
+to the SASS they compiled to before modifiers existed.
+
+Usage: python3 sass_unchanged_test.py PATH_TO_ATTUNE DATA_FILE
+
+For each line of DATA_FILE (tests/cli/data/sass_before_modifiers.txt: arch,
+dtype, variant id, digest of the SASS instructions from the templates before
+modifiers), `attune variants dump ID --arch A --dtype D --out DIR` compiles
+the variant with NVRTC; nvdisasm turns its cubin into SASS, and the
+instruction lines (whitespace collapsed, the mangled kernel name replaced)
+must hash to the same digest. The same variant with softcap compiled in must
+not (so the comparison can fail). Exits 77 (skipped) without NVRTC or
+nvdisasm.
+"""
+import glob
+import hashlib
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from cli_support import Checks
+
+SKIP = 77
+
+
+def find_nvdisasm():
+    candidates = [os.environ.get("ATTUNE_NVDISASM", ""), shutil.which("nvdisasm") or "",
+                  os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin", "nvdisasm"),
+                  os.path.join(os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "attune", "tools",
+                               "bin", "nvdisasm")]
+    candidates += glob.glob(os.path.join(sys.prefix, "lib", "python*", "site-packages", "nvidia", "*", "bin",
+                                         "nvdisasm"))
+    return next((c for c in candidates if c and os.access(c, os.X_OK)), None)
+
+
+def instructions(sass):
+    """The instruction lines of nvdisasm's output, normalized."""
+    out = []
+    for line in sass.splitlines():
+        if re.match(r"\s*/\*[0-9a-f]{4,}\*/\s+[A-Z@{]", line):
+            out.append(re.sub(r"_ZN6attune\w*", "KERNEL", re.sub(r"\s+", " ", line.strip())))
+    return out
+
+
+def digest_of(attune, nvdisasm, variant, arch, dtype, tmp):
+    out = tempfile.mkdtemp(dir=tmp)
+    res = subprocess.run([attune, "variants", "dump", variant, "--arch", arch, "--dtype", dtype, "--out", out],
+                         capture_output=True, text=True, timeout=300)
+    if res.returncode != 0:
+        return None, "dump failed: " + res.stderr.strip()[:300]
+    sass = subprocess.run([nvdisasm, os.path.join(out, "kernel.cubin")], capture_output=True, text=True,
+                          check=True).stdout
+    lines = instructions(sass)
+    return (hashlib.sha256("\n".join(lines).encode()).hexdigest(), len(lines)), None
+
+
+def main():
+    attune, data = os.path.abspath(sys.argv[1]), sys.argv[2]
+    nvdisasm = find_nvdisasm()
+    if nvdisasm is None:
+        print("skipped: no nvdisasm (tools/setup.sh fetches it from PyPI)")
+        return SKIP
+    checks = Checks()
+    with tempfile.TemporaryDirectory(prefix="attune_sass_") as tmp:
+        rows = [line.split() for line in open(data) if line.strip() and not line.startswith("#")]
+        for arch, dtype, variant, digest, count in rows:
+            got, why = digest_of(attune, nvdisasm, variant, arch, dtype, tmp)
+            if why is not None and "nvrtc" in why.lower() and checks.passed == 0:
+                print("skipped: " + why)  # no NVRTC on this machine
+                return SKIP
+            if why is None and got != (digest, int(count)):
+                why = "SASS differs from before modifiers: %d instructions (before: %s)" % (got[1], count)
+            checks.result("%s %s %s: the same SASS as before modifiers" % (arch, dtype, variant), why)
+        # A planted difference: softcap compiled in changes the code.
+        arch, dtype, variant, digest, _ = next(r for r in rows if r[2].startswith("flash_fwd/"))
+        got, why = digest_of(attune, nvdisasm, variant + ".softcap1", arch, dtype, tmp)
+        checks.check(why is None and got[0] != digest, "planted: %s.softcap1 compiles to other SASS" % variant)
+    return checks.finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
