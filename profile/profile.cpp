@@ -34,20 +34,38 @@ struct Run {
   std::string problem;
 };
 
+// The modifiers a variant compiles in, for its representative problem:
+// values that change no work (softcap 30, sinks 0, slopes 1/16).
+struct Modifiers {
+  ScoreModifiers on;
+  std::vector<float> sinks, slopes;
+  Modifiers(const Variant& v, std::int64_t heads) {
+    if ((v.modifiers & kModSoftcap) != 0) on.softcap = 30.0;
+    on.sinks = (v.modifiers & kModSinks) != 0;
+    if ((v.modifiers & kModAlibi) != 0) on.alibi = AlibiSlopes::kPerHead;
+    sinks.assign(on.sinks ? static_cast<std::size_t>(heads) : 0, 0.0F);
+    slopes.assign(on.alibi != AlibiSlopes::kNone ? static_cast<std::size_t>(heads) : 0, 1.0F / 16);
+  }
+  const float* sinks_or_null() const { return sinks.empty() ? nullptr : sinks.data(); }
+  const float* slopes_or_null() const { return slopes.empty() ? nullptr : slopes.data(); }
+};
+
 Run run_forward(const Variant& v, DType dtype, int tiles) {
   const FlashFwdShape s = FlashFwdShape::of(v);
   const std::int64_t sq = s.block_m;
   const std::int64_t sk = static_cast<std::int64_t>(tiles) * s.block_n;
+  const Modifiers m(v, 1);
   const AttentionProblem p =
       make_problem(std::vector<std::int64_t>{1, sq, 1, s.head_dim}, std::vector<std::int64_t>{1, sk, 1, s.head_dim},
-                   std::vector<std::int64_t>{1, sk, 1, s.head_dim}, {.dtype = dtype});
+                   std::vector<std::int64_t>{1, sk, 1, s.head_dim}, {.dtype = dtype, .modifiers = m.on});
   const auto q = random_bits(elements(q_extent(p)), dtype, 1);
   const auto k = random_bits(elements(k_extent(p)), dtype, 2);
   const auto vv = random_bits(elements(v_extent(p)), dtype, 3);
   std::vector<std::uint16_t> o(elements(o_extent(p)));
   std::vector<float> lse(elements(lse_extent(p)));
   Run r;
-  emulate_forward(p, {q.data(), k.data(), vv.data(), o.data(), lse.data()}, v, &r.counters);
+  emulate_forward(p, {q.data(), k.data(), vv.data(), o.data(), lse.data(), m.sinks_or_null(), m.slopes_or_null()}, v,
+                  &r.counters);
   r.problem = "B 1, H 1, Sq " + std::to_string(sq) + " (one CTA), Sk = tiles x " + std::to_string(s.block_n) + ", d " +
               std::to_string(s.head_dim) + ", no mask";
   return r;
@@ -59,16 +77,18 @@ Run run_decode(const Variant& v, DType dtype, int tiles) {
   const std::int64_t sq = s.pack_gqa != 0 ? 1 : s.block_m;
   const std::int64_t hq = s.pack_gqa != 0 ? s.block_m : 1;
   const std::int64_t sk = static_cast<std::int64_t>(tiles) * s.block_n;
+  const Modifiers m(v, hq);
   const AttentionProblem p =
       make_problem(std::vector<std::int64_t>{1, sq, hq, s.head_dim}, std::vector<std::int64_t>{1, sk, 1, s.head_dim},
-                   std::vector<std::int64_t>{1, sk, 1, s.head_dim}, {.dtype = dtype});
+                   std::vector<std::int64_t>{1, sk, 1, s.head_dim}, {.dtype = dtype, .modifiers = m.on});
   const auto q = random_bits(elements(q_extent(p)), dtype, 1);
   const auto k = random_bits(elements(k_extent(p)), dtype, 2);
   const auto vv = random_bits(elements(v_extent(p)), dtype, 3);
   std::vector<std::uint16_t> o(elements(o_extent(p)));
   std::vector<float> lse(elements(lse_extent(p)));
   Run r;
-  emulate_decode(p, {q.data(), k.data(), vv.data(), o.data(), lse.data()}, v, 1, &r.counters);
+  emulate_decode(p, {q.data(), k.data(), vv.data(), o.data(), lse.data(), m.sinks_or_null(), m.slopes_or_null()}, v,
+                 1, &r.counters);
   r.problem = "one CTA of " + std::to_string(s.block_m) + " rows, cache = tiles x " + std::to_string(s.block_n) +
               ", 1 split, d " + std::to_string(s.head_dim);
   return r;
@@ -78,9 +98,10 @@ Run run_backward(const Variant& v, DType dtype, int tiles) {
   const FlashBwdShape s = FlashBwdShape::of(v);
   const std::int64_t sq = static_cast<std::int64_t>(tiles) * s.block_m;
   const std::int64_t sk = s.block_n;  // one CTA
+  const Modifiers m(v, 1);
   const AttentionProblem p =
       make_problem(std::vector<std::int64_t>{1, sq, 1, s.head_dim}, std::vector<std::int64_t>{1, sk, 1, s.head_dim},
-                   std::vector<std::int64_t>{1, sk, 1, s.head_dim}, {.dtype = dtype});
+                   std::vector<std::int64_t>{1, sk, 1, s.head_dim}, {.dtype = dtype, .modifiers = m.on});
   const auto q = random_bits(elements(q_extent(p)), dtype, 1);
   const auto k = random_bits(elements(k_extent(p)), dtype, 2);
   const auto vv = random_bits(elements(v_extent(p)), dtype, 3);
@@ -92,7 +113,8 @@ Run run_backward(const Variant& v, DType dtype, int tiles) {
   std::vector<std::uint16_t> dv(vv.size());
   Run r;
   emulate_backward(p,
-                   {q.data(), k.data(), vv.data(), o.data(), d_o.data(), lse.data(), dq.data(), dk.data(), dv.data()},
+                   {q.data(), k.data(), vv.data(), o.data(), d_o.data(), lse.data(), dq.data(), dk.data(), dv.data(),
+                    nullptr, m.slopes_or_null(), nullptr},
                    v, &r.counters);
   r.problem = "one CTA of " + std::to_string(s.block_n) + " keys, Sq = tiles x " + std::to_string(s.block_m) + ", d " +
               std::to_string(s.head_dim) + ", no mask";

@@ -17,13 +17,17 @@ namespace attune {
 // Attention as a framework computes it in the storage dtype: S = q.k in fp32
 // rounded to the dtype, softmax in fp32 rounded to the dtype, O = P V in fp32
 // rounded to the dtype. LSE stays fp32.
-// `q`, `k`, `v`: 16-bit storage of p.dtype in the problem's layout.
+// `q`, `k`, `v`: 16-bit storage of p.dtype in the problem's layout. Score
+// modifiers apply to the fp32 logit before it is rounded; a sink joins the
+// fp32 sum.
 inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const std::uint16_t* q_bits,
-                                               const std::uint16_t* k_bits, const std::uint16_t* v_bits) {
+                                               const std::uint16_t* k_bits, const std::uint16_t* v_bits,
+                                               const ModifierTensors& modifiers = {}) {
   if (p.is_paged()) {
     const UnpagedKv cache = unpage_kv(p, k_bits, v_bits);
-    return naive_storage_attention(cache.problem, q_bits, cache.k.data(), cache.v.data());
+    return naive_storage_attention(cache.problem, q_bits, cache.k.data(), cache.v.data(), modifiers);
   }
+  const ModifierValues mods(p, modifiers);
   const auto round = [&](float x) { return round_to(p.dtype, x); };
   const auto f = [&](const std::uint16_t* t, int64_t off) { return bits_to_float(p.dtype, t[off]); };
   ReferenceOutput out;
@@ -36,19 +40,23 @@ inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const 
     for (int64_t h = 0; h < p.heads_q; ++h) {
       for (int64_t i = 0; i < s.q_len; ++i) {
         const KeyRange keys = visible_keys(p.mask, i, s.q_len, s.k_len);
-        if (keys.empty()) continue;
+        const auto sink = static_cast<float>(mods.sink(h));
+        if (keys.empty()) {
+          if (mods.has_sinks()) out.lse[static_cast<std::size_t>(reference_lse_index(p, b, s.q_begin + i, h))] = sink;
+          continue;
+        }
         std::vector<float> logits;
-        float max_logit = -std::numeric_limits<float>::infinity();
+        float max_logit = sink;  // -inf without sinks
         for (int64_t j = keys.begin; j < keys.end; ++j) {
           float dot = 0;
           for (int64_t d = 0; d < p.head_dim_k; ++d) {
             dot += f(q_bits, element_offset(p.q_strides, b, s.q_begin + i, h) + d) *
                    f(k_bits, element_offset(p.k_strides, b, s.k_begin + j, p.kv_head_of(h)) + d);
           }
-          logits.push_back(round(dot * scale));
+          logits.push_back(round(static_cast<float>(mods.cap(dot * scale) + mods.bias(b, h, i, j, s))));
           max_logit = std::max(max_logit, logits.back());
         }
-        float sum = 0;
+        float sum = mods.has_sinks() ? std::exp(sink - max_logit) : 0.0F;
         for (float x : logits) sum += std::exp(x - max_logit);
         const int64_t row = s.q_begin + i;
         for (int64_t d = 0; d < p.head_dim_v; ++d) {

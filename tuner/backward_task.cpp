@@ -84,9 +84,11 @@ ReferenceGradients run_backward(Runtime& runtime, const Task& task, const Attent
 }
 
 // dsink against the reference: finite, and off by at most `factor` times
-// the most that O stored in the dtype can move it plus 1e-6. The kernel sums
-// e^(sink_h - LSE_i) D_i over the rows of head h with D_i = dO_i . O_i of the
-// stored O, the reference with the exact one; fp32 sums add far less.
+// what O stored in the dtype moves it, plus what fp32 sums may add (1e-5 of
+// the sum of |terms|, and 1e-6). The kernel sums e^(sink_h - LSE_i) D_i over
+// the rows of head h with D_i = dO_i . O_i of the stored O, the reference
+// with the exact one; the rows' shifts are summed in absolute value, so the
+// bound holds with a factor of 1 already.
 bool within_dsink_rule(const AttentionProblem& p, const BackwardInputs& in, const ReferenceOutput& fwd,
                        const ReferenceGradients& got, const ReferenceGradients& want, double factor,
                        double* max_error, std::string* why) {
@@ -97,23 +99,29 @@ bool within_dsink_rule(const AttentionProblem& p, const BackwardInputs& in, cons
   bool ok = true;
   for (std::int64_t h = 0; h < p.heads_q; ++h) {
     const auto hh = static_cast<std::size_t>(h);
-    double moved = 0;  // the most that rounding O moves this head's sum
+    double moved = 0;  // sum over the rows of e^(sink - LSE) |D_i(stored O) - D_i(exact O)|
+    double size = 0;   // sum over the rows of e^(sink - LSE) sum_d |dO O|
     for (std::int64_t b = 0; b < p.batch; ++b) {
       const SequenceExtent s = p.sequence(b);
       for (std::int64_t row = s.q_begin; row < s.q_begin + s.q_len; ++row) {
-        const double lse = fwd.lse[static_cast<std::size_t>(reference_lse_index(p, b, row, h))];
+        const double weight = std::exp(static_cast<double>(in.modifiers.sinks[hh]) -
+                                       fwd.lse[static_cast<std::size_t>(reference_lse_index(p, b, row, h))]);
         const std::int64_t o = reference_o_index(p, b, row, h);
-        double d = 0;
+        double shift = 0;
+        double terms = 0;
         for (std::int64_t i = o; i < o + p.head_dim_v; ++i) {
           const auto at = static_cast<std::size_t>(i);
-          d += std::abs(bits_to_float(p.dtype, in.d_o[at])) *
-               std::abs(static_cast<double>(bits_to_float(p.dtype, in.o[at])) - fwd.o[at]);
+          const double d_o = bits_to_float(p.dtype, in.d_o[at]);
+          const double stored = bits_to_float(p.dtype, in.o[at]);
+          shift += d_o * (stored - fwd.o[at]);
+          terms += std::abs(d_o * stored);
         }
-        moved += std::exp(static_cast<double>(in.modifiers.sinks[hh]) - lse) * d;
+        moved += weight * std::abs(shift);
+        size += weight * terms;
       }
     }
     const double error = std::abs(got.dsink[hh] - want.dsink[hh]);
-    const double limit = factor * moved + 1e-6;
+    const double limit = factor * moved + 1e-5 * size + 1e-6;
     if (!std::isfinite(got.dsink[hh]) || error > limit) {
       if (ok) {
         *why = "dsink[" + std::to_string(h) + "] = " + std::to_string(got.dsink[hh]) + ", want " +
@@ -152,7 +160,7 @@ bool passes_backward_gate(Runtime& runtime, const Task& task, double* max_error,
   const GradientErrors e = gradient_errors(got, want);
   double dsink_error = 0;
   std::string dsink_why;
-  const bool dsink_ok = !p.modifiers.sinks || within_dsink_rule(p, in, fwd, got, want, 3.0, &dsink_error, &dsink_why);
+  const bool dsink_ok = !p.modifiers.sinks || within_dsink_rule(p, in, fwd, got, want, 2.0, &dsink_error, &dsink_why);
   *max_error = std::max({e.dq, e.dk, e.dv, dsink_error});
   const bool ok = within_gradient_rule(got, want, naive, p.dtype, 3.0, why);
   if (!dsink_ok) *why += (why->empty() ? "" : "; ") + dsink_why;

@@ -155,7 +155,7 @@ std::vector<std::uint16_t> random_bits(std::int64_t count, DType dtype, std::mt1
 ModifierInputs modifier_inputs(const AttentionProblem& p, std::mt19937& rng) {
   ModifierInputs m;
   if (p.modifiers.sinks) {
-    std::uniform_real_distribution<float> uniform(-1.0F, 2.0F);
+    std::uniform_real_distribution<float> uniform(1.0F, 5.0F);
     m.sinks.resize(static_cast<std::size_t>(p.heads_q));
     for (float& sink : m.sinks) sink = uniform(rng);
   }

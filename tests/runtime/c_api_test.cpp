@@ -123,5 +123,68 @@ TEST(CApiTest, DecodeReadsAPagedCacheThroughTheBlockTable) {
   attune_runtime_destroy(rt);
 }
 
+// Score modifiers through attune_problem's fields: the paged decode above
+// with softcap, sinks and per-batch ALiBi slopes, and the explanation keyed
+// by them.
+TEST(CApiTest, ScoreModifiersTravelInTheProblem) {
+  attune_runtime* rt = nullptr;
+  ASSERT_EQ(attune_runtime_create("emu", 0, &rt), ATTUNE_OK) << attune_last_error();
+  testing::Inputs in = testing::make_decode_inputs({.name = "c_api_mods",
+                                                    .batch = 2,
+                                                    .seqlen_q = 2,
+                                                    .heads_q = 4,
+                                                    .heads_kv = 2,
+                                                    .cache_seqlens = {70, 33},
+                                                    .page_size = 16});
+  const std::vector<float> sinks = {0.5F, -1.0F, 2.0F, 0.0F};
+  const std::vector<float> slopes = {0.25F, 0.125F, 0.0625F, 0.5F, 0.3F, 0.2F, 0.1F, 0.05F};  // [B, Hq]
+  AttentionProblem ref = in.problem;
+  ref.modifiers = {.softcap = 3.0, .sinks = true, .alibi = AlibiSlopes::kPerBatchHead};
+  attune_problem p;
+  attune_problem_init(&p);
+  EXPECT_EQ(p.softcap, 0.0);
+  EXPECT_EQ(p.sinks, nullptr);
+  p.batch = 2;
+  p.seqlen_q = 2;
+  p.heads_q = 4;
+  p.heads_kv = 2;
+  p.head_dim_k = 32;
+  p.head_dim_v = 32;
+  p.mask = ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT;
+  p.seqlens_k = ref.seqlens_k.data();
+  p.block_table = ref.block_table.data();
+  p.max_pages = ref.max_pages();
+  p.page_size = ref.page_size;
+  p.num_pages = ref.num_pages;
+  p.seqlen_k = ref.seqlen_k;
+  p.softcap = 3.0;
+  p.sinks = sinks.data();
+  p.alibi_slopes = slopes.data();
+  p.alibi_per_batch = 1;
+  std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(ref)));
+  std::vector<float> lse(static_cast<std::size_t>(lse_extent(ref)));
+  const ModifierTensors tensors{sinks.data(), slopes.data()};
+  const ReferenceOutput want = reference_forward(ref, in.q.data(), in.k.data(), in.v.data(), tensors);
+  const ReferenceOutput naive = naive_storage_attention(ref, in.q.data(), in.k.data(), in.v.data(), tensors);
+  for (int splits : {1, 3}) {
+    ASSERT_EQ(attune_decode(rt, &p, splits, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), nullptr),
+              ATTUNE_OK)
+        << attune_last_error();
+    ReferenceOutput got;
+    for (std::uint16_t bits : o) got.o.push_back(bits_to_float(ref.dtype, bits));
+    got.lse.assign(lse.begin(), lse.end());
+    std::string why;
+    EXPECT_TRUE(within_accuracy_rule(got, want, naive, 2.0, &why)) << splits << " splits: " << why;
+  }
+  const char* explained = attune_explain(rt, &p);
+  ASSERT_NE(explained, nullptr);
+  EXPECT_NE(std::string(explained).find(".softcap1.sinks1.alibi1"), std::string::npos) << explained;
+  p.softcap = -2.0;
+  EXPECT_EQ(attune_decode(rt, &p, 1, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), nullptr),
+            ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attune_last_error()).find("softcap: got -2"), std::string::npos) << attune_last_error();
+  attune_runtime_destroy(rt);
+}
+
 }  // namespace
 }  // namespace attune

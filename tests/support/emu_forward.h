@@ -13,12 +13,15 @@
 namespace attune::testing {
 
 // splits 0: the forward kernel; otherwise the decode kernel with that many splits.
-inline ReferenceOutput run_on_emulator(const Inputs& in, const Variant& variant, int splits = 0) {
+// `mods`: the score modifiers' tensors the problem uses.
+inline ReferenceOutput run_on_emulator(const Inputs& in, const Variant& variant, int splits = 0,
+                                       const ModifierTensors& mods = {}) {
   const AttentionProblem& p = in.problem;
   // NaN everywhere first: an output the kernel forgets to write shows up.
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(p)), 0xFFFF);
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)), std::numeric_limits<float>::quiet_NaN());
-  const AttentionBuffers buffers{in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()};
+  const AttentionBuffers buffers{in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), mods.sinks,
+                                 mods.alibi_slopes};
   if (splits == 0) {
     emulate_forward(p, buffers, variant);
   } else {

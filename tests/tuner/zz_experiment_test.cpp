@@ -29,6 +29,8 @@ void run(const char* op, const char* extra_axis, const char* extra, const char* 
 }
 TEST(Exp, Fwd) { run("fwd", nullptr, nullptr, "100", "1x4", 4); }
 TEST(Exp, Decode) { run("decode", "gqa", "8", "300", "1x2", 3); }
+TEST(Exp, DecodeQ) { run("decode", "queries", "4", "200", "2x2", 2); }
 TEST(Exp, Bwd) { run("bwd", nullptr, nullptr, "64", "1x2", 3); }
+TEST(Exp, BwdGqa) { run("bwd", nullptr, nullptr, "150", "2x4", 2); }
 }
 }
