@@ -1,5 +1,7 @@
 #include "cli/modifier_inputs.h"
 
+#include <sstream>
+
 #include "cli/npy_inputs.h"
 #include "core/error.h"
 
@@ -29,7 +31,9 @@ ModifierInputs read_modifier_inputs(const std::optional<double>& softcap, const 
   in.slopes_path = slopes_path;
   if (softcap) {
     if (!(*softcap > 0)) {
-      throw InvalidArgument("--softcap: got " + std::to_string(*softcap) +
+      std::ostringstream seen;
+      seen << *softcap;
+      throw InvalidArgument("--softcap: got " + seen.str() +
                             "; expected a finite value > 0 (scores become c * tanh(s / c))");
     }
     options.modifiers.softcap = *softcap;

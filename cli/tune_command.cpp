@@ -1,5 +1,6 @@
 #include "cli/tune_command.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -67,6 +68,12 @@ TuneCommands add_tune_commands(CLI::App& app, TuneCommandOptions& t, DbCommandOp
   c.tune->add_option("--dtypes", t.dtypes, "e.g. bf16,fp16");
   c.tune->add_option("--head-dims", t.head_dims, "Dk = Dv values, e.g. 64,128");
   c.tune->add_option("--masks", t.masks, "none, causal, causal-top-left");
+  c.tune->add_option("--modifiers", t.modifiers,
+                     "Score modifier sets, each tuned under its own key: none, or softcap, sinks, alibi joined by '+', "
+                     "e.g. none,softcap,sinks+alibi (default none; ALiBi slopes per query head)");
+  c.tune->add_option("--softcap", t.softcap,
+                     "c of the problems with softcap (default 30); without --modifiers, where the sweep names no set "
+                     "with softcap, the sweep is of softcap alone");
   c.tune->add_option("--seqlens", t.seqlens, "Sq = Sk values, e.g. 128,1024");
   c.tune->add_option("--batch-heads", t.batch_heads, "BxH values, e.g. 1x8,4x16");
   c.tune->add_option("--max-variants", t.max_variants, "Variants per problem class (0: all)");
@@ -124,6 +131,8 @@ void run_tune(const TuneCommandOptions& o) {
   const std::pair<const char*, const std::string*> axes[] = {{"dtypes", &o.dtypes},
                                                              {"head_dims", &o.head_dims},
                                                              {"masks", &o.masks},
+                                                             {"modifiers", &o.modifiers},
+                                                             {"softcap", &o.softcap},
                                                              {"seqlens", &o.seqlens},
                                                              {"batch_heads", &o.batch_heads},
                                                              {"op", &o.op},
@@ -135,6 +144,13 @@ void run_tune(const TuneCommandOptions& o) {
     if (!values->empty()) tuner::set_axis(spec, axis, *values);
   }
   if (o.max_variants >= 0) spec.max_variants = o.max_variants;
+  const bool any_softcap = std::any_of(spec.modifiers.begin(), spec.modifiers.end(),
+                                       [](std::uint8_t bits) { return (bits & kModSoftcap) != 0; });
+  if (!o.softcap.empty() && !any_softcap) {
+    // A c with nothing to cap: the sets named with it, or softcap alone.
+    if (!o.modifiers.empty()) bad_flag("--softcap", o.softcap, "--modifiers naming a set with softcap");
+    spec.modifiers = {kModSoftcap};
+  }
   Runtime runtime({.backend = *backend, .device = o.device});
   tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path(o.db_path));
   if (spec.op != "decode" && (!o.queries.empty() || !o.gqa.empty() || !o.splits.empty())) {

@@ -15,6 +15,8 @@ struct TuneWorkerOptions {
   long long seqlen_k = 0, heads_kv = 0;  // 0: as seqlen, heads
   int splits = 0;                        // > 0: split-KV decode
   std::string op = "fwd";
+  std::string modifiers = "none";  // modifier_names of the problem's score modifiers
+  double softcap = 30;             // c, with softcap among them
   int warmup = 1, repetitions = 5;
 };
 

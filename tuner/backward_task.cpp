@@ -49,10 +49,10 @@ ReferenceGradients run_backward(Runtime& runtime, const Task& task, const Attent
                            std::numeric_limits<float>::quiet_NaN());
   if (runtime.backend() == Backend::kEmu) {
     const ModifierTensors mods = in.modifiers.host();
-    runtime.backward_variant(task.variant, p,
-                             {in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.d_o.data(), in.lse.data(),
-                              dq.data(), dk.data(), dv.data(), mods.sinks, mods.alibi_slopes,
-                              dsink.empty() ? nullptr : dsink.data()});
+    runtime.backward_variant(
+        task.variant, p,
+        {in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.d_o.data(), in.lse.data(), dq.data(), dk.data(),
+         dv.data(), mods.sinks, mods.alibi_slopes, dsink.empty() ? nullptr : dsink.data()});
   } else {
     cuda::Driver& driver = cuda::Driver::get();
     cuda::DeviceBuffers d(driver, {{in.q.data(), in.q.size() * 2},
@@ -90,8 +90,8 @@ ReferenceGradients run_backward(Runtime& runtime, const Task& task, const Attent
 // with the exact one; the rows' shifts are summed in absolute value, so the
 // bound holds with a factor of 1 already.
 bool within_dsink_rule(const AttentionProblem& p, const BackwardInputs& in, const ReferenceOutput& fwd,
-                       const ReferenceGradients& got, const ReferenceGradients& want, double factor,
-                       double* max_error, std::string* why) {
+                       const ReferenceGradients& got, const ReferenceGradients& want, double factor, double* max_error,
+                       std::string* why) {
   if (got.dsink.size() != want.dsink.size()) {
     *why = "dsink has " + std::to_string(got.dsink.size()) + " elements, want " + std::to_string(want.dsink.size());
     return false;
@@ -143,10 +143,11 @@ bool passes_backward_gate(Runtime& runtime, const Task& task, double* max_error,
   const AttentionProblem& full = task.problem;
   const std::int64_t s = std::min<std::int64_t>(full.seqlen_q, 77);
   const std::int64_t h = std::min<std::int64_t>(full.heads_kv, 2);
-  const AttentionProblem p = make_problem(
-      std::vector<std::int64_t>{1, s, h * full.group_size(), full.head_dim_k},
-      std::vector<std::int64_t>{1, s + 13, h, full.head_dim_k}, std::vector<std::int64_t>{1, s + 13, h, full.head_dim_v},
-      {.dtype = full.dtype, .mask = full.mask, .scale = full.scale, .modifiers = full.modifiers});
+  const AttentionProblem p =
+      make_problem(std::vector<std::int64_t>{1, s, h * full.group_size(), full.head_dim_k},
+                   std::vector<std::int64_t>{1, s + 13, h, full.head_dim_k},
+                   std::vector<std::int64_t>{1, s + 13, h, full.head_dim_v},
+                   {.dtype = full.dtype, .mask = full.mask, .scale = full.scale, .modifiers = full.modifiers});
   BackwardInputs in = random_inputs(p, 7);
   const ModifierTensors mods = in.modifiers.host();
   const ReferenceOutput fwd = reference_forward(p, in.q.data(), in.k.data(), in.v.data(), mods);
@@ -175,16 +176,16 @@ Timing time_backward(Runtime& runtime, const Task& task, const TuneOptions& o) {
   if (runtime.backend() == Backend::kEmu) {
     for (BackwardInputs& in : sets) {
       const ModifierTensors mods = in.modifiers.host();
-      runtime.forward(p, {in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.lse.data(), mods.sinks,
-                          mods.alibi_slopes});
+      runtime.forward(
+          p, {in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.lse.data(), mods.sinks, mods.alibi_slopes});
     }
     return time_runs(runtime, o, [&](int set) {
       const BackwardInputs& in = sets[set];
       const ModifierTensors mods = in.modifiers.host();
-      runtime.backward_variant(task.variant, p,
-                               {in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.d_o.data(), in.lse.data(),
-                                dq.data(), dk.data(), dv.data(), mods.sinks, mods.alibi_slopes,
-                                dsink.empty() ? nullptr : dsink.data()});
+      runtime.backward_variant(
+          task.variant, p,
+          {in.q.data(), in.k.data(), in.v.data(), in.o.data(), in.d_o.data(), in.lse.data(), dq.data(), dk.data(),
+           dv.data(), mods.sinks, mods.alibi_slopes, dsink.empty() ? nullptr : dsink.data()});
     });
   }
   cuda::Driver& driver = cuda::Driver::get();

@@ -40,6 +40,13 @@ ProblemKey key_of(const json& e) {
   } else {
     throw bad("mask", mask, "none, causal-bottom-right, causal-top-left or window");
   }
+  // Absent from exports before score modifiers: none.
+  const std::string modifiers = e.contains("modifiers") ? text("modifiers") : "none";
+  if (const auto bits = parse_modifier_names(modifiers)) {
+    key.modifiers = *bits;
+  } else {
+    throw bad("modifiers", modifiers, "none, or softcap, sinks and alibi joined by '+'");
+  }
   key.head_dim_k = e.at("head_dim_k").get<int>();
   key.head_dim_v = e.at("head_dim_v").get<int>();
   // Bucket exponents out of range are refused by the database, not wrapped here.
@@ -63,6 +70,7 @@ json to_json(const tuning_db::MeasurementRow& m) {
           {"head_dim_k", k.head_dim_k},
           {"head_dim_v", k.head_dim_v},
           {"mask", to_string(k.mask)},
+          {"modifiers", modifier_names(k.modifiers)},
           {"seqlen_q_log2", k.seqlen_q_log2},
           {"seqlen_k_log2", k.seqlen_k_log2},
           {"batch_heads_log2", k.batch_heads_log2},

@@ -10,6 +10,7 @@
 #include "runtime/dispatch/heuristics.h"
 #include "runtime/dispatch/tuned_id.h"
 #include "runtime/runtime.h"
+#include "tuner/sweep.h"
 
 namespace attune::tuner {
 
@@ -36,7 +37,8 @@ std::optional<std::string> default_variant_id(const std::vector<tuning_db::Measu
   const std::optional<ProblemKey> key = best.key;
   const ArchLimits arch = require_arch(kEmulatedArch);
   if (key->op != Op::kDecode) {
-    return heuristic_variant(to_string(key->op), key->dtype, key->head_dim_k, key->head_dim_v, arch).id();
+    return heuristic_variant(to_string(key->op), key->dtype, key->head_dim_k, key->head_dim_v, arch, key->modifiers)
+        .id();
   }
   const auto measured = std::find_if(rows.begin(), rows.end(), [&](const tuning_db::MeasurementRow& m) {
     return m.ok && m.variant_id == best.variant_id;
@@ -51,7 +53,9 @@ std::optional<std::string> default_variant_id(const std::vector<tuning_db::Measu
                      {.dtype = key->dtype,
                       .mask = key->mask == MaskKind::kCausalBottomRight ? Mask::causal_bottom_right()
                               : key->mask == MaskKind::kCausalTopLeft   ? Mask::causal_top_left()
-                                                                        : Mask::none()});
+                                                                        : Mask::none(),
+                      // The key's modifiers as a sweep sets them (the choice reads the set, not c).
+                      .modifiers = sweep_modifiers(key->modifiers, SweepSpec{}.softcap)});
     const Variant v = heuristic_decode_variant(p, arch);
     return tuned_id(v, heuristic_splits(p, v, sm_count_of(best.device_key)));
   } catch (const InvalidArgument&) {
@@ -100,7 +104,9 @@ std::optional<double> predicted_tflops(const std::string& device_key, const std:
   const std::string arch = "sm_" + std::to_string(major * 10 + minor) + (major == 9 && minor == 0 ? "a" : "");
   try {
     const profile::ArchRates rates = profile::arch_rates(arch);
-    const Variant v = parse_tuned_id(variant_id).variant;
+    // The model emulates the tiles without score modifiers: the variant's modifier-free twin.
+    Variant v = parse_tuned_id(variant_id).variant;
+    v.modifiers = 0;
     return profile::bound_of(profile::emulate_per_key_tile(v, dtype), rates, sms > 0 ? sms : rates.sm_count,
                              rates.clock_ghz)
         .tflops;

@@ -91,8 +91,7 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
     double c = 0;
     const std::string& text = items.front();
     const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), c);
-    if (items.size() != 1 || error != std::errc() || end != text.data() + text.size() || !std::isfinite(c) ||
-        c <= 0) {
+    if (items.size() != 1 || error != std::errc() || end != text.data() + text.size() || !std::isfinite(c) || c <= 0) {
       throw InvalidArgument("softcap: got '" + values + "'; expected one positive number, e.g. 30");
     }
     spec.softcap = c;
@@ -288,9 +287,9 @@ std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shar
               }
               for (std::int64_t sq : spec.queries) {
                 // h KV heads, each read by `gqa` query heads; a full cache of s keys.
-                const AttentionProblem problem = make_problem(std::vector<std::int64_t>{b, sq, h * spec.gqa, d},
-                                                              std::vector<std::int64_t>{b, s, h, d},
-                                                              std::vector<std::int64_t>{b, s, h, d}, options);
+                const AttentionProblem problem =
+                    make_problem(std::vector<std::int64_t>{b, sq, h * spec.gqa, d},
+                                 std::vector<std::int64_t>{b, s, h, d}, std::vector<std::int64_t>{b, s, h, d}, options);
                 add_decode_tasks(spec, problem, arch, sm_count, tasks);
               }
             }

@@ -10,6 +10,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <sstream>
@@ -43,39 +44,47 @@ std::optional<double> read_number(const json& value) {
 
 std::vector<std::string> worker_arguments(const Task& task, const TuneOptions& options, const WorkerOptions& worker) {
   const AttentionProblem& p = task.problem;
-  return {"tune-worker",
-          "--backend",
-          worker.backend,
-          "--device",
-          std::to_string(worker.device),
-          "--variant",
-          task.variant.id(),
-          "--dtype",
-          std::string(to_string(p.dtype)),
-          "--batch",
-          std::to_string(p.batch),
-          "--seqlen",
-          std::to_string(p.seqlen_q),
-          "--seqlen-k",
-          std::to_string(p.seqlen_k),
-          "--heads",
-          std::to_string(p.heads_q),
-          "--heads-kv",
-          std::to_string(p.heads_kv),
-          "--splits",
-          std::to_string(task.splits),
-          "--op",
-          std::string(to_string(task.op)),
-          "--dk",
-          std::to_string(p.head_dim_k),
-          "--dv",
-          std::to_string(p.head_dim_v),
-          "--mask",
-          std::string(to_string(p.mask.kind)),
-          "--warmup",
-          std::to_string(options.warmup),
-          "--repetitions",
-          std::to_string(options.repetitions)};
+  std::vector<std::string> modifiers = {"--modifiers", modifier_names(modifier_bits(p.modifiers))};
+  if (p.modifiers.softcap != 0) {
+    char c[32];
+    std::snprintf(c, sizeof(c), "%.17g", p.modifiers.softcap);  // every digit: the worker's c is this c
+    modifiers.insert(modifiers.end(), {"--softcap", c});
+  }
+  std::vector<std::string> args = {"tune-worker",
+                                   "--backend",
+                                   worker.backend,
+                                   "--device",
+                                   std::to_string(worker.device),
+                                   "--variant",
+                                   task.variant.id(),
+                                   "--dtype",
+                                   std::string(to_string(p.dtype)),
+                                   "--batch",
+                                   std::to_string(p.batch),
+                                   "--seqlen",
+                                   std::to_string(p.seqlen_q),
+                                   "--seqlen-k",
+                                   std::to_string(p.seqlen_k),
+                                   "--heads",
+                                   std::to_string(p.heads_q),
+                                   "--heads-kv",
+                                   std::to_string(p.heads_kv),
+                                   "--splits",
+                                   std::to_string(task.splits),
+                                   "--op",
+                                   std::string(to_string(task.op)),
+                                   "--dk",
+                                   std::to_string(p.head_dim_k),
+                                   "--dv",
+                                   std::to_string(p.head_dim_v),
+                                   "--mask",
+                                   std::string(to_string(p.mask.kind)),
+                                   "--warmup",
+                                   std::to_string(options.warmup),
+                                   "--repetitions",
+                                   std::to_string(options.repetitions)};
+  args.insert(args.end(), modifiers.begin(), modifiers.end());
+  return args;
 }
 
 std::string format_result(const Measurement& m) {

@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 
 #include "core/error.h"
@@ -203,6 +204,143 @@ TEST(TunerTest, DecodeSweepOnTheEmulatorIsDispatchedFromTheDatabase) {
     EXPECT_EQ(choice.reason.rfind("tuned", 0), 0U) << choice.reason;
   }
   fs::remove(db_path);
+}
+
+TEST(SweepTest, ModifierAxesParseAnyOrderAndRejectBadValues) {
+  SweepSpec spec;
+  EXPECT_EQ(spec.modifiers, std::vector<std::uint8_t>{0});  // default: none
+  EXPECT_EQ(spec.softcap, 30);
+  set_axis(spec, "modifiers", "none, alibi+softcap, sinks");
+  EXPECT_EQ(spec.modifiers, (std::vector<std::uint8_t>{0, kModSoftcap | kModAlibi, kModSinks}));
+  set_axis(spec, "softcap", "12.5");
+  EXPECT_EQ(spec.softcap, 12.5);
+  for (const char* bad : {"tanh", "softcap+softcap", "softcap+", "none+sinks"}) {
+    EXPECT_NE(testing::error_of([&] { set_axis(spec, "modifiers", bad); }).find("modifiers: got '" + std::string(bad)),
+              std::string::npos)
+        << bad;
+  }
+  for (const char* bad : {"0", "-3", "inf", "nan", "30x", "10, 20"}) {
+    EXPECT_NE(testing::error_of([&] { set_axis(spec, "softcap", bad); }).find("expected one positive number"),
+              std::string::npos)
+        << bad;
+  }
+  EXPECT_EQ(spec.softcap, 12.5);
+}
+
+TEST(SweepTest, SweepFileModifierAxes) {
+  const fs::path path = fs::temp_directory_path() / ("attune_sweep_mods_" + std::to_string(::getpid()) + ".txt");
+  {
+    std::ofstream out(path);
+    out << "modifiers = none, sinks+softcap   # two keys\nsoftcap = 50\n";
+  }
+  const SweepSpec spec = read_sweep_file(path);
+  fs::remove(path);
+  EXPECT_EQ(spec.modifiers, (std::vector<std::uint8_t>{0, kModSoftcap | kModSinks}));
+  EXPECT_EQ(spec.softcap, 50);
+}
+
+// Every task of a set carries the set: its problem has the modifiers (c as
+// the sweep says, ALiBi slopes per head), its variant compiles them in, and
+// its key is a key of its own.
+void expect_modifier_sets(const char* op, const std::vector<Task>& tasks, std::size_t per_set) {
+  std::map<std::uint8_t, std::size_t> count;
+  std::set<std::string> keys;
+  for (const Task& t : tasks) {
+    const std::uint8_t bits = modifier_bits(t.problem.modifiers);
+    ++count[bits];
+    EXPECT_EQ(t.variant.modifiers, bits) << op << ": " << t.variant.kernel->name << " compiles in every modifier";
+    EXPECT_NO_THROW(check_variant_modifiers(t.variant, bits)) << t.variant.id();
+    const ProblemKey key = problem_key(task_op(t), t.problem);
+    EXPECT_EQ(key.modifiers, bits);
+    keys.insert(key.to_string());
+    if (bits == 0) {
+      EXPECT_EQ(t.variant.id().find(".softcap1"), std::string::npos) << t.variant.id();
+      EXPECT_FALSE(t.problem.modifiers.any());
+      continue;
+    }
+    EXPECT_NE(t.variant.id().find(".softcap1.sinks1.alibi1"), std::string::npos) << t.variant.id();
+    EXPECT_EQ(t.problem.modifiers.softcap, 24);
+    EXPECT_TRUE(t.problem.modifiers.sinks);
+    EXPECT_EQ(t.problem.modifiers.alibi, AlibiSlopes::kPerHead);
+    EXPECT_EQ(key.to_string().substr(key.to_string().size() - 20), "/softcap+sinks+alibi");
+  }
+  EXPECT_EQ(count[0], per_set) << op;
+  EXPECT_EQ(count[kModAll], per_set) << op;
+  EXPECT_EQ(keys.size(), 2U) << op;
+}
+
+TEST(SweepTest, PlanCarriesTheModifierSetsIntoProblemsAndVariants) {
+  const ArchLimits arch = require_arch("sm_90a");
+  SweepSpec spec;
+  set_axis(spec, "head_dims", "64");
+  set_axis(spec, "modifiers", "none, softcap+sinks+alibi");
+  set_axis(spec, "softcap", "24");
+  spec.max_variants = 3;
+  for (const char* op : {"fwd", "bwd"}) {
+    set_axis(spec, "op", op);
+    const std::vector<Task> tasks = plan(spec, arch);
+    ASSERT_EQ(tasks.size(), 6U) << op;
+    expect_modifier_sets(op, tasks, 3);
+    // The heuristic default of each set is among its candidates.
+    const Variant heuristic = heuristic_variant(op, DType::kBF16, 64, 64, arch, kModAll);
+    EXPECT_TRUE(std::any_of(tasks.begin(), tasks.end(), [&](const Task& t) { return t.variant == heuristic; })) << op;
+  }
+  set_axis(spec, "op", "decode");
+  set_axis(spec, "seqlens", "1000");
+  set_axis(spec, "gqa", "4");
+  set_axis(spec, "splits", "2");
+  spec.max_variants = 2;
+  const std::vector<Task> tasks = plan(spec, arch);
+  ASSERT_EQ(tasks.size(), 4U);
+  expect_modifier_sets("decode", tasks, 2);
+  const AttentionProblem& with = tasks.back().problem;
+  EXPECT_TRUE(std::any_of(tasks.begin(), tasks.end(),
+                          [&](const Task& t) { return t.variant == heuristic_decode_variant(with, arch); }));
+}
+
+TEST(TunerTest, ModifierSetsAreTunedUnderTheirOwnKeysAndDispatched) {
+  const fs::path db_path = fs::temp_directory_path() / ("attune_mods_tuner_" + std::to_string(::getpid()) + ".db");
+  fs::remove(db_path);
+  SweepSpec spec;
+  set_axis(spec, "head_dims", "32");
+  set_axis(spec, "seqlens", "48");
+  set_axis(spec, "modifiers", "none,softcap+sinks+alibi");
+  spec.max_variants = 2;
+  Runtime runtime({.backend = Backend::kEmu});
+  const std::vector<Task> tasks = plan(spec, runtime.arch());
+  ASSERT_EQ(tasks.size(), 4U);
+  {
+    tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path);
+    const TuneSummary summary = run_sweep(tasks, runtime, db, {.repetitions = 1});
+    EXPECT_EQ(summary.measured, 4U);
+    EXPECT_EQ(summary.failed, 0U);
+    const auto best = db.best_for_device(kEmulatorDeviceKey);
+    ASSERT_EQ(best.size(), 2U);  // one per modifier set
+    const DbTunedSource source(db);
+    const Runtime tuned({.backend = Backend::kEmu, .tuned = &source});
+    for (const Task& t : {tasks.front(), tasks.back()}) {
+      const DispatchChoice choice = tuned.explain(t.problem);
+      EXPECT_EQ(choice.rule, DispatchRule::kTuned) << choice.detail;
+      EXPECT_EQ(choice.variant.modifiers, modifier_bits(t.problem.modifiers)) << choice.variant.id();
+    }
+  }
+  fs::remove(db_path);
+}
+
+TEST(TunerTest, BackwardWithSinksRunsItsGateOnTheEmulator) {
+  SweepSpec spec;
+  set_axis(spec, "op", "bwd");
+  set_axis(spec, "head_dims", "32");
+  set_axis(spec, "seqlens", "40");
+  set_axis(spec, "masks", "causal");
+  set_axis(spec, "modifiers", "sinks, softcap+alibi");
+  spec.max_variants = 1;
+  Runtime runtime({.backend = Backend::kEmu});
+  for (const Task& t : plan(spec, runtime.arch())) {
+    const Measurement m = measure(runtime, t, {.warmup = 0, .repetitions = 1});
+    EXPECT_TRUE(m.ok) << t.variant.id() << ": " << m.error;
+    EXPECT_TRUE(m.median_ms && *m.median_ms > 0);
+  }
 }
 
 TEST(SweepTest, BackwardFlopsAreTwoAndAHalfForwards) {

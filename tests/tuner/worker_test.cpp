@@ -2,7 +2,10 @@
 // output is ignored, and a line that is not a complete result is no result.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <limits>
+#include <string>
+#include <vector>
 
 #include "tuner/tuner.h"
 
@@ -51,6 +54,31 @@ TEST(WorkerProtocolTest, OtherLinesAndBrokenResultsAreNoResult) {
       parse_result("{\"attune_result\": 1, \"ok\": true, \"max_error\": null, \"median_ms\": null, "
                    "\"spread_ms\": null, \"tflops\": null, \"error\": \"\"}"));  // ok without a time
   EXPECT_FALSE(parse_result("[1, 2]"));
+}
+
+// An isolated worker rebuilds the task's problem from these arguments:
+// its score modifiers travel too, c with every digit.
+TEST(WorkerProtocolTest, ArgumentsCarryTheModifiersAndTheirC) {
+  const auto args_of = [](std::uint8_t bits, double softcap) {
+    SweepSpec spec;
+    spec.modifiers = {bits};
+    spec.softcap = softcap;
+    spec.max_variants = 1;
+    const std::vector<Task> tasks = plan(spec, require_arch("sm_90a"));
+    EXPECT_EQ(tasks.size(), 1U);
+    return worker_arguments(tasks.front(), {}, {.executable = "attune"});
+  };
+  const auto value_of = [](const std::vector<std::string>& args, const std::string& flag) -> std::string {
+    const auto it = std::find(args.begin(), args.end(), flag);
+    return it == args.end() || it + 1 == args.end() ? "(absent)" : *(it + 1);
+  };
+  const std::vector<std::string> plain = args_of(0, 30);
+  EXPECT_EQ(value_of(plain, "--modifiers"), "none");
+  EXPECT_EQ(value_of(plain, "--softcap"), "(absent)");
+  const std::vector<std::string> all = args_of(kModAll, 1.0 / 3.0);
+  EXPECT_EQ(value_of(all, "--modifiers"), "softcap+sinks+alibi");
+  EXPECT_EQ(std::stod(value_of(all, "--softcap")), 1.0 / 3.0);
+  EXPECT_NE(value_of(all, "--variant").find(".softcap1.sinks1.alibi1"), std::string::npos);
 }
 
 }  // namespace
