@@ -40,11 +40,10 @@ void run_explain(const ExplainOptions& o) {
   const std::vector<int64_t> q = {o.batch, o.seqlen_q, o.heads_q, o.dk};
   const std::vector<int64_t> k = {o.batch, o.seqlen_k, o.heads_kv, o.dk};
   const std::vector<int64_t> v = {o.batch, o.seqlen_k, o.heads_kv, o.dv};
-  const AttentionProblem problem =
-      make_problem(q, k, v,
-                   {.dtype = parse_dtype_flag(o.dtype),
-                    .mask = parse_mask(o.causal, o.window),
-                    .modifiers = parse_modifiers(o.modifiers, o.softcap)});
+  const AttentionProblem problem = make_problem(q, k, v,
+                                                {.dtype = parse_dtype_flag(o.dtype),
+                                                 .mask = parse_mask(o.causal, o.window),
+                                                 .modifiers = parse_modifiers(o.modifiers, o.softcap)});
   const std::optional<tuning_db::TuningDb> db = open_db_for_dispatch(o.db_path);
   const std::optional<DbTunedSource> tuned = db ? std::optional<DbTunedSource>(std::in_place, *db) : std::nullopt;
   const Runtime runtime({.backend = *backend, .device = o.device, .tuned = tuned ? &*tuned : nullptr});

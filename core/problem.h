@@ -98,8 +98,8 @@ enum class AlibiSlopes : std::uint8_t {
 };
 
 struct ScoreModifiers {
-  double softcap = 0;  // c > 0: the scaled score s becomes c tanh(s / c); 0: off
-  bool sinks = false;  // a float32 sink logit per query head, [Hq], joins every row's softmax
+  double softcap = 0;                      // c > 0: the scaled score s becomes c tanh(s / c); 0: off
+  bool sinks = false;                      // a float32 sink logit per query head, [Hq], joins every row's softmax
   AlibiSlopes alibi = AlibiSlopes::kNone;  // -slope x |i + Sk - Sq - j| added to the score
   bool any() const { return softcap != 0 || sinks || alibi != AlibiSlopes::kNone; }
   bool operator==(const ScoreModifiers&) const = default;

@@ -87,8 +87,8 @@ Run run_decode(const Variant& v, DType dtype, int tiles) {
   std::vector<std::uint16_t> o(elements(o_extent(p)));
   std::vector<float> lse(elements(lse_extent(p)));
   Run r;
-  emulate_decode(p, {q.data(), k.data(), vv.data(), o.data(), lse.data(), m.sinks_or_null(), m.slopes_or_null()}, v,
-                 1, &r.counters);
+  emulate_decode(p, {q.data(), k.data(), vv.data(), o.data(), lse.data(), m.sinks_or_null(), m.slopes_or_null()}, v, 1,
+                 &r.counters);
   r.problem = "one CTA of " + std::to_string(s.block_m) + " rows, cache = tiles x " + std::to_string(s.block_n) +
               ", 1 split, d " + std::to_string(s.head_dim);
   return r;

@@ -12,8 +12,8 @@
 #include <string>
 #include <vector>
 
-#include "emulator/emulator.h"
 #include "combine_without_sink.cuh"
+#include "emulator/emulator.h"
 #include "reference/accuracy.h"
 #include "runtime/dispatch/heuristics.h"
 #include "runtime/launch/flash_decode_params.h"
@@ -76,8 +76,7 @@ void expect_within_rule(const testing::Inputs& in, const Variant& variant, int s
   const ModifierData d = data_for(in.problem);
   const ReferenceOutput got = testing::run_on_emulator(in, variant, splits, d.tensors());
   const ReferenceOutput want = reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data(), d.tensors());
-  const ReferenceOutput naive =
-      naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data(), d.tensors());
+  const ReferenceOutput naive = naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data(), d.tensors());
   std::string why;
   EXPECT_TRUE(within_accuracy_rule(got, want, naive, 2.0, &why)) << what << " with " << variant.id() << ": " << why;
 }
@@ -115,13 +114,15 @@ TEST(ScoreModsEmuTest, ForwardEachModifierUnderEveryMaskWithGqaAndDkNeDv) {
 TEST(ScoreModsEmuTest, ForwardVarlenAndPaddingWithEmptyRows) {
   const ScoreModifiers all = find_set("all")->modifiers;
   // Packed: a sequence without queries, one without keys (its rows: O = 0, LSE = sink).
-  testing::Family packed{"packed", {30, 2, 32}, {41, 1, 32}, {41, 1, 32},
-                         {.mask = Mask::causal_bottom_right(), .cu_seqlens_q = {0, 9, 9, 22, 30},
-                          .cu_seqlens_k = {0, 17, 20, 41, 41}}};
+  testing::Family packed{
+      "packed",
+      {30, 2, 32},
+      {41, 1, 32},
+      {41, 1, 32},
+      {.mask = Mask::causal_bottom_right(), .cu_seqlens_q = {0, 9, 9, 22, 30}, .cu_seqlens_k = {0, 17, 20, 41, 41}}};
   const testing::Inputs in = with_modifiers(packed, all);
   expect_within_rule(in, heuristic_variant("fwd", in.problem.dtype, 32, 32, kArch, modifier_bits(all)), 0, "packed");
-  testing::Family padded{"padded", {3, 17, 2, 64}, {3, 40, 2, 64}, {3, 40, 2, 64},
-                         {.seqlens_k = {40, 11, 0}}};
+  testing::Family padded{"padded", {3, 17, 2, 64}, {3, 40, 2, 64}, {3, 40, 2, 64}, {.seqlens_k = {40, 11, 0}}};
   const testing::Inputs pin = with_modifiers(padded, all);
   const ModifierData d = data_for(pin.problem);
   const Variant v = heuristic_variant("fwd", pin.problem.dtype, 64, 64, kArch, modifier_bits(all));
@@ -160,7 +161,8 @@ TEST(ScoreModsEmuTest, PagedDecodeWithSplitsMergesTheSinkOnce) {
 TEST(ScoreModsEmuTest, AVariantWithoutTheProblemsModifiersIsRefused) {
   const testing::Inputs in = paged_decode(find_set("sinks")->modifiers);
   const ModifierData d = data_for(in.problem);
-  const Variant plain = heuristic_decode_variant(testing::make_decode_inputs(testing::paged_odd_case(64)).problem, kArch);
+  const Variant plain =
+      heuristic_decode_variant(testing::make_decode_inputs(testing::paged_odd_case(64)).problem, kArch);
   try {
     (void)testing::run_on_emulator(in, plain, 2, d.tensors());
     FAIL() << "a variant without sinks ran a problem with sinks";
@@ -215,8 +217,7 @@ TEST(ScoreModsEmuTest, PlantedCombineWithoutTheSinkIsCaught) {
 // The planted bug of the score step: softcap applied after the mask, so a
 // masked key weighs e^-c instead of 0 (softcap_after_mask.cuh).
 TEST(ScoreModsEmuTest, PlantedSoftcapAfterTheMaskIsCaught) {
-  testing::Family f{"causal", {1, 45, 2, 32}, {1, 45, 2, 32}, {1, 45, 2, 32},
-                    {.mask = Mask::causal_bottom_right()}};
+  testing::Family f{"causal", {1, 45, 2, 32}, {1, 45, 2, 32}, {1, 45, 2, 32}, {.mask = Mask::causal_bottom_right()}};
   const testing::Inputs in = with_modifiers(f, {.softcap = 2.5});
   const AttentionProblem& p = in.problem;
   const Variant v = parse_variant_id("flash_fwd/d32.bm64.bn32.wm4.wn1.st2.qr0.softcap1");

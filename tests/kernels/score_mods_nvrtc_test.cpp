@@ -26,9 +26,9 @@ std::vector<Variant> covering_set(const ArchLimits& arch) {
     const AttentionProblem decode =
         make_problem(std::vector<std::int64_t>{1, 1, 8, d}, std::vector<std::int64_t>{1, 4096, 1, d},
                      std::vector<std::int64_t>{1, 4096, 1, d}, {.modifiers = m});
-    for (const Variant& v : {heuristic_variant("fwd", DType::kBF16, d, d, arch, bits),
-                             heuristic_decode_variant(decode, arch),
-                             heuristic_backward_variant(DType::kBF16, d, d, arch, false, bits)}) {
+    for (const Variant& v :
+         {heuristic_variant("fwd", DType::kBF16, d, d, arch, bits), heuristic_decode_variant(decode, arch),
+          heuristic_backward_variant(DType::kBF16, d, d, arch, false, bits)}) {
       EXPECT_EQ(v.modifiers, bits & supported_modifiers(*v.kernel)) << v.id();
       out.push_back(v);
     }

@@ -20,8 +20,8 @@ inline ReferenceOutput run_on_emulator(const Inputs& in, const Variant& variant,
   // NaN everywhere first: an output the kernel forgets to write shows up.
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(p)), 0xFFFF);
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)), std::numeric_limits<float>::quiet_NaN());
-  const AttentionBuffers buffers{in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), mods.sinks,
-                                 mods.alibi_slopes};
+  const AttentionBuffers buffers{in.q.data(), in.k.data(), in.v.data(),      o.data(),
+                                 lse.data(),  mods.sinks,  mods.alibi_slopes};
   if (splits == 0) {
     emulate_forward(p, buffers, variant);
   } else {
