@@ -53,6 +53,7 @@ json to_json(const profile::VariantProfile& p) {
             {"smem_wavefronts", t.smem_wavefronts},
             {"smem_wavefronts_ideal", t.smem_wavefronts_ideal},
             {"ex2", t.ex2},
+            {"tanh", t.tanh},
             {"barriers", t.barriers},
             {"global_bytes", t.global_bytes},
             {"flops", t.flops},
@@ -84,8 +85,9 @@ void print_text(const profile::VariantProfile& p) {
       const auto it = p.sass.find(op);
       std::printf(" %s %d", op, it == p.sass.end() ? 0 : it->second);
     }
+    if (const auto it = p.sass.find("MUFU.TANH"); it != p.sass.end()) std::printf(" MUFU.TANH %d", it->second);
     int total = 0;
-    for (const auto& [op, n] : p.sass) total += op == "MUFU.EX2" ? 0 : n;
+    for (const auto& [op, n] : p.sass) total += op == "MUFU.EX2" || op == "MUFU.TANH" ? 0 : n;
     std::printf(" (of %d instructions)\n", total);
   }
   std::printf("per key tile of one CTA (%s):\n", t.problem.c_str());
@@ -95,6 +97,7 @@ void print_text(const profile::VariantProfile& p) {
       t.mma, t.ldmatrix, t.smem_wavefronts, t.smem_wavefronts_ideal,
       t.smem_wavefronts_ideal > 0 ? t.smem_wavefronts / t.smem_wavefronts_ideal : 1.0, t.ex2, t.barriers,
       t.global_bytes);
+  if (t.tanh > 0) std::printf("          tanh %.0f (softcap, on the MUFU pipe with ex2)\n", t.tanh);
   for (const emu::SiteTraffic& s : t.worst_sites) {
     if (s.wavefronts <= s.ideal) continue;
     std::printf("          %s: %llu wavefronts for an ideal of %llu\n", s.site.c_str(),

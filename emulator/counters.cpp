@@ -12,6 +12,7 @@ void LaunchCounters::add(const LaunchCounters& o) {
   shared_wavefronts += o.shared_wavefronts;
   shared_ideal += o.shared_ideal;
   ex2 += o.ex2;
+  tanh += o.tanh;
   barriers += o.barriers;
   global_bytes += o.global_bytes;
   for (const auto& [site, t] : o.sites) {
@@ -49,6 +50,7 @@ LaunchCounters LaunchCounters::minus(const LaunchCounters& b) const {
   d.shared_wavefronts = sub(shared_wavefronts, b.shared_wavefronts);
   d.shared_ideal = sub(shared_ideal, b.shared_ideal);
   d.ex2 = sub(ex2, b.ex2);
+  d.tanh = sub(tanh, b.tanh);
   d.barriers = sub(barriers, b.barriers);
   d.global_bytes = sub(global_bytes, b.global_bytes);
   for (const auto& [site, t] : sites) {

@@ -27,6 +27,7 @@ struct LaunchCounters {
   std::uint64_t shared_wavefronts = 0;    // of all shared accesses, ldmatrix included
   std::uint64_t shared_ideal = 0;
   std::uint64_t ex2 = 0;           // ex2.approx, per thread
+  std::uint64_t tanh = 0;          // tanh.approx (softcap), per thread: the same MUFU pipe
   std::uint64_t barriers = 0;      // block::sync, per block
   std::uint64_t global_bytes = 0;  // read and written, cp.async sources included
   std::map<std::string, SiteTraffic> sites;

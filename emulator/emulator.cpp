@@ -705,6 +705,7 @@ float exp2_approx(float value) {
 }
 
 float tanh_approx(float value) {
+  if (g_emulator != nullptr) ++g_emulator->counters.tanh;
   // tanh.approx.f32 (sm_75+): about 11 bits; the emulator gives the exact
   // value, which the accuracy rule's bound covers.
   return std::tanh(value);

@@ -152,6 +152,7 @@ PerKeyTile tile_costs(const emu::LaunchCounters& d, double n, const TileShape& s
   t.smem_wavefronts = static_cast<double>(d.shared_wavefronts) / n;
   t.smem_wavefronts_ideal = static_cast<double>(d.shared_ideal) / n;
   t.ex2 = static_cast<double>(d.ex2) / n;
+  t.tanh = static_cast<double>(d.tanh) / n;
   t.barriers = static_cast<double>(d.barriers) / n;
   t.global_bytes = static_cast<double>(d.global_bytes) / n;
   t.flops = (shape.backward ? 2.5 : 1.0) * 4.0 * shape.rows * shape.keys * shape.head_dim;
@@ -161,7 +162,7 @@ PerKeyTile tile_costs(const emu::LaunchCounters& d, double n, const TileShape& s
   // and the conversions packing P into 16 bits.
   const double scores = shape.rows * shape.keys;
   const double fp32 = shape.backward ? scores * 8.0 : scores * 4.0 + shape.rows * shape.head_dim + scores / 2.0;
-  t.warp_instructions = t.mma + t.ldmatrix + t.shared_instructions + t.shuffles + t.ex2 / 32.0 + fp32 / 32.0;
+  t.warp_instructions = t.mma + t.ldmatrix + t.shared_instructions + t.shuffles + (t.ex2 + t.tanh) / 32.0 + fp32 / 32.0;
   for (emu::SiteTraffic s : d.worst(5)) {
     s.instructions = static_cast<std::uint64_t>(static_cast<double>(s.instructions) / n);
     s.wavefronts = static_cast<std::uint64_t>(static_cast<double>(s.wavefronts) / n);
@@ -198,7 +199,7 @@ Bound bound_of(const PerKeyTile& t, const ArchRates& r, int sm_count, double clo
   Bound b;
   b.cycles["tensor"] = t.mma * 2.0 * 16 * 8 * 16 / r.mma_flops_per_clock;
   b.cycles["shared"] = t.smem_wavefronts / r.shared_wavefronts_per_clock;
-  b.cycles["mufu"] = t.ex2 / r.mufu_per_clock;
+  b.cycles["mufu"] = (t.ex2 + t.tanh) / r.mufu_per_clock;
   b.cycles["issue"] = t.warp_instructions / r.issue_per_clock;
   for (const auto& [name, cycles] : b.cycles) {
     if (cycles > b.cycles_per_tile) {

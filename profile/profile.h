@@ -42,7 +42,8 @@ struct PerKeyTile {
   double shuffles = 0;
   double smem_wavefronts = 0;
   double smem_wavefronts_ideal = 0;
-  double ex2 = 0;  // per thread
+  double ex2 = 0;   // per thread
+  double tanh = 0;  // per thread (softcap): MUFU like ex2
   double barriers = 0;
   double global_bytes = 0;
   double flops = 0;              // useful FLOPs of the tile (the forward's 4 * rows * keys * d; backward 2.5x)

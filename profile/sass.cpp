@@ -97,6 +97,7 @@ SassMix count_sass(std::string_view sass) {
     const std::string opcode = m[1];
     ++mix[opcode];
     if (opcode == "MUFU" && m[2].str().rfind(".EX2", 0) == 0) ++mix["MUFU.EX2"];
+    if (opcode == "MUFU" && m[2].str().rfind(".TANH", 0) == 0) ++mix["MUFU.TANH"];
   }
   return mix;
 }

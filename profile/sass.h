@@ -12,7 +12,8 @@
 namespace attune::profile {
 
 // Instructions by opcode (the mnemonic before its first '.'), and
-// "MUFU.EX2" for the exponentials among the MUFU.
+// "MUFU.EX2" for the exponentials among the MUFU, "MUFU.TANH" for the
+// softcap's tanh.
 using SassMix = std::map<std::string, int>;
 
 // nvdisasm: $ATTUNE_NVDISASM, then PATH, $CUDA_HOME/bin, /usr/local/cuda/bin,

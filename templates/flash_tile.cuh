@@ -207,21 +207,37 @@ ATTUNE_DEVICE void scale_and_mask(float (&s)[Config::kMTiles][Config::kNTiles][4
                                   i64 key0, i64 q_len, i64 k_len) {
   using Mods = typename Config::Mods;
   const i32 lane = dev::lane_id();
+  // ALiBi with one head per block (pack 1, the forward): one slope, and the
+  // distance i + Sk - Sq - j of this thread's first row and key, every
+  // element's a compile-time offset from it.
+  float distance_base = 0.0f;
+  if constexpr (Mods::kMayAlibi) {
+    if (p.mods.alibi && p.pack == 1) {
+      distance_base = static_cast<float>(static_cast<i32>(row0 + k_len - q_len - key0) + frag::acc_row(lane, 0) -
+                                         frag::acc_col(lane, 0));
+    }
+  }
   ATTUNE_UNROLL
   for (int mt = 0; mt < Config::kMTiles; ++mt) {
     ATTUNE_UNROLL
     for (int half = 0; half < 2; ++half) {
       const i64 row = row0 + mt * 16 + frag::acc_row(lane, half);
       const KeyBounds bounds = kMasked ? key_bounds(p.mask, row / p.pack, q_len, k_len) : KeyBounds{0, k_len};
-      // ALiBi: the row's slope, and the distance i + Sk - Sq - j of this
-      // thread's first key j of the tile (each element's is an offset from it).
+      // ALiBi: the row's slope, and the distance of this thread's first key
+      // of the tile (each element's is an offset from it). Packed query
+      // heads (decode) have one slope and diagonal per row.
       float slope_log2 = 0.0f;
       float distance0 = 0.0f;
       if constexpr (Mods::kMayAlibi) {
         if (p.mods.alibi) {
-          slope_log2 = dev::load_global(p.mods.slope + row % p.pack) * kLog2e;
-          distance0 =
-              static_cast<float>(static_cast<i32>(row / p.pack + k_len - q_len - key0) - frag::acc_col(lane, 0));
+          if (p.pack == 1) {
+            slope_log2 = p.mods.slope0_log2;
+            distance0 = distance_base + static_cast<float>(mt * 16 + 8 * half);
+          } else {
+            slope_log2 = dev::load_global(p.mods.slope + row % p.pack) * kLog2e;
+            distance0 =
+                static_cast<float>(static_cast<i32>(row / p.pack + k_len - q_len - key0) - frag::acc_col(lane, 0));
+          }
         }
       }
       ATTUNE_UNROLL

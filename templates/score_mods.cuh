@@ -55,16 +55,20 @@ struct BlockScoreMods {
   float softcap_out;   // c log2(e): tanh back to a base-2 logit
   const float* slope;  // alibi_slopes of (batch, head0)
   const float* sink;   // sinks of head0
+  float slope0_log2;   // head0's slope x log2(e), loaded once: every row's when a block holds one head
 };
 
 template <class Mods>
 ATTUNE_DEVICE BlockScoreMods block_score_mods(const ScoreModParams& p, float scale_log2, i32 batch, i32 head0) {
-  BlockScoreMods b{Mods::softcap(p), Mods::sinks(p), Mods::alibi(p), 0.0f, 0.0f, nullptr, nullptr};
+  BlockScoreMods b{Mods::softcap(p), Mods::sinks(p), Mods::alibi(p), 0.0f, 0.0f, nullptr, nullptr, 0.0f};
   if (b.softcap) {
     b.softcap_in = scale_log2 / (p.softcap * kLog2e);
     b.softcap_out = p.softcap * kLog2e;
   }
-  if (b.alibi) b.slope = p.alibi_slopes + batch * p.alibi_batch_stride + head0;
+  if (b.alibi) {
+    b.slope = p.alibi_slopes + batch * p.alibi_batch_stride + head0;
+    b.slope0_log2 = dev::load_global(b.slope) * kLog2e;
+  }
   if (b.sinks) b.sink = p.sinks + head0;
   return b;
 }

@@ -143,11 +143,11 @@ bool passes_backward_gate(Runtime& runtime, const Task& task, double* max_error,
   const AttentionProblem& full = task.problem;
   const std::int64_t s = std::min<std::int64_t>(full.seqlen_q, 77);
   const std::int64_t h = std::min<std::int64_t>(full.heads_kv, 2);
-  const AttentionProblem p =
-      make_problem(std::vector<std::int64_t>{1, s, h * full.group_size(), full.head_dim_k},
-                   std::vector<std::int64_t>{1, s + 13, h, full.head_dim_k},
-                   std::vector<std::int64_t>{1, s + 13, h, full.head_dim_v},
-                   {.dtype = full.dtype, .mask = full.mask, .scale = full.scale, .modifiers = full.modifiers});
+  const AttentionProblem p = make_problem(
+      std::vector<std::int64_t>{1, s, h * full.group_size(), full.head_dim_k},
+      std::vector<std::int64_t>{1, s + 13, h, full.head_dim_k},
+      std::vector<std::int64_t>{1, s + 13, h, full.head_dim_v},
+      {.dtype = full.dtype, .mask = full.mask, .scale = full.scale, .modifiers = gate_modifiers(full.modifiers)});
   BackwardInputs in = random_inputs(p, 7);
   const ModifierTensors mods = in.modifiers.host();
   const ReferenceOutput fwd = reference_forward(p, in.q.data(), in.k.data(), in.v.data(), mods);

@@ -104,9 +104,7 @@ std::optional<double> predicted_tflops(const std::string& device_key, const std:
   const std::string arch = "sm_" + std::to_string(major * 10 + minor) + (major == 9 && minor == 0 ? "a" : "");
   try {
     const profile::ArchRates rates = profile::arch_rates(arch);
-    // The model emulates the tiles without score modifiers: the variant's modifier-free twin.
-    Variant v = parse_tuned_id(variant_id).variant;
-    v.modifiers = 0;
+    const Variant v = parse_tuned_id(variant_id).variant;
     return profile::bound_of(profile::emulate_per_key_tile(v, dtype), rates, sms > 0 ? sms : rates.sm_count,
                              rates.clock_ghz)
         .tflops;

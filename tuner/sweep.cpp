@@ -85,7 +85,10 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
         throw InvalidArgument("modifiers: got '" + item +
                               "'; expected none, or softcap, sinks and alibi joined by '+' (e.g. softcap+sinks)");
       }
-      spec.modifiers.push_back(*bits);
+      // Each set once (in any spelling): a set named twice is the same key.
+      if (std::find(spec.modifiers.begin(), spec.modifiers.end(), *bits) == spec.modifiers.end()) {
+        spec.modifiers.push_back(*bits);
+      }
     }
   } else if (axis == "softcap") {
     double c = 0;
@@ -184,11 +187,8 @@ Shard parse_shard(const std::string& text) {
 namespace {
 
 // The speed model's bound of a variant on the architecture, remembered per
-// (variant, dtype, arch): the emulation behind it is the expensive part. The
-// model emulates the tiles without score modifiers (they add the same
-// per-score work to every variant), so it ranks `v` as its modifier-free twin.
-double predicted_tflops(Variant v, DType dtype, const ArchLimits& arch) {
-  v.modifiers = 0;
+// (variant, dtype, arch): the emulation behind it is the expensive part.
+double predicted_tflops(const Variant& v, DType dtype, const ArchLimits& arch) {
   static std::mutex mutex;
   static std::map<std::string, double> known;
   const std::string key = v.id() + "/" + std::string(to_string(dtype)) + "/" + arch.name;

@@ -8,13 +8,15 @@
 //   dtypes      = bf16, fp16
 //   head_dims   = 64, 128            # Dk = Dv
 //   masks       = none, causal       # causal: bottom-right
-//   modifiers   = none, softcap, sinks+alibi  # score modifier sets, each tuned under its own key
-//   softcap     = 30                 # c of the problems with softcap
+//   modifiers   = none, softcap, sinks+alibi  # score modifier sets, each under its own key (default none)
+//   softcap     = 30                 # c of the problems whose set has softcap (default 30)
 //   seqlens     = 128, 1024          # Sq = Sk
 //   batch_heads = 1x8, 4x16          # B x H (H query heads = kv heads; decode: H kv heads)
 //   max_variants = 8                 # per problem class, spread over the list; 0: all
 //   order = model                    # or list: which max_variants (the model's best first)
 //   op          = decode             # fwd (default), bwd, or decode (split-KV over a KV cache)
+// A modifier set is none, or softcap, sinks and alibi joined by '+' in any
+// order (a set named twice counts once); ALiBi slopes are per query head.
 // Decode only (seqlens are then the cache lengths):
 //   queries     = 1, 4               # Sq, query rows per sequence
 //   gqa         = 8                  # query heads per kv head

@@ -73,13 +73,13 @@ ReferenceOutput run_once(Runtime& runtime, const Task& task, const AttentionProb
 }
 
 // The small instance the gate checks: the same problem class (its score
-// modifiers too) with odd sizes and two (KV) heads at most. Decode keeps its
-// query rows and group size and a cache long enough that several splits have
-// keys and the last ones may not.
+// modifiers too, c as gate_modifiers caps it) with odd sizes and two (KV)
+// heads at most. Decode keeps its query rows and group size and a cache long
+// enough that several splits have keys and the last ones may not.
 AttentionProblem gate_problem(const Task& task) {
   const AttentionProblem& full = task.problem;
   const ProblemOptions options{
-      .dtype = full.dtype, .mask = full.mask, .scale = full.scale, .modifiers = full.modifiers};
+      .dtype = full.dtype, .mask = full.mask, .scale = full.scale, .modifiers = gate_modifiers(full.modifiers)};
   if (task.splits > 0) {
     const std::int64_t kv = std::min<std::int64_t>(full.heads_kv, 2);
     const std::int64_t sq = std::min<std::int64_t>(full.seqlen_q, 77);
@@ -164,6 +164,12 @@ ModifierInputs modifier_inputs(const AttentionProblem& p, std::mt19937& rng) {
     m.alibi_slopes.push_back(static_cast<float>(std::exp2(-8.0 * (h + 1) / static_cast<double>(p.heads_q))));
   }
   return m;
+}
+
+ScoreModifiers gate_modifiers(const ScoreModifiers& modifiers) {
+  ScoreModifiers gate = modifiers;
+  if (gate.softcap != 0) gate.softcap = std::min(gate.softcap, kGateSoftcap);
+  return gate;
 }
 
 DeviceModifiers::DeviceModifiers(cuda::Driver& driver, const ModifierInputs& in, std::size_t dsink_elements) {

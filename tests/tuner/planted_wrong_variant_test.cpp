@@ -15,6 +15,8 @@
 #include "generator/kernel_registry.h"
 #include "generator/variants.h"
 #include "runtime/dispatch/heuristics.h"
+#include "templates/flash_fwd.cuh"
+#include "tuner/sweep.h"
 #include "tuner/tuner.h"
 
 namespace attune::tuner {
@@ -136,6 +138,50 @@ TEST(PlantedWrongVariantTest, TheBackwardGateRecordsAWrongGradientAsFailed) {
   fs::remove(db_path);
   fs::remove(fs::path(db_path.string() + "-wal"));
   fs::remove(fs::path(db_path.string() + "-shm"));
+}
+
+// flash_fwd that drops one score modifier: the real kernel with that
+// feature compiled off and the others read from the params (as the emulator
+// runs every variant), under a name of its own.
+template <int kSoftcap, int kSinks, int kAlibi>
+bool launch_dropping(DType dtype, std::span<const int> values, emu::Emulator& emulator, const LaunchConfig& config,
+                     const void* params) {
+  if (dtype != DType::kBF16 || !std::equal(values.begin(), values.end(), std::begin(kPlantedValues))) return false;
+  emulator.launch(&flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, kSoftcap, kSinks, kAlibi>, config,
+                  *static_cast<const FlashFwdParams*>(params));
+  return true;
+}
+
+TEST(PlantedWrongVariantTest, AVariantThatDropsAModifierFailsTheGate) {
+  Runtime runtime({.backend = Backend::kEmu});
+  // Every modifier on (softcap 30, the sweep's default c; the gate caps at 4); the planted kernels drop one.
+  SweepSpec spec;
+  spec.modifiers = {kModAll};
+  set_axis(spec, "head_dims", "32");
+  set_axis(spec, "seqlens", "96");
+  spec.max_variants = 1;
+  const AttentionProblem problem = plan(spec, runtime.arch()).front().problem;
+  const struct {
+    const char* dropped;  // nothing: the control, every modifier read from the params
+    decltype(KernelSpec::launch_on_emulator) launch;
+  } cases[] = {{"nothing", &launch_dropping<kAtRunTime, kAtRunTime, kAtRunTime>},
+               {"softcap", &launch_dropping<0, kAtRunTime, kAtRunTime>},
+               {"sinks", &launch_dropping<kAtRunTime, 0, kAtRunTime>},
+               {"alibi", &launch_dropping<kAtRunTime, kAtRunTime, 0>}};
+  for (const auto& c : cases) {
+    KernelSpec planted = *find_kernel_spec("flash_fwd");
+    planted.name = std::string("flash_fwd_without_") + c.dropped;
+    planted.source_hash = "planted-wrong-variant";
+    planted.launch_on_emulator = c.launch;
+    const Task task{problem, Variant{&planted, {std::begin(kPlantedValues), std::end(kPlantedValues)}, kModAll}};
+    const Measurement m = measure(runtime, task, {.repetitions = 1});
+    if (std::string(c.dropped) == "nothing") {
+      EXPECT_TRUE(m.ok) << m.error;
+      continue;
+    }
+    EXPECT_FALSE(m.ok) << "a variant without " << c.dropped << " passed the gate";
+    EXPECT_EQ(m.error.rfind("wrong result", 0), 0U) << m.error;
+  }
 }
 
 }  // namespace

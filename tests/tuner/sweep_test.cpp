@@ -16,6 +16,7 @@
 #include "runtime/dispatch/tuned_id.h"
 #include "runtime/jit/kernel_cache.h"
 #include "tests/support/error_of.h"
+#include "tuner/gains.h"
 #include "tuner/tuner.h"
 
 namespace attune::tuner {
@@ -210,7 +211,7 @@ TEST(SweepTest, ModifierAxesParseAnyOrderAndRejectBadValues) {
   SweepSpec spec;
   EXPECT_EQ(spec.modifiers, std::vector<std::uint8_t>{0});  // default: none
   EXPECT_EQ(spec.softcap, 30);
-  set_axis(spec, "modifiers", "none, alibi+softcap, sinks");
+  set_axis(spec, "modifiers", "none, alibi+softcap, sinks, softcap+alibi");  // the last is the second again
   EXPECT_EQ(spec.modifiers, (std::vector<std::uint8_t>{0, kModSoftcap | kModAlibi, kModSinks}));
   set_axis(spec, "softcap", "12.5");
   EXPECT_EQ(spec.softcap, 12.5);
@@ -324,6 +325,23 @@ TEST(TunerTest, ModifierSetsAreTunedUnderTheirOwnKeysAndDispatched) {
       const DispatchChoice choice = tuned.explain(t.problem);
       EXPECT_EQ(choice.rule, DispatchRule::kTuned) << choice.detail;
       EXPECT_EQ(choice.variant.modifiers, modifier_bits(t.problem.modifiers)) << choice.variant.id();
+    }
+
+    // Decode too; and each key's gain is over its own set's default (measured: the sweep always has it).
+    set_axis(spec, "op", "decode");
+    set_axis(spec, "seqlens", "300");
+    set_axis(spec, "batch_heads", "1x1");
+    set_axis(spec, "gqa", "4");
+    set_axis(spec, "splits", "auto");
+    EXPECT_EQ(run_sweep(plan(spec, runtime.arch(), {}, runtime.sm_count()), runtime, db, {.repetitions = 1}).failed,
+              0U);
+    const auto all = db.best_for_device(kEmulatorDeviceKey);
+    ASSERT_EQ(all.size(), 4U);
+    for (const tuning_db::BestRow& row : all) {
+      EXPECT_TRUE(gain_over_default(db, row)) << row.key.to_string();
+      const std::optional<std::string> default_id = analyze_key(db, row).default_id;
+      ASSERT_TRUE(default_id) << row.key.to_string();
+      EXPECT_EQ(default_id->find(".softcap1") != std::string::npos, row.key.modifiers != 0) << *default_id;
     }
   }
   fs::remove(db_path);
