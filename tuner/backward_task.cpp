@@ -12,7 +12,6 @@
 #include "reference/reference.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/launch/flash_bwd_params.h"
-#include "tuner/naive_modified.h"
 #include "tuner/timing.h"
 
 namespace attune::tuner {
@@ -156,8 +155,7 @@ bool passes_backward_gate(Runtime& runtime, const Task& task, double* max_error,
   const ReferenceGradients got = run_backward(runtime, task, p, in);
   const ReferenceGradients want = reference_backward(p, in.q.data(), in.k.data(), in.v.data(), in.d_o.data(), mods);
   const ReferenceGradients naive =
-      p.modifiers.any() ? naive_modified_backward(p, in.q.data(), in.k.data(), in.v.data(), in.d_o.data(), mods)
-                        : naive_storage_backward(p, in.q.data(), in.k.data(), in.v.data(), in.d_o.data());
+      naive_storage_backward(p, in.q.data(), in.k.data(), in.v.data(), in.d_o.data(), mods);
   const GradientErrors e = gradient_errors(got, want);
   double dsink_error = 0;
   std::string dsink_why;

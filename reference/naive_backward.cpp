@@ -1,12 +1,10 @@
-#include "tuner/naive_modified.h"
+#include "reference/backward_accuracy.h"
 
 #include <algorithm>
 #include <cmath>
 #include <vector>
 
-#include "reference/backward_accuracy.h"
-
-namespace attune::tuner {
+namespace attune {
 
 namespace {
 
@@ -14,9 +12,9 @@ std::size_t at(int64_t i) { return static_cast<std::size_t>(i); }
 
 }  // namespace
 
-ReferenceGradients naive_modified_backward(const AttentionProblem& p, const std::uint16_t* q_bits,
-                                           const std::uint16_t* k_bits, const std::uint16_t* v_bits,
-                                           const std::uint16_t* do_bits, const ModifierTensors& modifiers) {
+ReferenceGradients naive_storage_backward(const AttentionProblem& p, const std::uint16_t* q_bits,
+                                          const std::uint16_t* k_bits, const std::uint16_t* v_bits,
+                                          const std::uint16_t* do_bits, const ModifierTensors& modifiers) {
   validate(p);
   const ModifierValues mods(p, modifiers);
   const auto r = [&](float x) { return round_to(p.dtype, x); };
@@ -107,4 +105,4 @@ ReferenceGradients naive_modified_backward(const AttentionProblem& p, const std:
   return g;
 }
 
-}  // namespace attune::tuner
+}  // namespace attune

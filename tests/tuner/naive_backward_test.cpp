@@ -1,8 +1,7 @@
-// The gate's naive backward with score modifiers: without modifiers bit for
-// bit naive_storage_backward, with them as far from the fp64 reference as
+// The naive storage-dtype backward with score modifiers (the gradient
+// rule's yardstick in the tuner's gate): as far from the fp64 reference as
 // the naive backward without them is from its own (an error of the storage
 // dtype's size), and much nearer than a computation that ignores them.
-#include "tuner/naive_modified.h"
 
 #include <gtest/gtest.h>
 
@@ -46,24 +45,8 @@ double max_difference(const std::vector<double>& a, const std::vector<double>& b
   return worst;
 }
 
-TEST(NaiveModifiedTest, WithoutModifiersItIsNaiveStorageBackwardBitForBit) {
-  for (DType dtype : {DType::kBF16, DType::kF16}) {
-    for (const Mask& mask : {Mask::none(), Mask::causal_bottom_right(), Mask::causal_top_left()}) {
-      const Case c = make_case(dtype, mask, 0, 0);
-      const AttentionProblem& p = c.problem;
-      const ReferenceGradients mine =
-          naive_modified_backward(p, c.q.data(), c.k.data(), c.v.data(), c.d_o.data(), c.modifiers.host());
-      const ReferenceGradients theirs = naive_storage_backward(p, c.q.data(), c.k.data(), c.v.data(), c.d_o.data());
-      EXPECT_EQ(mine.dq, theirs.dq);
-      EXPECT_EQ(mine.dk, theirs.dk);
-      EXPECT_EQ(mine.dv, theirs.dv);
-      EXPECT_TRUE(mine.dsink.empty());
-    }
-  }
-}
-
 // Each modifier on its own and all three (a small c, so the cap bends the scores).
-TEST(NaiveModifiedTest, WithModifiersItIsNearTheReferenceAndFarFromIgnoringThem) {
+TEST(NaiveBackwardTest, WithModifiersItIsNearTheReferenceAndFarFromIgnoringThem) {
   for (DType dtype : {DType::kBF16, DType::kF16}) {
     for (std::uint8_t bits : {kModSoftcap, kModSinks, kModAlibi, kModAll}) {
       const Case c = make_case(dtype, Mask::causal_bottom_right(), bits, 2.0);
@@ -75,7 +58,7 @@ TEST(NaiveModifiedTest, WithModifiersItIsNearTheReferenceAndFarFromIgnoringThem)
       const ReferenceGradients want0 = reference_backward(plain, c.q.data(), c.k.data(), c.v.data(), c.d_o.data());
       const ReferenceGradients naive0 = naive_storage_backward(plain, c.q.data(), c.k.data(), c.v.data(), c.d_o.data());
       const ReferenceGradients naive =
-          naive_modified_backward(p, c.q.data(), c.k.data(), c.v.data(), c.d_o.data(), mods);
+          naive_storage_backward(p, c.q.data(), c.k.data(), c.v.data(), c.d_o.data(), mods);
       for (const auto& [name, got, wanted, got0, wanted0] :
            {std::tuple{"dQ", &naive.dq, &want.dq, &naive0.dq, &want0.dq},
             std::tuple{"dK", &naive.dk, &want.dk, &naive0.dk, &want0.dk},
