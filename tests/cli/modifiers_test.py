@@ -26,6 +26,7 @@ from cli_support import Checks, visible
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import attention_families_test as fam  # noqa: E402  (rounding, files, running, the forward rule)
+from backward_test import gradient_rule  # noqa: E402  (the gradient rule)
 
 rng = np.random.default_rng(9090)
 
@@ -288,15 +289,6 @@ def run_decode(backend, splits, paged):
     want = forward(q, k, v, kw, mods)
     naive = forward(q, k, v, kw, mods, naive="bf16") if backend != "reference" else None
     return judge_forward(backend, np.load(out), np.load(lse), want, naive)
-
-
-def gradient_rule(name, got, want, naive, dtype):
-    if np.isnan(got).any():
-        return "%s contains NaN" % name
-    err = np.abs(got - want).max(initial=0.0)
-    ulp = 2.0 ** (-8 if dtype == "bf16" else -11)
-    limit = 3 * np.abs(naive - want).max(initial=0.0) + 2 * ulp * np.abs(want).max(initial=0.0) + 1e-6
-    return None if err <= limit else "%s error %.3g above the limit %.3g" % (name, err, limit)
 
 
 def run_backward(backend, tensors, kw, mods):
