@@ -88,6 +88,9 @@ std::uint8_t supported_modifiers(const KernelSpec& kernel) {
 }
 
 void check_variant_modifiers(const Variant& v, std::uint8_t problem_modifiers) {
+  // Every call checks: the common case (a variant with exactly the problem's
+  // modifiers, a subset of its kernel's) returns before reading the features.
+  if (v.modifiers == problem_modifiers) return;
   const std::uint8_t wanted = problem_modifiers & supported_modifiers(*v.kernel);
   if (v.modifiers == wanted) return;
   const std::uint8_t missing = wanted & static_cast<std::uint8_t>(~v.modifiers);
