@@ -117,7 +117,9 @@ int64_t extent(const TensorStrides& s, int64_t batches, int64_t rows, int64_t he
              dim, kWhat);
 }
 
+// Batches of the query-side tensors (Q, O, LSE) and of contiguous K and V.
 int64_t batches_of(const AttentionProblem& p) { return p.is_packed() ? 1 : p.batch; }
+int64_t key_batches_of(const AttentionProblem& p) { return p.has_packed_keys() ? 1 : p.batch; }
 
 void check_strides(const TensorStrides& s, const char* name) {
   if (s.batch < 0 || s.seq < 0 || s.head < 0) {
@@ -159,7 +161,7 @@ bool overlaps(const ByteSpan& a, const ByteSpan& b) {
   return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end;
 }
 
-void check_paged_options(const ProblemOptions& o, std::span<const int64_t> q_shape, std::span<const int64_t> k_shape,
+void check_paged_options(const ProblemOptions& o, int64_t batch, std::span<const int64_t> k_shape,
                          std::span<const int64_t> v_shape) {
   if (o.page_size < 1) reject("page size", str(o.page_size), "a page size >= 1 with a block table");
   if (o.block_table.empty()) reject("block table", "empty", "a block table [B, max_pages] with a page size");
@@ -169,16 +171,42 @@ void check_paged_options(const ProblemOptions& o, std::span<const int64_t> q_sha
              "[pages, page_size = " + str(o.page_size) + ", Hkv, D]");
     }
   }
-  const int64_t batch = q_shape[0];
   if (batch > 0 && static_cast<int64_t>(o.block_table.size()) % batch != 0) {
     reject("block table", str(static_cast<int64_t>(o.block_table.size())) + " entries",
            "B x max_pages entries (B = " + str(batch) + ")");
   }
 }
 
+// A problem whose lengths come from device memory: the bounds fit the
+// tensors, and the arrays stay empty (one source of lengths).
+void check_device_lengths(const AttentionProblem& p) {
+  const LengthBounds& l = *p.device_lengths;
+  if (!p.cu_seqlens_q.empty() || !p.cu_seqlens_k.empty() || !p.seqlens_k.empty() || !p.block_table.empty()) {
+    reject("length arrays", "host arrays with device lengths", "one or the other (device_lengths_of moves them)");
+  }
+  if (l.cu_seqlens_q && (l.max_seqlen_q < 0 || l.max_seqlen_q > p.seqlen_q)) {
+    reject("device lengths max_seqlen_q", str(l.max_seqlen_q), "0.." + str(p.seqlen_q) + " (Tq, the packed rows)");
+  }
+  if ((l.cu_seqlens_k || l.seqlens_k) && (l.max_seqlen_k < 0 || l.max_seqlen_k > p.seqlen_k)) {
+    reject("device lengths max_seqlen_k", str(l.max_seqlen_k),
+           "0.." + str(p.seqlen_k) + (l.cu_seqlens_k ? " (Tk, the packed keys)" : " (Sk)"));
+  }
+  if (!p.is_paged() && l.max_pages != 0) {
+    reject("device lengths max_pages", str(l.max_pages), "0 without a paged cache");
+  }
+}
+
 void check_paged(const AttentionProblem& p) {
-  if (p.is_packed()) reject("paged KV cache", "packed (cu_seqlens) queries", "dense [B, Sq, Hq, Dk] queries");
+  if (p.has_packed_keys()) reject("paged KV cache", "packed keys (cu_seqlens_k)", "keys in the pages only");
   if (p.num_pages < 0) reject("page pool", str(p.num_pages) + " pages", "a non-negative page count");
+  if (p.device_lengths) {
+    if (p.max_pages() < 1) reject("device lengths max_pages", str(p.max_pages()), "max_pages >= 1 for a paged cache");
+    if (p.seqlen_k != mul(p.max_pages(), p.page_size, "paged cache keys (max_pages x page_size)")) {
+      reject("key length Sk of a paged cache", str(p.seqlen_k),
+             str(p.max_pages() * p.page_size) + " (max_pages x page_size)");
+    }
+    return;  // the block table is in device memory
+  }
   if (p.batch > 0 && (p.block_table.empty() || static_cast<int64_t>(p.block_table.size()) % p.batch != 0)) {
     reject("block table", str(static_cast<int64_t>(p.block_table.size())) + " entries",
            "B x max_pages entries with max_pages >= 1 (B = " + str(p.batch) + ")");
@@ -246,33 +274,77 @@ double AttentionProblem::softmax_scale() const {
 }
 
 SequenceExtent AttentionProblem::sequence(int64_t b) const {
+  if (device_lengths) {
+    throw InvalidArgument("sequence " + str(b) +
+                          ": the problem's lengths are in device memory; expected a problem with host lengths");
+  }
   SequenceExtent e;
+  const auto i = static_cast<std::size_t>(b);
+  e.q_len = seqlen_q;
+  e.k_len = seqlen_k;
   if (is_packed()) {
-    const auto i = static_cast<std::size_t>(b);
     e.q_begin = cu_seqlens_q[i];
     e.q_len = cu_seqlens_q[i + 1] - cu_seqlens_q[i];
+  }
+  if (has_packed_keys()) {
     e.k_begin = cu_seqlens_k[i];
     e.k_len = cu_seqlens_k[i + 1] - cu_seqlens_k[i];
-  } else {
-    e.q_len = seqlen_q;
-    e.k_len = seqlen_k;
   }
   e.k_capacity = e.k_len;
-  if (!seqlens_k.empty()) e.k_len = seqlens_k[static_cast<std::size_t>(b)];
+  if (!seqlens_k.empty()) e.k_len = seqlens_k[i];
   return e;
 }
 
+int64_t AttentionProblem::max_seqlen_q() const {
+  if (!is_packed()) return seqlen_q;
+  if (device_lengths) return device_lengths->max_seqlen_q;
+  int64_t most = 0;
+  for (int64_t b = 0; b < batch; ++b) most = std::max(most, sequence(b).q_len);
+  return most;
+}
+
+int64_t AttentionProblem::max_seqlen_k(bool cache_lengths) const {
+  if (device_lengths) {
+    const bool bounded = has_packed_keys() || (cache_lengths && has_seqlens_k());
+    return bounded ? device_lengths->max_seqlen_k : seqlen_k;
+  }
+  int64_t most = has_packed_keys() || (cache_lengths && has_seqlens_k()) ? 0 : seqlen_k;
+  for (int64_t b = 0; b < batch && most < seqlen_k; ++b) {
+    const SequenceExtent s = sequence(b);
+    most = std::max(most, cache_lengths ? s.k_len : s.k_capacity);
+  }
+  return most;
+}
+
+AttentionProblem device_lengths_of(const AttentionProblem& p) {
+  if (p.device_lengths || (!p.is_packed() && !p.has_seqlens_k() && !p.is_paged())) return p;
+  AttentionProblem d = p;
+  LengthBounds& l = d.device_lengths.emplace();
+  l.cu_seqlens_q = p.is_packed();
+  l.cu_seqlens_k = p.has_packed_keys();
+  l.seqlens_k = p.has_seqlens_k();
+  l.max_seqlen_q = p.is_packed() ? p.max_seqlen_q() : 0;
+  // Packed keys: the longest packed sequence (the capacity the backward's
+  // grid covers); otherwise the longest cache length.
+  l.max_seqlen_k = l.cu_seqlens_k ? p.max_seqlen_k(false) : l.seqlens_k ? p.max_seqlen_k(true) : 0;
+  l.max_pages = p.max_pages();
+  d.cu_seqlens_q.clear();
+  d.cu_seqlens_k.clear();
+  d.seqlens_k.clear();
+  d.block_table.clear();
+  return d;
+}
+
 void set_contiguous_strides(AttentionProblem& p) {
-  const auto contiguous = [&](int64_t heads, int64_t dim, int64_t rows) {
+  const auto contiguous = [&](int64_t heads, int64_t dim, int64_t rows, bool packed) {
     const int64_t seq = mul(heads, dim, "contiguous strides (heads x head dim)");
-    return TensorStrides{.batch = p.is_packed() ? 0 : mul(rows, seq, "contiguous strides (rows x heads x head dim)"),
-                         .seq = seq,
-                         .head = dim};
+    return TensorStrides{
+        .batch = packed ? 0 : mul(rows, seq, "contiguous strides (rows x heads x head dim)"), .seq = seq, .head = dim};
   };
-  p.q_strides = contiguous(p.heads_q, p.head_dim_k, p.seqlen_q);
-  p.k_strides = contiguous(p.heads_kv, p.head_dim_k, p.seqlen_k);
-  p.v_strides = contiguous(p.heads_kv, p.head_dim_v, p.seqlen_k);
-  p.o_strides = contiguous(p.heads_q, p.head_dim_v, p.seqlen_q);
+  p.q_strides = contiguous(p.heads_q, p.head_dim_k, p.seqlen_q, p.is_packed());
+  p.k_strides = contiguous(p.heads_kv, p.head_dim_k, p.seqlen_k, p.has_packed_keys());
+  p.v_strides = contiguous(p.heads_kv, p.head_dim_v, p.seqlen_k, p.has_packed_keys());
+  p.o_strides = contiguous(p.heads_q, p.head_dim_v, p.seqlen_q, p.is_packed());
   p.lse_strides = {
       .batch = p.is_packed() ? 0 : mul(p.heads_q, p.seqlen_q, "LSE strides (Hq x Sq)"), .seq = 1, .head = p.seqlen_q};
   if (p.is_paged()) {
@@ -284,34 +356,42 @@ void set_contiguous_strides(AttentionProblem& p) {
 
 AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const int64_t> k_shape,
                               std::span<const int64_t> v_shape, ProblemOptions options) {
-  const bool packed = !options.cu_seqlens_q.empty() || !options.cu_seqlens_k.empty();
-  if (packed && (options.cu_seqlens_q.empty() || options.cu_seqlens_k.empty())) {
-    reject("cu_seqlens", options.cu_seqlens_q.empty() ? "only cu_seqlens_k" : "only cu_seqlens_q",
-           "both cu_seqlens_q and cu_seqlens_k for packed variable-length input");
-  }
+  const bool packed = !options.cu_seqlens_q.empty();       // Q, O: [Tq, H, D]
+  const bool packed_keys = !options.cu_seqlens_k.empty();  // K, V: [Tk, Hkv, D]
   const bool paged = options.page_size != 0 || !options.block_table.empty();
-  if (paged && packed) {
-    reject("paged KV cache", "cu_seqlens given too", "a paged cache with dense [B, Sq, Hq, Dk] queries");
+  if (packed_keys && !packed) {
+    reject("cu_seqlens", "only cu_seqlens_k", "cu_seqlens_q too (packed keys need packed queries)");
   }
-  const std::size_t rank = packed ? 3 : 4;
-  const char* layout = packed ? "[T, H, D] (packed, with cu_seqlens)" : "[B, S, H, D]";
-  const std::array<std::pair<const char*, std::span<const int64_t>>, 3> tensors = {
-      {{"Q", q_shape}, {"K", k_shape}, {"V", v_shape}}};
-  for (const auto& [name, shape] : tensors) {
+  if (paged && packed_keys) {
+    reject("paged KV cache", "cu_seqlens_k given too", "keys in the pages only (cu_seqlens_q may pack the queries)");
+  }
+  const auto layout = [](bool packed_tensor) {
+    return packed_tensor ? "[T, H, D] (packed, with cu_seqlens)" : "[B, S, H, D]";
+  };
+  const std::array<std::tuple<const char*, std::span<const int64_t>, bool>, 3> tensors = {
+      {{"Q", q_shape, packed}, {"K", k_shape, packed_keys}, {"V", v_shape, packed_keys}}};
+  for (const auto& [name, shape, packed_tensor] : tensors) {
+    const std::size_t rank = packed_tensor ? 3 : 4;
     if (shape.size() != rank) {
       reject(std::string(name) + " shape",
              shape_string(shape) + " (rank " + str(static_cast<int64_t>(shape.size())) + ")",
-             std::string("rank ") + str(static_cast<int64_t>(rank)) + " " + layout);
+             std::string("rank ") + str(static_cast<int64_t>(rank)) + " " + layout(packed_tensor) +
+                 (packed && !packed_keys && name != std::string_view("Q")
+                      ? " (packed queries over per-sequence or paged keys; packed K needs cu_seqlens_k)"
+                      : ""));
     }
     for (int64_t d : shape) {
       if (d < 0) reject(std::string(name) + " shape", shape_string(shape), "non-negative sizes");
     }
   }
-  const std::size_t o = packed ? 0 : 1;  // offset of the sequence axis
-  if (paged) check_paged_options(options, q_shape, k_shape, v_shape);
-  if (!packed && !paged && (k_shape[0] != q_shape[0] || v_shape[0] != q_shape[0])) {
-    reject("batch size", "Q " + str(q_shape[0]) + ", K " + str(k_shape[0]) + ", V " + str(v_shape[0]),
-           "Q, K and V to share B");
+  const std::size_t oq = packed ? 0 : 1;      // offset of Q's sequence axis
+  const std::size_t o = packed_keys ? 0 : 1;  // ... and of K's and V's
+  const int64_t batch = packed ? static_cast<int64_t>(options.cu_seqlens_q.size()) - 1 : q_shape[0];
+  if (paged) check_paged_options(options, batch, k_shape, v_shape);
+  if (!packed_keys && !paged && (k_shape[0] != batch || v_shape[0] != batch)) {
+    reject("batch size",
+           (packed ? "cu_seqlens_q " : "Q ") + str(batch) + ", K " + str(k_shape[0]) + ", V " + str(v_shape[0]),
+           packed ? "K and V [B, Sk, Hkv, D] with one batch entry per sequence" : "Q, K and V to share B");
   }
   if (paged && (k_shape[0] != v_shape[0] || k_shape[1] != v_shape[1])) {
     reject("page pools", "K " + shape_string(k_shape) + " and V " + shape_string(v_shape),
@@ -325,19 +405,19 @@ AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const 
     reject("kv heads", "K " + str(k_shape[o + 1]) + " heads, V " + str(v_shape[o + 1]) + " heads",
            "K and V with the same number of heads Hkv");
   }
-  if (q_shape[o + 2] != k_shape[o + 2]) {
+  if (q_shape[oq + 2] != k_shape[o + 2]) {
     reject("head dim of Q and K", "Q " + shape_string(q_shape) + ", K " + shape_string(k_shape),
            "Q and K with the same last dimension Dk");
   }
 
   AttentionProblem p;
   p.dtype = options.dtype;
-  p.batch = packed ? static_cast<int64_t>(options.cu_seqlens_q.size()) - 1 : q_shape[0];
-  p.seqlen_q = q_shape[o];
+  p.batch = batch;
+  p.seqlen_q = q_shape[oq];
   p.seqlen_k = k_shape[o];
-  p.heads_q = q_shape[o + 1];
+  p.heads_q = q_shape[oq + 1];
   p.heads_kv = k_shape[o + 1];
-  p.head_dim_k = q_shape[o + 2];
+  p.head_dim_k = q_shape[oq + 2];
   p.head_dim_v = v_shape[o + 2];
   p.scale = options.scale;
   p.mask = options.mask;
@@ -351,7 +431,7 @@ AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const 
     p.block_table = std::move(options.block_table);
     p.seqlen_k = mul(p.max_pages(), p.page_size, "paged cache keys (max_pages x page_size)");
   }
-  if (packed && p.cu_seqlens_k.size() != p.cu_seqlens_q.size()) {
+  if (packed_keys && p.cu_seqlens_k.size() != p.cu_seqlens_q.size()) {
     reject("cu_seqlens_k length", str(static_cast<int64_t>(p.cu_seqlens_k.size())),
            str(static_cast<int64_t>(p.cu_seqlens_q.size())) + ", the length of cu_seqlens_q");
   }
@@ -496,13 +576,14 @@ void validate(const AttentionProblem& p) {
              "none, causal-bottom-right, causal-top-left or window");
   }
 
-  if (!p.cu_seqlens_k.empty() && p.cu_seqlens_q.empty()) {
-    reject("cu_seqlens", "only cu_seqlens_k", "both cu_seqlens_q and cu_seqlens_k");
+  if (p.has_packed_keys() && !p.is_packed()) {
+    reject("cu_seqlens", "only cu_seqlens_k", "cu_seqlens_q too (packed keys need packed queries)");
   }
-  if (p.is_packed()) {
-    if (p.cu_seqlens_k.empty()) reject("cu_seqlens", "only cu_seqlens_q", "both cu_seqlens_q and cu_seqlens_k");
+  if (p.device_lengths) {
+    check_device_lengths(p);
+  } else if (p.is_packed()) {
     check_lengths(p.cu_seqlens_q, "cu_seqlens_q", p.batch, p.seqlen_q, "Tq");
-    check_lengths(p.cu_seqlens_k, "cu_seqlens_k", p.batch, p.seqlen_k, "Tk");
+    if (p.has_packed_keys()) check_lengths(p.cu_seqlens_k, "cu_seqlens_k", p.batch, p.seqlen_k, "Tk");
   }
   if (!p.seqlens_k.empty()) {
     if (static_cast<int64_t>(p.seqlens_k.size()) != p.batch) {
@@ -510,16 +591,16 @@ void validate(const AttentionProblem& p) {
     }
     for (int64_t b = 0; b < p.batch; ++b) {
       const int64_t len = p.seqlens_k[static_cast<std::size_t>(b)];
-      const int64_t limit =
-          p.is_packed() ? p.cu_seqlens_k[static_cast<std::size_t>(b) + 1] - p.cu_seqlens_k[static_cast<std::size_t>(b)]
-                        : p.seqlen_k;  // sequence(b).k_capacity, before it is valid
+      const int64_t limit = p.has_packed_keys() ? p.cu_seqlens_k[static_cast<std::size_t>(b) + 1] -
+                                                      p.cu_seqlens_k[static_cast<std::size_t>(b)]
+                                                : p.seqlen_k;  // sequence(b).k_capacity, before it is valid
       if (len < 0) reject("seqlens_k[" + str(b) + "]", str(len), "a non-negative key count");
       if (len > limit) {
         reject("seqlens_k[" + str(b) + "]", str(len),
                "at most " + str(limit) +
-                   (p.is_packed()  ? " (the sequence's packed keys)"
-                    : p.is_paged() ? " (max_pages x page_size of the block table)"
-                                   : " (Sk)"));
+                   (p.has_packed_keys() ? " (the sequence's packed keys)"
+                    : p.is_paged()      ? " (max_pages x page_size of the block table)"
+                                        : " (Sk)"));
       }
     }
   }
@@ -531,12 +612,11 @@ void validate(const AttentionProblem& p) {
   check_strides(p.v_strides, "V");
   check_strides(p.o_strides, "O");
   check_strides(p.lse_strides, "LSE");
-  if (p.is_packed()) {
-    for (const auto& [s, name] :
-         {std::pair{&p.q_strides, "Q"}, std::pair{&p.k_strides, "K"}, std::pair{&p.v_strides, "V"},
-          std::pair{&p.o_strides, "O"}, std::pair{&p.lse_strides, "LSE"}}) {
-      if (s->batch != 0) reject(std::string(name) + " batch stride", str(s->batch), "0 for packed input");
-    }
+  for (const auto& [s, name, packed] :
+       {std::tuple{&p.q_strides, "Q", p.is_packed()}, std::tuple{&p.k_strides, "K", p.has_packed_keys()},
+        std::tuple{&p.v_strides, "V", p.has_packed_keys()}, std::tuple{&p.o_strides, "O", p.is_packed()},
+        std::tuple{&p.lse_strides, "LSE", p.is_packed()}}) {
+    if (packed && s->batch != 0) reject(std::string(name) + " batch stride", str(s->batch), "0 for packed input");
   }
   const int64_t batches = batches_of(p);
   check_no_self_overlap("O", {{{p.o_strides.batch, batches},
@@ -558,6 +638,15 @@ void validate(const AttentionProblem& p) {
 
 void validate(const AttentionProblem& p, const AttentionBuffers& buffers) {
   validate(p);
+  validate_buffers(p, buffers);
+}
+
+void validate(const AttentionProblem& p, const BackwardBuffers& buffers) {
+  validate(p);
+  validate_buffers(p, buffers);
+}
+
+void validate_buffers(const AttentionProblem& p, const AttentionBuffers& buffers) {
   // A tensor without elements may have no storage at all.
   const std::array<std::tuple<const void*, const char*, int64_t>, 4> required = {{{buffers.q, "Q", q_extent(p)},
                                                                                   {buffers.k, "K", k_extent(p)},
@@ -584,13 +673,19 @@ void validate(const AttentionProblem& p, const AttentionBuffers& buffers) {
   if (overlaps(o, lse)) reject("output O memory", "overlap with output LSE", "O and LSE in disjoint memory");
 }
 
-void validate(const AttentionProblem& p, const BackwardBuffers& buffers) {
-  validate(p);
+void validate_backward(const AttentionProblem& p) {
+  if (p.is_paged()) reject("backward K and V", "a paged KV cache", "contiguous K and V [B, Sk, Hkv, D]");
+  if (p.is_packed() && !p.has_packed_keys()) {
+    reject("backward K and V", "per-sequence keys under packed queries", "packed keys (cu_seqlens_k) too");
+  }
+}
+
+void validate_buffers(const AttentionProblem& p, const BackwardBuffers& buffers) {
+  validate_backward(p);
   check_modifier_pointers(p, buffers.sinks, buffers.alibi_slopes);
   if (p.modifiers.sinks && buffers.dsink == nullptr) {
     reject("dsink pointer", "null", "a float32 [Hq] output for the sinks' gradient");
   }
-  if (p.is_paged()) reject("backward K and V", "a paged KV cache", "contiguous K and V [B, Sk, Hkv, D]");
   const int64_t elem = element_bytes(p.dtype);
   const auto float_bytes = static_cast<int64_t>(sizeof(float));
   const ByteSpan inputs[] = {
@@ -611,11 +706,12 @@ void validate(const AttentionProblem& p, const BackwardBuffers& buffers) {
                                 {p.q_strides.seq, p.seqlen_q},
                                 {p.q_strides.head, p.heads_q},
                                 {1, p.head_dim_k}}});
-  check_no_self_overlap("dK", {{{p.k_strides.batch, batches},
+  const int64_t key_batches = key_batches_of(p);
+  check_no_self_overlap("dK", {{{p.k_strides.batch, key_batches},
                                 {p.k_strides.seq, p.seqlen_k},
                                 {p.k_strides.head, p.heads_kv},
                                 {1, p.head_dim_k}}});
-  check_no_self_overlap("dV", {{{p.v_strides.batch, batches},
+  check_no_self_overlap("dV", {{{p.v_strides.batch, key_batches},
                                 {p.v_strides.seq, p.seqlen_k},
                                 {p.v_strides.head, p.heads_kv},
                                 {1, p.head_dim_v}}});
@@ -640,11 +736,11 @@ int64_t q_extent(const AttentionProblem& p) {
 }
 int64_t k_extent(const AttentionProblem& p) {
   if (p.is_paged()) return extent(p.k_strides, p.num_pages, p.page_size, p.heads_kv, p.head_dim_k);
-  return extent(p.k_strides, batches_of(p), p.seqlen_k, p.heads_kv, p.head_dim_k);
+  return extent(p.k_strides, key_batches_of(p), p.seqlen_k, p.heads_kv, p.head_dim_k);
 }
 int64_t v_extent(const AttentionProblem& p) {
   if (p.is_paged()) return extent(p.v_strides, p.num_pages, p.page_size, p.heads_kv, p.head_dim_v);
-  return extent(p.v_strides, batches_of(p), p.seqlen_k, p.heads_kv, p.head_dim_v);
+  return extent(p.v_strides, key_batches_of(p), p.seqlen_k, p.heads_kv, p.head_dim_v);
 }
 int64_t o_extent(const AttentionProblem& p) {
   return extent(p.o_strides, batches_of(p), p.seqlen_q, p.heads_q, p.head_dim_v);

@@ -3,7 +3,9 @@
 //   Q [B, Sq, Hq, Dk], K [B, Sk, Hkv, Dk], V [B, Sk, Hkv, Dv] -> O [B, Sq, Hq, Dv],
 //   LSE [B, Hq, Sq] (float32). Packed variable length: Q [Tq, Hq, Dk],
 //   K [Tk, Hkv, Dk], V [Tk, Hkv, Dv], O [Tq, Hq, Dv], LSE [Hq, Tq], with
-//   sequence b owning rows cu_seqlens_q[b] .. cu_seqlens_q[b+1].
+//   sequence b owning rows cu_seqlens_q[b] .. cu_seqlens_q[b+1]. Packed
+//   queries may also attend over per-sequence keys: K [B, Sk, Hkv, Dk]
+//   (no cu_seqlens_k) or a paged cache (mixed prefill and decode).
 //
 // Example:
 //   attune::AttentionProblem p = attune::make_problem(
@@ -118,6 +120,22 @@ std::uint8_t modifier_bits(const ScoreModifiers& modifiers);
 std::string modifier_names(std::uint8_t bits);
 std::optional<std::uint8_t> parse_modifier_names(std::string_view names);
 
+// The lengths of a problem whose metadata lives in device memory
+// (Runtime::plan): the host arrays stay empty, and these say which arrays
+// each run passes and bound their contents, so one plan serves every batch
+// that fits it. Each bound sizes the launch grid or the workspace; a run
+// whose arrays hold more is outside the contract (nothing checks them on
+// the device).
+struct LengthBounds {
+  bool cu_seqlens_q = false;  // [B+1]: packed queries
+  bool cu_seqlens_k = false;  // [B+1]: packed keys (with packed queries only)
+  bool seqlens_k = false;     // [B]: key padding, or a paged cache's lengths
+  int64_t max_seqlen_q = 0;   // packed queries: the most query rows of one sequence
+  int64_t max_seqlen_k = 0;   // the most keys of one sequence: packed keys, or else the longest seqlens_k
+  int64_t max_pages = 0;      // paged: the block table's columns
+  bool operator==(const LengthBounds&) const = default;
+};
+
 struct AttentionProblem {
   DType dtype = DType::kBF16;   // storage dtype of Q, K, V and O
   int64_t batch = 1;            // B; packed: number of sequences
@@ -143,13 +161,29 @@ struct AttentionProblem {
   int64_t page_size = 0;
   int64_t num_pages = 0;
   ScoreModifiers modifiers;
+  // Set: the length arrays above are empty and come from device memory at
+  // run time (device_lengths_of, Runtime::plan).
+  std::optional<LengthBounds> device_lengths;
 
-  bool is_packed() const { return !cu_seqlens_q.empty(); }
+  // Packed queries (cu_seqlens_q). Their keys are packed too
+  // (cu_seqlens_k), or per sequence: [B, Sk, Hkv, D] or a paged cache.
+  bool is_packed() const { return !cu_seqlens_q.empty() || (device_lengths && device_lengths->cu_seqlens_q); }
+  bool has_packed_keys() const { return !cu_seqlens_k.empty() || (device_lengths && device_lengths->cu_seqlens_k); }
   bool is_paged() const { return page_size > 0; }
-  int64_t max_pages() const { return is_paged() && batch > 0 ? static_cast<int64_t>(block_table.size()) / batch : 0; }
+  bool has_seqlens_k() const { return !seqlens_k.empty() || (device_lengths && device_lengths->seqlens_k); }
+  int64_t max_pages() const {
+    if (device_lengths) return is_paged() ? device_lengths->max_pages : 0;
+    return is_paged() && batch > 0 ? static_cast<int64_t>(block_table.size()) / batch : 0;
+  }
+  // The most query rows and keys of one sequence: from the host arrays, or
+  // the device lengths' bounds. Keys count a sequence's capacity (its
+  // packed keys, or Sk) unless `cache_lengths`, which counts seqlens_k.
+  int64_t max_seqlen_q() const;
+  int64_t max_seqlen_k(bool cache_lengths = false) const;
   double softmax_scale() const;
   int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head
   int64_t kv_head_of(int64_t q_head) const { return q_head / group_size(); }
+  // Host length arrays only: throws InvalidArgument with device lengths.
   SequenceExtent sequence(int64_t b) const;
 };
 
@@ -169,6 +203,19 @@ struct AttentionBuffers {
   // Score modifiers (float32, read when the problem's modifiers use them).
   const float* sinks = nullptr;         // [Hq]
   const float* alibi_slopes = nullptr;  // [Hq] or [B, Hq]
+};
+
+// A problem's length arrays in the memory space of the backend that runs it
+// (device memory on cuda): what a run of a plan passes for the arrays its
+// LengthBounds name (null where it has none).
+struct DeviceMetadata {
+  const int32_t* cu_seqlens_q = nullptr;  // [B+1]
+  const int32_t* cu_seqlens_k = nullptr;  // [B+1]
+  const int32_t* seqlens_k = nullptr;     // [B]: key padding, or a paged cache's lengths
+  const int32_t* block_table = nullptr;   // [B, max_pages]
+  // Host value: the sequences of this run, 1..B of the plan (a smaller batch
+  // than the plan was made for runs on it); -1: the plan's B.
+  int64_t batch = -1;
 };
 
 // Data pointers of one backward call, in the memory space of the backend
@@ -207,6 +254,12 @@ struct ProblemOptions {
   ScoreModifiers modifiers;
 };
 
+// The problem with its host length arrays moved out: the same problem for
+// Runtime::plan, with the bounds the arrays meet (each run then passes the
+// arrays in device memory). A problem without length arrays is returned
+// unchanged.
+AttentionProblem device_lengths_of(const AttentionProblem& problem);
+
 // Builds a problem with contiguous strides from tensor shapes: rank 4
 // ([B,S,H,D]) dense, or rank 3 ([T,H,D]) packed with cu_seqlens. Checks that
 // the shapes agree with each other, then validates the problem. Throws
@@ -235,6 +288,12 @@ void validate(const AttentionProblem& problem);
 // Also checks the pointers: non-null inputs and output, and outputs that
 // overlap neither an input nor each other.
 void validate(const AttentionProblem& problem, const AttentionBuffers& buffers);
+// The pointer checks alone, for a problem validated before (a plan's run).
+void validate_buffers(const AttentionProblem& problem, const AttentionBuffers& buffers);
+void validate_buffers(const AttentionProblem& problem, const BackwardBuffers& buffers);
+// What a backward needs of the problem besides the contract: contiguous or
+// packed keys (no paged cache, no per-sequence keys under packed queries).
+void validate_backward(const AttentionProblem& problem);
 // The same for a backward call: non-null tensors (LSE included), gradients
 // whose strides never map two elements to one address, and gradients that
 // overlap neither an input nor each other. Paged caches are refused.

@@ -49,17 +49,8 @@ std::string ProblemKey::to_string() const {
 }
 
 ProblemKey problem_key(Op op, const AttentionProblem& p) {
-  std::int64_t max_q = p.seqlen_q;
-  std::int64_t max_k = p.seqlen_k;
-  if (p.is_packed()) {
-    max_q = 0;
-    max_k = 0;
-    for (std::int64_t b = 0; b < p.batch; ++b) {
-      const SequenceExtent s = p.sequence(b);
-      max_q = std::max(max_q, s.q_len);
-      max_k = std::max(max_k, s.k_capacity);
-    }
-  }
+  const std::int64_t max_q = p.max_seqlen_q();
+  std::int64_t max_k = p.max_seqlen_k();
   ProblemKey key;
   key.op = op;
   key.dtype = p.dtype;
@@ -71,7 +62,7 @@ ProblemKey problem_key(Op op, const AttentionProblem& p) {
   key.batch_heads_log2 = bucket_log2(p.batch * p.heads_q);
   key.modifiers = modifier_bits(p.modifiers);
   if (op == Op::kDecode) {
-    if (!p.seqlens_k.empty()) max_k = *std::max_element(p.seqlens_k.begin(), p.seqlens_k.end());
+    max_k = p.max_seqlen_k(true);                             // the longest cache
     key.seqlen_q_log2 = bucket_log2(max_q * p.group_size());  // the rows of a KV head, as the kernel packs them
     key.seqlen_k_log2 = bucket_log2(max_k);
     key.batch_heads_log2 = bucket_log2(p.batch * p.heads_kv);

@@ -15,6 +15,7 @@
 #ifndef ATTUNE_C_H_
 #define ATTUNE_C_H_
 
+#include <stddef.h>
 #include <stdint.h>
 
 #ifdef __cplusplus
@@ -75,12 +76,121 @@ typedef struct {
 
 typedef struct attune_runtime attune_runtime;
 
+/* The ABI of this header: attune_abi_version() of the loaded library must
+ * equal it (a caller built against another header must not call in). */
+#define ATTUNE_ABI_VERSION 2
+int attune_abi_version(void);
+/* The library's version, "0.1.0". */
+const char* attune_version(void);
+
 /* Fills a problem with defaults: bf16, no mask, contiguous, no modifiers. */
 void attune_problem_init(attune_problem* problem);
 
-/* backend: "cuda" or "emu". */
+typedef struct {
+  const char* backend; /* "cuda" (the default when NULL) or "emu" */
+  int device;          /* CUDA device ordinal */
+  /* Tuned results to dispatch from: NULL, the tuning database at the CLI's
+   * default path ($ATTUNE_TUNING_DB, else $XDG_DATA_HOME/attune/tuning.db)
+   * when it exists; a path, that database; "" none (heuristics only). */
+  const char* tuning_db;
+  const char* cache_directory; /* NVRTC kernel cache; NULL: the default */
+} attune_runtime_options;
+
+void attune_runtime_options_init(attune_runtime_options* options);
+/* A runtime with `options` (NULL: the defaults). */
+attune_status attune_runtime_create_with(const attune_runtime_options* options, attune_runtime** out);
+/* backend: "cuda" or "emu"; the default tuning database as above. */
 attune_status attune_runtime_create(const char* backend, int device, attune_runtime** out);
 void attune_runtime_destroy(attune_runtime* runtime);
+
+/* -- Plans: everything decided and loaded once, then runs that only launch --
+ *
+ * attune_plan_create validates the problem, dispatches, fixes the split
+ * count, compiles and loads every kernel and sizes the workspace;
+ * attune_plan_run launches and nothing else: no allocation, copy,
+ * synchronization or compile, so it can be captured in a CUDA graph. Length
+ * arrays (cu_seqlens, seqlens_k, block_table) are device memory passed to
+ * each run; the plan holds host upper bounds, so one plan serves every step
+ * whose batch fits it.
+ *
+ *   attune_plan_options po; attune_plan_options_init(&po);
+ *   po.op = ATTUNE_OP_DECODE; po.device_lengths = 1; po.cu_seqlens_q = 1; po.seqlens_k = 1;
+ *   po.max_seqlen_q = 512; po.max_seqlen_k = 32768;    // p.block_table NULL, p.max_pages set
+ *   attune_plan* plan; attune_plan_create(rt, &p, &po, &plan);
+ *   size_t bytes; attune_plan_workspace_size(plan, &bytes);    // allocate once
+ *   attune_buffers b = {q, k, v, o, lse};  attune_metadata m = {d_cu_q, NULL, d_lens, d_table, -1};
+ *   attune_plan_run(rt, plan, &b, &m, workspace, bytes, stream);  // every step
+ */
+typedef enum { ATTUNE_OP_FORWARD = 0, ATTUNE_OP_DECODE = 1, ATTUNE_OP_BACKWARD = 2 } attune_op;
+
+typedef struct {
+  attune_op op;        /* a forward over a paged cache plans the decode kernel */
+  const char* variant; /* a variant id (its kernel must match op); NULL: dispatched */
+  int splits;          /* decode: CTAs along the keys; 0: tuned or built-in */
+  int64_t split_size;  /* decode: fixed keys per split (batch invariant); 0: off */
+  int deterministic;   /* backward: dQ summed in a fixed order */
+  /* Lengths passed in device memory at each run, with the problem's host
+   * arrays NULL: say which arrays the runs pass and bound their contents.
+   * A paged problem (page_size > 0) passes block_table [batch, max_pages].
+   * With device_lengths 0 and host arrays in the problem, the plan is made
+   * for their bounds and the runs pass device copies of them. */
+  int device_lengths;
+  int cu_seqlens_q, cu_seqlens_k, seqlens_k; /* nonzero: runs pass this array */
+  int64_t max_seqlen_q;                      /* the most query rows of one sequence */
+  int64_t max_seqlen_k;                      /* the most keys of one sequence */
+} attune_plan_options;
+
+typedef struct attune_plan attune_plan;
+
+/* Tensors of one run (the backend's memory). Forward and decode read q, k,
+ * v and write o (and lse when not NULL); backward reads q, k, v, o, d_o and
+ * lse and writes dq, dk, dv. The modifiers' tensors as in attune_problem. */
+typedef struct {
+  const void* q;
+  const void* k;
+  const void* v;
+  void* o;
+  float* lse;
+  const void* d_o;
+  void* dq;
+  void* dk;
+  void* dv;
+  const float* sinks;
+  const float* alibi_slopes;
+  float* dsink;
+} attune_buffers;
+
+/* The length arrays of one run (the backend's memory) and its batch. */
+typedef struct {
+  const int32_t* cu_seqlens_q; /* [batch + 1] */
+  const int32_t* cu_seqlens_k; /* [batch + 1] */
+  const int32_t* seqlens_k;    /* [batch] */
+  const int32_t* block_table;  /* [batch, max_pages] */
+  int64_t batch;               /* sequences of this run, at most the plan's; -1: the plan's */
+} attune_metadata;
+
+void attune_plan_options_init(attune_plan_options* options);
+/* options NULL: a forward, dispatched. */
+attune_status attune_plan_create(attune_runtime* runtime, const attune_problem* problem,
+                                 const attune_plan_options* options, attune_plan** out);
+attune_status attune_plan_workspace_size(const attune_plan* plan, size_t* bytes);
+/* What the plan runs, as "decode flash_decode/... , 4 splits, workspace N
+ * bytes (tuned: ...)"; valid until the next call on this thread. */
+const char* attune_plan_describe(const attune_plan* plan);
+/* workspace: at least attune_plan_workspace_size bytes, 16-byte aligned
+ * (NULL when that is 0). metadata NULL: none. */
+attune_status attune_plan_run(attune_runtime* runtime, const attune_plan* plan, const attune_buffers* buffers,
+                              const attune_metadata* metadata, void* workspace, size_t workspace_bytes, void* stream);
+void attune_plan_destroy(attune_plan* plan);
+
+/* -- Merging partial results over disjoint keys (cascade attention, context
+ * parallelism): out = softmax-merge of `count` partials (O_i, LSE_i), each
+ * O [rows, heads, head_dim] in the storage dtype with LSE [heads, rows]
+ * float32 (natural log; -inf: an empty partial, skipped). A row that every
+ * partial leaves empty gets O = 0 and LSE = -inf. out_lse may be NULL. */
+attune_status attune_merge_states(attune_runtime* runtime, attune_dtype dtype, int64_t rows, int64_t heads,
+                                  int64_t head_dim, int count, const void* const* o, const float* const* lse,
+                                  void* out_o, float* out_lse, void* stream);
 
 /* O (and LSE when lse is not NULL). Pointers are device memory (cuda) or
  * host memory (emu); stream is a CUstream or NULL. */
@@ -107,6 +217,10 @@ attune_status attune_backward(attune_runtime* runtime, const attune_problem* pro
  * "flash_fwd/d64.bm64.bn64.wm4.wn1.st2 (heuristic: ...)"; valid until the
  * next call on this thread. NULL on error. */
 const char* attune_explain(attune_runtime* runtime, const attune_problem* problem);
+/* The same for a split-KV decode (with its split count; splits 0: the
+ * dispatcher's) and a backward. */
+const char* attune_explain_decode(attune_runtime* runtime, const attune_problem* problem, int splits);
+const char* attune_explain_backward(attune_runtime* runtime, const attune_problem* problem, int deterministic);
 
 /* The message of the last failure on this thread ("" if none). */
 const char* attune_last_error(void);

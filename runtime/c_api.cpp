@@ -1,19 +1,33 @@
 // The C API (runtime/attune_c.h) over attune::Runtime: exceptions become
 // status codes plus a per-thread message.
 #include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <optional>
 #include <string>
 
 #include "core/error.h"
+#include "core/version.h"
 #include "emulator/report.h"
 #include "generator/variants.h"
 #include "runtime/attune_c.h"
 #include "runtime/c_problem.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/dispatch/db_tuned_source.h"
 #include "runtime/jit/kernel_cache.h"
 #include "runtime/runtime.h"
+#include "tuning_db/tuning_db.h"
 
 struct attune_runtime {
+  // Declared in this order so the runtime goes first: it reads the tuned
+  // source, which reads the database.
+  std::optional<attune::tuning_db::TuningDb> db;
+  std::optional<attune::DbTunedSource> tuned;
   std::unique_ptr<attune::Runtime> runtime;
+};
+
+struct attune_plan {
+  attune::Plan plan;
 };
 
 namespace {
@@ -51,9 +65,96 @@ attune_status guarded(Body body) {
   }
 }
 
+attune::Runtime& runtime_of(attune_runtime* runtime) {
+  if (runtime == nullptr) throw attune::InvalidArgument("runtime: got NULL; expected one from attune_runtime_create");
+  return *runtime->runtime;
+}
+
+const attune_problem& problem_of(const attune_problem* problem) {
+  if (problem == nullptr) throw attune::InvalidArgument("problem: got NULL; expected an attune_problem");
+  return *problem;
+}
+
+const attune::Plan& plan_of(const attune_plan* plan) {
+  if (plan == nullptr) throw attune::InvalidArgument("plan: got NULL; expected one from attune_plan_create");
+  return plan->plan;
+}
+
+// The C options' op, read as an int (any value may sit in a C enum).
+attune::Op op_of(const attune_plan_options& o) {
+  int op = 0;
+  std::memcpy(&op, &o.op, sizeof op);
+  switch (op) {
+    case ATTUNE_OP_FORWARD:
+      return attune::Op::kForward;
+    case ATTUNE_OP_DECODE:
+      return attune::Op::kDecode;
+    case ATTUNE_OP_BACKWARD:
+      return attune::Op::kBackward;
+    default:
+      throw attune::InvalidArgument("op: got " + std::to_string(op) +
+                                    "; expected ATTUNE_OP_FORWARD, ATTUNE_OP_DECODE or ATTUNE_OP_BACKWARD");
+  }
+}
+
+// The problem of a plan: with device lengths when the options ask for them.
+attune::AttentionProblem plan_problem(const attune_problem& c, const attune_plan_options& o) {
+  if (o.device_lengths == 0) return attune::problem_from_c(c);
+  if (c.cu_seqlens_q != nullptr || c.cu_seqlens_k != nullptr || c.seqlens_k != nullptr || c.block_table != nullptr) {
+    throw attune::InvalidArgument(
+        "device_lengths: the problem has host length arrays; expected them NULL (the runs pass them)");
+  }
+  return attune::problem_from_c(c, attune::LengthBounds{.cu_seqlens_q = o.cu_seqlens_q != 0,
+                                                        .cu_seqlens_k = o.cu_seqlens_k != 0,
+                                                        .seqlens_k = o.seqlens_k != 0,
+                                                        .max_seqlen_q = o.max_seqlen_q,
+                                                        .max_seqlen_k = o.max_seqlen_k,
+                                                        .max_pages = c.max_pages});
+}
+
+std::string explained(const attune::Variant& variant, const std::string& reason) {
+  return variant.id() + " (" + reason + ")";
+}
+
 }  // namespace
 
 extern "C" {
+
+int attune_abi_version(void) { return ATTUNE_ABI_VERSION; }
+
+const char* attune_version(void) { return attune::attune_version(); }
+
+void attune_runtime_options_init(attune_runtime_options* options) {
+  if (options != nullptr) *options = attune_runtime_options{};
+}
+
+attune_status attune_runtime_create_with(const attune_runtime_options* options, attune_runtime** out) {
+  return guarded([&] {
+    if (out == nullptr) throw attune::InvalidArgument("out: got NULL; expected a place for the runtime");
+    *out = nullptr;
+    attune_runtime_options o{};
+    if (options != nullptr) o = *options;
+    const char* backend = o.backend == nullptr ? "cuda" : o.backend;
+    const auto parsed = attune::parse_backend(backend);
+    if (!parsed) {
+      throw attune::InvalidArgument(std::string("backend: got '") + backend + "'; expected \"cuda\" or \"emu\"");
+    }
+    auto made = std::make_unique<attune_runtime>();
+    if (o.tuning_db == nullptr) {
+      const std::filesystem::path path = attune::tuning_db::TuningDb::default_path();
+      if (std::filesystem::exists(path)) made->db.emplace(attune::tuning_db::TuningDb::open(path));
+    } else if (*o.tuning_db != '\0') {
+      made->db.emplace(attune::tuning_db::TuningDb::open(o.tuning_db));
+    }
+    if (made->db) made->tuned.emplace(*made->db);
+    made->runtime = std::make_unique<attune::Runtime>(attune::RuntimeOptions{
+        .backend = *parsed,
+        .device = o.device,
+        .cache_directory = o.cache_directory == nullptr ? std::filesystem::path() : o.cache_directory,
+        .tuned = made->tuned ? &*made->tuned : nullptr});
+    *out = made.release();
+  });
+}
 
 void attune_problem_init(attune_problem* problem) {
   if (problem == nullptr) return;
@@ -68,17 +169,15 @@ void attune_problem_init(attune_problem* problem) {
 }
 
 attune_status attune_runtime_create(const char* backend, int device, attune_runtime** out) {
-  return guarded([&] {
-    if (out == nullptr) throw attune::InvalidArgument("out: got NULL; expected a place for the runtime");
-    *out = nullptr;
-    const auto parsed = attune::parse_backend(backend == nullptr ? "" : backend);
-    if (!parsed) {
-      throw attune::InvalidArgument(std::string("backend: got '") + (backend == nullptr ? "NULL" : backend) +
-                                    "'; expected \"cuda\" or \"emu\"");
-    }
-    auto runtime = std::make_unique<attune::Runtime>(attune::RuntimeOptions{.backend = *parsed, .device = device});
-    *out = new attune_runtime{std::move(runtime)};
-  });
+  if (backend == nullptr) {
+    g_last_error = "backend: got 'NULL'; expected \"cuda\" or \"emu\"";
+    if (out != nullptr) *out = nullptr;
+    return ATTUNE_ERROR_INVALID_ARGUMENT;
+  }
+  attune_runtime_options options{};
+  options.backend = backend;
+  options.device = device;
+  return attune_runtime_create_with(&options, out);
 }
 
 void attune_runtime_destroy(attune_runtime* runtime) { delete runtime; }
@@ -136,6 +235,91 @@ const char* attune_explain(attune_runtime* runtime, const attune_problem* proble
   });
   return status == ATTUNE_OK ? g_explained.c_str() : nullptr;
 }
+
+const char* attune_explain_decode(attune_runtime* runtime, const attune_problem* problem, int splits) {
+  const attune_status status = guarded([&] {
+    const attune::DecodeChoice choice =
+        runtime_of(runtime).explain_decode(attune::problem_from_c(problem_of(problem)), {.splits = splits});
+    g_explained = explained(choice.variant, std::to_string(choice.splits) + " splits; " + choice.reason);
+  });
+  return status == ATTUNE_OK ? g_explained.c_str() : nullptr;
+}
+
+const char* attune_explain_backward(attune_runtime* runtime, const attune_problem* problem, int deterministic) {
+  const attune_status status = guarded([&] {
+    const attune::DispatchChoice choice = runtime_of(runtime).explain_backward(
+        attune::problem_from_c(problem_of(problem)), {.deterministic = deterministic != 0});
+    g_explained = explained(choice.variant, std::string(attune::to_string(choice.rule)) + ": " + choice.detail);
+  });
+  return status == ATTUNE_OK ? g_explained.c_str() : nullptr;
+}
+
+void attune_plan_options_init(attune_plan_options* options) {
+  if (options != nullptr) *options = attune_plan_options{};
+}
+
+attune_status attune_plan_create(attune_runtime* runtime, const attune_problem* problem,
+                                 const attune_plan_options* options, attune_plan** out) {
+  return guarded([&] {
+    if (out == nullptr) throw attune::InvalidArgument("out: got NULL; expected a place for the plan");
+    *out = nullptr;
+    attune::Runtime& rt = runtime_of(runtime);
+    attune_plan_options o{};
+    if (options != nullptr) o = *options;
+    const attune::Op op = op_of(o);
+    const attune::AttentionProblem p = plan_problem(problem_of(problem), o);
+    const attune::PlanOptions plan_options{
+        .splits = o.splits, .split_size = o.split_size, .deterministic = o.deterministic != 0};
+    attune::Plan plan;
+    if (o.variant != nullptr) {
+      const attune::Variant variant = attune::parse_variant_id(o.variant);
+      plan = rt.plan_variant(variant, p, plan_options);
+      const bool paged_forward = op == attune::Op::kForward && p.is_paged();
+      if (plan.op() != op && !(paged_forward && plan.op() == attune::Op::kDecode)) {
+        throw attune::InvalidArgument("variant " + variant.id() + ": a " + std::string(attune::to_string(plan.op())) +
+                                      " variant; expected one of op " + std::string(attune::to_string(op)));
+      }
+    } else {
+      plan = rt.plan(p, op, plan_options);
+    }
+    *out = new attune_plan{std::move(plan)};
+  });
+}
+
+attune_status attune_plan_workspace_size(const attune_plan* plan, size_t* bytes) {
+  return guarded([&] {
+    if (bytes == nullptr) throw attune::InvalidArgument("bytes: got NULL; expected a place for the size");
+    *bytes = plan_of(plan).workspace_bytes();
+  });
+}
+
+const char* attune_plan_describe(const attune_plan* plan) {
+  const attune_status status = guarded([&] { g_explained = plan_of(plan).describe(); });
+  return status == ATTUNE_OK ? g_explained.c_str() : nullptr;
+}
+
+attune_status attune_plan_run(attune_runtime* runtime, const attune_plan* plan, const attune_buffers* buffers,
+                              const attune_metadata* metadata, void* workspace, size_t workspace_bytes, void* stream) {
+  return guarded([&] {
+    attune::Runtime& rt = runtime_of(runtime);
+    const attune::Plan& p = plan_of(plan);
+    if (buffers == nullptr) throw attune::InvalidArgument("buffers: got NULL; expected an attune_buffers");
+    attune::DeviceMetadata m;
+    if (metadata != nullptr) {
+      m = {metadata->cu_seqlens_q, metadata->cu_seqlens_k, metadata->seqlens_k, metadata->block_table, metadata->batch};
+    }
+    const attune::Workspace w{workspace, workspace_bytes};
+    const attune_buffers& b = *buffers;
+    if (p.op() == attune::Op::kBackward) {
+      rt.run_backward(p, {b.q, b.k, b.v, b.o, b.d_o, b.lse, b.dq, b.dk, b.dv, b.sinks, b.alibi_slopes, b.dsink}, m, w,
+                      stream);
+    } else {
+      rt.run(p, {b.q, b.k, b.v, b.o, b.lse, b.sinks, b.alibi_slopes}, m, w, stream);
+    }
+  });
+}
+
+void attune_plan_destroy(attune_plan* plan) { delete plan; }
 
 const char* attune_last_error(void) { return g_last_error.c_str(); }
 

@@ -25,7 +25,7 @@ int enum_field(const Enum& field) {
 
 }  // namespace
 
-AttentionProblem problem_from_c(const attune_problem& c) {
+AttentionProblem problem_from_c(const attune_problem& c, const std::optional<LengthBounds>& device_lengths) {
   // A C caller may store any int in an enum field; in C++ loading such a
   // value as the enum is undefined, so the fields are read as ints.
   const int dtype = enum_field(c.dtype);
@@ -80,7 +80,17 @@ AttentionProblem problem_from_c(const attune_problem& c) {
   p.seqlens_k = copy(c.seqlens_k, c.batch);
   p.cu_seqlens_q = copy(c.cu_seqlens_q, c.batch + 1);
   p.cu_seqlens_k = copy(c.cu_seqlens_k, c.batch + 1);
-  if (c.page_size != 0 || c.block_table != nullptr) {
+  p.device_lengths = device_lengths;
+  if (device_lengths && c.page_size != 0) {
+    if (c.max_pages < 1 || c.page_size < 1 || c.num_pages < 0) {
+      throw InvalidArgument("paged cache: got max_pages " + std::to_string(c.max_pages) + ", page_size " +
+                            std::to_string(c.page_size) + ", num_pages " + std::to_string(c.num_pages) +
+                            "; expected max_pages >= 1, page_size >= 1, num_pages >= 0 (the block table is "
+                            "passed to each run)");
+    }
+    p.page_size = c.page_size;
+    p.num_pages = c.num_pages;
+  } else if (c.page_size != 0 || c.block_table != nullptr) {
     if (c.block_table == nullptr || c.max_pages < 1 || c.page_size < 1 || c.num_pages < 0) {
       throw InvalidArgument("paged cache: got block_table " + std::string(c.block_table ? "set" : "NULL") +
                             ", max_pages " + std::to_string(c.max_pages) + ", page_size " +

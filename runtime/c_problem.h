@@ -3,6 +3,8 @@
 // be tested and fuzzed without a runtime.
 #pragma once
 
+#include <optional>
+
 #include "core/problem.h"
 #include "runtime/attune_c.h"
 
@@ -11,6 +13,9 @@ namespace attune {
 // Converts and validates. Length arrays are read for the counts the struct
 // gives (batch, batch + 1, batch x max_pages). Throws InvalidArgument naming
 // the field, the value and what was expected.
-AttentionProblem problem_from_c(const attune_problem& c);
+// With `device_lengths` the length arrays stay in device memory: the
+// struct's must be NULL (a paged cache gives max_pages without a table),
+// and the bounds say which arrays each run passes.
+AttentionProblem problem_from_c(const attune_problem& c, const std::optional<LengthBounds>& device_lengths = {});
 
 }  // namespace attune

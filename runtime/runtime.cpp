@@ -2,6 +2,7 @@
 
 #include <map>
 #include <mutex>
+#include <type_traits>
 
 #include "core/error.h"
 #include "generated/kernel_shapes.h"
@@ -23,6 +24,69 @@ std::optional<Backend> parse_backend(std::string_view name) {
   return std::nullopt;
 }
 
+struct Plan::State {
+  const void* owner = nullptr;  // the Runtime::Impl that made it
+  Op op = Op::kForward;
+  AttentionProblem problem;  // with device lengths when it has length arrays
+  Variant variant;
+  std::string reason;
+  ForwardKernels forward;
+  DecodeKernels decode;
+  BackwardKernels backward;
+  std::size_t workspace_bytes = 0;
+};
+
+const Plan::State& Plan::state() const {
+  if (state_ == nullptr) throw InvalidArgument("plan: empty; expected one made by Runtime::plan");
+  return *state_;
+}
+Op Plan::op() const { return state().op; }
+const AttentionProblem& Plan::problem() const { return state().problem; }
+const Variant& Plan::variant() const { return state().variant; }
+int Plan::splits() const { return state().op == Op::kDecode ? state().decode.splits : 1; }
+std::size_t Plan::workspace_bytes() const { return state().workspace_bytes; }
+const std::string& Plan::reason() const { return state().reason; }
+
+std::string Plan::describe() const {
+  const State& s = state();
+  std::string out = std::string(to_string(s.op)) + " " + s.variant.id();
+  if (s.op == Op::kDecode) {
+    out += ", " + std::to_string(s.decode.splits) + " splits";
+    if (s.decode.split_tiles > 0) {
+      out += " of " + std::to_string(s.decode.split_tiles * FlashDecodeShape::of(s.variant).block_n) + " keys";
+    }
+  }
+  out += ", workspace " + std::to_string(s.workspace_bytes) + " bytes";
+  if (!s.reason.empty()) out += " (" + s.reason + ")";
+  return out;
+}
+
+namespace {
+
+// The pointer a run needs and did not get.
+void require_array(const std::int32_t* data, bool used, const char* name, const std::string& expected) {
+  if (used && data == nullptr) {
+    throw InvalidArgument(std::string("metadata ") + name + ": got null; expected " + expected +
+                          " in the backend's memory (the plan reads it)");
+  }
+}
+
+// The problem a run launches over: the plan's, or the same with fewer
+// sequences. `storage` holds the copy when one is needed.
+const AttentionProblem& run_problem(const Plan::State& s, const DeviceMetadata& m, AttentionProblem& storage) {
+  const AttentionProblem& p = s.problem;
+  if (m.batch == -1 || m.batch == p.batch) return p;
+  if (m.batch < 0 || m.batch > p.batch) {
+    throw InvalidArgument("run batch: got " + std::to_string(m.batch) + " sequences; expected 0.." +
+                          std::to_string(p.batch) + " (the plan's batch), or -1 for the plan's");
+  }
+  storage = p;
+  storage.batch = m.batch;
+  return storage;
+}
+
+}  // namespace
+
 struct Runtime::Impl {
   RuntimeOptions options;
   std::string device_key;
@@ -34,48 +98,130 @@ struct Runtime::Impl {
   std::unique_ptr<Dispatcher> dispatcher;
   int sm_count = 0;  // what the split heuristic fills
 
-  void forward(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream) {
+  bool cuda() const { return options.backend == Backend::kCuda; }
+
+  // Plans `variant` for a validated problem in device-lengths form.
+  Plan make_plan(Op op, const Variant& variant, const AttentionProblem& problem, PlanOptions o, std::string reason,
+                 Compile compile) {
     check_usable();
-    if (options.backend == Backend::kEmu) check_emulated(variant, problem, buffers.sinks, buffers.alibi_slopes);
-    const ForwardKernels kernels = load_forward(*backend, variant, problem.dtype);
-    CallMemory memory(*backend, problem, 0, stream);
-    launch_forward(*backend->begin(stream), problem, kernels, buffers, memory.metadata());
-    memory.finish();
+    if (!cuda()) {
+      check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v),
+                         emulator_limits());
+    }
+    auto s = std::make_shared<Plan::State>();
+    s->owner = this;
+    s->op = op;
+    s->problem = problem;
+    s->variant = variant;
+    s->reason = std::move(reason);
+    switch (op) {
+      case Op::kForward:
+        s->forward = load_forward(*backend, variant, problem.dtype, compile);
+        break;
+      case Op::kDecode: {
+        DecodeSplit split{o.splits, 0};
+        if (o.split_size != 0) {
+          if (o.splits != 0) {
+            throw InvalidArgument("split size " + std::to_string(o.split_size) + " and " + std::to_string(o.splits) +
+                                  " splits: expected one of the two");
+          }
+          split = fixed_split(problem, variant, o.split_size);
+        }
+        s->decode = load_decode(*backend, variant, split.splits, problem.dtype, compile, split.split_tiles);
+        s->workspace_bytes = decode_workspace_bytes(problem, s->decode);
+        break;
+      }
+      case Op::kBackward:
+        validate_backward(problem);
+        s->backward = load_backward(*backend, variant, problem.dtype, problem.modifiers.sinks, compile);
+        s->workspace_bytes = backward_workspace_bytes(problem, s->backward);
+        break;
+    }
+    return Plan(std::move(s));
   }
 
-  void decode(const Variant& variant, int splits, const AttentionProblem& problem, const AttentionBuffers& buffers,
-              void* stream) {
+  // What every run checks before launching anything.
+  const Plan::State& check_run(const Plan& plan, Op op, const DeviceMetadata& m, Workspace w) const {
+    const Plan::State& s = plan.state();
+    if (s.owner != this) throw InvalidArgument("plan: made by another runtime; expected one of this runtime's");
+    if ((op == Op::kBackward) != (s.op == Op::kBackward)) {
+      throw InvalidArgument(std::string("plan: a ") + std::string(to_string(s.op)) + " plan run with " +
+                            (op == Op::kBackward ? "run_backward" : "run") + "; expected " +
+                            (s.op == Op::kBackward ? "run_backward (BackwardBuffers)" : "run (AttentionBuffers)"));
+    }
+    const AttentionProblem& p = s.problem;
+    require_array(m.cu_seqlens_q, p.is_packed(), "cu_seqlens_q", "int32 [B+1] query offsets");
+    require_array(m.cu_seqlens_k, p.has_packed_keys(), "cu_seqlens_k", "int32 [B+1] key offsets");
+    require_array(m.seqlens_k, p.has_seqlens_k(), "seqlens_k", "int32 [B] key counts");
+    require_array(m.block_table, p.is_paged(), "block_table", "int32 [B, max_pages] page indices");
+    if (s.workspace_bytes > 0) {
+      if (w.data == nullptr || w.bytes < s.workspace_bytes) {
+        throw InvalidArgument("workspace: got " + std::to_string(w.data == nullptr ? 0 : w.bytes) + " bytes" +
+                              (w.data == nullptr ? " (null)" : "") + "; expected at least " +
+                              std::to_string(s.workspace_bytes) + " bytes (Plan::workspace_bytes)");
+      }
+      if (reinterpret_cast<std::uintptr_t>(w.data) % 16 != 0) {
+        throw InvalidArgument("workspace: not 16-byte aligned; expected a 16-byte aligned pointer");
+      }
+    }
     check_usable();
-    if (options.backend == Backend::kEmu) check_emulated(variant, problem, buffers.sinks, buffers.alibi_slopes);
-    const DecodeKernels kernels = load_decode(*backend, variant, splits, problem.dtype);
-    CallMemory memory(*backend, problem, decode_workspace_bytes(problem, kernels), stream);
-    launch_decode(*backend->begin(stream), problem, kernels, buffers, memory.metadata(), memory.workspace());
-    memory.finish();
+    return s;
   }
 
-  void backward(const Variant& variant, const AttentionProblem& problem, const BackwardBuffers& buffers, void* stream) {
-    check_usable();
-    if (options.backend == Backend::kEmu) check_emulated(variant, problem, buffers.sinks, buffers.alibi_slopes);
-    const BackwardKernels kernels = load_backward(*backend, variant, problem.dtype, problem.modifiers.sinks);
-    CallMemory memory(*backend, problem, backward_workspace_bytes(problem, kernels), stream);
-    launch_backward(*backend->begin(stream), problem, kernels, buffers, memory.metadata(), memory.workspace());
+  template <class Buffers>
+  void run(const Plan& plan, Op op, const Buffers& buffers, const DeviceMetadata& m, Workspace w, void* stream) {
+    const Plan::State& s = check_run(plan, op, m, w);
+    AttentionProblem storage;
+    const AttentionProblem& p = run_problem(s, m, storage);
+    validate_buffers(p, buffers);
+    if (!cuda()) check_modifier_values(p, {buffers.sinks, buffers.alibi_slopes});  // host memory
+    auto* workspace = static_cast<float*>(s.workspace_bytes > 0 ? w.data : nullptr);
+    const std::unique_ptr<LaunchBackend::Call> call = backend->begin(stream);
+    if constexpr (std::is_same_v<Buffers, BackwardBuffers>) {
+      launch_backward(*call, p, s.backward, buffers, m, workspace);
+    } else if (s.op == Op::kDecode) {
+      launch_decode(*call, p, s.decode, buffers, m, workspace);
+    } else {
+      launch_forward(*call, p, s.forward, buffers, m);
+    }
+  }
+
+  // Plan + run for host length arrays (the convenience calls). Inside a
+  // CUDA graph capture only what needs no compile, copy or allocation runs.
+  template <class Buffers>
+  void call(Op op, const Variant& variant, const AttentionProblem& problem, const Buffers& buffers, PlanOptions o,
+            std::string reason, void* stream) {
+    const AttentionProblem device = device_lengths_of(problem);
+    const bool capturing = cuda() && cuda::Driver::get().is_capturing(stream);
+    const Plan plan =
+        make_plan(op, variant, device, o, std::move(reason), capturing ? Compile::kRefused : Compile::kAllowed);
+    if (capturing && (device.device_lengths || plan.workspace_bytes() > 0)) {
+      throw InvalidArgument(
+          "the stream is capturing a CUDA graph, and this call copies its host lengths or allocates its "
+          "workspace; expected a plan (Runtime::plan, attune_plan_create) run with device metadata and a "
+          "workspace");
+    }
+    CallMemory memory(*backend, problem, plan.workspace_bytes(), stream);
+    run(plan, op, buffers, memory.metadata(), {memory.workspace(), plan.workspace_bytes()}, stream);
     memory.finish();
   }
 
   // After a sticky CUDA error every call fails at once with its message,
   // before compiling anything.
   void check_usable() const {
-    if (options.backend == Backend::kCuda) cuda::Driver::get().check_usable();
+    if (cuda()) cuda::Driver::get().check_usable();
+  }
+};
+
+// Restores the caller's CUDA context when a call returns (cuda backend).
+class CallScope {
+ public:
+  explicit CallScope(Backend backend) {
+    if (backend == Backend::kCuda) scope_.emplace(cuda::Driver::get());
   }
 
-  // The emulator also checks against its own limits (more shared memory).
-  // Its buffers are host memory, so the modifiers' values are checked too.
-  static void check_emulated(const Variant& variant, const AttentionProblem& problem, const float* sinks,
-                             const float* alibi_slopes) {
-    check_modifier_values(problem, {sinks, alibi_slopes});
-    check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v),
-                       emulator_limits());
-  }
+ private:
+  std::optional<cuda::Driver::ContextScope> scope_;
 };
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
@@ -111,36 +257,6 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
 
 Runtime::~Runtime() = default;
 
-void Runtime::forward(const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream) {
-  validate(problem, buffers);
-  if (problem.is_paged()) {
-    decode(problem, buffers, {}, stream);  // only the decode kernel reads pages
-    return;
-  }
-  impl_->forward(impl_->dispatcher->choose(problem).variant, problem, buffers, stream);
-}
-
-DecodeChoice Runtime::explain_decode(const AttentionProblem& problem, DecodeOptions options) const {
-  validate(problem);
-  const DispatchChoice dispatched = impl_->dispatcher->resolve(Op::kDecode, problem);
-  DecodeChoice choice{dispatched.variant, dispatched.splits,
-                      std::string(to_string(dispatched.rule)) + ": " + dispatched.detail};
-  if (options.splits != 0) {
-    check_splits(options.splits);
-    choice.splits = options.splits;
-    choice.reason += "; " + std::to_string(options.splits) + " splits as asked";
-  }
-  return choice;
-}
-
-void Runtime::decode(const AttentionProblem& problem, const AttentionBuffers& buffers, DecodeOptions options,
-                     void* stream) {
-  validate(problem, buffers);
-  if (options.splits != 0) check_splits(options.splits);
-  const DispatchChoice& choice = impl_->dispatcher->choose(Op::kDecode, problem);
-  impl_->decode(choice.variant, options.splits != 0 ? options.splits : choice.splits, problem, buffers, stream);
-}
-
 namespace {
 
 // The deterministic twin of a flash_bwd variant: the same tiles with dQ
@@ -153,7 +269,43 @@ std::optional<Variant> deterministic_twin(const Variant& v) {
   return twin;
 }
 
+std::string reason_of(const DispatchChoice& choice) {
+  return std::string(to_string(choice.rule)) + ": " + choice.detail;
+}
+
+Op op_of(const Variant& variant) {
+  if (variant.kernel == nullptr)
+    throw InvalidArgument("variant: none; expected a flash_fwd, flash_decode or flash_bwd variant");
+  switch (variant.kernel->id) {
+    case KernelId::kFlashFwd:
+      return Op::kForward;
+    case KernelId::kFlashDecode:
+      return Op::kDecode;
+    case KernelId::kFlashBwd:
+      return Op::kBackward;
+    default:
+      throw InvalidArgument("variant " + variant.id() + ": expected a flash_fwd, flash_decode or flash_bwd variant");
+  }
+}
+
 }  // namespace
+
+DispatchChoice Runtime::explain(const AttentionProblem& problem) const {
+  validate(problem);
+  return impl_->dispatcher->resolve(problem);
+}
+
+DecodeChoice Runtime::explain_decode(const AttentionProblem& problem, DecodeOptions options) const {
+  validate(problem);
+  const DispatchChoice dispatched = impl_->dispatcher->resolve(Op::kDecode, problem);
+  DecodeChoice choice{dispatched.variant, dispatched.splits, reason_of(dispatched)};
+  if (options.splits != 0) {
+    check_splits(options.splits);
+    choice.splits = options.splits;
+    choice.reason += "; " + std::to_string(options.splits) + " splits as asked";
+  }
+  return choice;
+}
 
 DispatchChoice Runtime::explain_backward(const AttentionProblem& problem, BackwardOptions options) const {
   validate(problem);
@@ -173,38 +325,101 @@ DispatchChoice Runtime::explain_backward(const AttentionProblem& problem, Backwa
   return choice;
 }
 
-void Runtime::backward(const AttentionProblem& problem, const BackwardBuffers& buffers, BackwardOptions options,
-                       void* stream) {
-  validate(problem, buffers);
-  const Variant variant = options.deterministic ? explain_backward(problem, options).variant
-                                                : impl_->dispatcher->choose(Op::kBackward, problem).variant;
-  impl_->backward(variant, problem, buffers, stream);
+Plan Runtime::plan(const AttentionProblem& problem, Op op, PlanOptions options) {
+  const CallScope scope(impl_->options.backend);
+  validate(problem);
+  if (op == Op::kForward && problem.is_paged()) op = Op::kDecode;  // only the decode kernel reads pages
+  const AttentionProblem device = device_lengths_of(problem);
+  Variant variant;
+  std::string reason;
+  if (op == Op::kBackward) {
+    validate_backward(device);
+    const DispatchChoice choice = options.deterministic ? explain_backward(device, {.deterministic = true})
+                                                        : impl_->dispatcher->choose(Op::kBackward, device);
+    variant = choice.variant;
+    reason = reason_of(choice);
+  } else {
+    const DispatchChoice& choice = impl_->dispatcher->choose(op, device);
+    variant = choice.variant;
+    reason = reason_of(choice);
+    if (op == Op::kDecode && options.splits == 0 && options.split_size == 0) options.splits = choice.splits;
+  }
+  return impl_->make_plan(op, variant, device, options, std::move(reason), Compile::kAllowed);
 }
 
-void Runtime::backward_variant(const Variant& variant, const AttentionProblem& problem, const BackwardBuffers& buffers,
-                               void* stream) {
-  validate(problem, buffers);
+Plan Runtime::plan_variant(const Variant& variant, const AttentionProblem& problem, PlanOptions options) {
+  const CallScope scope(impl_->options.backend);
+  validate(problem);
+  const Op op = op_of(variant);
   check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), impl_->arch);
-  impl_->backward(variant, problem, buffers, stream);
+  if (op == Op::kDecode && options.splits == 0 && options.split_size == 0) options.splits = 1;
+  return impl_->make_plan(op, variant, device_lengths_of(problem), options, "as asked", Compile::kAllowed);
 }
 
-void Runtime::decode_variant(const Variant& variant, int splits, const AttentionProblem& problem,
-                             const AttentionBuffers& buffers, void* stream) {
+void Runtime::run(const Plan& plan, const AttentionBuffers& buffers, const DeviceMetadata& metadata,
+                  Workspace workspace, void* stream) {
+  const CallScope scope(impl_->options.backend);
+  impl_->run(plan, Op::kForward, buffers, metadata, workspace, stream);
+}
+
+void Runtime::run_backward(const Plan& plan, const BackwardBuffers& buffers, const DeviceMetadata& metadata,
+                           Workspace workspace, void* stream) {
+  const CallScope scope(impl_->options.backend);
+  impl_->run(plan, Op::kBackward, buffers, metadata, workspace, stream);
+}
+
+void Runtime::forward(const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream) {
   validate(problem, buffers);
-  check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), impl_->arch);
-  impl_->decode(variant, splits, problem, buffers, stream);
+  if (problem.is_paged()) {
+    decode(problem, buffers, {}, stream);  // only the decode kernel reads pages
+    return;
+  }
+  const CallScope scope(impl_->options.backend);
+  const DispatchChoice& choice = impl_->dispatcher->choose(problem);
+  impl_->call(Op::kForward, choice.variant, problem, buffers, {}, {}, stream);
 }
 
 void Runtime::forward_variant(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers,
                               void* stream) {
   validate(problem, buffers);
   check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), impl_->arch);
-  impl_->forward(variant, problem, buffers, stream);
+  const CallScope scope(impl_->options.backend);
+  impl_->call(Op::kForward, variant, problem, buffers, {}, {}, stream);
 }
 
-DispatchChoice Runtime::explain(const AttentionProblem& problem) const {
-  validate(problem);
-  return impl_->dispatcher->resolve(problem);
+void Runtime::decode(const AttentionProblem& problem, const AttentionBuffers& buffers, DecodeOptions options,
+                     void* stream) {
+  validate(problem, buffers);
+  if (options.splits != 0) check_splits(options.splits);
+  const CallScope scope(impl_->options.backend);
+  const DispatchChoice& choice = impl_->dispatcher->choose(Op::kDecode, problem);
+  impl_->call(Op::kDecode, choice.variant, problem, buffers,
+              {.splits = options.splits != 0 ? options.splits : choice.splits}, {}, stream);
+}
+
+void Runtime::decode_variant(const Variant& variant, int splits, const AttentionProblem& problem,
+                             const AttentionBuffers& buffers, void* stream) {
+  validate(problem, buffers);
+  check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), impl_->arch);
+  const CallScope scope(impl_->options.backend);
+  impl_->call(Op::kDecode, variant, problem, buffers, {.splits = splits}, {}, stream);
+}
+
+void Runtime::backward(const AttentionProblem& problem, const BackwardBuffers& buffers, BackwardOptions options,
+                       void* stream) {
+  validate(problem, buffers);
+  const CallScope scope(impl_->options.backend);
+  const Variant variant = options.deterministic ? explain_backward(problem, options).variant
+                                                : impl_->dispatcher->choose(Op::kBackward, problem).variant;
+  impl_->call(Op::kBackward, variant, problem, buffers, {}, {}, stream);
+}
+
+void Runtime::backward_variant(const Variant& variant, const AttentionProblem& problem, const BackwardBuffers& buffers,
+                               void* stream) {
+  validate(problem, buffers);
+  check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), impl_->arch);
+  const CallScope scope(impl_->options.backend);
+  impl_->call(Op::kBackward, variant, problem, buffers, {}, {}, stream);
 }
 
 Backend Runtime::backend() const { return impl_->options.backend; }

@@ -7,6 +7,10 @@
 //       {.dtype = attune::DType::kBF16, .mask = attune::Mask::causal_bottom_right()});
 //   runtime.forward(problem, {q, k, v, o, lse}, stream);
 // The same with Backend::kEmu runs on the CPU emulator over host pointers.
+//
+// Serving engines plan once per batch shape and run each step (plan.h):
+//   const attune::Plan plan = runtime.plan(problem, attune::Op::kDecode);
+//   runtime.run(plan, buffers, metadata, workspace, stream);   // launches only
 #pragma once
 
 #include <filesystem>
@@ -16,6 +20,7 @@
 
 #include "core/problem.h"
 #include "runtime/dispatch/dispatcher.h"
+#include "runtime/plan.h"
 
 namespace attune {
 
@@ -64,13 +69,44 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
+  // Plans one operation on `problem` (plan.h): validates it, dispatches
+  // (memo, tuned, nearest, heuristic), fixes the split count, compiles and
+  // loads every kernel the call needs and sizes its workspace. A problem
+  // with host length arrays plans for their bounds (device_lengths_of): its
+  // runs then pass the arrays in device memory. Op::kForward of a paged
+  // cache plans the decode kernel. Throws InvalidArgument, or what compiling
+  // throws.
+  Plan plan(const AttentionProblem& problem, Op op = Op::kForward, PlanOptions options = {});
+  // The same with a given variant (its kernel names the op).
+  Plan plan_variant(const Variant& variant, const AttentionProblem& problem, PlanOptions options = {});
+
+  // Runs a plan: launches its kernels on `stream` and nothing else (no
+  // allocation, copy, synchronization or compile; CUDA-graph safe). The
+  // metadata arrays the plan's LengthBounds name must be set (backend
+  // memory), `workspace` must hold plan.workspace_bytes(), and
+  // metadata.batch may be at most the plan's B. Each failure is an
+  // InvalidArgument saying what was wrong and what was expected, with
+  // nothing launched. A backward plan runs with run_backward.
+  void run(const Plan& plan, const AttentionBuffers& buffers, const DeviceMetadata& metadata = {},
+           Workspace workspace = {}, void* stream = nullptr);
+  void run_backward(const Plan& plan, const BackwardBuffers& buffers, const DeviceMetadata& metadata = {},
+                    Workspace workspace = {}, void* stream = nullptr);
+
+  // The calls below are plan + run in one, for host length arrays: they
+  // plan (a memo hit after the first call), copy the arrays to the device
+  // and allocate the workspace, run, then synchronize the stream and free
+  // what they allocated. A dense problem without modifiers' workspace costs
+  // its launches only; a varlen, padded or paged one or a split decode
+  // costs its allocations, copies and one synchronization per call, and
+  // refuses to run while `stream` is capturing a CUDA graph (plan first).
+
   // Forward attention: O (and LSE when set). Validates the problem and the
   // buffers (InvalidArgument), compiles on first use, launches on `stream`
-  // (cuda; ignored by emu). Varlen and padded problems upload their lengths
-  // and synchronize the stream before returning. After a sticky CUDA error
-  // (illegal address, launch failure) every later call throws that
-  // cuda::CudaError again at once, compiling and launching nothing: the
-  // context is lost until the process restarts. Thread-safe.
+  // (cuda; ignored by emu). After a sticky CUDA error (illegal address,
+  // launch failure) every later call throws that cuda::CudaError again at
+  // once, compiling and launching nothing: the context is lost until the
+  // process restarts. The caller's current CUDA context is restored when
+  // any call returns. Thread-safe.
   void forward(const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream = nullptr);
 
   // The same with a given variant instead of the dispatcher's choice (the
@@ -98,7 +134,8 @@ class Runtime {
   // LSE (buffers as for forward; dO laid out like O, the gradients like Q, K
   // and V). Probabilities are recomputed tile by tile from the LSE; dK and dV
   // sum over the query heads of a KV head. Same validation and stream rules
-  // as forward; the fp32 workspaces are allocated per call.
+  // as forward; the fp32 workspaces are allocated per call (a plan's run
+  // takes them from the caller).
   void backward(const AttentionProblem& problem, const BackwardBuffers& buffers, BackwardOptions options = {},
                 void* stream = nullptr);
   void backward_variant(const Variant& variant, const AttentionProblem& problem, const BackwardBuffers& buffers,

@@ -10,7 +10,9 @@
 //
 // The cache is contiguous [B, Smax, Hkv, D] with per-sequence lengths, or
 // paged: a block table [B, max_pages] of page indices into a pool
-// [pages, page_size, Hkv, D]. With kPackGqa the query heads sharing a KV head
+// [pages, page_size, Hkv, D]. Queries are dense [B, Sq, Hq, Dk], or packed
+// [Tq, Hq, Dk] with cu_seqlens_q (mixed prefill and decode over a paged
+// cache), each sequence's rows seeing its keys bottom-right. With kPackGqa the query heads sharing a KV head
 // are packed into the rows of one block (row = position * group + head in
 // group), so K and V are read once per KV head.
 #pragma once
@@ -20,24 +22,26 @@
 namespace attune {
 
 struct FlashDecodeParams {
-  const u16* q;    // [B, Sq, Hq, Dk]
+  const u16* q;    // [B, Sq, Hq, Dk], or packed [Tq, Hq, Dk] (batch stride 0)
   const u16* k;    // [B, Smax, Hkv, Dk], or the page pool [pages, page_size, Hkv, Dk]
   const u16* v;    // [B, Smax, Hkv, Dv], or the page pool [pages, page_size, Hkv, Dv]
   u16* o;          // [B, Sq, Hq, Dv]
   float* lse;      // [B, Hq, Sq]; null: not written
-  float* partial;  // [splits, B, Hq, Sq, Dv + 2]: (u, m, l) of each split; used when splits > 1
+  float* partial;  // [splits, B, Hq, max_seqlen_q, Dv + 2]: (u, m, l) of each split; used when splits > 1
   i64 q_batch_stride, q_row_stride, q_head_stride;
   i64 k_batch_stride, k_row_stride, k_head_stride;  // batch stride: the page stride when paged
   i64 v_batch_stride, v_row_stride, v_head_stride;
   i64 o_batch_stride, o_row_stride, o_head_stride;
   i64 lse_batch_stride, lse_row_stride, lse_head_stride;
+  const i32* cu_seqlens_q;   // [B+1] packed query rows; null: dense
   const i32* cache_seqlens;  // [B] keys in each sequence's cache; null: all seqlen_k
   const i32* block_table;    // [B, block_table_stride] page of each page_size keys; null: contiguous
   i32 block_table_stride;
   i32 page_size;
   i32 batch;
   i32 seqlen_q;
-  i32 seqlen_k;  // Smax, or max_pages * page_size when paged
+  i32 max_seqlen_q;  // query rows per sequence the grid covers: Sq, or the packed rows' bound
+  i32 seqlen_k;      // Smax, or max_pages * page_size when paged
   i32 heads_q;
   i32 group_size;  // Hq / Hkv
   i32 head_dim_k;
@@ -46,6 +50,7 @@ struct FlashDecodeParams {
   float scale_log2;
   i32 vectorized;       // 1: every row starts 16-byte aligned, so tiles load with cp.async
   i32 splits;           // CTAs along the keys
+  i32 split_tiles;      // key tiles per split; 0: a sequence's tiles cut into `splits` equal parts
   ScoreModParams mods;  // read only by variants that compile modifiers in; sinks join in the combine when split
 };
 
@@ -128,21 +133,28 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
   using Mods = ScoreMods<kSoftcap, kSinks, kAlibi>;
   using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kBlockM / 16, kWarpsN, kStages, DType, false, Mods>;
   const i32 pack = kPackGqa != 0 ? p.group_size : 1;
-  const i64 q_len = p.seqlen_q;
-  const i64 rows = q_len * pack;
-  const i32 row_blocks = static_cast<i32>((rows + kBlockM - 1) / kBlockM);
+  const i32 row_blocks = static_cast<i32>((static_cast<i64>(p.max_seqlen_q) * pack + kBlockM - 1) / kBlockM);
   const i32 split = dev::block_index().x;
   const i32 slot = dev::block_index().y / row_blocks;
   const i32 m_block = dev::block_index().y % row_blocks;
   const i32 batch = dev::block_index().z;
   const i32 kv_head = kPackGqa != 0 ? slot : slot / p.group_size;
-  const i64 k_len = p.cache_seqlens != nullptr ? dev::load_global(p.cache_seqlens + batch) : p.seqlen_k;
+  i64 q_begin = 0;  // packed: the sequence's first row in Q, O and LSE
+  i64 q_len = p.max_seqlen_q;
+  if (p.cu_seqlens_q != nullptr) {
+    q_begin = dev::load_global(p.cu_seqlens_q + batch);
+    q_len = dev::load_global(p.cu_seqlens_q + batch + 1) - q_begin;
+  }
+  const i64 rows = q_len * pack;
   const i64 row0 = static_cast<i64>(m_block) * kBlockM;
+  if (row0 >= rows) return;  // a shorter sequence than the grid's: the whole block leaves together
+  const i64 k_len = p.cache_seqlens != nullptr ? dev::load_global(p.cache_seqlens + batch) : p.seqlen_k;
   const i64 last_row = row0 + kBlockM - 1 < rows - 1 ? row0 + kBlockM - 1 : rows - 1;
 
-  // This split's share of the cache, in whole tiles, cut to what the rows see.
+  // This split's share of the cache, in whole tiles, cut to what the rows
+  // see. A fixed split size puts the cuts where the sequence alone decides.
   const i64 cache_tiles = (k_len + kBlockN - 1) / kBlockN;
-  const i64 tiles_per_split = (cache_tiles + p.splits - 1) / p.splits;
+  const i64 tiles_per_split = p.split_tiles > 0 ? p.split_tiles : (cache_tiles + p.splits - 1) / p.splits;
   const KeyBounds first = key_bounds(p.mask, row0 / pack, q_len, k_len);
   const KeyBounds last = key_bounds(p.mask, last_row / pack, q_len, k_len);
   const i64 visible_begin = first.begin / kBlockN;
@@ -164,7 +176,7 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
 
   const auto q_row = [&](i32 r) {
     const decode_detail::RowPlace at = decode_detail::place<kPackGqa>(row0 + r, slot, p.group_size);
-    return p.q + batch * p.q_batch_stride + at.position * p.q_row_stride + at.head * p.q_head_stride;
+    return p.q + batch * p.q_batch_stride + (q_begin + at.position) * p.q_row_stride + at.head * p.q_head_stride;
   };
   const auto issue = [&](i64 n) {
     if (n < n_end) {
@@ -203,11 +215,13 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
     const i64 row = row0 + r;
     if (row >= rows) return flash_detail::RowOut{nullptr, nullptr, nullptr};
     const decode_detail::RowPlace at = decode_detail::place<kPackGqa>(row, slot, p.group_size);
-    u16* o = p.o + batch * p.o_batch_stride + at.position * p.o_row_stride + at.head * p.o_head_stride;
-    float* lse = p.lse == nullptr ? nullptr
-                                  : p.lse + batch * p.lse_batch_stride + at.head * p.lse_head_stride +
-                                        at.position * p.lse_row_stride;
-    const i64 index = ((static_cast<i64>(split) * p.batch + batch) * p.heads_q + at.head) * q_len + at.position;
+    const i64 position = q_begin + at.position;
+    u16* o = p.o + batch * p.o_batch_stride + position * p.o_row_stride + at.head * p.o_head_stride;
+    float* lse = p.lse == nullptr
+                     ? nullptr
+                     : p.lse + batch * p.lse_batch_stride + at.head * p.lse_head_stride + position * p.lse_row_stride;
+    const i64 index =
+        ((static_cast<i64>(split) * p.batch + batch) * p.heads_q + at.head) * p.max_seqlen_q + at.position;
     float* state = partial ? p.partial + index * (p.head_dim_v + 2) : nullptr;
     const float* sink = tile_mask.mods.sink != nullptr ? tile_mask.mods.sink + (at.head - head0) : nullptr;
     return flash_detail::RowOut{o, lse, state, sink};
@@ -217,14 +231,15 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
 // The merge of the splits' states: one warp per output row (b, h, i), lanes
 // over the columns of Dv.
 struct FlashDecodeCombineParams {
-  const float* partial;  // [splits, rows, Dv + 2] as flash_decode writes it
-  u16* o;                // [B, Sq, Hq, Dv]
-  float* lse;            // [B, Hq, Sq]; null: not written
+  const float* partial;     // [splits, rows, Dv + 2] as flash_decode writes it
+  u16* o;                   // [B, Sq, Hq, Dv], or packed [Tq, Hq, Dv]
+  float* lse;               // [B, Hq, Sq], or packed [Hq, Tq]; null: not written
+  const i32* cu_seqlens_q;  // [B+1] packed query rows; null: dense
   i64 o_batch_stride, o_row_stride, o_head_stride;
   i64 lse_batch_stride, lse_row_stride, lse_head_stride;
   i32 batch;
   i32 heads_q;
-  i32 seqlen_q;
+  i32 seqlen_q;  // rows per sequence in the workspace: flash_decode's max_seqlen_q
   i32 head_dim_v;
   i32 splits;
   const float* sinks;  // [Hq] (kSinks): the sink joins the merged state, once
@@ -232,7 +247,8 @@ struct FlashDecodeCombineParams {
 
 struct FlashDecodeCombineTunables : WarpPerRowTunables {};
 
-// Grid: (ceil(B x Hq x Sq / kWarps)); block: kWarps x 32 threads. A lane
+// Grid: (ceil(B x Hq x max_seqlen_q / kWarps)); block: kWarps x 32 threads.
+// Rows past a packed sequence's length have no state and are skipped. A lane
 // holds columns lane, lane + 32, ... of its warp's row; the splits' states
 // merge one by one by the softmax's rule, empty splits (l = 0) skipped
 // explicitly.
@@ -244,6 +260,14 @@ ATTUNE_KERNEL void flash_decode_combine(FlashDecodeCombineParams p) {
   const i64 rows = static_cast<i64>(p.batch) * p.heads_q * p.seqlen_q;
   const i64 row = static_cast<i64>(dev::block_index().x) * kWarps + dev::warp_id();
   if (row >= rows) return;  // whole warps leave together
+  i64 position = row % p.seqlen_q;
+  const i64 head = (row / p.seqlen_q) % p.heads_q;
+  const i64 b = row / (static_cast<i64>(p.seqlen_q) * p.heads_q);
+  if (p.cu_seqlens_q != nullptr) {
+    const i64 q_begin = dev::load_global(p.cu_seqlens_q + b);
+    if (position >= dev::load_global(p.cu_seqlens_q + b + 1) - q_begin) return;
+    position += q_begin;
+  }
   const i32 lane = dev::lane_id();
   const i64 stride = p.head_dim_v + 2;
   const i64 split_stride = rows * stride;
@@ -266,9 +290,6 @@ ATTUNE_KERNEL void flash_decode_combine(FlashDecodeCombineParams p) {
     }
     m = r.m;
   }
-  const i64 position = row % p.seqlen_q;
-  const i64 head = (row / p.seqlen_q) % p.heads_q;
-  const i64 b = row / (static_cast<i64>(p.seqlen_q) * p.heads_q);
   u16* o_row = p.o + b * p.o_batch_stride + position * p.o_row_stride + head * p.o_head_stride;
   softmax::RowEnd end = softmax::finalize(m, l);
   if (kSinks != 0 && (kSinks != kAtRunTime || p.sinks != nullptr)) {

@@ -29,7 +29,7 @@ struct FlashFwdParams {
   i64 o_batch_stride, o_row_stride, o_head_stride;
   i64 lse_batch_stride, lse_row_stride, lse_head_stride;
   const i32* cu_seqlens_q;  // [B+1] packed row offsets
-  const i32* cu_seqlens_k;  // [B+1]
+  const i32* cu_seqlens_k;  // [B+1] packed key offsets; null: K and V [B, Sk, Hkv, D]
   const i32* seqlens_k;     // [B] real keys per sequence (padding)
   i32 seqlen_q;             // dense Sq
   i32 seqlen_k;             // dense Sk
@@ -116,6 +116,8 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   if (p.cu_seqlens_q != nullptr) {
     q_begin = dev::load_global(p.cu_seqlens_q + batch);
     q_len = dev::load_global(p.cu_seqlens_q + batch + 1) - q_begin;
+  }
+  if (p.cu_seqlens_k != nullptr) {  // else per-sequence keys [B, Sk, Hkv, D]
     k_begin = dev::load_global(p.cu_seqlens_k + batch);
     k_len = dev::load_global(p.cu_seqlens_k + batch + 1) - k_begin;
   }

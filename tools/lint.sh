@@ -4,15 +4,16 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build_dir="${1:-build/dev}"
-mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- '*.cpp' '*.h' '*.cuh' | grep -v '^build/')
+mapfile -t sources < <(git ls-files --cached --others --exclude-standard -- '*.cpp' '*.h' '*.cuh' '*.c' | grep -v '^build/')
 echo "lint: clang-format on ${#sources[@]} files"
 clang-format --dry-run --Werror "${sources[@]}"
 # Not fuzz/: its targets exist only in the sanitizer build, not in the
-# compile database linted here.
+# compile database linted here. Nor examples/: built against an installed
+# tree (tests/install, with warnings as errors), outside this build.
 # The slowest units first (those that include CLI11 or clang's AST, whose
 # parse dominates), one per clang-tidy call, so the two workers finish
 # together instead of one waiting on a late batch of heavy files.
-mapfile -t units < <(printf '%s\n' "${sources[@]}" | grep '\.cpp$' | grep -v '^tests/' | grep -v '^fuzz/' | while read -r f; do
+mapfile -t units < <(printf '%s\n' "${sources[@]}" | grep '\.cpp$' | grep -v '^tests/' | grep -v '^fuzz/' | grep -v '^examples/' | while read -r f; do
   weight=$(wc -c <"$f")
   case "$f" in cli/* | generator/template_analysis.cpp | generator/attune_gen.cpp) weight=$((weight + 1000000)) ;; esac
   echo "$weight $f"

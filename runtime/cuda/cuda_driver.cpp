@@ -71,6 +71,7 @@ struct Api {
   decltype(&::cuLaunchKernel) launch_kernel = nullptr;
   decltype(&::cuStreamSynchronize) stream_synchronize = nullptr;
   decltype(&::cuStreamGetCtx) stream_get_ctx = nullptr;
+  decltype(&::cuStreamIsCapturing) stream_is_capturing = nullptr;
   decltype(&::cuMemAlloc) mem_alloc = nullptr;
   decltype(&::cuMemFree) mem_free = nullptr;
   decltype(&::cuMemcpyHtoD) memcpy_htod = nullptr;
@@ -100,6 +101,7 @@ static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuEventElapsedTime)) == "cuEvent
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuLaunchKernel)) == "cuLaunchKernel");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamSynchronize)) == "cuStreamSynchronize");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamGetCtx)) == "cuStreamGetCtx");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamIsCapturing)) == "cuStreamIsCapturing");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuEventRecord)) == "cuEventRecord");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuCtxGetCurrent)) == "cuCtxGetCurrent");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuModuleLoadData)) == "cuModuleLoadData");
@@ -182,6 +184,7 @@ std::string load_api(const std::string& path, const std::string& shown, Api& api
   need(api.launch_kernel, "cuLaunchKernel");
   need(api.stream_synchronize, "cuStreamSynchronize");
   need(api.stream_get_ctx, "cuStreamGetCtx");
+  need(api.stream_is_capturing, "cuStreamIsCapturing");
   need(api.mem_alloc, "cuMemAlloc_v2");
   need(api.mem_free, "cuMemFree_v2");
   need(api.memcpy_htod, "cuMemcpyHtoD_v2");
@@ -486,6 +489,31 @@ void Driver::launch(Function function, const LaunchConfig& config, const void* p
                           static_cast<unsigned>(config.dynamic_shared_bytes), static_cast<CUstream>(stream),
                           params_size > 0 ? arguments : nullptr, nullptr),
         "cuLaunchKernel");
+}
+
+bool Driver::is_capturing(void* stream) {
+  impl_->make_current_for(static_cast<CUstream>(stream));
+  CUstreamCaptureStatus status = CU_STREAM_CAPTURE_STATUS_NONE;
+  check(impl_->api.stream_is_capturing(static_cast<CUstream>(stream), &status), "cuStreamIsCapturing");
+  return status != CU_STREAM_CAPTURE_STATUS_NONE;  // active, or invalidated: either way not ours to touch
+}
+
+Driver::ContextScope::ContextScope(Driver& driver) : driver_(driver) {
+  check_context();
+  CUcontext current = nullptr;
+  check(driver_.impl_->api.ctx_get_current(&current), "cuCtxGetCurrent");
+  saved_ = current;
+}
+
+Driver::ContextScope::~ContextScope() {
+  // Never throws; after a sticky error nothing reaches the driver again
+  // (every call fails fast), so the context stays as it is.
+  if (g_lost.load(std::memory_order_acquire) != nullptr) return;
+  const Api& api = driver_.impl_->api;
+  CUcontext current = nullptr;
+  if (api.ctx_get_current(&current) == CUDA_SUCCESS && current != saved_) {
+    (void)api.ctx_set_current(static_cast<CUcontext>(saved_));
+  }
 }
 
 void Driver::synchronize(void* stream) {

@@ -128,6 +128,25 @@ class Driver {
   // an InvalidArgument.
   void launch(Function function, const LaunchConfig& config, const void* params, std::size_t params_size, void* stream);
   void synchronize(void* stream);
+  // True while `stream` is capturing a CUDA graph (cuStreamIsCapturing):
+  // nothing that allocates, copies, synchronizes or loads may run on it.
+  bool is_capturing(void* stream);
+
+  // Restores the calling thread's current context, as it was when the
+  // scope began, when the scope ends: the driver calls above make their
+  // device's primary context current, and a caller's own context must
+  // survive a call into attune.
+  class ContextScope {
+   public:
+    explicit ContextScope(Driver& driver);
+    ~ContextScope();
+    ContextScope(const ContextScope&) = delete;
+    ContextScope& operator=(const ContextScope&) = delete;
+
+   private:
+    Driver& driver_;
+    void* saved_ = nullptr;  // CUcontext
+  };
 
   // Device memory, for the runtime, tests and tools/gpu_check.
   void* allocate(int device, std::size_t bytes);

@@ -2,19 +2,24 @@
 // each operation (launch/ops.h) is written once: the CUDA driver
 // (cuda_backend.h) or the CPU emulator (emu_backend.h).
 //
-//   const LoadedKernel kernel = backend.load(variant, DType::kBF16);   // compiles and loads once
+//   const LoadedKernel kernel = backend.load(variant, DType::kBF16, Compile::kAllowed);  // once
 //   std::unique_ptr<LaunchBackend::Call> call = backend.begin(stream);
 //   call->buffer("Q", q, q_bytes);                                    // checked by the emulator
 //   call->launch(kernel, config, &params, sizeof(params));
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 
 #include "emulator/launch.h"
 #include "generator/variants.h"
 
 namespace attune {
+
+// Whether loading may compile: never inside a CUDA graph capture, where
+// NVRTC and module loads would stall or break the capture.
+enum class Compile : std::uint8_t { kAllowed, kRefused };
 
 // A kernel ready to launch: compiled and loaded (cuda), or the emulator's
 // instantiation of the variant (emu).
@@ -29,9 +34,10 @@ class LaunchBackend {
   virtual ~LaunchBackend() = default;
 
   // The kernel of `variant` for `dtype`, compiled and loaded on first use.
-  // Throws InvalidArgument when the variant cannot run on this backend,
-  // nvrtc::NvrtcUnavailable, cuda::CudaError or Error (a failed compile).
-  virtual LoadedKernel load(const Variant& variant, DType dtype) = 0;
+  // Throws InvalidArgument when the variant cannot run on this backend, or
+  // is not loaded yet and `compile` refuses it; nvrtc::NvrtcUnavailable,
+  // cuda::CudaError or Error (a failed compile).
+  virtual LoadedKernel load(const Variant& variant, DType dtype, Compile compile) = 0;
 
   // One call's launches, in order, on `stream` (cuda; the emulator runs each
   // launch to completion). The buffers a call's kernels may touch are named

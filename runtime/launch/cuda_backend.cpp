@@ -26,11 +26,17 @@ class CudaCall final : public LaunchBackend::Call {
 CudaBackend::CudaBackend(cuda::Driver& driver, int device, std::string arch, CompilerService& compiler)
     : driver_(driver), device_(device), arch_(std::move(arch)), compiler_(compiler) {}
 
-LoadedKernel CudaBackend::load(const Variant& variant, DType dtype) {
+LoadedKernel CudaBackend::load(const Variant& variant, DType dtype, Compile compile) {
   const std::string key = variant.id() + "/" + std::string(to_string(dtype));
   {
     const std::lock_guard<std::mutex> lock(mutex_);
     if (auto it = loaded_.find(key); it != loaded_.end()) return {variant, dtype, it->second.handle};
+  }
+  if (compile == Compile::kRefused) {
+    throw InvalidArgument("kernel " + key +
+                          ": not loaded yet, and the stream is capturing a CUDA graph (compiling and loading "
+                          "would break the capture); expected a plan made before the capture (Runtime::plan, "
+                          "attune_plan_create), or one uncaptured call first");
   }
   const CompilerService::Result compiled = compiler_.compile({variant, dtype, arch_}).get();
   if (!compiled->ok) throw Error("compiling " + variant.id() + " for " + arch_ + " failed:\n" + compiled->log);

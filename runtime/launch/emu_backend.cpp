@@ -41,7 +41,7 @@ const ArchLimits& emulator_limits() {
   return kLimits;
 }
 
-LoadedKernel EmuBackend::load(const Variant& variant, DType dtype) {
+LoadedKernel EmuBackend::load(const Variant& variant, DType dtype, Compile /*compile*/) {  // nothing to compile
   if (variant.kernel == nullptr || !variant.kernel->valid(variant.values)) {
     throw InvalidArgument("variant " + (variant.kernel == nullptr ? std::string("(none)") : variant.id()) +
                           ": not a valid variant");

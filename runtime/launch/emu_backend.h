@@ -16,7 +16,7 @@ const ArchLimits& emulator_limits();
 
 class EmuBackend final : public LaunchBackend {
  public:
-  LoadedKernel load(const Variant& variant, DType dtype) override;
+  LoadedKernel load(const Variant& variant, DType dtype, Compile compile) override;
   std::unique_ptr<Call> begin(void* stream) override;
   void* allocate(std::size_t bytes) override;
   void release(void* pointer) override;

@@ -13,12 +13,7 @@ namespace {
 
 std::int64_t workspace_rows(const AttentionProblem& p) { return p.is_packed() ? p.seqlen_q : p.batch * p.seqlen_q; }
 
-std::int64_t longest_key_capacity(const AttentionProblem& p) {
-  if (!p.is_packed()) return p.seqlen_k;
-  std::int64_t most = 0;
-  for (std::int64_t b = 0; b < p.batch; ++b) most = std::max(most, p.sequence(b).k_capacity);
-  return most;
-}
+std::int64_t longest_key_capacity(const AttentionProblem& p) { return p.max_seqlen_k(); }
 
 }  // namespace
 
@@ -73,8 +68,8 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
   put_strides(k.dv_batch_stride, k.dv_row_stride, k.dv_head_stride, p.v_strides);
   k.rows = workspace_rows(p);
   k.cu_seqlens_q = p.is_packed() ? metadata.cu_seqlens_q : nullptr;
-  k.cu_seqlens_k = p.is_packed() ? metadata.cu_seqlens_k : nullptr;
-  k.seqlens_k = p.seqlens_k.empty() ? nullptr : metadata.seqlens_k;
+  k.cu_seqlens_k = p.has_packed_keys() ? metadata.cu_seqlens_k : nullptr;
+  k.seqlens_k = p.has_seqlens_k() ? metadata.seqlens_k : nullptr;
   set_problem_fields(k, p);
   k.mods = score_mod_params(p, b.sinks, b.alibi_slopes);
   k.dsink = p.modifiers.sinks ? b.dsink : nullptr;
@@ -122,7 +117,7 @@ LaunchConfig flash_bwd_dsink_launch(const AttentionProblem& p) {
 LaunchConfig flash_bwd_row_launch(const AttentionProblem& p, const Variant& row) {
   const std::int64_t warps = row.kernel->id == KernelId::kFlashBwdPreprocess ? FlashBwdPreprocessShape::of(row).warps
                                                                              : FlashBwdDqConvertShape::of(row).warps;
-  const std::int64_t blocks = (max_query_rows(p) + warps - 1) / warps;
+  const std::int64_t blocks = (p.max_seqlen_q() + warps - 1) / warps;
   return {.grid = {static_cast<i32>(std::max<std::int64_t>(blocks, 1)), static_cast<i32>(p.heads_q),
                    static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
           .block = {row.threads(), 1, 1},

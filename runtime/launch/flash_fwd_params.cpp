@@ -11,28 +11,21 @@ FlashFwdParams flash_fwd_params(const AttentionProblem& p, const AttentionBuffer
   set_tensors(k, b);
   set_strides(k, p);
   k.cu_seqlens_q = p.is_packed() ? metadata.cu_seqlens_q : nullptr;
-  k.cu_seqlens_k = p.is_packed() ? metadata.cu_seqlens_k : nullptr;
-  k.seqlens_k = p.seqlens_k.empty() ? nullptr : metadata.seqlens_k;
+  k.cu_seqlens_k = p.has_packed_keys() ? metadata.cu_seqlens_k : nullptr;
+  k.seqlens_k = p.has_seqlens_k() ? metadata.seqlens_k : nullptr;
   set_problem_fields(k, p);
   k.mods = score_mod_params(p, b.sinks, b.alibi_slopes);
-  const bool packed = p.is_packed();
-  k.vectorized = rows_aligned(b.q, p.q_strides, packed) && rows_aligned(b.k, p.k_strides, packed) &&
-                         rows_aligned(b.v, p.v_strides, packed)
+  const bool packed_keys = p.has_packed_keys();
+  k.vectorized = rows_aligned(b.q, p.q_strides, p.is_packed()) && rows_aligned(b.k, p.k_strides, packed_keys) &&
+                         rows_aligned(b.v, p.v_strides, packed_keys)
                      ? 1
                      : 0;
   return k;
 }
 
-std::int64_t max_query_rows(const AttentionProblem& p) {
-  if (!p.is_packed()) return p.seqlen_q;
-  std::int64_t most = 0;
-  for (int64_t b = 0; b < p.batch; ++b) most = std::max(most, p.sequence(b).q_len);
-  return most;
-}
-
 LaunchConfig flash_fwd_launch(const AttentionProblem& p, const Variant& variant) {
   const std::int64_t block_m = FlashFwdShape::of(variant).block_m;
-  const std::int64_t blocks = (max_query_rows(p) + block_m - 1) / block_m;
+  const std::int64_t blocks = (p.max_seqlen_q() + block_m - 1) / block_m;
   return {.grid = {static_cast<i32>(std::max<std::int64_t>(blocks, 1)), static_cast<i32>(p.heads_q),
                    static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
           .block = {variant.threads(), 1, 1},

@@ -16,9 +16,6 @@ namespace attune {
 FlashFwdParams flash_fwd_params(const AttentionProblem& problem, const AttentionBuffers& buffers,
                                 const DeviceMetadata& metadata);
 
-// Most query rows of any sequence: the grid's x extent is this over BLOCK_M.
-std::int64_t max_query_rows(const AttentionProblem& problem);
-
 // Grid (query blocks, Hq, B), block and dynamic shared memory of a
 // flash_fwd variant.
 LaunchConfig flash_fwd_launch(const AttentionProblem& problem, const Variant& variant);

@@ -12,14 +12,6 @@
 
 namespace attune {
 
-// A problem's index arrays in backend memory (null where it has none).
-struct DeviceMetadata {
-  const std::int32_t* cu_seqlens_q = nullptr;  // [B+1]
-  const std::int32_t* cu_seqlens_k = nullptr;  // [B+1]
-  const std::int32_t* seqlens_k = nullptr;     // [B]: key padding, or a decode call's cache lengths
-  const std::int32_t* block_table = nullptr;   // [B, max_pages]
-};
-
 // cp.async moves 16 bytes: every row of the tensor must start on a 16-byte
 // boundary, so the base and every stride (in 2-byte elements) must allow it.
 inline bool rows_aligned(const void* base, const TensorStrides& s, bool packed = false) {

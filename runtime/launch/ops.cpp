@@ -1,6 +1,7 @@
 #include "runtime/launch/ops.h"
 
 #include <cstring>
+#include <string>
 
 #include "core/error.h"
 #include "generated/kernel_shapes.h"
@@ -16,13 +17,14 @@ std::size_t bytes(std::int64_t elements, std::size_t size) { return static_cast<
 
 // The index arrays a call's kernels read, as the emulator checks them.
 void describe_metadata(LaunchBackend::Call& call, const AttentionProblem& p, const DeviceMetadata& m) {
-  const auto ints = [&](const char* name, const std::int32_t* data, std::size_t count) {
-    if (data != nullptr && count > 0) call.buffer(name, data, count * sizeof(std::int32_t));
+  const auto ints = [&](const char* name, const std::int32_t* data, bool used, std::int64_t count) {
+    if (used && data != nullptr && count > 0)
+      call.buffer(name, data, static_cast<std::size_t>(count) * sizeof(std::int32_t));
   };
-  ints("cu_seqlens_q", m.cu_seqlens_q, p.cu_seqlens_q.size());
-  ints("cu_seqlens_k", m.cu_seqlens_k, p.cu_seqlens_k.size());
-  ints("seqlens_k", m.seqlens_k, p.seqlens_k.size());
-  ints("block_table", m.block_table, p.block_table.size());
+  ints("cu_seqlens_q", m.cu_seqlens_q, p.is_packed(), p.batch + 1);
+  ints("cu_seqlens_k", m.cu_seqlens_k, p.has_packed_keys(), p.batch + 1);
+  ints("seqlens_k", m.seqlens_k, p.has_seqlens_k(), p.batch);
+  ints("block_table", m.block_table, p.is_paged(), p.batch * p.max_pages());
 }
 
 void describe(LaunchBackend::Call& call, const char* name, const void* data, std::int64_t elements, std::size_t size) {
@@ -53,26 +55,29 @@ void launch(LaunchBackend::Call& call, const LoadedKernel& kernel, const LaunchC
 
 }  // namespace
 
-ForwardKernels load_forward(LaunchBackend& backend, const Variant& variant, DType dtype) {
+ForwardKernels load_forward(LaunchBackend& backend, const Variant& variant, DType dtype, Compile compile) {
   require_kernel(variant, KernelId::kFlashFwd);
-  return {backend.load(variant, dtype)};
+  return {backend.load(variant, dtype, compile)};
 }
 
-DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int splits, DType dtype) {
+DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int splits, DType dtype, Compile compile,
+                          int split_tiles) {
   require_kernel(variant, KernelId::kFlashDecode);
   check_splits(splits);
-  DecodeKernels k{backend.load(variant, dtype), {}, splits};
-  if (splits > 1) k.combine = backend.load(decode_combine_variant(variant.modifiers), dtype);
+  if (split_tiles < 0) throw InvalidArgument("split tiles: got " + std::to_string(split_tiles) + "; expected >= 0");
+  DecodeKernels k{backend.load(variant, dtype, compile), {}, splits, split_tiles};
+  if (splits > 1) k.combine = backend.load(decode_combine_variant(variant.modifiers), dtype, compile);
   return k;
 }
 
-BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype, bool sinks) {
+BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype, bool sinks,
+                              Compile compile) {
   require_kernel(variant, KernelId::kFlashBwd);
-  BackwardKernels k{backend.load(bwd_preprocess_variant(), dtype),
-                    backend.load(variant, dtype),
-                    backend.load(bwd_dq_convert_variant(), dtype),
+  BackwardKernels k{backend.load(bwd_preprocess_variant(), dtype, compile),
+                    backend.load(variant, dtype, compile),
+                    backend.load(bwd_dq_convert_variant(), dtype, compile),
                     {}};
-  if (sinks) k.dsink = backend.load(bwd_dsink_variant(), dtype);
+  if (sinks) k.dsink = backend.load(bwd_dsink_variant(), dtype, compile);
   return k;
 }
 
@@ -88,7 +93,7 @@ void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const 
                     const AttentionBuffers& b, const DeviceMetadata& metadata) {
   if (p.is_paged()) throw InvalidArgument("forward: a paged KV cache; expected the decode operation for paged caches");
   check_variant_modifiers(kernels.main.variant, modifier_bits(p.modifiers));
-  if (p.batch == 0 || max_query_rows(p) == 0) return;
+  if (p.batch == 0 || p.max_seqlen_q() == 0) return;
   describe_attention(call, p, b);
   describe_metadata(call, p, metadata);
   launch(call, kernels.main, flash_fwd_launch(p, kernels.main.variant), flash_fwd_params(p, b, metadata));
@@ -102,10 +107,10 @@ void launch_decode(LaunchBackend::Call& call, const AttentionProblem& p, const D
   describe_metadata(call, p, metadata);
   describe(call, "split workspace", workspace, decode_workspace_floats(p, kernels.splits), sizeof(float));
   launch(call, kernels.main, flash_decode_launch(p, kernels.main.variant, kernels.splits),
-         flash_decode_params(p, b, metadata, kernels.splits, workspace));
+         flash_decode_params(p, b, metadata, kernels.splits, workspace, kernels.split_tiles));
   if (kernels.splits > 1) {
     launch(call, kernels.combine, flash_decode_combine_launch(p),
-           flash_decode_combine_params(p, b, kernels.splits, workspace));
+           flash_decode_combine_params(p, b, metadata, kernels.splits, workspace));
   }
 }
 

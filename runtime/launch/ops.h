@@ -25,6 +25,7 @@ struct DecodeKernels {
   LoadedKernel main;     // flash_decode
   LoadedKernel combine;  // flash_decode_combine, when splits > 1
   int splits = 1;
+  int split_tiles = 0;  // key tiles per split (a fixed split size); 0: each sequence's tiles in `splits` parts
 };
 struct BackwardKernels {
   LoadedKernel preprocess;  // flash_bwd_preprocess
@@ -35,11 +36,14 @@ struct BackwardKernels {
 
 // Loads what a call needs; InvalidArgument when `variant` is not a variant
 // of the operation's kernel (or the split count is out of range).
-ForwardKernels load_forward(LaunchBackend& backend, const Variant& variant, DType dtype);
-DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int splits, DType dtype);
+ForwardKernels load_forward(LaunchBackend& backend, const Variant& variant, DType dtype,
+                            Compile compile = Compile::kAllowed);
+DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int splits, DType dtype,
+                          Compile compile = Compile::kAllowed, int split_tiles = 0);
 // `sinks`: the problem has attention sinks (the backward then also loads
 // the dsink reduction).
-BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype, bool sinks = false);
+BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype, bool sinks = false,
+                              Compile compile = Compile::kAllowed);
 
 // Bytes of fp32 workspace a call needs (0: none).
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels);

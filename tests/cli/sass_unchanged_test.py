@@ -12,6 +12,11 @@ instruction lines (whitespace collapsed, the mangled kernel name replaced)
 must hash to the same digest. The same variant with softcap compiled in must
 not (so the comparison can fail). Exits 77 (skipped) without NVRTC or
 nvdisasm.
+
+The digests are a snapshot: a change to a kernel that is meant to change its
+code without modifiers (new features at run time, such as packed queries in
+flash_decode) regenerates them with --update (then say why in the file's
+header and the commit), and the test goes on guarding the next change.
 """
 import glob
 import hashlib
@@ -58,8 +63,28 @@ def digest_of(attune, nvdisasm, variant, arch, dtype, tmp):
     return (hashlib.sha256("\n".join(lines).encode()).hexdigest(), len(lines)), None
 
 
+def update(attune, nvdisasm, data):
+    """Rewrites the digests of DATA_FILE from the current templates."""
+    lines = open(data).read().splitlines()
+    with tempfile.TemporaryDirectory(prefix="attune_sass_") as tmp:
+        for i, line in enumerate(lines):
+            if not line.strip() or line.startswith("#"):
+                continue
+            arch, dtype, variant, _, _ = line.split()
+            got, why = digest_of(attune, nvdisasm, variant, arch, dtype, tmp)
+            if why is not None:
+                print("%s %s %s: %s" % (arch, dtype, variant, why))
+                return 1
+            lines[i] = "%s %s %s %s %d" % (arch, dtype, variant, got[0], got[1])
+    open(data, "w").write("\n".join(lines) + "\n")
+    return 0
+
+
 def main():
     attune, data = os.path.abspath(sys.argv[1]), sys.argv[2]
+    if len(sys.argv) > 3 and sys.argv[3] == "--update":
+        nvdisasm = find_nvdisasm()
+        return update(attune, nvdisasm, data) if nvdisasm else SKIP
     nvdisasm = find_nvdisasm()
     if nvdisasm is None:
         print("skipped: no nvdisasm (tools/setup.sh fetches it from PyPI)")

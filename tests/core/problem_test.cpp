@@ -121,7 +121,20 @@ TEST(ProblemTest, RejectsBadCuSeqlens) {
       [&] {
         dense(q, k, k, {.cu_seqlens_q = {0, 4, 10}});
       },
-      {"cu_seqlens", "both cu_seqlens_q and cu_seqlens_k"});
+      {"K shape", "rank 4", "packed K needs cu_seqlens_k"});
+  expect_rejected(
+      [&] {
+        dense({10, 2, 8}, {1, 12, 2, 8}, {1, 12, 2, 8}, {.cu_seqlens_k = {0, 12}});
+      },
+      {"cu_seqlens", "only cu_seqlens_k", "packed keys need packed queries"});
+  // Packed queries over per-sequence keys [B, Sk, Hkv, D]: valid.
+  const AttentionProblem over_keys =
+      make_problem(q, Shape{2, 12, 2, 8}, Shape{2, 12, 2, 8}, {.seqlens_k = {12, 3}, .cu_seqlens_q = {0, 4, 10}});
+  EXPECT_TRUE(over_keys.is_packed());
+  EXPECT_FALSE(over_keys.has_packed_keys());
+  EXPECT_EQ(over_keys.k_strides.batch, 12 * 2 * 8);
+  EXPECT_EQ(over_keys.sequence(1).q_begin, 4);
+  EXPECT_EQ(over_keys.sequence(1).k_len, 3);
   expect_rejected(
       [&] {
         dense({1, 10, 2, 8}, {1, 12, 2, 8}, {1, 12, 2, 8}, {.cu_seqlens_q = {0, 10}, .cu_seqlens_k = {0, 12}});
@@ -303,7 +316,13 @@ TEST(ProblemTest, RejectsBadPagedCaches) {
         make_problem(Shape{4, 2, 8}, pool_k, pool_v,
                      {.cu_seqlens_q = {0, 4}, .cu_seqlens_k = {0, 4}, .block_table = {0}, .page_size = 4});
       },
-      {"paged KV cache", "dense"});
+      {"paged KV cache", "cu_seqlens_k given too", "keys in the pages only"});
+  // Packed queries over a paged cache (mixed prefill and decode): valid.
+  const AttentionProblem mixed =
+      make_problem(Shape{4, 2, 8}, pool_k, pool_v, {.cu_seqlens_q = {0, 4}, .block_table = {0}, .page_size = 4});
+  EXPECT_TRUE(mixed.is_packed() && mixed.is_paged());
+  EXPECT_EQ(mixed.q_strides.batch, 0);
+  EXPECT_EQ(mixed.k_strides.batch, 4 * 2 * 8);  // the page stride
 }
 
 TEST(ProblemTest, UnpagingGathersEachSequencesKeysInOrder) {

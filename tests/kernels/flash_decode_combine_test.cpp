@@ -128,7 +128,7 @@ Combined combine_on_emulator(std::vector<float>& workspace, int splits) {
   emulator.register_buffer("O", o.data(), o.size() * 2);
   emulator.register_buffer("LSE", lse.data(), lse.size() * sizeof(float));
   const FlashDecodeCombineParams params =
-      flash_decode_combine_params(p, {nullptr, nullptr, nullptr, o.data(), lse.data()}, splits, workspace.data());
+      flash_decode_combine_params(p, {nullptr, nullptr, nullptr, o.data(), lse.data()}, {}, splits, workspace.data());
   const Variant& combine = decode_combine_variant();
   if (!combine.kernel->launch_on_emulator(p.dtype, combine.values, emulator, flash_decode_combine_launch(p), &params)) {
     throw Error("flash_decode_combine is not instantiated for the emulator");

@@ -197,7 +197,7 @@ TEST(ScoreModsEmuTest, PlantedCombineWithoutTheSinkIsCaught) {
     const FlashDecodeParams split_params = flash_decode_params(p, b, metadata, kSplits, workspace.data());
     EXPECT_TRUE(
         v.kernel->launch_on_emulator(p.dtype, v.values, emulator, flash_decode_launch(p, v, kSplits), &split_params));
-    const FlashDecodeCombineParams params = flash_decode_combine_params(p, b, kSplits, workspace.data());
+    const FlashDecodeCombineParams params = flash_decode_combine_params(p, b, {}, kSplits, workspace.data());
     if (planted) {
       emulator.launch(&combine_without_sink::flash_decode_combine<4, Bf16, kAtRunTime>, flash_decode_combine_launch(p),
                       std::bit_cast<combine_without_sink::FlashDecodeCombineParams>(params));

@@ -24,6 +24,9 @@ struct DecodeCase {
   int64_t head_dim_v = 32;
   std::vector<int32_t> cache_seqlens;  // [B]
   int64_t page_size = 0;               // 0: contiguous
+  // Packed queries (mixed prefill and decode): each sequence's query rows,
+  // cu_seqlens_q made from them; empty: seqlen_q rows each, dense.
+  std::vector<int32_t> query_lens;
   Mask mask = Mask::causal_bottom_right();
   DType dtype = DType::kBF16;
 };
@@ -45,11 +48,13 @@ inline Inputs make_decode_inputs(const DecodeCase& c, unsigned seed = 1234) {
     k_shape = {pages, c.page_size, c.heads_kv, c.head_dim_k};
     v_shape = {pages, c.page_size, c.heads_kv, c.head_dim_v};
   }
-  Inputs in{make_problem(std::vector<int64_t>{c.batch, c.seqlen_q, c.heads_q, c.head_dim_k}, k_shape, v_shape,
-                         std::move(options)),
-            {},
-            {},
-            {}};
+  std::vector<int64_t> q_shape = {c.batch, c.seqlen_q, c.heads_q, c.head_dim_k};
+  if (!c.query_lens.empty()) {
+    options.cu_seqlens_q = {0};
+    for (int32_t len : c.query_lens) options.cu_seqlens_q.push_back(options.cu_seqlens_q.back() + len);
+    q_shape = {options.cu_seqlens_q.back(), c.heads_q, c.head_dim_k};
+  }
+  Inputs in{make_problem(q_shape, k_shape, v_shape, std::move(options)), {}, {}, {}};
   const AttentionProblem& p = in.problem;
   in.q = random_bits(q_extent(p), p.dtype, 0.0F, 1.0F, rng);
   in.k = random_bits(k_extent(p), p.dtype, 0.0F, 1.0F, rng);

@@ -34,6 +34,10 @@ class FakeDriver {
     fn<void (*)(const char*, long, int)>("attune_fake_fail")(call, nth, code);
   }
   void set_capturing(bool capturing) const { fn<void (*)(int)>("attune_fake_set_capturing")(capturing ? 1 : 0); }
+  // The grid, block and dynamic shared bytes of the last cuLaunchKernel.
+  void last_launch(unsigned* grid, unsigned* block, unsigned* shared) const {
+    fn<void (*)(unsigned*, unsigned*, unsigned*)>("attune_fake_last_launch")(grid, block, shared);
+  }
 
  private:
   template <class F>
