@@ -240,6 +240,19 @@ struct BackwardBuffers {
   float* dsink = nullptr;
 };
 
+// A merge of `parts` partial results (O_i, LSE_i) of the same rows over
+// disjoint keys (Runtime::merge_states): O [rows, heads, head_dim] in the
+// storage dtype and LSE [heads, rows] float32 (natural log; -inf for a
+// partial without keys), contiguous. The merged O and LSE have the same
+// layouts.
+struct MergeProblem {
+  DType dtype = DType::kBF16;
+  int64_t rows = 0;
+  int64_t heads = 1;
+  int64_t head_dim = 0;
+  int parts = 0;
+};
+
 // What make_problem needs besides the tensor shapes.
 struct ProblemOptions {
   DType dtype = DType::kBF16;

@@ -321,6 +321,32 @@ attune_status attune_plan_run(attune_runtime* runtime, const attune_plan* plan, 
 
 void attune_plan_destroy(attune_plan* plan) { delete plan; }
 
+attune_status attune_merge_states(attune_runtime* runtime, attune_dtype dtype, int64_t rows, int64_t heads,
+                                  int64_t head_dim, int count, const void* const* o, const float* const* lse,
+                                  void* out_o, float* out_lse, void* stream) {
+  return guarded([&] {
+    attune::Runtime& rt = runtime_of(runtime);
+    int type = 0;
+    std::memcpy(&type, &dtype, sizeof type);
+    if (type != ATTUNE_DTYPE_FP16 && type != ATTUNE_DTYPE_BF16) {
+      throw attune::InvalidArgument("dtype: got " + std::to_string(type) +
+                                    "; expected ATTUNE_DTYPE_FP16 or ATTUNE_DTYPE_BF16");
+    }
+    if (count < 1 || o == nullptr || lse == nullptr) {
+      throw attune::InvalidArgument("partials: got count " + std::to_string(count) +
+                                    (o == nullptr || lse == nullptr ? " with a NULL array" : "") +
+                                    "; expected count >= 1 with arrays of count O and LSE pointers");
+    }
+    const auto n = static_cast<std::size_t>(count);
+    rt.merge_states({.dtype = type == ATTUNE_DTYPE_FP16 ? attune::DType::kF16 : attune::DType::kBF16,
+                     .rows = rows,
+                     .heads = heads,
+                     .head_dim = head_dim,
+                     .parts = count},
+                    std::span<const void* const>(o, n), std::span<const float* const>(lse, n), out_o, out_lse, stream);
+  });
+}
+
 const char* attune_last_error(void) { return g_last_error.c_str(); }
 
 }  // extern "C"

@@ -12,6 +12,7 @@
 #include "runtime/launch/cuda_backend.h"
 #include "runtime/launch/emu_backend.h"
 #include "runtime/launch/flash_decode_params.h"
+#include "runtime/launch/merge_states_params.h"
 #include "runtime/launch/ops.h"
 
 namespace attune {
@@ -366,6 +367,17 @@ void Runtime::run_backward(const Plan& plan, const BackwardBuffers& buffers, con
                            Workspace workspace, void* stream) {
   const CallScope scope(impl_->options.backend);
   impl_->run(plan, Op::kBackward, buffers, metadata, workspace, stream);
+}
+
+void Runtime::merge_states(const MergeProblem& problem, std::span<const void* const> o,
+                           std::span<const float* const> lse, void* out_o, float* out_lse, void* stream) {
+  validate(problem, o, lse, out_o);
+  const CallScope scope(impl_->options.backend);
+  impl_->check_usable();
+  const bool capturing = impl_->cuda() && cuda::Driver::get().is_capturing(stream);
+  const LoadedKernel kernel =
+      load_merge(*impl_->backend, problem.dtype, capturing ? Compile::kRefused : Compile::kAllowed);
+  launch_merge(*impl_->backend->begin(stream), problem, kernel, o, lse, out_o, out_lse);
 }
 
 void Runtime::forward(const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream) {

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 
 #include "core/problem.h"
@@ -91,6 +92,15 @@ class Runtime {
            Workspace workspace = {}, void* stream = nullptr);
   void run_backward(const Plan& plan, const BackwardBuffers& buffers, const DeviceMetadata& metadata = {},
                     Workspace workspace = {}, void* stream = nullptr);
+
+  // Merges partial results over disjoint keys (MergeProblem, core/problem.h:
+  // cascade or shared-prefix attention, context parallelism): one launch on
+  // `stream`, nothing allocated or copied; partials with LSE = -inf are
+  // skipped. out_lse may be null. The kernel is compiled on the first call
+  // (never while `stream` is capturing). InvalidArgument for bad sizes or
+  // pointers, with nothing launched.
+  void merge_states(const MergeProblem& problem, std::span<const void* const> o, std::span<const float* const> lse,
+                    void* out_o, float* out_lse, void* stream = nullptr);
 
   // The calls below are plan + run in one, for host length arrays: they
   // plan (a memo hit after the first call), copy the arrays to the device

@@ -8,6 +8,7 @@
 #include "runtime/launch/flash_bwd_params.h"
 #include "runtime/launch/flash_decode_params.h"
 #include "runtime/launch/flash_fwd_params.h"
+#include "runtime/launch/merge_states_params.h"
 
 namespace attune {
 
@@ -81,6 +82,10 @@ BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DT
   return k;
 }
 
+LoadedKernel load_merge(LaunchBackend& backend, DType dtype, Compile compile) {
+  return backend.load(merge_states_variant(), dtype, compile);
+}
+
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels) {
   return bytes(decode_workspace_floats(problem, kernels.splits), sizeof(float));
 }
@@ -144,6 +149,26 @@ void launch_backward(LaunchBackend::Call& call, const AttentionProblem& p, const
   launch(call, kernels.main, flash_bwd_launch(p, kernels.main.variant), params);
   launch(call, kernels.convert, flash_bwd_row_launch(p, kernels.convert.variant), params);
   if (p.modifiers.sinks) launch(call, kernels.dsink, flash_bwd_dsink_launch(p), params);
+}
+
+void launch_merge(LaunchBackend::Call& call, const MergeProblem& p, const LoadedKernel& kernel,
+                  std::span<const void* const> o, std::span<const float* const> lse, void* out_o, float* out_lse) {
+  require_kernel(kernel.variant, KernelId::kMergeStates);
+  if (p.rows == 0) return;
+  // The emulator keeps the names: one per part.
+  static constexpr const char* kO[kMaxMergeParts] = {"O 0", "O 1", "O 2",  "O 3",  "O 4",  "O 5",  "O 6",  "O 7",
+                                                     "O 8", "O 9", "O 10", "O 11", "O 12", "O 13", "O 14", "O 15"};
+  static constexpr const char* kLse[kMaxMergeParts] = {"LSE 0",  "LSE 1",  "LSE 2",  "LSE 3", "LSE 4",  "LSE 5",
+                                                       "LSE 6",  "LSE 7",  "LSE 8",  "LSE 9", "LSE 10", "LSE 11",
+                                                       "LSE 12", "LSE 13", "LSE 14", "LSE 15"};
+  const std::int64_t elements = p.rows * p.heads * p.head_dim;
+  for (int i = 0; i < p.parts; ++i) {
+    describe(call, kO[i], o[static_cast<std::size_t>(i)], elements, 2);
+    describe(call, kLse[i], lse[static_cast<std::size_t>(i)], p.rows * p.heads, sizeof(float));
+  }
+  describe(call, "merged O", out_o, elements, 2);
+  describe(call, "merged LSE", out_lse, p.rows * p.heads, sizeof(float));
+  launch(call, kernel, merge_states_launch(p), merge_states_params(p, o, lse, out_o, out_lse));
 }
 
 CallMemory::CallMemory(LaunchBackend& backend, const AttentionProblem& problem, std::size_t workspace_bytes,

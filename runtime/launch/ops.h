@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <span>
 
 #include "core/problem.h"
 #include "runtime/launch/backend.h"
@@ -45,6 +46,9 @@ DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int sp
 BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype, bool sinks = false,
                               Compile compile = Compile::kAllowed);
 
+// The merge_states kernel (a merge of partial results).
+LoadedKernel load_merge(LaunchBackend& backend, DType dtype, Compile compile = Compile::kAllowed);
+
 // Bytes of fp32 workspace a call needs (0: none).
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels);
 std::size_t backward_workspace_bytes(const AttentionProblem& problem, const BackwardKernels& kernels);
@@ -57,6 +61,10 @@ void launch_decode(LaunchBackend::Call& call, const AttentionProblem& problem, c
                    const AttentionBuffers& buffers, const DeviceMetadata& metadata, float* workspace);
 void launch_backward(LaunchBackend::Call& call, const AttentionProblem& problem, const BackwardKernels& kernels,
                      const BackwardBuffers& buffers, const DeviceMetadata& metadata, float* workspace);
+
+// A validated merge (merge_states_params.h): one launch.
+void launch_merge(LaunchBackend::Call& call, const MergeProblem& problem, const LoadedKernel& kernel,
+                  std::span<const void* const> o, std::span<const float* const> lse, void* out_o, float* out_lse);
 
 // A call's host metadata and workspace in backend memory: on the emulator
 // the problem's own arrays and a NaN-filled workspace; on cuda device copies

@@ -195,6 +195,19 @@ TEST_F(PlanCensusTest, RepeatedBackwardRunsOnlyLaunch) {
   expect_launches_only("backward", 3, [&] { runtime_->run_backward(plan, b, m, w); });
 }
 
+TEST_F(PlanCensusTest, RepeatedMergesOnlyLaunch) {
+  const MergeProblem merge{.rows = 33, .heads = 4, .head_dim = 64, .parts = 3};
+  std::vector<const void*> o;
+  std::vector<const float*> lse;
+  for (int i = 0; i < merge.parts; ++i) {
+    o.push_back(allocate(2 * 33 * 4 * 64));
+    lse.push_back(allocate<float>(4 * 33 * 4));
+  }
+  void* out = allocate(2 * 33 * 4 * 64);
+  expect_launches_only("merge", 1, [&] { runtime_->merge_states(merge, o, lse, out, nullptr); });
+  EXPECT_EQ(last_launch().grid.x, (33 * 4 + 3) / 4);
+}
+
 TEST_F(PlanCensusTest, ConvenienceCallsStillWorkAndSayWhatTheyCost) {
   // The convenience call of a varlen problem copies and synchronizes; its
   // plan's runs do not (the test above). Both give the same launches.

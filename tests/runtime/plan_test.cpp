@@ -6,6 +6,7 @@
 
 #include <cstring>
 #include <limits>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -244,6 +245,78 @@ TEST(PlanTest, BadRunsAreRejectedWithWhatWasExpectedAndLaunchNothing) {
   EXPECT_NE(error_of([&] { other.run(plan, buffers, good, enough); }).find("made by another runtime"),
             std::string::npos);
   for (std::uint16_t bits : o) ASSERT_EQ(bits, 0xFFFF) << "a rejected run wrote O";
+}
+
+// Attention over keys [0, Sk) as the merge of attention over two disjoint
+// key ranges, one of them empty for some rows (a causal mask over the first
+// part), and a third partial with no keys at all.
+TEST(MergeStatesTest, PartialsOverDisjointKeysMergeToTheWholeAndEmptyOnesAreSkipped) {
+  Runtime runtime({.backend = Backend::kEmu});
+  const std::int64_t sq = 9;
+  const std::int64_t heads = 3;
+  const std::int64_t dim = 40;
+  const std::int64_t split = 16;
+  const std::int64_t sk = 41;
+  std::mt19937 rng(7);
+  const std::vector<std::int64_t> q_shape = {1, sq, heads, dim};
+  const AttentionProblem whole = make_problem(q_shape, std::vector<std::int64_t>{1, sk, heads, dim},
+                                              std::vector<std::int64_t>{1, sk, heads, dim}, {});
+  const std::vector<std::uint16_t> q = testing::random_bits(q_extent(whole), whole.dtype, 0.0F, 1.0F, rng);
+  const std::vector<std::uint16_t> k = testing::random_bits(k_extent(whole), whole.dtype, 0.0F, 1.0F, rng);
+  const std::vector<std::uint16_t> v = testing::random_bits(v_extent(whole), whole.dtype, 0.0F, 1.0F, rng);
+  // The partials: keys [0, split) and [split, sk), from the reference, O
+  // rounded to the storage dtype as a kernel would store it.
+  std::vector<std::vector<std::uint16_t>> part_o;
+  std::vector<std::vector<float>> part_lse;
+  for (const auto& [begin, end] : {std::pair{std::int64_t{0}, split}, std::pair{split, sk}}) {
+    const std::vector<std::int64_t> kv = {1, end - begin, heads, dim};
+    const AttentionProblem part = make_problem(q_shape, kv, kv, {});
+    const std::ptrdiff_t from = begin * heads * dim;
+    const std::ptrdiff_t to = end * heads * dim;
+    const std::vector<std::uint16_t> pk(k.begin() + from, k.begin() + to);
+    const std::vector<std::uint16_t> pv(v.begin() + from, v.begin() + to);
+    const ReferenceOutput r = reference_forward(part, q.data(), pk.data(), pv.data());
+    part_o.emplace_back();
+    for (double x : r.o) part_o.back().push_back(float_to_bits(whole.dtype, static_cast<float>(x)));
+    part_lse.emplace_back(r.lse.begin(), r.lse.end());
+  }
+  // A third partial without keys: O garbage, LSE -inf, skipped.
+  part_o.emplace_back(part_o[0].size(), 0x7FC0);
+  part_lse.emplace_back(part_lse[0].size(), -std::numeric_limits<float>::infinity());
+  const std::vector<const void*> o = {part_o[0].data(), part_o[2].data(), part_o[1].data()};
+  const std::vector<const float*> lse = {part_lse[0].data(), part_lse[2].data(), part_lse[1].data()};
+  std::vector<std::uint16_t> out(part_o[0].size(), 0xFFFF);
+  std::vector<float> out_lse(part_lse[0].size(), std::numeric_limits<float>::quiet_NaN());
+  const MergeProblem merge{.dtype = whole.dtype, .rows = sq, .heads = heads, .head_dim = dim, .parts = 3};
+  runtime.merge_states(merge, o, lse, out.data(), out_lse.data());
+  Outputs got{out, out_lse, {}};
+  const testing::Inputs in{whole, q, k, v};
+  expect_matches_reference(in, got, "merged partials");
+
+  // Every partial empty: O = 0 and LSE = -inf.
+  const std::vector<const float*> empty = {part_lse[2].data(), part_lse[2].data()};
+  const std::vector<const void*> empty_o = {part_o[2].data(), part_o[2].data()};
+  runtime.merge_states({.dtype = whole.dtype, .rows = sq, .heads = heads, .head_dim = dim, .parts = 2}, empty_o, empty,
+                       out.data(), out_lse.data());
+  for (std::uint16_t bits : out) ASSERT_EQ(bits_to_float(whole.dtype, bits), 0.0F);
+  for (float x : out_lse) ASSERT_EQ(x, -std::numeric_limits<float>::infinity());
+
+  // Bad merges say what was expected.
+  EXPECT_NE(error_of([&] {
+              runtime.merge_states({.rows = sq, .heads = heads, .head_dim = dim, .parts = 17}, o, lse, out.data(),
+                                   nullptr);
+            }).find("merge parts: got 17; expected 1..16"),
+            std::string::npos);
+  EXPECT_NE(error_of([&] {
+              runtime.merge_states({.rows = sq, .heads = heads, .head_dim = 300, .parts = 3}, o, lse, out.data(),
+                                   nullptr);
+            }).find("merge head dim: got 300; expected 1..256"),
+            std::string::npos);
+  const std::vector<const float*> missing = {lse[0], nullptr, lse[2]};
+  EXPECT_NE(error_of([&] {
+              runtime.merge_states(merge, o, missing, out.data(), nullptr);
+            }).find("merge part 1: got a null LSE pointer"),
+            std::string::npos);
 }
 
 TEST(PlanTest, PlanBoundsAreCheckedAgainstTheTensors) {
