@@ -4,7 +4,11 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -121,6 +125,177 @@ TEST(CApiTest, DecodeReadsAPagedCacheThroughTheBlockTable) {
             ATTUNE_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(attune_last_error()).find("paged cache"), std::string::npos) << attune_last_error();
   attune_runtime_destroy(rt);
+}
+
+// The C form of a host problem: what the plan tests below pass.
+attune_problem c_problem_of(const AttentionProblem& ref) {
+  attune_problem p;
+  attune_problem_init(&p);
+  p.batch = ref.batch;
+  p.seqlen_q = ref.seqlen_q;
+  p.seqlen_k = ref.seqlen_k;
+  p.heads_q = ref.heads_q;
+  p.heads_kv = ref.heads_kv;
+  p.head_dim_k = ref.head_dim_k;
+  p.head_dim_v = ref.head_dim_v;
+  p.mask = ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT;
+  p.max_pages = ref.max_pages();
+  p.page_size = ref.page_size;
+  p.num_pages = ref.num_pages;
+  return p;
+}
+
+TEST(CApiTest, TheAbiVersionMatchesTheHeader) {
+  EXPECT_EQ(attune_abi_version(), ATTUNE_ABI_VERSION);
+  EXPECT_STRNE(attune_version(), "");
+}
+
+// Mixed prefill and decode over a paged cache through a plan: lengths
+// passed at each run (device_lengths), a workspace from the caller.
+TEST(CApiTest, APlanRunsVarlenQueriesOverAPagedCache) {
+  attune_runtime_options ro;
+  attune_runtime_options_init(&ro);
+  ro.backend = "emu";
+  ro.tuning_db = "";  // heuristics only
+  attune_runtime* rt = nullptr;
+  ASSERT_EQ(attune_runtime_create_with(&ro, &rt), ATTUNE_OK) << attune_last_error();
+  const testing::Inputs in = testing::make_decode_inputs({.name = "c_plan",
+                                                          .batch = 3,
+                                                          .heads_q = 4,
+                                                          .heads_kv = 2,
+                                                          .cache_seqlens = {100, 3, 40},
+                                                          .page_size = 16,
+                                                          .query_lens = {1, 9, 2}});
+  const AttentionProblem& ref = in.problem;
+  const attune_problem p = c_problem_of(ref);
+  attune_plan_options po;
+  attune_plan_options_init(&po);
+  po.op = ATTUNE_OP_FORWARD;
+  po.splits = 3;
+  po.device_lengths = 1;
+  po.cu_seqlens_q = 1;
+  po.seqlens_k = 1;
+  po.max_seqlen_q = 10;
+  po.max_seqlen_k = ref.seqlen_k;
+  attune_plan* plan = nullptr;
+  ASSERT_EQ(attune_plan_create(rt, &p, &po, &plan), ATTUNE_OK) << attune_last_error();
+  EXPECT_NE(std::string(attune_plan_describe(plan)).find("decode flash_decode/"), std::string::npos)
+      << attune_plan_describe(plan);
+  size_t bytes = 0;
+  ASSERT_EQ(attune_plan_workspace_size(plan, &bytes), ATTUNE_OK);
+  ASSERT_GT(bytes, 0U);
+  std::vector<float> workspace(bytes / sizeof(float));
+  std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(ref)));
+  std::vector<float> lse(static_cast<std::size_t>(lse_extent(ref)));
+  attune_buffers b{};
+  b.q = in.q.data();
+  b.k = in.k.data();
+  b.v = in.v.data();
+  b.o = o.data();
+  b.lse = lse.data();
+  const attune_metadata m{ref.cu_seqlens_q.data(), nullptr, ref.seqlens_k.data(), ref.block_table.data(), -1};
+  ASSERT_EQ(attune_plan_run(rt, plan, &b, &m, workspace.data(), bytes, nullptr), ATTUNE_OK) << attune_last_error();
+  ReferenceOutput got;
+  for (std::uint16_t bits : o) got.o.push_back(bits_to_float(ref.dtype, bits));
+  got.lse.assign(lse.begin(), lse.end());
+  std::string why;
+  EXPECT_TRUE(within_accuracy_rule(got, reference_forward(ref, in.q.data(), in.k.data(), in.v.data()),
+                                   naive_storage_attention(ref, in.q.data(), in.k.data(), in.v.data()), 2.0, &why))
+      << why;
+  // Bad runs: the typed status and what was expected, nothing launched.
+  EXPECT_EQ(attune_plan_run(rt, plan, &b, &m, workspace.data(), bytes - 4, nullptr), ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attune_last_error()).find("expected at least " + std::to_string(bytes) + " bytes"),
+            std::string::npos)
+      << attune_last_error();
+  attune_metadata bigger = m;
+  bigger.batch = 5;
+  EXPECT_EQ(attune_plan_run(rt, plan, &b, &bigger, workspace.data(), bytes, nullptr), ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attune_last_error()).find("run batch: got 5"), std::string::npos) << attune_last_error();
+  EXPECT_EQ(attune_plan_run(rt, plan, &b, nullptr, workspace.data(), bytes, nullptr), ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attune_last_error()).find("metadata cu_seqlens_q: got null"), std::string::npos)
+      << attune_last_error();
+  // Host arrays with device_lengths set are refused.
+  attune_problem with_host = p;
+  with_host.seqlens_k = ref.seqlens_k.data();
+  attune_plan* refused = nullptr;
+  EXPECT_EQ(attune_plan_create(rt, &with_host, &po, &refused), ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(refused, nullptr);
+  attune_plan_destroy(plan);
+  attune_runtime_destroy(rt);
+}
+
+TEST(CApiTest, MergeStatesOfOnePartialIsThatPartial) {
+  attune_runtime* rt = nullptr;
+  ASSERT_EQ(attune_runtime_create("emu", 0, &rt), ATTUNE_OK) << attune_last_error();
+  const std::int64_t rows = 5;
+  const std::int64_t heads = 2;
+  const std::int64_t dim = 8;
+  std::vector<std::uint16_t> o(static_cast<std::size_t>(rows * heads * dim));
+  std::vector<float> lse(static_cast<std::size_t>(rows * heads));
+  for (std::size_t i = 0; i < o.size(); ++i) o[i] = float_to_bits(DType::kBF16, static_cast<float>(i % 7) - 3.0F);
+  for (std::size_t i = 0; i < lse.size(); ++i) lse[i] = static_cast<float>(i) * 0.25F;
+  std::vector<std::uint16_t> out(o.size());
+  std::vector<float> out_lse(lse.size());
+  const void* parts_o[] = {o.data(), o.data()};
+  const float* parts_lse[] = {lse.data(), lse.data()};
+  ASSERT_EQ(attune_merge_states(rt, ATTUNE_DTYPE_BF16, rows, heads, dim, 1, parts_o, parts_lse, out.data(),
+                                out_lse.data(), nullptr),
+            ATTUNE_OK)
+      << attune_last_error();
+  EXPECT_EQ(out, o);
+  for (std::size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(out_lse[i], lse[i], 1e-5) << i;
+  // The same partial twice: the same O, LSE + ln 2.
+  ASSERT_EQ(attune_merge_states(rt, ATTUNE_DTYPE_BF16, rows, heads, dim, 2, parts_o, parts_lse, out.data(),
+                                out_lse.data(), nullptr),
+            ATTUNE_OK);
+  EXPECT_EQ(out, o);
+  for (std::size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(out_lse[i], lse[i] + std::log(2.0F), 1e-5) << i;
+  EXPECT_EQ(attune_merge_states(rt, ATTUNE_DTYPE_BF16, rows, heads, dim, 0, parts_o, parts_lse, out.data(), nullptr,
+                                nullptr),
+            ATTUNE_ERROR_INVALID_ARGUMENT);
+  attune_runtime_destroy(rt);
+}
+
+// The default runtime dispatches from the tuning database `attune tune`
+// writes (the CLI's default path, here $ATTUNE_TUNING_DB), and explains
+// decode and backward choices too; tuning_db "" turns it off.
+TEST(CApiTest, TheDefaultRuntimeUsesTheTuningDatabaseTheCliWrote) {
+  const std::string db = ::testing::TempDir() + "attune_c_api_tuned_" + std::to_string(::getpid()) + ".db";
+  std::remove(db.c_str());
+  ASSERT_EQ(setenv("ATTUNE_TUNING_DB", db.c_str(), 1), 0);
+  const std::string tune = std::string(ATTUNE_CLI) +
+                           " tune --backend emu --dtypes bf16 --head-dims 32 --masks none --seqlens 64 "
+                           "--batch-heads 1x2 --max-variants 2 --repetitions 1 --quiet > /dev/null 2>&1";
+  ASSERT_EQ(std::system(tune.c_str()), 0) << tune;
+  attune_problem p;
+  attune_problem_init(&p);
+  p.heads_q = 2;
+  p.heads_kv = 2;
+  p.seqlen_q = 64;
+  p.seqlen_k = 64;
+  p.head_dim_k = 32;
+  p.head_dim_v = 32;
+  attune_runtime* rt = nullptr;
+  ASSERT_EQ(attune_runtime_create("emu", 0, &rt), ATTUNE_OK) << attune_last_error();
+  const std::string tuned = attune_explain(rt, &p);
+  EXPECT_NE(tuned.find("(tuned"), std::string::npos) << tuned;
+  const char* decode = attune_explain_decode(rt, &p, 2);
+  ASSERT_NE(decode, nullptr) << attune_last_error();
+  EXPECT_NE(std::string(decode).find("flash_decode/"), std::string::npos) << decode;
+  EXPECT_NE(std::string(decode).find("2 splits"), std::string::npos) << decode;
+  const char* backward = attune_explain_backward(rt, &p, 1);
+  ASSERT_NE(backward, nullptr) << attune_last_error();
+  EXPECT_NE(std::string(backward).find("flash_bwd/"), std::string::npos) << backward;
+  attune_runtime_destroy(rt);
+  attune_runtime_options ro;
+  attune_runtime_options_init(&ro);
+  ro.backend = "emu";
+  ro.tuning_db = "";
+  ASSERT_EQ(attune_runtime_create_with(&ro, &rt), ATTUNE_OK) << attune_last_error();
+  EXPECT_NE(std::string(attune_explain(rt, &p)).find("(heuristic"), std::string::npos) << attune_explain(rt, &p);
+  attune_runtime_destroy(rt);
+  unsetenv("ATTUNE_TUNING_DB");
+  std::remove(db.c_str());
 }
 
 // Score modifiers through attune_problem's fields: the paged decode above
