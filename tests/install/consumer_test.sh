@@ -71,6 +71,7 @@ found_dir=$(sed -n 's/^attune_DIR:PATH=//p' "$work/consumer/CMakeCache.txt")
 "$cmake" --build "$work/consumer" >>"$work/consumer.log" 2>&1 ||
   { cat "$work/consumer.log" >&2; fail "building examples/consumer failed"; }
 run "$work/consumer/consumer_c"
+run "$work/consumer/consumer_plan"
 run "$work/consumer/consumer_cpp"
 
 step "pkg-config attune from $prefix/$libdir/pkgconfig"
