@@ -6,8 +6,11 @@
 #include "cli/problem_flags.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <charconv>
+#include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <vector>
 
 #include "core/error.h"
@@ -29,7 +32,72 @@ struct RunChoice {
   std::string db_path;
   bool decode = false;
   int splits = 0;  // decode: 0 for the built-in choice
+  int repeat = 0;  // > 0: plan once, then a warm-up run and `repeat` timed runs
 };
+
+// Backend memory for a repeated call's length arrays and workspace, made
+// before the first run: the runs themselves only launch.
+class RunMemory {
+ public:
+  RunMemory(Backend backend, const AttentionProblem& p, std::size_t workspace_bytes) {
+    const auto host = [](const std::vector<std::int32_t>& a) { return a.empty() ? nullptr : a.data(); };
+    const std::vector<const std::vector<std::int32_t>*> arrays = {&p.cu_seqlens_q, &p.cu_seqlens_k, &p.seqlens_k,
+                                                                  &p.block_table};
+    if (backend == Backend::kEmu) {
+      metadata_ = {host(p.cu_seqlens_q), host(p.cu_seqlens_k), host(p.seqlens_k), host(p.block_table)};
+      host_workspace_.resize((workspace_bytes + sizeof(float) - 1) / sizeof(float));
+      workspace_ = {host_workspace_.data(), workspace_bytes};
+      return;
+    }
+    std::vector<cuda::DeviceBuffers::Spec> specs;
+    for (const auto* a : arrays) specs.push_back({host(*a), std::max<std::size_t>(a->size() * 4, 4)});
+    specs.push_back({nullptr, std::max<std::size_t>(workspace_bytes, 16)});
+    device_.emplace(cuda::Driver::get(), specs);
+    const auto at = [&](std::size_t i) -> const std::int32_t* {
+      return arrays[i]->empty() ? nullptr : static_cast<const std::int32_t*>(device_->at(i));
+    };
+    metadata_ = {at(0), at(1), at(2), at(3)};
+    workspace_ = {device_->at(4), workspace_bytes};
+  }
+  const DeviceMetadata& metadata() const { return metadata_; }
+  Workspace workspace() const { return workspace_; }
+
+ private:
+  DeviceMetadata metadata_;
+  Workspace workspace_;
+  std::vector<float> host_workspace_;
+  std::optional<cuda::DeviceBuffers> device_;
+};
+
+// --repeat: plans once, runs once to warm up and `repeat` times more, and
+// prints the plan and the median host time of a run.
+void run_repeated(Runtime& runtime, Backend backend, const AttentionProblem& problem, const AttentionBuffers& buffers,
+                  const RunChoice& choice) {
+  const Op op = choice.decode ? Op::kDecode : Op::kForward;
+  Plan plan;
+  if (choice.variant_id.empty()) {
+    plan = runtime.plan(problem, op, {.splits = choice.splits});
+  } else {
+    const Variant variant = parse_variant_id(choice.variant_id);
+    const int splits = choice.decode && choice.splits == 0 ? runtime.explain_decode(problem).splits : choice.splits;
+    plan = runtime.plan_variant(variant, problem, {.splits = splits});
+  }
+  const RunMemory memory(backend, problem, plan.workspace_bytes());
+  const auto once = [&] { runtime.run(plan, buffers, memory.metadata(), memory.workspace()); };
+  once();
+  std::vector<double> micros;
+  for (int i = 0; i < choice.repeat; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    once();
+    micros.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+  }
+  std::sort(micros.begin(), micros.end());
+  const std::size_t n = micros.size();
+  const double median = n % 2 == 1 ? micros[n / 2] : (micros[n / 2 - 1] + micros[n / 2]) / 2;
+  std::printf("plan: %s\n", plan.describe().c_str());
+  std::printf("host time per run: median %.2f us over %d runs (after one warm-up run; %s backend)\n", median,
+              choice.repeat, std::string(to_string(backend)).c_str());
+}
 
 ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem, const std::vector<std::uint16_t>& q,
                                const std::vector<std::uint16_t>& k, const std::vector<std::uint16_t>& v,
@@ -42,7 +110,9 @@ ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem,
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(problem)));
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(problem)));
   const auto run = [&](const AttentionBuffers& buffers) {
-    if (choice.decode) {
+    if (choice.repeat > 0) {
+      run_repeated(runtime, backend, problem, buffers, choice);
+    } else if (choice.decode) {
       if (variant_id.empty()) {
         runtime.decode(problem, buffers, {.splits = choice.splits});
       } else {
@@ -127,6 +197,9 @@ CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
   cmd->add_option("--alibi-slopes", o.alibi_slopes_path,
                   "float [Hq] or [B,Hq]: ALiBi, -slope * |i + Sk - Sq - j| added to the scores");
   cmd->add_option("--dsink", o.dsink_path, "Backward with --sinks: dsink output, float32 [Hq]");
+  cmd->add_option("--repeat", o.repeat,
+                  "Plan once, run once to warm up, then N more times and print the median host time per run "
+                  "(emu and cuda backends; the runs allocate, copy and synchronize nothing)");
   cmd->add_flag("--deterministic", o.deterministic,
                 "Backward: dQ summed per key block in a fixed order (bitwise-repeatable gradients)");
   k->excludes(k_cache);
@@ -180,11 +253,20 @@ void run_attention(const AttentionOptions& o) {
     bad_flag("--splits", std::to_string(*o.splits),
              "1.." + std::to_string(kMaxDecodeSplits) + ", or 0 for the built-in choice");
   }
+  if (o.repeat < 0) bad_flag("--repeat", std::to_string(o.repeat), "a run count >= 1 (0: one call, unplanned)");
+  if (o.repeat > 0 && !backend) bad_flag("--repeat", std::to_string(o.repeat), "--backend emu or cuda with it");
+  if (o.repeat > 0 && o.backward)
+    bad_flag("--repeat", std::to_string(o.repeat), "a forward or decode call (not --backward)");
   const DType dtype = options.dtype;
 
   const npy::Array q = read_floats(o.q_path, "Q");
-  if (options.page_size != 0)
-    options.block_table = read_block_table(o.block_table_path, q.shape.empty() ? 0 : q.shape[0]);
+  if (options.page_size != 0) {
+    // One row per sequence: Q's batch, or cu_seqlens_q's sequences when packed.
+    const std::int64_t sequences = !options.cu_seqlens_q.empty()
+                                       ? static_cast<std::int64_t>(options.cu_seqlens_q.size()) - 1
+                                       : (q.shape.empty() ? 0 : q.shape[0]);
+    options.block_table = read_block_table(o.block_table_path, sequences);
+  }
   const npy::Array k = cache ? read_floats(o.k_cache_path, "K cache") : read_floats(o.k_path, "K");
   const npy::Array v = cache ? read_floats(o.v_cache_path, "V cache") : read_floats(o.v_path, "V");
   const ModifierInputs mods = read_modifier_inputs(o.softcap, o.sinks_path, o.alibi_slopes_path, options);
@@ -203,7 +285,8 @@ void run_attention(const AttentionOptions& o) {
       .variant_id = o.variant,
       .db_path = o.db_path,
       .decode = cache || o.splits.has_value() || problem.is_paged() || o.variant.rfind("flash_decode/", 0) == 0,
-      .splits = o.splits.value_or(0)};
+      .splits = o.splits.value_or(0),
+      .repeat = o.repeat};
   const ReferenceOutput out =
       backend ? run_on_runtime(*backend, problem, q_bits, k_bits, v_bits, mods, choice)
               : reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data(), mods.host());

@@ -25,6 +25,7 @@ struct AttentionOptions {
   std::string block_table_path;            // int32 [B, max_pages]: a paged cache
   std::int64_t page_size = 0;
   std::optional<int> splits;  // CTAs along the keys; unset or 0: the built-in choice
+  int repeat = 0;             // > 0: plan once, warm up, run this many times, print the median host time
   // Backward: gradients of sum(dO * O) from the forward's inputs and flags.
   bool backward = false;
   std::string d_o_path, dq_path, dk_path, dv_path;

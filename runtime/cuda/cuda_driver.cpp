@@ -261,6 +261,15 @@ void check(CUresult status, const std::string& operation) {
   throw error;
 }
 
+// The calling thread's current context while a ContextScope is open (set
+// by its start and by every switch attune makes), so that calls inside it
+// need not ask the driver.
+struct ScopeState {
+  int depth = 0;
+  CUcontext current = nullptr;
+};
+thread_local ScopeState t_scope;
+
 void check_context() {
   if (const CudaError* lost = g_lost.load(std::memory_order_acquire)) throw *lost;
 }
@@ -310,6 +319,13 @@ struct Driver::Impl {
 
   void make_current(CUcontext context) const {
     check_context();
+    if (t_scope.depth > 0) {  // inside a ContextScope only attune's calls change it: no query
+      if (t_scope.current != context) {
+        check(api.ctx_set_current(context), "cuCtxSetCurrent");
+        t_scope.current = context;
+      }
+      return;
+    }
     CUcontext current = nullptr;
     check(api.ctx_get_current(&current), "cuCtxGetCurrent");
     if (current != context) check(api.ctx_set_current(context), "cuCtxSetCurrent");
@@ -327,8 +343,8 @@ struct Driver::Impl {
       make_current(context);
       return;
     }
-    CUcontext current = nullptr;
-    check(api.ctx_get_current(&current), "cuCtxGetCurrent");
+    CUcontext current = t_scope.current;
+    if (t_scope.depth == 0) check(api.ctx_get_current(&current), "cuCtxGetCurrent");
     if (current == nullptr) make_current(0);
   }
 
@@ -503,17 +519,19 @@ Driver::ContextScope::ContextScope(Driver& driver) : driver_(driver) {
   CUcontext current = nullptr;
   check(driver_.impl_->api.ctx_get_current(&current), "cuCtxGetCurrent");
   saved_ = current;
+  t_scope.depth += 1;
+  t_scope.current = current;
 }
 
 Driver::ContextScope::~ContextScope() {
-  // Never throws; after a sticky error nothing reaches the driver again
-  // (every call fails fast), so the context stays as it is.
-  if (g_lost.load(std::memory_order_acquire) != nullptr) return;
-  const Api& api = driver_.impl_->api;
-  CUcontext current = nullptr;
-  if (api.ctx_get_current(&current) == CUDA_SUCCESS && current != saved_) {
-    (void)api.ctx_set_current(static_cast<CUcontext>(saved_));
-  }
+  t_scope.depth -= 1;
+  const CUcontext now = t_scope.current;
+  t_scope.current = static_cast<CUcontext>(saved_);
+  // A caller without a context keeps ours current (as the CUDA runtime
+  // does); another context is made current again. Never throws; after a
+  // sticky error nothing reaches the driver again (every call fails fast).
+  if (saved_ == nullptr || now == saved_ || g_lost.load(std::memory_order_acquire) != nullptr) return;
+  (void)driver_.impl_->api.ctx_set_current(static_cast<CUcontext>(saved_));
 }
 
 void Driver::synchronize(void* stream) {
