@@ -7,6 +7,7 @@
 #include "cli/attention_command.h"
 #include "cli/doctor_command.h"
 #include "cli/explain_command.h"
+#include "cli/merge_states_command.h"
 #include "cli/tune_command.h"
 #include "cli/tune_worker_command.h"
 #include "cli/variants_command.h"
@@ -32,6 +33,8 @@ int main(int argc, char** argv) {
   CLI::App* attention_cmd = attune::cli::add_attention_command(app, attention);
   attune::cli::VariantsOptions variants;
   const attune::cli::VariantsCommands variants_cmds = attune::cli::add_variants_command(app, variants);
+  attune::cli::MergeStatesOptions merge;
+  CLI::App* merge_cmd = attune::cli::add_merge_states_command(app, merge);
   attune::cli::ExplainOptions explain;
   CLI::App* explain_cmd = attune::cli::add_explain_command(app, explain);
   CLI::App* doctor_cmd = attune::cli::add_doctor_command(app);
@@ -60,6 +63,7 @@ int main(int argc, char** argv) {
     if (variants_cmds.profile->parsed()) attune::cli::run_variants_profile(variants);
     if (variants_cmds.dump->parsed()) attune::cli::run_variants_dump(variants);
     if (explain_cmd->parsed()) attune::cli::run_explain(explain);
+    if (merge_cmd->parsed()) attune::cli::run_merge_states(merge);
     if (doctor_cmd->parsed()) attune::cli::run_doctor();
     if (tune_cmds.tune->parsed()) attune::cli::run_tune(tune);
     if (worker_cmd->parsed()) attune::cli::run_tune_worker(worker);
