@@ -62,41 +62,36 @@ void planned_dense_forward(benchmark::State& state) {
 }
 BENCHMARK(planned_dense_forward);
 
-// A decode step: 64 sequences over a paged cache, 4 splits (decode + combine).
-void planned_paged_decode_4_splits(benchmark::State& state) {
-  const std::int64_t batch = 64;
+// `batch` sequences of 1000 cached keys in pages of 16 (64 pages each),
+// 32 query heads on 8 KV heads of 128; packed queries when `cu` is given.
+AttentionProblem paged(std::int64_t batch, const std::vector<std::int32_t>& cu = {}) {
   const std::int64_t pages = 64;
   std::vector<std::int32_t> table(static_cast<std::size_t>(batch * pages));
   for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<std::int32_t>(i);
   const std::vector<std::int64_t> pool = {batch * pages, 16, 8, 128};
-  static const Call c =
-      prepare(make_problem(std::vector<std::int64_t>{batch, 1, 32, 128}, pool, pool,
-                           {.mask = Mask::causal_bottom_right(),
-                            .seqlens_k = std::vector<std::int32_t>(static_cast<std::size_t>(batch), 1000),
-                            .block_table = table,
-                            .page_size = 16}),
-              {.splits = 4});
+  const std::vector<std::int64_t> q =
+      cu.empty() ? std::vector<std::int64_t>{batch, 1, 32, 128} : std::vector<std::int64_t>{cu.back(), 32, 128};
+  return make_problem(q, pool, pool,
+                      {.mask = Mask::causal_bottom_right(),
+                       .seqlens_k = std::vector<std::int32_t>(static_cast<std::size_t>(batch), 1000),
+                       .cu_seqlens_q = cu,
+                       .block_table = table,
+                       .page_size = 16});
+}
+
+// A decode step: 64 sequences over a paged cache, 4 splits (decode + combine).
+void planned_paged_decode_4_splits(benchmark::State& state) {
+  static const Call c = prepare(paged(64), {.splits = 4});
   run_loop(state, c);
 }
 BENCHMARK(planned_paged_decode_4_splits);
 
-// Mixed prefill and decode: packed queries over the paged cache.
+// Mixed prefill and decode: packed queries (every fourth sequence a
+// 256-row chunk, the rest one row) over the paged cache.
 void planned_varlen_over_paged(benchmark::State& state) {
-  const std::int64_t batch = 16;
-  const std::int64_t pages = 64;
-  std::vector<std::int32_t> table(static_cast<std::size_t>(batch * pages));
-  for (std::size_t i = 0; i < table.size(); ++i) table[i] = static_cast<std::int32_t>(i);
   std::vector<std::int32_t> cu = {0};
-  for (std::int64_t b = 0; b < batch; ++b) cu.push_back(cu.back() + (b % 4 == 0 ? 256 : 1));
-  const std::vector<std::int64_t> pool = {batch * pages, 16, 8, 128};
-  static const Call c =
-      prepare(make_problem(std::vector<std::int64_t>{cu.back(), 32, 128}, pool, pool,
-                           {.mask = Mask::causal_bottom_right(),
-                            .seqlens_k = std::vector<std::int32_t>(static_cast<std::size_t>(batch), 1000),
-                            .cu_seqlens_q = cu,
-                            .block_table = table,
-                            .page_size = 16}),
-              {.splits = 2});
+  for (std::int64_t b = 0; b < 16; ++b) cu.push_back(cu.back() + (b % 4 == 0 ? 256 : 1));
+  static const Call c = prepare(paged(16, cu), {.splits = 2});
   run_loop(state, c);
 }
 BENCHMARK(planned_varlen_over_paged);

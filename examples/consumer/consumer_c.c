@@ -10,32 +10,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "runtime/attune_c.h"
 
 enum { kBatch = 2, kSeqQ = 13, kSeqK = 21, kHeadsQ = 4, kHeadsKv = 2, kDim = 32 };
 #define TOLERANCE 2e-2 /* absolute, on bf16 outputs of values in [-1, 1] */
-
-static uint16_t float_to_bf16(float value) { /* round to nearest even; the inputs are finite */
-  uint32_t bits;
-  memcpy(&bits, &value, sizeof bits);
-  bits += 0x7FFFu + ((bits >> 16) & 1u);
-  return (uint16_t)(bits >> 16);
-}
-
-static double bf16_to_double(uint16_t stored) {
-  const uint32_t bits = (uint32_t)stored << 16;
-  float value;
-  memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
-/* Deterministic values in [-1, 1), already rounded to bf16. */
-static void fill(uint16_t* data, size_t count, uint32_t seed) {
-  for (size_t i = 0; i < count; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    data[i] = float_to_bf16((float)(seed >> 8) / (float)(1u << 23) - 1.0f);
-  }
-}
 
 /* Element offsets of contiguous [batch, seq, heads, dim] tensors. */
 static size_t q_at(int b, int i, int h, int d) { return (size_t)(((b * kSeqQ + i) * kHeadsQ + h) * kDim + d); }
@@ -86,9 +65,9 @@ int main(void) {
     fputs("consumer_c: out of memory\n", stderr);
     return 1;
   }
-  fill(q, q_count, 1);
-  fill(k, kv_count, 2);
-  fill(v, kv_count, 3);
+  fill_bf16(q, q_count, 1);
+  fill_bf16(k, kv_count, 2);
+  fill_bf16(v, kv_count, 3);
   memset(o, 0xFF, q_count * sizeof *o); /* NaN: every element must be written */
 
   attune_runtime* runtime = NULL;

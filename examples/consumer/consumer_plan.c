@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "bf16.h"
 #include "runtime/attune_c.h"
 
 enum { kBatch = 3, kHeadsQ = 4, kHeadsKv = 2, kDim = 64, kPage = 16, kMaxPages = 8, kPool = 3 * kMaxPages + 2 };
@@ -17,27 +18,6 @@ enum { kBatch = 3, kHeadsQ = 4, kHeadsKv = 2, kDim = 64, kPage = 16, kMaxPages =
 
 static const int32_t kQueryLens[kBatch] = {1, 23, 4}; /* decode, chunked prefill, decode with draft tokens */
 static const int32_t kCacheLens[kBatch] = {100, 37, 128};
-
-static uint16_t float_to_bf16(float value) {
-  uint32_t bits;
-  memcpy(&bits, &value, sizeof bits);
-  bits += 0x7FFFu + ((bits >> 16) & 1u);
-  return (uint16_t)(bits >> 16);
-}
-
-static double bf16_to_double(uint16_t stored) {
-  const uint32_t bits = (uint32_t)stored << 16;
-  float value;
-  memcpy(&value, &bits, sizeof value);
-  return value;
-}
-
-static void fill(uint16_t* data, size_t count, uint32_t seed) {
-  for (size_t i = 0; i < count; ++i) {
-    seed = seed * 1664525u + 1013904223u;
-    data[i] = float_to_bf16((float)(seed >> 8) / (float)(1u << 23) - 1.0f);
-  }
-}
 
 /* Key j of sequence b, head h, element d, through the block table. */
 static size_t key_at(const int32_t* table, int b, int j, int h, int d) {
@@ -98,9 +78,9 @@ int main(void) {
   uint16_t* v = malloc(pool_count * sizeof *v);
   uint16_t* o = malloc(q_count * sizeof *o);
   if (q == NULL || k == NULL || v == NULL || o == NULL) return 1;
-  fill(q, q_count, 4);
-  fill(k, pool_count, 5);
-  fill(v, pool_count, 6);
+  fill_bf16(q, q_count, 4);
+  fill_bf16(k, pool_count, 5);
+  fill_bf16(v, pool_count, 6);
   memset(o, 0xFF, q_count * sizeof *o);
 
   attune_runtime* runtime = NULL;
