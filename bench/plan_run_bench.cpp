@@ -57,8 +57,8 @@ void run_loop(benchmark::State& state, const Call& c) {
 void planned_dense_forward(benchmark::State& state) {
   const std::vector<std::int64_t> q = {4, 2048, 32, 128};
   const std::vector<std::int64_t> kv = {4, 2048, 8, 128};
-  static const Call c = prepare(make_problem(q, kv, kv, {.mask = Mask::causal_bottom_right()}));
-  run_loop(state, c);
+  static const Call kCall = prepare(make_problem(q, kv, kv, {.mask = Mask::causal_bottom_right()}));
+  run_loop(state, kCall);
 }
 BENCHMARK(planned_dense_forward);
 
@@ -81,8 +81,8 @@ AttentionProblem paged(std::int64_t batch, const std::vector<std::int32_t>& cu =
 
 // A decode step: 64 sequences over a paged cache, 4 splits (decode + combine).
 void planned_paged_decode_4_splits(benchmark::State& state) {
-  static const Call c = prepare(paged(64), {.splits = 4});
-  run_loop(state, c);
+  static const Call kCall = prepare(paged(64), {.splits = 4});
+  run_loop(state, kCall);
 }
 BENCHMARK(planned_paged_decode_4_splits);
 
@@ -91,8 +91,8 @@ BENCHMARK(planned_paged_decode_4_splits);
 void planned_varlen_over_paged(benchmark::State& state) {
   std::vector<std::int32_t> cu = {0};
   for (std::int64_t b = 0; b < 16; ++b) cu.push_back(cu.back() + (b % 4 == 0 ? 256 : 1));
-  static const Call c = prepare(paged(16, cu), {.splits = 2});
-  run_loop(state, c);
+  static const Call kCall = prepare(paged(16, cu), {.splits = 2});
+  run_loop(state, kCall);
 }
 BENCHMARK(planned_varlen_over_paged);
 

@@ -50,6 +50,7 @@ class RunMemory {
       return;
     }
     std::vector<cuda::DeviceBuffers::Spec> specs;
+    specs.reserve(arrays.size() + 1);
     for (const auto* a : arrays) specs.push_back({host(*a), std::max<std::size_t>(a->size() * 4, 4)});
     specs.push_back({nullptr, std::max<std::size_t>(workspace_bytes, 16)});
     device_.emplace(cuda::Driver::get(), specs);

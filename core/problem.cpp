@@ -179,8 +179,7 @@ void check_paged_options(const ProblemOptions& o, int64_t batch, std::span<const
 
 // A problem whose lengths come from device memory: the bounds fit the
 // tensors, and the arrays stay empty (one source of lengths).
-void check_device_lengths(const AttentionProblem& p) {
-  const LengthBounds& l = *p.device_lengths;
+void check_device_lengths(const AttentionProblem& p, const LengthBounds& l) {
   if (!p.cu_seqlens_q.empty() || !p.cu_seqlens_k.empty() || !p.seqlens_k.empty() || !p.block_table.empty()) {
     reject("length arrays", "host arrays with device lengths", "one or the other (device_lengths_of moves them)");
   }
@@ -580,7 +579,7 @@ void validate(const AttentionProblem& p) {
     reject("cu_seqlens", "only cu_seqlens_k", "cu_seqlens_q too (packed keys need packed queries)");
   }
   if (p.device_lengths) {
-    check_device_lengths(p);
+    check_device_lengths(p, *p.device_lengths);
   } else if (p.is_packed()) {
     check_lengths(p.cu_seqlens_q, "cu_seqlens_q", p.batch, p.seqlen_q, "Tq");
     if (p.has_packed_keys()) check_lengths(p.cu_seqlens_k, "cu_seqlens_k", p.batch, p.seqlen_k, "Tk");
