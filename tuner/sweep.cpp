@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <sstream>
@@ -106,7 +107,13 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
     for (const std::string& item : items) {
       const auto x = item.find('x');
       if (x == std::string::npos) throw InvalidArgument("batch_heads: got '" + item + "'; expected BxH, e.g. 4x16");
-      spec.batch_heads.emplace_back(positive(axis, item.substr(0, x)), positive(axis, item.substr(x + 1)));
+      const std::int64_t batch = positive(axis, item.substr(0, x));
+      const std::int64_t heads = positive(axis, item.substr(x + 1));
+      // The kernels index B x H in int32: larger products are no problem a GPU runs.
+      if (batch > std::numeric_limits<std::int32_t>::max() / heads) {
+        throw InvalidArgument("batch_heads: got '" + item + "'; expected B x H below 2^31");
+      }
+      spec.batch_heads.emplace_back(batch, heads);
     }
   } else if (axis == "order") {
     if (items.size() != 1 || (items.front() != "list" && items.front() != "model")) {
