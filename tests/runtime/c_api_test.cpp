@@ -250,9 +250,9 @@ TEST(CApiTest, MergeStatesOfOnePartialIsThatPartial) {
             ATTUNE_OK);
   EXPECT_EQ(out, o);
   for (std::size_t i = 0; i < lse.size(); ++i) EXPECT_NEAR(out_lse[i], lse[i] + std::log(2.0F), 1e-5) << i;
-  EXPECT_EQ(attune_merge_states(rt, ATTUNE_DTYPE_BF16, rows, heads, dim, 0, parts_o, parts_lse, out.data(), nullptr,
-                                nullptr),
-            ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_EQ(
+      attune_merge_states(rt, ATTUNE_DTYPE_BF16, rows, heads, dim, 0, parts_o, parts_lse, out.data(), nullptr, nullptr),
+      ATTUNE_ERROR_INVALID_ARGUMENT);
   attune_runtime_destroy(rt);
 }
 

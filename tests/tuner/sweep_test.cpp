@@ -38,8 +38,9 @@ TEST(SweepTest, AxesParseAndRejectBadValues) {
   EXPECT_NE(testing::error_of([&] { set_axis(spec, "head_dims", "300"); }).find("expected 1..256"), std::string::npos);
   EXPECT_NE(testing::error_of([&] { set_axis(spec, "batch_heads", "8"); }).find("expected BxH"), std::string::npos);
   // A product past int32 (found by fuzz.sweep_fuzzer) is refused, not overflowed.
-  EXPECT_NE(testing::error_of([&] { set_axis(spec, "batch_heads", "4x8868888888888888884"); })
-                .find("expected B x H below 2^31"),
+  EXPECT_NE(testing::error_of([&] {
+              set_axis(spec, "batch_heads", "4x8868888888888888884");
+            }).find("expected B x H below 2^31"),
             std::string::npos);
   EXPECT_NE(testing::error_of([&] { set_axis(spec, "seqlens", "-4"); }).find("positive integer"), std::string::npos);
   EXPECT_NE(testing::error_of([&] { set_axis(spec, "colour", "red"); }).find("sweep axis: got 'colour'"),
