@@ -207,6 +207,11 @@ struct Runtime::Impl {
     memory.finish();
   }
 
+  // A variant asked for by name must fit this device's limits.
+  void check_fits(const Variant& variant, const AttentionProblem& problem) const {
+    check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), arch);
+  }
+
   // After a sticky CUDA error every call fails at once with its message,
   // before compiling anything.
   void check_usable() const {
@@ -352,7 +357,7 @@ Plan Runtime::plan_variant(const Variant& variant, const AttentionProblem& probl
   const CallScope scope(impl_->options.backend);
   validate(problem);
   const Op op = op_of(variant);
-  check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), impl_->arch);
+  impl_->check_fits(variant, problem);
   if (op == Op::kDecode && options.splits == 0 && options.split_size == 0) options.splits = 1;
   return impl_->make_plan(op, variant, device_lengths_of(problem), options, "as asked", Compile::kAllowed);
 }
@@ -394,7 +399,7 @@ void Runtime::forward(const AttentionProblem& problem, const AttentionBuffers& b
 void Runtime::forward_variant(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers,
                               void* stream) {
   validate(problem, buffers);
-  check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), impl_->arch);
+  impl_->check_fits(variant, problem);
   const CallScope scope(impl_->options.backend);
   impl_->call(Op::kForward, variant, problem, buffers, {}, {}, stream);
 }
@@ -412,7 +417,7 @@ void Runtime::decode(const AttentionProblem& problem, const AttentionBuffers& bu
 void Runtime::decode_variant(const Variant& variant, int splits, const AttentionProblem& problem,
                              const AttentionBuffers& buffers, void* stream) {
   validate(problem, buffers);
-  check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), impl_->arch);
+  impl_->check_fits(variant, problem);
   const CallScope scope(impl_->options.backend);
   impl_->call(Op::kDecode, variant, problem, buffers, {.splits = splits}, {}, stream);
 }
@@ -429,7 +434,7 @@ void Runtime::backward(const AttentionProblem& problem, const BackwardBuffers& b
 void Runtime::backward_variant(const Variant& variant, const AttentionProblem& problem, const BackwardBuffers& buffers,
                                void* stream) {
   validate(problem, buffers);
-  check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), impl_->arch);
+  impl_->check_fits(variant, problem);
   const CallScope scope(impl_->options.backend);
   impl_->call(Op::kBackward, variant, problem, buffers, {}, {}, stream);
 }

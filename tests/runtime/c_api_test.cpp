@@ -78,6 +78,24 @@ TEST(CApiTest, ErrorCodesAndMessages) {
   attune_runtime_destroy(rt);
 }
 
+// The C form of a host problem (bottom-right causal), its length arrays left NULL.
+attune_problem c_problem_of(const AttentionProblem& ref) {
+  attune_problem p;
+  attune_problem_init(&p);
+  p.batch = ref.batch;
+  p.seqlen_q = ref.seqlen_q;
+  p.seqlen_k = ref.seqlen_k;
+  p.heads_q = ref.heads_q;
+  p.heads_kv = ref.heads_kv;
+  p.head_dim_k = ref.head_dim_k;
+  p.head_dim_v = ref.head_dim_v;
+  p.mask = ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT;
+  p.max_pages = ref.max_pages();
+  p.page_size = ref.page_size;
+  p.num_pages = ref.num_pages;
+  return p;
+}
+
 TEST(CApiTest, DecodeReadsAPagedCacheThroughTheBlockTable) {
   attune_runtime* rt = nullptr;
   ASSERT_EQ(attune_runtime_create("emu", 0, &rt), ATTUNE_OK) << attune_last_error();
@@ -91,20 +109,9 @@ TEST(CApiTest, DecodeReadsAPagedCacheThroughTheBlockTable) {
                                                           .cache_seqlens = {70},
                                                           .page_size = 16});
   const AttentionProblem& ref = in.problem;
-  attune_problem p;
-  attune_problem_init(&p);
-  p.seqlen_q = 1;
-  p.heads_q = 8;
-  p.heads_kv = 1;
-  p.head_dim_k = 32;
-  p.head_dim_v = 32;
-  p.mask = ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT;
+  attune_problem p = c_problem_of(ref);
   p.seqlens_k = ref.seqlens_k.data();
   p.block_table = ref.block_table.data();
-  p.max_pages = ref.max_pages();
-  p.page_size = ref.page_size;
-  p.num_pages = ref.num_pages;
-  p.seqlen_k = ref.seqlen_k;
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(ref)));
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(ref)));
   for (int splits : {0, 3}) {
@@ -125,24 +132,6 @@ TEST(CApiTest, DecodeReadsAPagedCacheThroughTheBlockTable) {
             ATTUNE_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(attune_last_error()).find("paged cache"), std::string::npos) << attune_last_error();
   attune_runtime_destroy(rt);
-}
-
-// The C form of a host problem: what the plan tests below pass.
-attune_problem c_problem_of(const AttentionProblem& ref) {
-  attune_problem p;
-  attune_problem_init(&p);
-  p.batch = ref.batch;
-  p.seqlen_q = ref.seqlen_q;
-  p.seqlen_k = ref.seqlen_k;
-  p.heads_q = ref.heads_q;
-  p.heads_kv = ref.heads_kv;
-  p.head_dim_k = ref.head_dim_k;
-  p.head_dim_v = ref.head_dim_v;
-  p.mask = ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT;
-  p.max_pages = ref.max_pages();
-  p.page_size = ref.page_size;
-  p.num_pages = ref.num_pages;
-  return p;
 }
 
 TEST(CApiTest, TheAbiVersionMatchesTheHeader) {
