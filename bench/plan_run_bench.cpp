@@ -33,7 +33,7 @@ struct Call {
 };
 
 Call prepare(const AttentionProblem& p, PlanOptions options = {}) {
-  Call c{runtime().plan(p, p.is_paged() ? Op::kDecode : Op::kForward, options), {}, {}, {}};
+  Call c{runtime().plan(p, Op::kForward, options), {}, {}, {}};
   c.buffers = {device(2 * static_cast<std::size_t>(q_extent(p))), device(2 * static_cast<std::size_t>(k_extent(p))),
                device(2 * static_cast<std::size_t>(v_extent(p))), device(2 * static_cast<std::size_t>(o_extent(p))),
                static_cast<float*>(device(4 * static_cast<std::size_t>(lse_extent(p))))};
@@ -48,8 +48,15 @@ Call prepare(const AttentionProblem& p, PlanOptions options = {}) {
   return c;
 }
 
+// The stream the runs go to, as a serving engine's are: a launch into its
+// context is the run's only driver call.
+void* stream() {
+  static void* s = (runtime(), cuda::Driver::get().create_stream(0));
+  return s;
+}
+
 void run_loop(benchmark::State& state, const Call& c) {
-  for (auto _ : state) runtime().run(c.plan, c.buffers, c.metadata, c.workspace);
+  for (auto _ : state) runtime().run(c.plan, c.buffers, c.metadata, c.workspace, stream());
   state.SetLabel(c.plan.describe().substr(0, 60));
 }
 
@@ -95,6 +102,16 @@ void planned_varlen_over_paged(benchmark::State& state) {
   run_loop(state, kCall);
 }
 BENCHMARK(planned_varlen_over_paged);
+
+// The same batch without splits: its 256-row chunks send it to the forward
+// kernel, which reads the pages itself (one launch).
+void planned_chunked_prefill_over_paged(benchmark::State& state) {
+  std::vector<std::int32_t> cu = {0};
+  for (std::int64_t b = 0; b < 16; ++b) cu.push_back(cu.back() + (b % 4 == 0 ? 256 : 1));
+  static const Call kCall = prepare(paged(16, cu));
+  run_loop(state, kCall);
+}
+BENCHMARK(planned_chunked_prefill_over_paged);
 
 }  // namespace
 }  // namespace attune

@@ -19,6 +19,7 @@
 #include "reference/reference.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/dispatch/db_tuned_source.h"
+#include "runtime/dispatch/heuristics.h"
 #include "runtime/launch/flash_decode_params.h"
 #include "runtime/runtime.h"
 
@@ -70,10 +71,25 @@ class RunMemory {
   std::optional<cuda::DeviceBuffers> device_;
 };
 
+// The CLI's own stream on device 0, as a serving engine has one: runs on a
+// stream launch into its context without touching the current one.
+class Stream {
+ public:
+  explicit Stream(cuda::Driver& driver) : driver_(driver), stream_(driver.create_stream(0)) {}
+  ~Stream() { driver_.destroy_stream(stream_); }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  void* get() const { return stream_; }
+
+ private:
+  cuda::Driver& driver_;
+  void* stream_;
+};
+
 // --repeat: plans once, runs once to warm up and `repeat` times more, and
 // prints the plan and the median host time of a run.
 void run_repeated(Runtime& runtime, Backend backend, const AttentionProblem& problem, const AttentionBuffers& buffers,
-                  const RunChoice& choice) {
+                  const RunChoice& choice, void* stream) {
   const Op op = choice.decode ? Op::kDecode : Op::kForward;
   Plan plan;
   if (choice.variant_id.empty()) {
@@ -84,7 +100,7 @@ void run_repeated(Runtime& runtime, Backend backend, const AttentionProblem& pro
     plan = runtime.plan_variant(variant, problem, {.splits = splits});
   }
   const RunMemory memory(backend, problem, plan.workspace_bytes());
-  const auto once = [&] { runtime.run(plan, buffers, memory.metadata(), memory.workspace()); };
+  const auto once = [&] { runtime.run(plan, buffers, memory.metadata(), memory.workspace(), stream); };
   once();
   std::vector<double> micros;
   for (int i = 0; i < choice.repeat; ++i) {
@@ -92,6 +108,7 @@ void run_repeated(Runtime& runtime, Backend backend, const AttentionProblem& pro
     once();
     micros.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
   }
+  if (backend == Backend::kCuda) cuda::Driver::get().synchronize(stream);
   std::sort(micros.begin(), micros.end());
   const std::size_t n = micros.size();
   const double median = n % 2 == 1 ? micros[n / 2] : (micros[n / 2 - 1] + micros[n / 2]) / 2;
@@ -110,28 +127,29 @@ ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem,
   Runtime runtime({.backend = backend, .tuned = tuned ? &*tuned : nullptr});
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(problem)));
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(problem)));
-  const auto run = [&](const AttentionBuffers& buffers) {
+  const auto run = [&](const AttentionBuffers& buffers, void* stream) {
     if (choice.repeat > 0) {
-      run_repeated(runtime, backend, problem, buffers, choice);
+      run_repeated(runtime, backend, problem, buffers, choice, stream);
     } else if (choice.decode) {
       if (variant_id.empty()) {
-        runtime.decode(problem, buffers, {.splits = choice.splits});
+        runtime.decode(problem, buffers, {.splits = choice.splits}, stream);
       } else {
         const Variant variant = parse_variant_id(variant_id);
         const int splits = choice.splits > 0 ? choice.splits : runtime.explain_decode(problem).splits;
-        runtime.decode_variant(variant, splits, problem, buffers);
+        runtime.decode_variant(variant, splits, problem, buffers, stream);
       }
     } else if (variant_id.empty()) {
-      runtime.forward(problem, buffers);
+      runtime.forward(problem, buffers, stream);
     } else {
-      runtime.forward_variant(parse_variant_id(variant_id), problem, buffers);
+      runtime.forward_variant(parse_variant_id(variant_id), problem, buffers, stream);
     }
   };
   if (backend == Backend::kEmu) {
     const ModifierTensors host = mods.host();
-    run({q.data(), k.data(), v.data(), o.data(), lse.data(), host.sinks, host.alibi_slopes});
+    run({q.data(), k.data(), v.data(), o.data(), lse.data(), host.sinks, host.alibi_slopes}, nullptr);
   } else {
     cuda::Driver& driver = cuda::Driver::get();
+    const Stream stream(driver);
     cuda::DeviceBuffers device(driver, {{q.data(), q.size() * 2},
                                         {k.data(), k.size() * 2},
                                         {v.data(), v.size() * 2},
@@ -139,8 +157,9 @@ ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem,
                                         {nullptr, lse.size() * sizeof(float)}});
     const DeviceModifiers device_mods(driver, mods);
     run({device.at(0), device.at(1), device.at(2), device.at(3), static_cast<float*>(device.at(4)),
-         device_mods.tensors().sinks, device_mods.tensors().alibi_slopes});
-    driver.synchronize(nullptr);
+         device_mods.tensors().sinks, device_mods.tensors().alibi_slopes},
+        stream.get());
+    driver.synchronize(stream.get());
     driver.copy_to_host(o.data(), device.at(3), o.size() * 2);
     driver.copy_to_host(lse.data(), device.at(4), lse.size() * sizeof(float));
   }
@@ -285,7 +304,10 @@ void run_attention(const AttentionOptions& o) {
   const RunChoice choice{
       .variant_id = o.variant,
       .db_path = o.db_path,
-      .decode = cache || o.splits.has_value() || problem.is_paged() || o.variant.rfind("flash_decode/", 0) == 0,
+      // A paged cache with long query chunks runs the forward kernel
+      // (Runtime::plan's rule), unless splits or a decode variant are asked.
+      .decode = o.splits.has_value() || o.variant.rfind("flash_decode/", 0) == 0 ||
+                (cache && o.variant.empty() && (!problem.is_paged() || paged_forward_op(problem) == Op::kDecode)),
       .splits = o.splits.value_or(0),
       .repeat = o.repeat};
   const ReferenceOutput out =

@@ -43,10 +43,13 @@ void combinations(const KernelSpec& kernel, std::size_t index, std::vector<int>&
   }
 }
 
-// The modifier bit a feature compiles in (its id key is a modifier name).
+constexpr std::string_view kPagedName = "paged";
+
+// The bit a feature compiles in (its id key is a modifier name, or "paged").
 std::uint8_t feature_bit(std::string_view feature) {
+  if (feature == kPagedName) return kFeaturePaged;
   const std::optional<std::uint8_t> bits = parse_modifier_names(feature);
-  if (!bits) throw Error("kernel feature '" + std::string(feature) + "' names no score modifier");
+  if (!bits) throw Error("kernel feature '" + std::string(feature) + "' names no score modifier and is not 'paged'");
   return *bits;
 }
 
@@ -87,6 +90,21 @@ std::uint8_t supported_modifiers(const KernelSpec& kernel) {
   return bits;
 }
 
+std::uint8_t problem_features(const AttentionProblem& p) {
+  return static_cast<std::uint8_t>(modifier_bits(p.modifiers) | (p.is_paged() ? kFeaturePaged : 0));
+}
+
+Variant with_problem_features(Variant v, const AttentionProblem& p) {
+  v.modifiers = static_cast<std::uint8_t>(problem_features(p) & supported_modifiers(*v.kernel));
+  return v;
+}
+
+std::string feature_names(std::uint8_t bits) {
+  const std::uint8_t mods = bits & kModAll;
+  if ((bits & kFeaturePaged) == 0) return modifier_names(mods);
+  return mods == 0 ? std::string(kPagedName) : modifier_names(mods) + "+" + std::string(kPagedName);
+}
+
 void check_variant_modifiers(const Variant& v, std::uint8_t problem_modifiers) {
   // Every call checks: the common case (a variant with exactly the problem's
   // modifiers, a subset of its kernel's) returns before reading the features.
@@ -96,11 +114,11 @@ void check_variant_modifiers(const Variant& v, std::uint8_t problem_modifiers) {
   const std::uint8_t missing = wanted & static_cast<std::uint8_t>(~v.modifiers);
   const std::uint8_t extra = v.modifiers & static_cast<std::uint8_t>(~wanted);
   std::string what = "variant " + v.id() + ": ";
-  if (missing != 0) what += "compiled without " + modifier_names(missing) + ", which the problem uses";
+  if (missing != 0) what += "compiled without " + feature_names(missing) + ", which the problem uses";
   if (extra != 0)
-    what += std::string(missing != 0 ? "; " : "") + "compiled with " + modifier_names(extra) +
+    what += std::string(missing != 0 ? "; " : "") + "compiled with " + feature_names(extra) +
             ", which the problem does not use";
-  throw InvalidArgument(what + "; expected a variant with modifiers " + modifier_names(wanted) +
+  throw InvalidArgument(what + "; expected a variant with features " + feature_names(wanted) +
                         " (as 'attune variants list' prints for the problem)");
 }
 

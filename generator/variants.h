@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "core/dtype.h"
+#include "core/problem.h"
 #include "generator/kernel_registry.h"
 
 namespace attune {
@@ -32,18 +33,24 @@ ArchLimits require_arch(std::string_view name);
 // The names parse_arch knows, for error messages.
 std::string known_archs();
 
+// A kernel feature that is not a score modifier: flash_fwd's read of a
+// paged KV cache through its block table ("paged"), compiled in only for
+// problems with a paged cache. Its bit lives beside the modifiers' bits.
+inline constexpr std::uint8_t kFeaturePaged = 0x10;
+
 struct Variant {
   const KernelSpec* kernel = nullptr;
   std::vector<int> values;  // one per tunable, in the template's order
-  // Score modifiers compiled in (kModSoftcap | kModSinks | kModAlibi), a
-  // subset of the kernel's features: chosen by the problem, never tuned.
+  // Features compiled in: score modifiers (kModSoftcap | kModSinks |
+  // kModAlibi) and kFeaturePaged, a subset of the kernel's features:
+  // chosen by the problem, never tuned.
   std::uint8_t modifiers = 0;
 
   // Canonical id, e.g. flash_fwd/d128.bm64.bn64.wm4.wn1.st2, then each
-  // modifier compiled in (.softcap1.sinks1.alibi1): the key of the variant
-  // in caches, the tuning database and the CLI.
+  // feature compiled in (.softcap1.sinks1.alibi1.paged1): the key of the
+  // variant in caches, the tuning database and the CLI.
   std::string id() const;
-  // The expression NVRTC instantiates, e.g. attune::flash_fwd<128, ..., attune::Bf16, 0, 0, 0>.
+  // The expression NVRTC instantiates, e.g. attune::flash_fwd<128, ..., attune::Bf16, 0, 0, 0, 0>.
   std::string name_expression(DType dtype) const;
   // Tunables by name: the kernel's generated shape (generated/kernel_shapes.h),
   // e.g. FlashFwdShape::of(variant).block_m.
@@ -63,8 +70,18 @@ void require_kernel(const Variant& variant, KernelId id);
 // `modifiers` that the kernel supports.
 Variant only_variant(KernelId id, std::uint8_t modifiers = 0);
 
-// The score modifiers (bits) a kernel can compile in: its features.
+// The features (bits) a kernel can compile in.
 std::uint8_t supported_modifiers(const KernelSpec& kernel);
+
+// The features (bits) a problem needs: its score modifiers, and
+// kFeaturePaged for a paged cache.
+std::uint8_t problem_features(const AttentionProblem& problem);
+// `variant` compiled with exactly the features of `problem` its kernel
+// supports: a tuned or heuristic tile choice, made for the problem class,
+// for this problem (a paged cache adds "paged" to a forward variant).
+Variant with_problem_features(Variant variant, const AttentionProblem& problem);
+// "softcap+sinks", "paged", "softcap+paged", "none".
+std::string feature_names(std::uint8_t bits);
 
 // The kernel of an operation: "fwd" -> flash_fwd. Throws InvalidArgument.
 const KernelSpec& kernel_for_op(std::string_view op);
@@ -85,8 +102,8 @@ Variant parse_variant_id(std::string_view id);
 // Checks that `variant` can run a problem with these head dims on `arch`
 // (bucket, shared memory, threads). Throws InvalidArgument.
 // check_variant_modifiers: and that it compiles in exactly the problem's
-// modifiers its kernel supports ("variant ...: compiled without softcap;
-// the problem uses softcap").
+// features (problem_features) its kernel supports ("variant ...: compiled
+// without softcap, which the problem uses; ...").
 void check_variant_modifiers(const Variant& variant, std::uint8_t problem_modifiers);
 void check_variant_fits(const Variant& variant, int dk, int dv, const ArchLimits& arch);
 

@@ -61,8 +61,9 @@ typedef struct {
   /* Paged KV cache (page_size > 0): k and v are page pools [num_pages,
    * page_size, heads_kv, D]; block_table [batch, max_pages] (host memory)
    * names each sequence's pages; seqlen_k is then max_pages * page_size and
-   * seqlens_k the cache lengths. Only attune_decode (and attune_forward,
-   * which runs decode for it) reads pages. */
+   * seqlens_k the cache lengths. attune_forward reads them with the forward
+   * kernel when a sequence may bring 128 query rows or more (chunked
+   * prefill), with the decode kernel otherwise. */
   const int32_t* block_table;
   int64_t max_pages, page_size, num_pages;
   /* Score modifiers (docs/contract.md), off when 0 / NULL. The tensors are
@@ -124,7 +125,7 @@ void attune_runtime_destroy(attune_runtime* runtime);
 typedef enum { ATTUNE_OP_FORWARD = 0, ATTUNE_OP_DECODE = 1, ATTUNE_OP_BACKWARD = 2 } attune_op;
 
 typedef struct {
-  attune_op op;        /* a forward over a paged cache plans the decode kernel */
+  attune_op op;        /* a forward over a paged cache with few query rows plans the decode kernel */
   const char* variant; /* a variant id (its kernel must match op); NULL: dispatched */
   int splits;          /* decode: CTAs along the keys; 0: tuned or built-in */
   int64_t split_size;  /* decode: fixed keys per split (batch invariant); 0: off */

@@ -49,7 +49,7 @@ class Plan {
   Plan() = default;  // empty: running it is an InvalidArgument
 
   bool empty() const { return state_ == nullptr; }
-  Op op() const;                            // a forward over a paged cache plans a decode
+  Op op() const;                            // a forward over a paged cache with few query rows plans a decode
   const AttentionProblem& problem() const;  // with device lengths when it has length arrays
   const Variant& variant() const;           // the main kernel's
   int splits() const;                       // decode: CTAs along the keys (1 otherwise)

@@ -298,7 +298,15 @@ Op op_of(const Variant& variant) {
 
 DispatchChoice Runtime::explain(const AttentionProblem& problem) const {
   validate(problem);
-  return impl_->dispatcher->resolve(problem);
+  const Op op = paged_forward_op(problem);
+  DispatchChoice choice = impl_->dispatcher->resolve(op, problem);
+  choice.variant = with_problem_features(choice.variant, problem);
+  if (problem.is_paged()) {
+    choice.detail += "; a paged cache with " + std::string(op == Op::kDecode ? "fewer than " : "at least ") +
+                     std::to_string(kPagedForwardRows) + " query rows per sequence runs " +
+                     (op == Op::kDecode ? "the decode kernel" : "the forward kernel");
+  }
+  return choice;
 }
 
 DecodeChoice Runtime::explain_decode(const AttentionProblem& problem, DecodeOptions options) const {
@@ -334,7 +342,12 @@ DispatchChoice Runtime::explain_backward(const AttentionProblem& problem, Backwa
 Plan Runtime::plan(const AttentionProblem& problem, Op op, PlanOptions options) {
   const CallScope scope(impl_->options.backend);
   validate(problem);
-  if (op == Op::kForward && problem.is_paged()) op = Op::kDecode;  // only the decode kernel reads pages
+  // A paged cache: the forward kernel for long query chunks, else decode
+  // (which a split count asks for too).
+  if (op == Op::kForward && problem.is_paged() &&
+      (paged_forward_op(problem) == Op::kDecode || options.splits != 0 || options.split_size != 0)) {
+    op = Op::kDecode;
+  }
   const AttentionProblem device = device_lengths_of(problem);
   Variant variant;
   std::string reason;
@@ -346,7 +359,7 @@ Plan Runtime::plan(const AttentionProblem& problem, Op op, PlanOptions options) 
     reason = reason_of(choice);
   } else {
     const DispatchChoice& choice = impl_->dispatcher->choose(op, device);
-    variant = choice.variant;
+    variant = with_problem_features(choice.variant, device);  // a paged cache: the tiles, reading pages
     reason = reason_of(choice);
     if (op == Op::kDecode && options.splits == 0 && options.split_size == 0) options.splits = choice.splits;
   }
@@ -379,7 +392,10 @@ void Runtime::merge_states(const MergeProblem& problem, std::span<const void* co
   validate(problem, o, lse, out_o);
   const CallScope scope(impl_->options.backend);
   impl_->check_usable();
-  const bool capturing = impl_->cuda() && cuda::Driver::get().is_capturing(stream);
+  // Only a kernel still to compile asks whether the stream is capturing:
+  // a repeated merge launches and makes no other driver call.
+  const bool capturing = impl_->cuda() && !impl_->backend->loaded(merge_states_variant(), problem.dtype) &&
+                         cuda::Driver::get().is_capturing(stream);
   const LoadedKernel kernel =
       load_merge(*impl_->backend, problem.dtype, capturing ? Compile::kRefused : Compile::kAllowed);
   launch_merge(*impl_->backend->begin(stream), problem, kernel, o, lse, out_o, out_lse);
@@ -387,13 +403,13 @@ void Runtime::merge_states(const MergeProblem& problem, std::span<const void* co
 
 void Runtime::forward(const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream) {
   validate(problem, buffers);
-  if (problem.is_paged()) {
-    decode(problem, buffers, {}, stream);  // only the decode kernel reads pages
+  if (paged_forward_op(problem) == Op::kDecode) {
+    decode(problem, buffers, {}, stream);  // few query rows over a paged cache
     return;
   }
   const CallScope scope(impl_->options.backend);
   const DispatchChoice& choice = impl_->dispatcher->choose(problem);
-  impl_->call(Op::kForward, choice.variant, problem, buffers, {}, {}, stream);
+  impl_->call(Op::kForward, with_problem_features(choice.variant, problem), problem, buffers, {}, {}, stream);
 }
 
 void Runtime::forward_variant(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers,

@@ -75,8 +75,10 @@ class Runtime {
   // loads every kernel the call needs and sizes its workspace. A problem
   // with host length arrays plans for their bounds (device_lengths_of): its
   // runs then pass the arrays in device memory. Op::kForward of a paged
-  // cache plans the decode kernel. Throws InvalidArgument, or what compiling
-  // throws.
+  // cache plans the forward kernel when a sequence may bring
+  // kPagedForwardRows query rows or more (chunked prefill), else the decode
+  // kernel, as it does when options ask for splits (heuristics.h). Throws
+  // InvalidArgument, or what compiling throws.
   Plan plan(const AttentionProblem& problem, Op op = Op::kForward, PlanOptions options = {});
   // The same with a given variant (its kernel names the op).
   Plan plan_variant(const Variant& variant, const AttentionProblem& problem, PlanOptions options = {});
@@ -125,14 +127,15 @@ class Runtime {
   void forward_variant(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers,
                        void* stream = nullptr);
 
-  // What forward would run, and the rule that chose it.
+  // What forward would run, and the rule that chose it (for a paged cache
+  // with few query rows, the decode variant and its splits).
   DispatchChoice explain(const AttentionProblem& problem) const;
 
   // Split-KV decode (few query rows against a long, contiguous or paged KV
   // cache): the keys are split across CTAs and their partial states merged.
   // `options.splits` 0 lets the built-in heuristic fill the GPU in whole
   // waves. Same validation and stream rules as forward; forward() of a paged
-  // problem comes here.
+  // problem with few query rows comes here.
   void decode(const AttentionProblem& problem, const AttentionBuffers& buffers, DecodeOptions options = {},
               void* stream = nullptr);
   void decode_variant(const Variant& variant, int splits, const AttentionProblem& problem,

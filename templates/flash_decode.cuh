@@ -110,7 +110,8 @@ ATTUNE_DEVICE RowPlace place(i64 row, i32 slot, i32 group) {
 }
 
 // Element offset of key `key` of sequence `batch`, KV head `kv_head`, in a
-// contiguous or paged cache.
+// contiguous or paged cache: KeyPages' rule (flash_tile.cuh) over this
+// struct's own fields, written out so decode's code stays as it was.
 ATTUNE_DEVICE i64 key_offset(const FlashDecodeParams& p, i64 batch_stride, i64 row_stride, i64 head_stride, i32 batch,
                              i32 kv_head, i64 key) {
   const i64 head = kv_head * head_stride;

@@ -1,5 +1,7 @@
 // Forward attention, FlashAttention-2 style.
 //
+// K and V are per sequence [B, Sk, Hkv, D], packed (cu_seqlens_k), or a
+// paged cache read through its block table (chunked prefill over a cache).
 // A block (CTA) owns kBlockM query rows of one (batch, head). K and V tiles of
 // kBlockN keys stream through shared memory in a kStages-deep cp.async
 // pipeline. Warps form a kWarpsM x kWarpsN grid: a warp owns kBlockM/kWarpsM
@@ -19,20 +21,20 @@ namespace attune {
 // are in elements; index arrays are null when unused.
 struct FlashFwdParams {
   const u16* q;  // [B, Sq, Hq, Dk] or packed [Tq, Hq, Dk]
-  const u16* k;  // [B, Sk, Hkv, Dk]
-  const u16* v;  // [B, Sk, Hkv, Dv]
+  const u16* k;  // [B, Sk, Hkv, Dk], or the page pool [pages, page_size, Hkv, Dk]
+  const u16* v;  // [B, Sk, Hkv, Dv], or the page pool [pages, page_size, Hkv, Dv]
   u16* o;        // [B, Sq, Hq, Dv]
   float* lse;    // [B, Hq, Sq] or packed [Hq, Tq]; null: not written
   i64 q_batch_stride, q_row_stride, q_head_stride;
-  i64 k_batch_stride, k_row_stride, k_head_stride;
+  i64 k_batch_stride, k_row_stride, k_head_stride;  // batch stride: the page stride when paged
   i64 v_batch_stride, v_row_stride, v_head_stride;
   i64 o_batch_stride, o_row_stride, o_head_stride;
   i64 lse_batch_stride, lse_row_stride, lse_head_stride;
   const i32* cu_seqlens_q;  // [B+1] packed row offsets
-  const i32* cu_seqlens_k;  // [B+1] packed key offsets; null: K and V [B, Sk, Hkv, D]
-  const i32* seqlens_k;     // [B] real keys per sequence (padding)
+  const i32* cu_seqlens_k;  // [B+1] packed key offsets; null: K and V per sequence (or paged)
+  const i32* seqlens_k;     // [B] real keys per sequence (padding, or a paged cache's lengths)
   i32 seqlen_q;             // dense Sq
-  i32 seqlen_k;             // dense Sk
+  i32 seqlen_k;             // dense Sk, or max_pages * page_size when paged
   i32 heads_q;
   i32 group_size;  // Hq / Hkv
   i32 head_dim_k;
@@ -41,6 +43,7 @@ struct FlashFwdParams {
   float scale_log2;     // softmax scale * log2(e): the kernel works in base 2
   i32 vectorized;       // 1: every row starts 16-byte aligned, so tiles load with cp.async
   ScoreModParams mods;  // read only by variants that compile modifiers in
+  KeyPages pages;       // a paged KV cache (chunked prefill over it), read by variants with kPaged
 };
 
 // The tunable space of flash_fwd, read by attune-gen: one array per
@@ -95,9 +98,12 @@ struct FlashFwdTunables {
 
 // Grid: (ceil(max query rows / kBlockM), Hq, B); block: threads(); dynamic
 // shared memory: shared_bytes() (FlashFwdTunables). kSoftcap, kSinks,
-// kAlibi: the score modifiers compiled in (score_mods.cuh).
+// kAlibi: the score modifiers compiled in (score_mods.cuh). kPaged: K and V
+// read through p.pages' block table; like the modifiers a feature the
+// problem chooses (0 off, 1 on, kAtRunTime: as p.pages says), so variants
+// without it compile to the code they had before paging existed.
 template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kQRegs, class DType,
-          int kSoftcap, int kSinks, int kAlibi>
+          int kSoftcap, int kSinks, int kAlibi, int kPaged>
 ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   using Mods = ScoreMods<kSoftcap, kSinks, kAlibi>;
   using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType, kQRegs != 0, Mods>;
@@ -147,10 +153,26 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
     if (n < n_end) {
       const i32 stage = static_cast<i32>(n % Config::kStages);
       const i64 key0 = n * Config::kBlockN;
-      flash_detail::load_tile<Config, Config::kBlockN>(k_s + stage * Config::kTileElems, k_rows + key0 * p.k_row_stride,
-                                                       p.k_row_stride, k_len - key0, p.head_dim_k, vectorized);
-      flash_detail::load_tile<Config, Config::kBlockN>(v_s + stage * Config::kTileElems, v_rows + key0 * p.v_row_stride,
-                                                       p.v_row_stride, k_len - key0, p.head_dim_v, vectorized);
+      const bool paged = kPaged == kAtRunTime ? p.pages.block_table != nullptr : kPaged != 0;
+      if (!paged) {
+        flash_detail::load_tile<Config, Config::kBlockN>(k_s + stage * Config::kTileElems,
+                                                         k_rows + key0 * p.k_row_stride, p.k_row_stride, k_len - key0,
+                                                         p.head_dim_k, vectorized);
+        flash_detail::load_tile<Config, Config::kBlockN>(v_s + stage * Config::kTileElems,
+                                                         v_rows + key0 * p.v_row_stride, p.v_row_stride, k_len - key0,
+                                                         p.head_dim_v, vectorized);
+      } else {  // each key's row through the block table
+        const auto k_row = [&](i32 r) {
+          return p.k + p.pages.key_offset(p.k_batch_stride, p.k_row_stride, kv_head * p.k_head_stride, batch, key0 + r);
+        };
+        const auto v_row = [&](i32 r) {
+          return p.v + p.pages.key_offset(p.v_batch_stride, p.v_row_stride, kv_head * p.v_head_stride, batch, key0 + r);
+        };
+        flash_detail::load_rows<Config, Config::kBlockN>(k_s + stage * Config::kTileElems, k_row, k_len - key0,
+                                                         p.head_dim_k, vectorized);
+        flash_detail::load_rows<Config, Config::kBlockN>(v_s + stage * Config::kTileElems, v_row, k_len - key0,
+                                                         p.head_dim_v, vectorized);
+      }
     }
     dev::cp_async::commit();  // possibly empty: keeps the group count uniform
   };

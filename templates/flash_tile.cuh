@@ -69,6 +69,22 @@ struct WarpPerRowTunables {
   ATTUNE_HOST_DEVICE static constexpr bool valid(int warps) { return warps >= 1 && warps <= 32; }
 };
 
+// A paged KV cache: key j of sequence b is row j % page_size of page
+// block_table[b * block_table_stride + j / page_size] in page pools
+// [pages, page_size, Hkv, D], whose batch stride is the page stride.
+struct KeyPages {
+  const i32* block_table;  // null: a contiguous [B, Sk, Hkv, D] cache
+  i32 block_table_stride;  // the table's columns (max pages)
+  i32 page_size;
+
+  // Element offset of key `key` of sequence `batch` at head offset `head`.
+  ATTUNE_DEVICE i64 key_offset(i64 batch_stride, i64 row_stride, i64 head, i32 batch, i64 key) const {
+    if (block_table == nullptr) return batch * batch_stride + key * row_stride + head;
+    const i32 page = dev::load_global(block_table + static_cast<i64>(batch) * block_table_stride + key / page_size);
+    return page * batch_stride + (key % page_size) * row_stride + head;
+  }
+};
+
 namespace flash_detail {
 
 // Copies a tile of kRows x kHeadDim elements into shared memory, laid out as

@@ -64,14 +64,17 @@ struct Api {
   decltype(&::cuDevicePrimaryCtxRetain) primary_ctx_retain = nullptr;
   decltype(&::cuCtxGetCurrent) ctx_get_current = nullptr;
   decltype(&::cuCtxSetCurrent) ctx_set_current = nullptr;
-  decltype(&::cuModuleLoadData) module_load_data = nullptr;
-  decltype(&::cuModuleUnload) module_unload = nullptr;
-  decltype(&::cuModuleGetFunction) module_get_function = nullptr;
-  decltype(&::cuFuncSetAttribute) func_set_attribute = nullptr;
+  decltype(&::cuLibraryLoadData) library_load_data = nullptr;
+  decltype(&::cuLibraryUnload) library_unload = nullptr;
+  decltype(&::cuLibraryGetKernel) library_get_kernel = nullptr;
+  decltype(&::cuKernelGetFunction) kernel_get_function = nullptr;
+  decltype(&::cuKernelSetAttribute) kernel_set_attribute = nullptr;
   decltype(&::cuLaunchKernel) launch_kernel = nullptr;
   decltype(&::cuStreamSynchronize) stream_synchronize = nullptr;
   decltype(&::cuStreamGetCtx) stream_get_ctx = nullptr;
   decltype(&::cuStreamIsCapturing) stream_is_capturing = nullptr;
+  decltype(&::cuStreamCreate) stream_create = nullptr;
+  decltype(&::cuStreamDestroy) stream_destroy = nullptr;
   decltype(&::cuMemAlloc) mem_alloc = nullptr;
   decltype(&::cuMemFree) mem_free = nullptr;
   decltype(&::cuMemcpyHtoD) memcpy_htod = nullptr;
@@ -82,7 +85,7 @@ struct Api {
   decltype(&::cuEventSynchronize) event_synchronize = nullptr;
   decltype(&::cuEventElapsedTime) event_elapsed_time = nullptr;
   decltype(&::cuEventDestroy) event_destroy = nullptr;
-  decltype(&::cuFuncGetParamInfo) func_get_param_info = nullptr;  // optional: drivers from 12.4 on
+  decltype(&::cuKernelGetParamInfo) kernel_get_param_info = nullptr;  // optional: drivers from 12.4 on
   int version = 0;
 };
 
@@ -104,7 +107,10 @@ static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamGetCtx)) == "cuStreamGet
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamIsCapturing)) == "cuStreamIsCapturing");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuEventRecord)) == "cuEventRecord");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuCtxGetCurrent)) == "cuCtxGetCurrent");
-static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuModuleLoadData)) == "cuModuleLoadData");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuLibraryLoadData)) == "cuLibraryLoadData");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuKernelSetAttribute)) == "cuKernelSetAttribute");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamCreate)) == "cuStreamCreate");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamDestroy)) == "cuStreamDestroy_v2");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuDevicePrimaryCtxRetain)) == "cuDevicePrimaryCtxRetain");
 #undef ATTUNE_SYMBOL_OF
 #undef ATTUNE_STRINGIFY
@@ -177,14 +183,17 @@ std::string load_api(const std::string& path, const std::string& shown, Api& api
   need(api.primary_ctx_retain, "cuDevicePrimaryCtxRetain");
   need(api.ctx_get_current, "cuCtxGetCurrent");
   need(api.ctx_set_current, "cuCtxSetCurrent");
-  need(api.module_load_data, "cuModuleLoadData");
-  need(api.module_unload, "cuModuleUnload");
-  need(api.module_get_function, "cuModuleGetFunction");
-  need(api.func_set_attribute, "cuFuncSetAttribute");
+  need(api.library_load_data, "cuLibraryLoadData");
+  need(api.library_unload, "cuLibraryUnload");
+  need(api.library_get_kernel, "cuLibraryGetKernel");
+  need(api.kernel_get_function, "cuKernelGetFunction");
+  need(api.kernel_set_attribute, "cuKernelSetAttribute");
   need(api.launch_kernel, "cuLaunchKernel");
   need(api.stream_synchronize, "cuStreamSynchronize");
   need(api.stream_get_ctx, "cuStreamGetCtx");
   need(api.stream_is_capturing, "cuStreamIsCapturing");
+  need(api.stream_create, "cuStreamCreate");
+  need(api.stream_destroy, "cuStreamDestroy_v2");
   need(api.mem_alloc, "cuMemAlloc_v2");
   need(api.mem_free, "cuMemFree_v2");
   need(api.memcpy_htod, "cuMemcpyHtoD_v2");
@@ -199,7 +208,7 @@ std::string load_api(const std::string& path, const std::string& shown, Api& api
   if (missing.empty() && !resolve_symbol(api.library, "cuEventElapsedTime_v2", api.event_elapsed_time)) {
     need(api.event_elapsed_time, "cuEventElapsedTime");
   }
-  resolve_symbol(api.library, "cuFuncGetParamInfo", api.func_get_param_info);
+  resolve_symbol(api.library, "cuKernelGetParamInfo", api.kernel_get_param_info);
 
   std::string failure;
   if (!missing.empty()) {
@@ -261,12 +270,15 @@ void check(CUresult status, const std::string& operation) {
   throw error;
 }
 
-// The calling thread's current context while a ContextScope is open (set
-// by its start and by every switch attune makes), so that calls inside it
-// need not ask the driver.
+// What attune knows of the calling thread's context while a ContextScope is
+// open: nothing until a call inside it first needs a context (a run on a
+// stream never does), then the caller's, asked for once, and the current
+// one after attune's own switches, so later calls need not ask again.
 struct ScopeState {
   int depth = 0;
-  CUcontext current = nullptr;
+  bool known = false;
+  CUcontext saved = nullptr;    // the caller's, when known
+  CUcontext current = nullptr;  // the thread's, when known
 };
 thread_local ScopeState t_scope;
 
@@ -317,18 +329,25 @@ struct Driver::Impl {
     return contexts[device];
   }
 
-  void make_current(CUcontext context) const {
-    check_context();
-    if (t_scope.depth > 0) {  // inside a ContextScope only attune's calls change it: no query
-      if (t_scope.current != context) {
-        check(api.ctx_set_current(context), "cuCtxSetCurrent");
-        t_scope.current = context;
-      }
-      return;
-    }
+  // The thread's current context: asked once per ContextScope, and at each
+  // call outside one.
+  CUcontext current_context() const {
+    if (t_scope.depth > 0 && t_scope.known) return t_scope.current;
     CUcontext current = nullptr;
     check(api.ctx_get_current(&current), "cuCtxGetCurrent");
-    if (current != context) check(api.ctx_set_current(context), "cuCtxSetCurrent");
+    if (t_scope.depth > 0) {
+      t_scope.known = true;
+      t_scope.saved = current;
+      t_scope.current = current;
+    }
+    return current;
+  }
+
+  void make_current(CUcontext context) const {
+    check_context();
+    if (current_context() == context) return;
+    check(api.ctx_set_current(context), "cuCtxSetCurrent");
+    if (t_scope.depth > 0) t_scope.current = context;
   }
 
   void make_current(int device) { make_current(primary_context(device)); }
@@ -343,9 +362,7 @@ struct Driver::Impl {
       make_current(context);
       return;
     }
-    CUcontext current = t_scope.current;
-    if (t_scope.depth == 0) check(api.ctx_get_current(&current), "cuCtxGetCurrent");
-    if (current == nullptr) make_current(0);
+    if (current_context() == nullptr) make_current(0);
   }
 
   // Device memory is reached through the primary context of its device.
@@ -443,31 +460,47 @@ std::vector<DeviceInfo> Driver::devices() const {
 
 Driver::Module Driver::load_module(int device, std::span<const char> cubin) {
   if (cubin.empty()) throw InvalidArgument("cuda: load_module got an empty cubin");
-  impl_->make_current(device);
-  CUmodule module = nullptr;
-  check(impl_->api.module_load_data(&module, cubin.data()), "cuModuleLoadData");
-  return Module{module, device};
+  check_context();
+  CUlibrary library = nullptr;
+  check(impl_->api.library_load_data(&library, cubin.data(), nullptr, nullptr, 0, nullptr, nullptr, 0),
+        "cuLibraryLoadData");
+  return Module{library, device};
 }
 
 void Driver::unload_module(Module module) {
   if (module.handle == nullptr) return;
-  impl_->make_current(module.device);
-  check(impl_->api.module_unload(static_cast<CUmodule>(module.handle)), "cuModuleUnload");
+  check_context();
+  check(impl_->api.library_unload(static_cast<CUlibrary>(module.handle)), "cuLibraryUnload");
 }
 
 Driver::Function Driver::function(Module module, const std::string& lowered_name) {
+  check_context();
+  const Api& api = impl_->api;
+  CUkernel kernel = nullptr;
+  check(api.library_get_kernel(&kernel, static_cast<CUlibrary>(module.handle), lowered_name.c_str()),
+        "cuLibraryGetKernel(" + lowered_name + ")");
+  // Loaded into the device's primary context now, not lazily at a first
+  // launch that may be inside a graph capture.
   impl_->make_current(module.device);
-  CUfunction function = nullptr;
-  check(impl_->api.module_get_function(&function, static_cast<CUmodule>(module.handle), lowered_name.c_str()),
-        "cuModuleGetFunction(" + lowered_name + ")");
-  return Function{function, module.device};
+  CUfunction loaded = nullptr;
+  check(api.kernel_get_function(&loaded, kernel), "cuKernelGetFunction(" + lowered_name + ")");
+  Function function{kernel, module.device, 0};
+  if (api.kernel_get_param_info != nullptr) {
+    std::size_t offset = 0;
+    std::size_t size = 0;
+    if (api.kernel_get_param_info(kernel, 0, &offset, &size) == CUDA_SUCCESS) function.param_size = size;
+  }
+  return function;
 }
 
 void Driver::set_max_dynamic_shared(Function function, int bytes) {
-  impl_->make_current(function.device);
-  check(impl_->api.func_set_attribute(static_cast<CUfunction>(function.handle),
-                                      CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes),
-        "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, " + std::to_string(bytes) + ")");
+  check_context();
+  const Api& api = impl_->api;
+  CUdevice device = 0;
+  check(api.device_get(&device, function.device), "cuDeviceGet(" + std::to_string(function.device) + ")");
+  check(api.kernel_set_attribute(CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, bytes,
+                                 static_cast<CUkernel>(function.handle), device),
+        "cuKernelSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES, " + std::to_string(bytes) + ")");
 }
 
 void Driver::launch(Function function, const LaunchConfig& config, const void* params, std::size_t params_size,
@@ -484,21 +517,19 @@ void Driver::launch(Function function, const LaunchConfig& config, const void* p
                           " bytes is out of range");
   }
   if (params_size > 0 && params == nullptr) throw InvalidArgument("cuda: launch got a null params pointer");
-  const Api& api = impl_->api;
-  auto* handle = static_cast<CUfunction>(function.handle);
-  impl_->make_current(function.device);
-  if (api.func_get_param_info != nullptr) {
-    // A params struct that differs between host and kernel would launch with
-    // garbage; the driver knows the kernel's side.
-    std::size_t offset = 0;
-    std::size_t kernel_size = 0;
-    const CUresult status = api.func_get_param_info(handle, 0, &offset, &kernel_size);
-    if (status == CUDA_SUCCESS && kernel_size != params_size) {
-      throw InvalidArgument("cuda: the kernel's parameter is " + std::to_string(kernel_size) +
-                            " bytes, the host params struct " + std::to_string(params_size) + " bytes");
-    }
+  // A params struct that differs between host and kernel would launch with
+  // garbage; the driver told the kernel's side at load time.
+  if (function.param_size != 0 && function.param_size != params_size) {
+    throw InvalidArgument("cuda: the kernel's parameter is " + std::to_string(function.param_size) +
+                          " bytes, the host params struct " + std::to_string(params_size) + " bytes");
   }
-  void* arguments[] = {const_cast<void*>(params)};  // the driver only reads it
+  check_context();
+  // A kernel launches into its stream's context: a run on a stream touches
+  // no context at all. The null stream is the current context's.
+  if (stream == nullptr) impl_->make_current(function.device);
+  const Api& api = impl_->api;
+  auto* handle = static_cast<CUfunction>(function.handle);  // a CUkernel, as cuLaunchKernel takes it
+  void* arguments[] = {const_cast<void*>(params)};          // the driver only reads it
   check(api.launch_kernel(handle, static_cast<unsigned>(config.grid.x), static_cast<unsigned>(config.grid.y),
                           static_cast<unsigned>(config.grid.z), static_cast<unsigned>(config.block.x),
                           static_cast<unsigned>(config.block.y), static_cast<unsigned>(config.block.z),
@@ -516,22 +547,33 @@ bool Driver::is_capturing(void* stream) {
 
 Driver::ContextScope::ContextScope(Driver& driver) : driver_(driver) {
   check_context();
-  CUcontext current = nullptr;
-  check(driver_.impl_->api.ctx_get_current(&current), "cuCtxGetCurrent");
-  saved_ = current;
   t_scope.depth += 1;
-  t_scope.current = current;
 }
 
 Driver::ContextScope::~ContextScope() {
   t_scope.depth -= 1;
-  const CUcontext now = t_scope.current;
-  t_scope.current = static_cast<CUcontext>(saved_);
+  if (t_scope.depth > 0 || !t_scope.known) return;  // the outermost scope restores, if anything changed
+  t_scope.known = false;
   // A caller without a context keeps ours current (as the CUDA runtime
   // does); another context is made current again. Never throws; after a
   // sticky error nothing reaches the driver again (every call fails fast).
-  if (saved_ == nullptr || now == saved_ || g_lost.load(std::memory_order_acquire) != nullptr) return;
-  (void)driver_.impl_->api.ctx_set_current(static_cast<CUcontext>(saved_));
+  const CUcontext saved = t_scope.saved;
+  if (saved == nullptr || t_scope.current == saved || g_lost.load(std::memory_order_acquire) != nullptr) return;
+  (void)driver_.impl_->api.ctx_set_current(saved);
+}
+
+void* Driver::create_stream(int device) {
+  impl_->make_current(device);
+  CUstream stream = nullptr;
+  // Blocking: ordered after the synchronous copies, which use the legacy
+  // default stream.
+  check(impl_->api.stream_create(&stream, CU_STREAM_DEFAULT), "cuStreamCreate");
+  return stream;
+}
+
+void Driver::destroy_stream(void* stream) {
+  if (stream == nullptr || g_lost.load(std::memory_order_acquire) != nullptr) return;
+  (void)impl_->api.stream_destroy(static_cast<CUstream>(stream));
 }
 
 void Driver::synchronize(void* stream) {

@@ -5,8 +5,9 @@
 //   attune::cuda::Driver& driver = attune::cuda::Driver::get();
 //   const auto module = driver.load_module(0, compiled.cubin);
 //   const auto kernel = driver.function(module, compiled.lowered_name);
-//   driver.launch(kernel, config, &params, sizeof(params), /*stream=*/nullptr);
-//   driver.synchronize(/*stream=*/nullptr);
+//   void* stream = driver.create_stream(0);
+//   driver.launch(kernel, config, &params, sizeof(params), stream);   // no context switch
+//   driver.synchronize(stream);
 //
 // The header needs no CUDA toolkit: modules, functions, streams and device
 // pointers are opaque handles (CUmodule, CUfunction, CUstream, CUdeviceptr).
@@ -33,7 +34,7 @@ class DriverUnavailable : public Error {
   using Error::Error;
 };
 
-// A CUDA call failed: "cuModuleLoadData failed: CUDA_ERROR_INVALID_PTX (a PTX
+// A CUDA call failed: "cuLibraryLoadData failed: CUDA_ERROR_INVALID_PTX (a PTX
 // JIT compilation failed)". A sticky error poisons the context (every later
 // call returns it too), and the message then ends with "; the CUDA context is
 // now unusable: restart the process".
@@ -64,7 +65,7 @@ struct DeviceInfo {
   int compute_major = 0;
   int compute_minor = 0;
   int sm_count = 0;
-  int max_shared_per_block_optin = 0;  // bytes, with cuFuncSetAttribute
+  int max_shared_per_block_optin = 0;  // bytes, with cuKernelSetAttribute
   int l2_bytes = 0;
   std::uint64_t total_memory = 0;  // bytes
 
@@ -109,13 +110,18 @@ class Driver {
   void check_usable() const;
   std::vector<DeviceInfo> devices() const;
 
+  // Cubins load context-independently (cuLibraryLoadData); a function is
+  // made resident in its device's primary context when it is looked up, so
+  // no launch ever loads. Its handle is a CUkernel, which launches into the
+  // context of the stream it is given.
   struct Module {
-    void* handle = nullptr;  // CUmodule
+    void* handle = nullptr;  // CUlibrary
     int device = 0;
   };
   struct Function {
-    void* handle = nullptr;  // CUfunction
+    void* handle = nullptr;  // CUkernel
     int device = 0;
+    std::size_t param_size = 0;  // the kernel's parameter in bytes (drivers from 12.4 on); 0: unknown
   };
   Module load_module(int device, std::span<const char> cubin);
   void unload_module(Module module);
@@ -123,9 +129,11 @@ class Driver {
   // Allows `bytes` of dynamic shared memory per block; needed above 48 KiB.
   void set_max_dynamic_shared(Function function, int bytes);
   // Launches `function` with the params struct (`params_size` bytes at
-  // `params`) passed by value as its single argument. Where the driver can
-  // tell (12.4 and later), a size that differs from the kernel's parameter is
-  // an InvalidArgument.
+  // `params`) passed by value as its single argument, into the context of
+  // `stream`: on a stream, the launch is the only driver call (the
+  // caller's current context is not read or changed); the null stream is
+  // that of the device's primary context. A size that differs from the
+  // kernel's parameter (where the driver tells it) is an InvalidArgument.
   void launch(Function function, const LaunchConfig& config, const void* params, std::size_t params_size, void* stream);
   void synchronize(void* stream);
   // True while `stream` is capturing a CUDA graph (cuStreamIsCapturing):
@@ -135,7 +143,9 @@ class Driver {
   // Restores the calling thread's current context, as it was when the
   // scope began, when the scope ends: the driver calls above make their
   // device's primary context current, and a caller's own context must
-  // survive a call into attune.
+  // survive a call into attune. Costs nothing until a call inside needs a
+  // context (then one cuCtxGetCurrent for the whole scope); scopes nest,
+  // the outermost restores.
   class ContextScope {
    public:
     explicit ContextScope(Driver& driver);
@@ -145,8 +155,13 @@ class Driver {
 
    private:
     Driver& driver_;
-    void* saved_ = nullptr;  // CUcontext
   };
+
+  // A stream on `device` (cuStreamCreate, ordered with the legacy default
+  // stream as the copies above are), for callers without
+  // their own (the CLI); destroy_stream ignores null and a lost context.
+  void* create_stream(int device);
+  void destroy_stream(void* stream);
 
   // Device memory, for the runtime, tests and tools/gpu_check.
   void* allocate(int device, std::size_t bytes);

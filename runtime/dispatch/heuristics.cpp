@@ -80,6 +80,10 @@ Variant heuristic_decode_variant(const AttentionProblem& p, const ArchLimits& ar
   return nearest_variant(candidates, wanted.values());
 }
 
+Op paged_forward_op(const AttentionProblem& p) {
+  return !p.is_paged() || p.max_seqlen_q() >= kPagedForwardRows ? Op::kForward : Op::kDecode;
+}
+
 int heuristic_splits(const AttentionProblem& p, const Variant& v, int sm_count) {
   const LaunchConfig one = flash_decode_launch(p, v, 1);
   const std::int64_t ctas = static_cast<std::int64_t>(one.grid.y) * one.grid.z;

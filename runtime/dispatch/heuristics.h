@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "core/problem.h"
+#include "core/problem_key.h"
 #include "generator/variants.h"
 
 namespace attune {
@@ -24,6 +25,15 @@ Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits
 // (packed) rows of a KV head fit in it, 64 rows otherwise; query heads packed
 // per KV head when there is GQA.
 Variant heuristic_decode_variant(const AttentionProblem& problem, const ArchLimits& arch);
+
+// Which kernel serves a forward over a paged KV cache: the forward kernel
+// once a sequence may bring kPagedForwardRows query rows or more (chunked
+// prefill: its rows alone give the GPU work, and the forward's bigger
+// tiles pay), the split-KV decode kernel below that (decode steps and short
+// chunks, whose parallelism comes from splitting the keys). Op::kForward
+// for a cache that is not paged.
+inline constexpr std::int64_t kPagedForwardRows = 128;
+Op paged_forward_op(const AttentionProblem& problem);
 
 // The default split count: enough CTAs to fill `sm_count` SMs in whole
 // waves, never more splits than key tiles of the longest cache.

@@ -26,7 +26,8 @@ enum class Compile : std::uint8_t { kAllowed, kRefused };
 struct LoadedKernel {
   Variant variant;
   DType dtype = DType::kBF16;
-  void* function = nullptr;  // cuda: the CUfunction
+  void* function = nullptr;    // cuda: the CUkernel
+  std::size_t param_size = 0;  // cuda: the kernel's parameter bytes as the driver tells them; 0: unknown
 };
 
 class LaunchBackend {
@@ -38,6 +39,8 @@ class LaunchBackend {
   // is not loaded yet and `compile` refuses it; nvrtc::NvrtcUnavailable,
   // cuda::CudaError or Error (a failed compile).
   virtual LoadedKernel load(const Variant& variant, DType dtype, Compile compile) = 0;
+  // True when load() of `variant` for `dtype` needs no compile.
+  virtual bool loaded(const Variant& variant, DType dtype) = 0;
 
   // One call's launches, in order, on `stream` (cuda; the emulator runs each
   // launch to completion). The buffers a call's kernels may touch are named

@@ -12,7 +12,7 @@ class CudaCall final : public LaunchBackend::Call {
   void buffer(const char* /*name*/, const void* /*data*/, std::size_t /*bytes*/) override {}
   void launch(const LoadedKernel& kernel, const LaunchConfig& config, const void* params,
               std::size_t params_size) override {
-    driver_.launch({kernel.function, device_}, config, params, params_size, stream_);
+    driver_.launch({kernel.function, device_, kernel.param_size}, config, params, params_size, stream_);
   }
 
  private:
@@ -21,16 +21,30 @@ class CudaCall final : public LaunchBackend::Call {
   void* stream_;
 };
 
+LoadedKernel loaded_kernel(const Variant& variant, DType dtype, const cuda::Driver::Function& function) {
+  return {variant, dtype, function.handle, function.param_size};
+}
+
 }  // namespace
 
 CudaBackend::CudaBackend(cuda::Driver& driver, int device, std::string arch, CompilerService& compiler)
     : driver_(driver), device_(device), arch_(std::move(arch)), compiler_(compiler) {}
 
+namespace {
+std::string key_of(const Variant& variant, DType dtype) { return variant.id() + "/" + std::string(to_string(dtype)); }
+}  // namespace
+
+bool CudaBackend::loaded(const Variant& variant, DType dtype) {
+  const std::string key = key_of(variant, dtype);
+  const std::lock_guard<std::mutex> lock(mutex_);
+  return loaded_.contains(key);
+}
+
 LoadedKernel CudaBackend::load(const Variant& variant, DType dtype, Compile compile) {
-  const std::string key = variant.id() + "/" + std::string(to_string(dtype));
+  const std::string key = key_of(variant, dtype);
   {
     const std::lock_guard<std::mutex> lock(mutex_);
-    if (auto it = loaded_.find(key); it != loaded_.end()) return {variant, dtype, it->second.handle};
+    if (auto it = loaded_.find(key); it != loaded_.end()) return loaded_kernel(variant, dtype, it->second);
   }
   if (compile == Compile::kRefused) {
     throw InvalidArgument("kernel " + key +
@@ -45,7 +59,7 @@ LoadedKernel CudaBackend::load(const Variant& variant, DType dtype, Compile comp
   driver_.set_max_dynamic_shared(function, variant.shared_bytes());
   const std::lock_guard<std::mutex> lock(mutex_);
   // A racing loader's module stays loaded; harmless.
-  return {variant, dtype, loaded_.emplace(key, function).first->second.handle};
+  return loaded_kernel(variant, dtype, loaded_.emplace(key, function).first->second);
 }
 
 std::unique_ptr<LaunchBackend::Call> CudaBackend::begin(void* stream) {

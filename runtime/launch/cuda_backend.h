@@ -17,6 +17,7 @@ class CudaBackend final : public LaunchBackend {
   // `compiler` must outlive the backend; `arch` is the NVRTC target of the device.
   CudaBackend(cuda::Driver& driver, int device, std::string arch, CompilerService& compiler);
   LoadedKernel load(const Variant& variant, DType dtype, Compile compile) override;
+  bool loaded(const Variant& variant, DType dtype) override;
   std::unique_ptr<Call> begin(void* stream) override;
   void* allocate(std::size_t bytes) override;
   void release(void* pointer) override;

@@ -96,8 +96,7 @@ std::size_t backward_workspace_bytes(const AttentionProblem& problem, const Back
 
 void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const ForwardKernels& kernels,
                     const AttentionBuffers& b, const DeviceMetadata& metadata) {
-  if (p.is_paged()) throw InvalidArgument("forward: a paged KV cache; expected the decode operation for paged caches");
-  check_variant_modifiers(kernels.main.variant, modifier_bits(p.modifiers));
+  check_variant_modifiers(kernels.main.variant, problem_features(p));
   if (p.batch == 0 || p.max_seqlen_q() == 0) return;
   describe_attention(call, p, b);
   describe_metadata(call, p, metadata);

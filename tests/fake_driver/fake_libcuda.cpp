@@ -8,10 +8,13 @@
 //   ATTUNE_FAKE_CUDA_LOG=FILE            append one line per call ("cuLaunchKernel grid=...")
 //   ATTUNE_FAKE_CUDA_FAIL=NAME:N:CODE,.. the N-th call (1-based) of NAME returns CODE
 //   ATTUNE_FAKE_CUDA_DEVICE=NAME,MAJOR,MINOR,SMS
-//   attune_fake_count(NAME), attune_fake_reset(), attune_fake_fail(NAME, N, CODE),
+//   attune_fake_count(NAME), attune_fake_total(), attune_fake_reset(), attune_fake_fail(NAME, N, CODE),
 //   attune_fake_set_capturing(0|1), attune_fake_last_launch(...)
 // A sticky code (illegal address, launch failure, ...) poisons the fake
-// context: every later call returns it, as the real driver does.
+// context: every later call returns it, as the real driver does. Contexts
+// are checked as the driver checks them: a kernel launches into its
+// stream's context, so a launch on the null stream, and cuKernelGetFunction,
+// need a current context (CUDA_ERROR_INVALID_CONTEXT otherwise).
 #include <cuda.h>
 
 #include <atomic>
@@ -138,6 +141,7 @@ struct Named {
 constexpr Named kNames[] = {
     {CUDA_SUCCESS, "CUDA_SUCCESS", "no error"},
     {CUDA_ERROR_INVALID_VALUE, "CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+    {CUDA_ERROR_INVALID_CONTEXT, "CUDA_ERROR_INVALID_CONTEXT", "invalid device context"},
     {CUDA_ERROR_OUT_OF_MEMORY, "CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
     {CUDA_ERROR_NO_BINARY_FOR_GPU, "CUDA_ERROR_NO_BINARY_FOR_GPU",
      "no kernel image is available for execution on the device"},
@@ -149,6 +153,14 @@ constexpr Named kNames[] = {
     {CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED, "CUDA_ERROR_STREAM_CAPTURE_UNSUPPORTED",
      "operation not permitted when stream is capturing"},
 };
+
+// Distinct handles, never dereferenced: nothing to free, so nothing leaks
+// when a caller (or a test) never unloads.
+template <class Handle>
+Handle next_handle() {
+  static std::atomic<std::uintptr_t> next{0x1000};
+  return reinterpret_cast<Handle>(next.fetch_add(16));
+}
 
 unsigned char* g_context_tag = new unsigned char[1];  // the one context's handle
 thread_local CUcontext g_current = nullptr;
@@ -164,6 +176,15 @@ long attune_fake_count(const char* name) {
   const std::lock_guard<std::mutex> lock(s.mutex);
   const auto it = s.counts.find(name);
   return it == s.counts.end() ? 0 : it->second;
+}
+
+// Every call recorded since the last reset, whatever its name.
+long attune_fake_total() {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  long total = 0;
+  for (const auto& [name, n] : s.counts) total += n;
+  return total;
 }
 
 void attune_fake_reset() {
@@ -278,23 +299,33 @@ CUresult cuCtxSetCurrent(CUcontext context) {
   g_current = context;
   return record("cuCtxSetCurrent");
 }
-CUresult cuModuleLoadData(CUmodule* module, const void*) {
-  // A distinct handle per module, never dereferenced: nothing to free, so
-  // nothing leaks when a caller (or a test) never unloads.
-  static std::atomic<std::uintptr_t> next{0x1000};
-  *module = reinterpret_cast<CUmodule>(next.fetch_add(16));
-  return record("cuModuleLoadData");
+CUresult cuLibraryLoadData(CUlibrary* library, const void*, CUjit_option*, void**, unsigned, CUlibraryOption*, void**,
+                           unsigned) {
+  *library = next_handle<CUlibrary>();
+  return record("cuLibraryLoadData");
 }
-CUresult cuModuleUnload(CUmodule) { return record("cuModuleUnload"); }
-CUresult cuModuleGetFunction(CUfunction* function, CUmodule module, const char* name) {
-  *function = reinterpret_cast<CUfunction>(module);
-  return record("cuModuleGetFunction", name);
+CUresult cuLibraryUnload(CUlibrary) { return record("cuLibraryUnload"); }
+CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary, const char* name) {
+  *kernel = next_handle<CUkernel>();
+  return record("cuLibraryGetKernel", name);
 }
-CUresult cuFuncSetAttribute(CUfunction, CUfunction_attribute, int value) {
-  return record("cuFuncSetAttribute", std::to_string(value));
+CUresult cuKernelGetFunction(CUfunction* function, CUkernel kernel) {
+  const CUresult r = record("cuKernelGetFunction");
+  if (r != CUDA_SUCCESS) return r;
+  if (g_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  *function = reinterpret_cast<CUfunction>(kernel);
+  return CUDA_SUCCESS;
 }
+CUresult cuKernelSetAttribute(CUfunction_attribute, int value, CUkernel, CUdevice) {
+  return record("cuKernelSetAttribute", std::to_string(value));
+}
+CUresult cuStreamCreate(CUstream* stream, unsigned) {
+  *stream = next_handle<CUstream>();
+  return record("cuStreamCreate");
+}
+CUresult cuStreamDestroy_v2(CUstream) { return record("cuStreamDestroy_v2"); }
 CUresult cuLaunchKernel(CUfunction, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
-                        unsigned shared, CUstream, void**, void**) {
+                        unsigned shared, CUstream stream, void**, void**) {
   {
     State& s = state();
     const std::lock_guard<std::mutex> lock(s.mutex);
@@ -306,9 +337,12 @@ CUresult cuLaunchKernel(CUfunction, unsigned gx, unsigned gy, unsigned gz, unsig
     s.last_block[2] = bz;
     s.last_shared = shared;
   }
-  return record("cuLaunchKernel", "grid=" + std::to_string(gx) + "," + std::to_string(gy) + "," + std::to_string(gz) +
-                                      " block=" + std::to_string(bx) + "," + std::to_string(by) + "," +
-                                      std::to_string(bz) + " shared=" + std::to_string(shared));
+  const CUresult r =
+      record("cuLaunchKernel", "grid=" + std::to_string(gx) + "," + std::to_string(gy) + "," + std::to_string(gz) +
+                                   " block=" + std::to_string(bx) + "," + std::to_string(by) + "," +
+                                   std::to_string(bz) + " shared=" + std::to_string(shared));
+  if (r == CUDA_SUCCESS && stream == nullptr && g_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  return r;
 }
 CUresult cuStreamSynchronize(CUstream) { return record("cuStreamSynchronize"); }
 CUresult cuStreamGetCtx(CUstream, CUcontext* context) {

@@ -15,28 +15,47 @@
 #include "reference/accuracy.h"
 #include "runtime/dispatch/heuristics.h"
 #include "tests/support/covering_set.h"
+#include "tests/support/decode_cases.h"
 #include "tests/support/emu_forward.h"
 
 namespace attune {
 
 namespace {
 
+void check_inputs(const Variant& variant, const testing::Inputs& in, const std::string& name) {
+  const ReferenceOutput want = reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data());
+  const ReferenceOutput naive = naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data());
+  ReferenceOutput got;
+  try {
+    got = testing::run_on_emulator(in, variant);
+  } catch (const Error& e) {
+    ADD_FAILURE() << variant.id() << " on " << name << ": " << e.what();
+    return;
+  }
+  std::string why;
+  EXPECT_TRUE(within_accuracy_rule(got, want, naive, 2.0, &why)) << variant.id() << " on " << name << ": " << why;
+}
+
 void check_families(const Variant& variant, const std::vector<testing::Family>& families) {
   for (const testing::Family& family : families) {
-    const testing::Inputs in = testing::make_inputs(family);
-    const ReferenceOutput want = reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data());
-    const ReferenceOutput naive = naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data());
-    ReferenceOutput got;
-    try {
-      got = testing::run_on_emulator(in, variant);
-    } catch (const Error& e) {
-      ADD_FAILURE() << variant.id() << " on " << family.name << ": " << e.what();
-      continue;
-    }
-    std::string why;
-    EXPECT_TRUE(within_accuracy_rule(got, want, naive, 2.0, &why))
-        << variant.id() << " on " << family.name << ": " << why;
+    check_inputs(variant, testing::make_inputs(family), family.name);
   }
+}
+
+// Chunked prefill over a paged cache (pages of 16, so every key tile
+// crosses pages; a shuffled block table): packed query chunks of 70 and 3
+// rows, bottom-right causal against caches of 203 and 77 keys, GQA, Dk != Dv.
+testing::Inputs paged_chunks(DType dtype, int head_dim) {
+  return testing::make_decode_inputs({.name = "chunks_over_paged16",
+                                      .batch = 2,
+                                      .heads_q = 4,
+                                      .heads_kv = 2,
+                                      .head_dim_k = head_dim,
+                                      .head_dim_v = head_dim - 8,
+                                      .cache_seqlens = {203, 77},
+                                      .page_size = 16,
+                                      .query_lens = {70, 3},
+                                      .dtype = dtype});
 }
 
 std::vector<Variant> covering_set() { return testing::covering_set(require_arch("sm_90a")); }
@@ -55,9 +74,25 @@ TEST_P(CoveringSetTest, MatchesReferenceOnSeedAndOddLengthFamilies) {
   // Head dims that fill the bucket on one side and not on the other (Dk != Dv).
   const int d = variant.values.front();
   check_families(variant, testing::odd_length_families(dtype, d, d - 8));
+  // The same kernel reading a paged cache through its block table.
+  const testing::Inputs paged = paged_chunks(dtype, d);
+  check_inputs(with_problem_features(variant, paged.problem), paged, "chunks over a paged cache");
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, CoveringSetTest, ::testing::ValuesIn(covering_set()), testing::variant_test_name);
+
+TEST(FlashFwdEmuTest, APagedCacheNeedsAVariantCompiledWithPaging) {
+  const testing::Inputs paged = paged_chunks(DType::kBF16, 64);
+  const Variant plain = heuristic_variant("fwd", DType::kBF16, 64, 56, require_arch("sm_90a"));
+  try {
+    testing::run_on_emulator(paged, plain);
+    FAIL() << plain.id() << " ran a paged cache";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("compiled without paged, which the problem uses"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(with_problem_features(plain, paged.problem).id(), plain.id() + ".paged1");
+}
 
 TEST(FlashFwdEmuTest, StridedInputsAndOutputs) {
   // Q and O inside wider rows (as a slice of a fused QKV projection would be).

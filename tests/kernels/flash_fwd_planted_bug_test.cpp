@@ -26,10 +26,10 @@ TEST(FlashFwdPlantedBugTest, MissingBarrierBetweenStagesIsARace) {
   emulator.register_buffer("LSE", lse.data(), lse.size() * 4);
   const FlashFwdParams params = flash_fwd_params(p, {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}, {});
   const LaunchConfig config = flash_fwd_launch(p, parse_variant_id("flash_fwd/d32.bm64.bn32.wm4.wn1.st2.qr0"));
-  EXPECT_NO_THROW(emulator.launch(&flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, 0, 0, 0>, config, params));
+  EXPECT_NO_THROW(emulator.launch(&flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, 0, 0, 0, 0>, config, params));
   try {
     // The mutant's params type is its own copy of FlashFwdParams (same layout).
-    emulator.launch(&flash_fwd_missing_barrier::flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, 0, 0, 0>, config,
+    emulator.launch(&flash_fwd_missing_barrier::flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, 0, 0, 0, 0>, config,
                     std::bit_cast<flash_fwd_missing_barrier::FlashFwdParams>(params));
     FAIL() << "the missing barrier was not reported";
   } catch (const emu::KernelFault& fault) {

@@ -87,7 +87,7 @@ void row(const char* arch, DType dtype) {
                                     std::to_string(kBlockM) + ", " + std::to_string(kBlockN) + ", " +
                                     std::to_string(kWarpsM) + ", " + std::to_string(kWarpsN) + ", " +
                                     std::to_string(kStages) + ", " + std::to_string(kQRegs) +
-                                    ", attune::" + (dtype == DType::kBF16 ? "Bf16" : "Fp16") + ", 0, 0, 0>";
+                                    ", attune::" + (dtype == DType::kBF16 ? "Bf16" : "Fp16") + ", 0, 0, 0, 0>";
   const profile::SassMix before_sass = unswizzled_sass(instantiation, arch, &note);
   const profile::PerKeyTile& t = after.per_key_tile;
   std::printf("| %s | %s | `%s` | %.2f | %.2f | %s | %s | %s %.0f | %s %.0f |\n", arch,

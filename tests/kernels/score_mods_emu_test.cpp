@@ -230,7 +230,7 @@ TEST(ScoreModsEmuTest, PlantedSoftcapAfterTheMaskIsCaught) {
   const FlashFwdParams params = flash_fwd_params(p, {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}, {});
   emu::Emulator emulator;
   register_buffers(emulator, in, o, lse);
-  emulator.launch(&softcap_after_mask::flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, kAtRunTime, kAtRunTime, kAtRunTime>,
+  emulator.launch(&softcap_after_mask::flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, kAtRunTime, kAtRunTime, kAtRunTime, 0>,
                   flash_fwd_launch(p, v), std::bit_cast<softcap_after_mask::FlashFwdParams>(params));
   ReferenceOutput got;
   for (std::uint16_t bits : o) got.o.push_back(bits_to_float(p.dtype, bits));

@@ -1,9 +1,10 @@
-// Variants with score modifiers compile with NVRTC for sm_80 and sm_90a: the
+// Variants with features compile with NVRTC for sm_80 and sm_90a: the
 // heuristic's variant of every head-dim bucket of the forward, decode and
 // backward kernels with every modifier its kernel supports, each modifier
-// alone at d128, and the decode combine and backward dsink kernels.
-// Registers and spills are reported (docs/perf/score_mods.md has the whole
-// space).
+// alone at d128, the forward reading a paged cache (alone in every bucket,
+// and with every modifier at d128), and the decode combine and backward
+// dsink kernels. Registers and spills are reported (docs/perf/score_mods.md
+// has the whole space); the paged forward of the heuristic never spills.
 #include <gtest/gtest.h>
 
 #include "runtime/dispatch/heuristics.h"
@@ -37,6 +38,10 @@ std::vector<Variant> covering_set(const ArchLimits& arch) {
   for (std::uint8_t bits : {kModSoftcap, kModSinks, kModAlibi}) add(128, bits);
   out.push_back(decode_combine_variant(kModSinks));
   out.push_back(bwd_dsink_variant());
+  for (int d : {32, 64, 96, 128, 160, 192, 224, 256}) {
+    out.push_back(heuristic_variant("fwd", DType::kBF16, d, d, arch, kFeaturePaged));
+  }
+  out.push_back(heuristic_variant("fwd", DType::kBF16, 128, 128, arch, kModAll | kFeaturePaged));
   return out;
 }
 
@@ -45,6 +50,11 @@ TEST_P(ScoreModsNvrtcTest, CoveringSetCompiles) {
   const std::vector<Variant> variants = covering_set(arch);
   const testing::SweepSummary s = testing::compile_sweep(variants, DType::kBF16, GetParam(), "score_mods.cu");
   EXPECT_EQ(s.compiled, static_cast<int>(variants.size()));
+  for (std::size_t i = 0; i < variants.size(); ++i) {
+    if ((variants[i].modifiers & kFeaturePaged) != 0 && variants[i].modifiers != (kModAll | kFeaturePaged)) {
+      EXPECT_EQ(s.spill_bytes[i], 0) << variants[i].id() << " spills";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ScoreModsNvrtcTest, ::testing::Values("sm_80", "sm_90a"));

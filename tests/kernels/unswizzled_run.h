@@ -38,7 +38,7 @@ emu::LaunchCounters run_unswizzled(const Variant& variant, DType dtype, int tile
   emulator.register_buffer("V", v.data(), v.size() * 2);
   emulator.register_buffer("O", o.data(), o.size() * 2);
   const FlashFwdParams params = flash_fwd_params(p, {q.data(), k.data(), v.data(), o.data(), nullptr}, {});
-  emulator.launch(&unswizzled::flash_fwd<kD, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kQRegs, D, 0, 0, 0>,
+  emulator.launch(&unswizzled::flash_fwd<kD, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kQRegs, D, 0, 0, 0, 0>,
                   flash_fwd_launch(p, variant), std::bit_cast<unswizzled::FlashFwdParams>(params));
   return emulator.counters();
 }

@@ -419,7 +419,7 @@ TEST_F(CudaDriverGpuTest, AModuleThatIsNotACubinIsACudaError) {
     FAIL() << "loaded garbage as a module";
   } catch (const CudaError& e) {
     EXPECT_FALSE(e.sticky()) << e.what();
-    EXPECT_EQ(std::string(e.what()).rfind("cuModuleLoadData failed: CUDA_ERROR_", 0), 0u) << e.what();
+    EXPECT_EQ(std::string(e.what()).rfind("cuLibraryLoadData failed: CUDA_ERROR_", 0), 0u) << e.what();
   }
 }
 
@@ -505,7 +505,7 @@ TEST_F(LostContextTest, TheRuntimeFailsFastBeforeCompiling) {
   }
   // Nothing was compiled (an NVRTC compile takes seconds) nor loaded.
   EXPECT_TRUE(std::filesystem::is_empty(cache)) << "the runtime compiled before failing";
-  EXPECT_EQ(fake_.count("cuModuleLoadData"), 1);  // launch_failing's own
+  EXPECT_EQ(fake_.count("cuLibraryLoadData"), 1);  // launch_failing's own
   std::filesystem::remove_all(cache);
 }
 

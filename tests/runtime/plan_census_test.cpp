@@ -1,9 +1,10 @@
 // The driver calls of planned runs, counted on the recording fake driver
 // (ATTUNE_LIBCUDA; NVRTC compiles for real at plan time, the fake loads
 // anything and runs nothing): after a plan, every repeated run of every op
-// launches its kernels and makes no allocation, free, copy, synchronization
-// or module load; it is safe inside a CUDA graph capture, keeps the
-// caller's context, and turns injected driver errors into typed errors.
+// launches its kernels and makes no other driver call (no allocation, free,
+// copy, synchronization, module load or context query) when it runs on a
+// stream; it is safe inside a CUDA graph capture, keeps the caller's
+// context, and turns injected driver errors into typed errors.
 #include <cuda.h>
 #include <gtest/gtest.h>
 
@@ -28,8 +29,10 @@ namespace {
 using testing::error_of;
 
 // The calls a repeated run must never make.
-constexpr const char* kForbidden[] = {"cuMemAlloc_v2",       "cuMemFree_v2",     "cuMemcpyHtoD_v2",   "cuMemcpyDtoH_v2",
-                                      "cuStreamSynchronize", "cuModuleLoadData", "cuEventSynchronize"};
+constexpr const char* kForbidden[] = {"cuMemAlloc_v2",       "cuMemFree_v2",        "cuMemcpyHtoD_v2",
+                                      "cuMemcpyDtoH_v2",     "cuStreamSynchronize", "cuLibraryLoadData",
+                                      "cuKernelGetFunction", "cuEventSynchronize",  "cuCtxGetCurrent",
+                                      "cuCtxSetCurrent",     "cuStreamIsCapturing"};
 
 // Small variants, so the plans compile quickly.
 constexpr const char* kForward = "flash_fwd/d64.bm64.bn64.wm4.wn1.st2.qr0";
@@ -49,6 +52,7 @@ class PlanCensusTest : public ::testing::Test {
     fake_.reset();
     runtime_ =
         std::make_unique<Runtime>(RuntimeOptions{.backend = Backend::kCuda, .cache_directory = cache_directory()});
+    stream_ = cuda::Driver::get().create_stream(0);
   }
 
   // Device memory of the fake (host memory), freed with the test.
@@ -59,6 +63,7 @@ class PlanCensusTest : public ::testing::Test {
     return static_cast<T*>(p);
   }
   void TearDown() override {
+    if (stream_ != nullptr) cuda::Driver::get().destroy_stream(stream_);
     try {
       for (void* p : owned_) cuda::Driver::get().release(p);
     } catch (const cuda::CudaError&) {
@@ -71,6 +76,7 @@ class PlanCensusTest : public ::testing::Test {
     std::map<std::string, long> out;
     for (const char* name : kForbidden) out[name] = fake_.count(name);
     out["cuLaunchKernel"] = fake_.count("cuLaunchKernel");
+    out["every call"] = fake_.total();
     return out;
   }
 
@@ -84,7 +90,9 @@ class PlanCensusTest : public ::testing::Test {
     for (const char* name : kForbidden) {
       EXPECT_EQ(after.at(name) - before.at(name), 0) << what << ": " << name << " in repeated runs";
     }
-    EXPECT_EQ(after.at("cuLaunchKernel") - before.at("cuLaunchKernel"), static_cast<long>(kernels) * times) << what;
+    const long launches = static_cast<long>(kernels) * times;
+    EXPECT_EQ(after.at("cuLaunchKernel") - before.at("cuLaunchKernel"), launches) << what;
+    EXPECT_EQ(after.at("every call") - before.at("every call"), launches) << what << ": calls besides the launches";
   }
 
   LaunchConfig last_launch() const {
@@ -118,6 +126,7 @@ class PlanCensusTest : public ::testing::Test {
 
   testing::FakeDriver fake_;
   std::unique_ptr<Runtime> runtime_;
+  void* stream_ = nullptr;  // the fake's; runs on it launch into its context
   std::vector<void*> owned_;
 };
 
@@ -150,7 +159,8 @@ TEST_F(PlanCensusTest, RepeatedForwardRunsOnlyLaunch) {
     const AttentionBuffers b = forward_buffers(p);
     const DeviceMetadata m = device_metadata(p);
     const Workspace w = workspace(plan);
-    expect_launches_only(p.is_packed() ? "varlen forward" : "dense forward", 1, [&] { runtime_->run(plan, b, m, w); });
+    expect_launches_only(p.is_packed() ? "varlen forward" : "dense forward", 1,
+                         [&] { runtime_->run(plan, b, m, w, stream_); });
     const LaunchConfig want = flash_fwd_launch(plan.problem(), plan.variant());
     const LaunchConfig got = last_launch();
     EXPECT_EQ(got.grid.x, want.grid.x);
@@ -170,15 +180,34 @@ TEST_F(PlanCensusTest, RepeatedDecodeRunsOnlyLaunchWithSplitsAndVarlenOverPages)
     const DeviceMetadata m = device_metadata(p);
     const Workspace w = workspace(plan);
     expect_launches_only(packed ? "varlen over paged" : "paged decode, 4 splits", 2,
-                         [&] { runtime_->run(plan, b, m, w); });
+                         [&] { runtime_->run(plan, b, m, w, stream_); });
     const LaunchConfig combine = flash_decode_combine_launch(plan.problem());
     EXPECT_EQ(last_launch().grid.x, combine.grid.x);
     // A fixed split size: the same census.
     const Plan fixed = runtime_->plan_variant(parse_variant_id(kDecode), p, {.split_size = 32});
     EXPECT_EQ(fixed.splits(), 2);  // 128 keys: splits of 32 keys round up to one 64-key tile each
     const Workspace fw = workspace(fixed);
-    expect_launches_only("fixed split size", 2, [&] { runtime_->run(fixed, b, m, fw); });
+    expect_launches_only("fixed split size", 2, [&] { runtime_->run(fixed, b, m, fw, stream_); });
   }
+}
+
+TEST_F(PlanCensusTest, RepeatedForwardRunsOverAPagedCacheOnlyLaunch) {
+  // Chunked prefill: 130 query rows of one sequence reach the forward kernel.
+  const AttentionProblem decode = paged_problem(true);
+  const std::vector<std::int64_t> q = {136, 4, 64};
+  const std::vector<std::int64_t> pool = {30, 16, 2, 64};
+  const AttentionProblem p = make_problem(q, pool, pool,
+                                          {.mask = Mask::causal_bottom_right(),
+                                           .seqlens_k = decode.seqlens_k,
+                                           .cu_seqlens_q = {0, 1, 131, 136},
+                                           .block_table = decode.block_table,
+                                           .page_size = 16});
+  const Plan plan = runtime_->plan(p);
+  ASSERT_EQ(plan.op(), Op::kForward) << plan.describe();
+  const AttentionBuffers b = forward_buffers(p);
+  const DeviceMetadata m = device_metadata(p);
+  expect_launches_only("forward over a paged cache", 1, [&] { runtime_->run(plan, b, m, {}, stream_); });
+  EXPECT_EQ(last_launch().grid.x, flash_fwd_launch(plan.problem(), plan.variant()).grid.x);
 }
 
 TEST_F(PlanCensusTest, RepeatedBackwardRunsOnlyLaunch) {
@@ -192,7 +221,7 @@ TEST_F(PlanCensusTest, RepeatedBackwardRunsOnlyLaunch) {
       allocate(2 * static_cast<std::size_t>(v_extent(p)))};
   const DeviceMetadata m = device_metadata(p);
   const Workspace w = workspace(plan);
-  expect_launches_only("backward", 3, [&] { runtime_->run_backward(plan, b, m, w); });
+  expect_launches_only("backward", 3, [&] { runtime_->run_backward(plan, b, m, w, stream_); });
 }
 
 TEST_F(PlanCensusTest, RepeatedMergesOnlyLaunch) {
@@ -204,7 +233,7 @@ TEST_F(PlanCensusTest, RepeatedMergesOnlyLaunch) {
     lse.push_back(allocate<float>(4 * 33 * 4));
   }
   void* out = allocate(2 * 33 * 4 * 64);
-  expect_launches_only("merge", 1, [&] { runtime_->merge_states(merge, o, lse, out, nullptr); });
+  expect_launches_only("merge", 1, [&] { runtime_->merge_states(merge, o, lse, out, nullptr, stream_); });
   EXPECT_EQ(last_launch().grid.x, (33 * 4 + 3) / 4);
 }
 
@@ -230,7 +259,7 @@ TEST_F(PlanCensusTest, InsideACaptureOnlyLoadedKernelsRunAndNothingCompiles) {
   const AttentionBuffers db = forward_buffers(dense);
   runtime_->forward_variant(parse_variant_id(kForward), dense, db);  // loads the kernel uncaptured
   fake_.set_capturing(true);
-  const long loads = fake_.count("cuModuleLoadData");
+  const long loads = fake_.count("cuLibraryLoadData");
   const long launches = fake_.count("cuLaunchKernel");
   runtime_->run(plan, b, m);                                         // captured: launches only
   runtime_->forward_variant(parse_variant_id(kForward), dense, db);  // loaded, nothing to copy: fine
@@ -245,9 +274,23 @@ TEST_F(PlanCensusTest, InsideACaptureOnlyLoadedKernelsRunAndNothingCompiles) {
       [&] { runtime_->forward_variant(parse_variant_id("flash_fwd/d64.bm64.bn32.wm2.wn1.st1.qr0"), dense, db); });
   EXPECT_NE(refused.find("not loaded yet, and the stream is capturing"), std::string::npos) << refused;
   EXPECT_NE(refused.find("Runtime::plan"), std::string::npos) << refused;
-  EXPECT_EQ(fake_.count("cuModuleLoadData"), loads);
+  EXPECT_EQ(fake_.count("cuLibraryLoadData"), loads);
   EXPECT_EQ(fake_.count("cuLaunchKernel") - launches, 2);
   fake_.set_capturing(false);
+}
+
+// The null stream is the current context's: a run on it asks which that
+// is, once, and launches; nothing else.
+TEST_F(PlanCensusTest, ARunOnTheNullStreamAsksForTheContextOnce) {
+  const AttentionProblem p = dense_problem();
+  const Plan plan = runtime_->plan_variant(parse_variant_id(kForward), p);
+  const AttentionBuffers b = forward_buffers(p);
+  runtime_->run(plan, b);
+  const long total = fake_.total();
+  const long queries = fake_.count("cuCtxGetCurrent");
+  runtime_->run(plan, b);
+  EXPECT_EQ(fake_.count("cuCtxGetCurrent") - queries, 1);
+  EXPECT_EQ(fake_.total() - total, 2) << "one launch and one context query";
 }
 
 TEST_F(PlanCensusTest, TheCallersContextIsRestored) {
@@ -262,17 +305,24 @@ TEST_F(PlanCensusTest, TheCallersContextIsRestored) {
   const AttentionBuffers b = forward_buffers(p);
   static unsigned char callers_context_tag = 0;
   auto* const callers = reinterpret_cast<CUcontext>(&callers_context_tag);
-  for (const auto& call : std::vector<std::function<void()>>{
-           [&] { runtime_->run(plan, b); }, [&] { runtime_->forward_variant(parse_variant_id(kForward), p, b); },
-           [&] { (void)runtime_->plan_variant(parse_variant_id(kForward), p); }}) {
-    ASSERT_EQ(set_current(callers), CUDA_SUCCESS);
-    const long launches = fake_.count("cuLaunchKernel");
-    call();
-    CUcontext now = nullptr;
-    ASSERT_EQ(get_current(&now), CUDA_SUCCESS);
-    EXPECT_EQ(now, callers) << "the call left another context current";
-    EXPECT_LE(fake_.count("cuLaunchKernel") - launches, 1);
+  for (void* stream : {static_cast<void*>(nullptr), stream_}) {
+    for (const auto& call : std::vector<std::function<void()>>{
+             [&] { runtime_->run(plan, b, {}, {}, stream); },
+             [&] { runtime_->forward_variant(parse_variant_id(kForward), p, b, stream); },
+             [&] { (void)runtime_->plan_variant(parse_variant_id(kForward), p); }}) {
+      ASSERT_EQ(set_current(callers), CUDA_SUCCESS);
+      const long launches = fake_.count("cuLaunchKernel");
+      call();
+      CUcontext now = nullptr;
+      ASSERT_EQ(get_current(&now), CUDA_SUCCESS);
+      EXPECT_EQ(now, callers) << "the call left another context current";
+      EXPECT_LE(fake_.count("cuLaunchKernel") - launches, 1);
+    }
   }
+  // A run on a stream does not even look at the caller's context.
+  const long switches = fake_.count("cuCtxSetCurrent") + fake_.count("cuCtxGetCurrent");
+  runtime_->run(plan, b, {}, {}, stream_);
+  EXPECT_EQ(fake_.count("cuCtxSetCurrent") + fake_.count("cuCtxGetCurrent"), switches);
   set_current(nullptr);
   dlclose(library);
 }

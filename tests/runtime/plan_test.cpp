@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "reference/accuracy.h"
+#include "runtime/dispatch/heuristics.h"
 #include "runtime/runtime.h"
 #include "tests/support/decode_cases.h"
 #include "tests/support/emu_backward.h"
@@ -97,13 +98,56 @@ TEST(PlanTest, VarlenQueriesOverAPagedCacheInOneCall) {
   const testing::Inputs in = testing::make_decode_inputs(varlen_over_paged());
   for (const int splits : {1, 3}) {
     const Plan plan = runtime.plan(in.problem, Op::kForward, {.splits = splits});
-    EXPECT_EQ(plan.op(), Op::kDecode);  // only the decode kernel reads pages
+    EXPECT_EQ(plan.op(), Op::kDecode);  // few query rows and splits: the decode kernel
     EXPECT_EQ(plan.splits(), splits);
     EXPECT_EQ(plan.workspace_bytes() > 0, splits > 1);
     expect_matches_reference(in, run_plan(runtime, plan, in, metadata_of(in.problem)),
                              std::to_string(splits) + " splits");
   }
   // The convenience call plans, passes the host arrays and runs the same.
+  Outputs out{std::vector<std::uint16_t>(static_cast<std::size_t>(o_extent(in.problem)), 0xFFFF),
+              std::vector<float>(static_cast<std::size_t>(lse_extent(in.problem))),
+              {}};
+  runtime.forward(in.problem, {in.q.data(), in.k.data(), in.v.data(), out.o.data(), out.lse.data()});
+  expect_matches_reference(in, out, "Runtime::forward");
+}
+
+// Chunked prefill over a paged cache: a sequence bringing 150 query rows
+// (at least kPagedForwardRows) beside a decode step; the forward kernel
+// reads the pages in place.
+DecodeCase long_chunks_over_paged() {
+  return {.name = "long_chunks_over_paged",
+          .batch = 3,
+          .heads_q = 4,
+          .heads_kv = 2,
+          .head_dim_k = 64,
+          .head_dim_v = 64,
+          .cache_seqlens = {203, 64, 160},
+          .page_size = 16,
+          .query_lens = {150, 1, 9}};
+}
+
+TEST(PlanTest, LongQueryChunksOverAPagedCacheRunTheForwardKernel) {
+  Runtime runtime({.backend = Backend::kEmu});
+  const testing::Inputs in = testing::make_decode_inputs(long_chunks_over_paged());
+  const Plan plan = runtime.plan(in.problem);
+  EXPECT_EQ(plan.op(), Op::kForward);
+  EXPECT_EQ(plan.variant().kernel->id, KernelId::kFlashFwd) << plan.describe();
+  EXPECT_EQ(plan.workspace_bytes(), 0U);
+  expect_matches_reference(in, run_plan(runtime, plan, in, metadata_of(in.problem)), "forward kernel over pages");
+  EXPECT_NE(runtime.explain(in.problem).detail.find("runs the forward kernel"), std::string::npos);
+  // Asking for splits plans the decode kernel; both agree with the reference.
+  const Plan split = runtime.plan(in.problem, Op::kForward, {.splits = 2});
+  EXPECT_EQ(split.op(), Op::kDecode);
+  expect_matches_reference(in, run_plan(runtime, split, in, metadata_of(in.problem)), "decode kernel over pages");
+  // The plan's bound decides: a step whose sequences bring at most 64 rows
+  // plans decode, whatever the lengths of this batch.
+  AttentionProblem few = device_lengths_of(in.problem);
+  few.device_lengths->max_seqlen_q = 64;
+  EXPECT_EQ(runtime.plan(few).op(), Op::kDecode);
+  few.device_lengths->max_seqlen_q = kPagedForwardRows;
+  EXPECT_EQ(runtime.plan(few).op(), Op::kForward);
+  // The convenience call takes the same route.
   Outputs out{std::vector<std::uint16_t>(static_cast<std::size_t>(o_extent(in.problem)), 0xFFFF),
               std::vector<float>(static_cast<std::size_t>(lse_extent(in.problem))),
               {}};

@@ -29,6 +29,7 @@ class FakeDriver {
   FakeDriver& operator=(const FakeDriver&) = delete;
   bool loaded() const { return handle_ != nullptr; }
   long count(const char* call) const { return fn<long (*)(const char*)>("attune_fake_count")(call); }
+  long total() const { return fn<long (*)()>("attune_fake_total")(); }  // every call, whatever its name
   void reset() const { fn<void (*)()>("attune_fake_reset")(); }
   void fail(const char* call, long nth, int code) const {
     fn<void (*)(const char*, long, int)>("attune_fake_fail")(call, nth, code);

@@ -31,7 +31,7 @@ bool launch_planted(DType dtype, std::span<const int> values, emu::Emulator& emu
                     const void* params) {
   if (dtype != DType::kBF16 || !std::equal(values.begin(), values.end(), std::begin(kPlantedValues))) return false;
   // The mutant's params type is its own copy of FlashFwdParams (same layout).
-  emulator.launch(&flash_fwd_first_tile_only::flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, 0, 0, 0>, config,
+  emulator.launch(&flash_fwd_first_tile_only::flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, 0, 0, 0, 0>, config,
                   *static_cast<const flash_fwd_first_tile_only::FlashFwdParams*>(params));
   return true;
 }
@@ -147,7 +147,7 @@ template <int kSoftcap, int kSinks, int kAlibi>
 bool launch_dropping(DType dtype, std::span<const int> values, emu::Emulator& emulator, const LaunchConfig& config,
                      const void* params) {
   if (dtype != DType::kBF16 || !std::equal(values.begin(), values.end(), std::begin(kPlantedValues))) return false;
-  emulator.launch(&flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, kSoftcap, kSinks, kAlibi>, config,
+  emulator.launch(&flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, kSoftcap, kSinks, kAlibi, kAtRunTime>, config,
                   *static_cast<const FlashFwdParams*>(params));
   return true;
 }
