@@ -1,5 +1,7 @@
 #include "cli/tune_command.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -110,6 +112,10 @@ TuneCommands add_tune_commands(CLI::App& app, TuneCommandOptions& t, DbCommandOp
   c.db_import = db->add_subcommand("import", "Add the measurements of a JSON export");
   c.db_import->add_option("file", d.import_path, "A file written by 'attune db export --format json'")->required();
   c.db_problems = db->add_subcommand("problems", "The measured problem keys");
+  for (CLI::App* listing : {c.db_best, c.db_devices, c.db_problems}) {
+    listing->add_option("--format", d.list_format, "text (a table) or json (one array, for programs)")
+        ->capture_default_str();
+  }
   c.db_show = db->add_subcommand("show", "Every measurement of one variant");
   c.db_show->add_option("variant", d.variant, "A variant id")->required();
   c.db_prune = db->add_subcommand("prune",
@@ -190,9 +196,29 @@ void run_tune(const TuneCommandOptions& o) {
 
 namespace {
 
-void db_best(tuning_db::TuningDb& db, const DbCommandOptions& /*options*/) {
+void check_list_format(const DbCommandOptions& o) {
+  if (o.list_format != "text" && o.list_format != "json") bad_flag("--format", o.list_format, "text or json");
+}
+
+void print_json(const nlohmann::json& rows) { std::printf("%s\n", rows.dump(1).c_str()); }
+
+void db_best(tuning_db::TuningDb& db, const DbCommandOptions& o) {
+  check_list_format(o);
   // Gain over the heuristic default, where the default was measured too.
   const std::vector<tuning_db::BestRow> rows = db.best_all();
+  if (o.list_format == "json") {
+    nlohmann::json out = nlohmann::json::array();
+    for (const tuning_db::BestRow& row : rows) {
+      const std::optional<double> gain = tuner::gain_over_default(db, row);
+      out.push_back({{"device", row.device_key},
+                     {"problem_key", row.key.to_string()},
+                     {"variant", row.variant_id},
+                     {"median_ms", row.median_ms},
+                     {"gain", gain ? nlohmann::json(*gain) : nlohmann::json(nullptr)}});
+    }
+    print_json(out);
+    return;
+  }
   if (rows.empty()) {
     std::printf("no tuned problems in %s: run 'attune tune' first\n", db.path().c_str());
     return;
@@ -210,9 +236,16 @@ void db_best(tuning_db::TuningDb& db, const DbCommandOptions& /*options*/) {
   }
 }
 
-void db_devices(tuning_db::TuningDb& db, const DbCommandOptions& /*options*/) {
+void db_devices(tuning_db::TuningDb& db, const DbCommandOptions& o) {
+  check_list_format(o);
   std::map<std::string, std::size_t> keys;
   for (const tuning_db::BestRow& row : db.best_all()) ++keys[row.device_key];
+  if (o.list_format == "json") {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& [key, count] : keys) out.push_back({{"device", key}, {"tuned_problem_keys", count}});
+    print_json(out);
+    return;
+  }
   for (const auto& [key, count] : keys) std::printf("%-40s %zu tuned problem keys\n", key.c_str(), count);
 }
 
@@ -246,15 +279,29 @@ void db_import(tuning_db::TuningDb& db, const DbCommandOptions& o) {
   std::printf("imported %zu new measurements from %s\n", added, o.import_path.c_str());
 }
 
-void db_problems(tuning_db::TuningDb& db, const DbCommandOptions& /*options*/) {
-  std::map<std::string, std::pair<std::size_t, std::size_t>> keys;  // key -> (measurements, failed)
+void db_problems(tuning_db::TuningDb& db, const DbCommandOptions& o) {
+  check_list_format(o);
+  // (device, key) -> (measurements, failed)
+  std::map<std::pair<std::string, std::string>, std::pair<std::size_t, std::size_t>> keys;
   for (const tuning_db::MeasurementRow& m : db.all_measurements()) {
-    auto& [count, failed] = keys[m.device_key + "  " + m.problem.key.to_string()];
+    auto& [count, failed] = keys[{m.device_key, m.problem.key.to_string()}];
     ++count;
     failed += m.ok ? 0 : 1;
   }
+  if (o.list_format == "json") {
+    nlohmann::json out = nlohmann::json::array();
+    for (const auto& [key, counts] : keys) {
+      out.push_back({{"device", key.first},
+                     {"problem_key", key.second},
+                     {"measurements", counts.first},
+                     {"failed", counts.second}});
+    }
+    print_json(out);
+    return;
+  }
   for (const auto& [key, counts] : keys) {
-    std::printf("%-100s %5zu measurements, %zu failed\n", key.c_str(), counts.first, counts.second);
+    std::printf("%-100s %5zu measurements, %zu failed\n", (key.first + "  " + key.second).c_str(), counts.first,
+                counts.second);
   }
 }
 

@@ -30,7 +30,8 @@ struct DbCommandOptions {
   std::string db_path;
   std::vector<std::string> merge_from;
   std::string format = "csv";
-  std::string out_path;  // empty: stdout
+  std::string list_format = "text";  // db best, devices, problems: text or json
+  std::string out_path;              // empty: stdout
   std::string import_path;
   std::string variant;
   std::string html_path;        // db report --html

@@ -223,6 +223,21 @@ const char* attune_explain(attune_runtime* runtime, const attune_problem* proble
 const char* attune_explain_decode(attune_runtime* runtime, const attune_problem* problem, int splits);
 const char* attune_explain_backward(attune_runtime* runtime, const attune_problem* problem, int deterministic);
 
+/* -- The fp64 reference (docs/contract.md) on the host: the exact function
+ * in double precision, for callers that want it rather than a kernel
+ * (Python's float32 and float64 tensors, gradient checks). q, k and v are
+ * doubles in host memory read with the problem's strides (no paged cache);
+ * its length arrays and modifier tensors are host memory. o [B, Sq, Hq, Dv]
+ * (packed [Tq, Hq, Dv]) and lse [B, Hq, Sq] (packed [Hq, Tq]) are written
+ * contiguous; lse may be NULL. */
+attune_status attune_reference_forward(const attune_problem* problem, const double* q, const double* k, const double* v,
+                                       double* o, double* lse);
+/* The gradients of sum(d_o * O): d_o contiguous like o above; dq, dk and dv
+ * written contiguous ([B, S, H, D], packed [T, H, D]); with sinks, the sinks'
+ * gradient goes to problem->dsink ([heads_q] floats). */
+attune_status attune_reference_backward(const attune_problem* problem, const double* q, const double* k,
+                                        const double* v, const double* d_o, double* dq, double* dk, double* dv);
+
 /* The message of the last failure on this thread ("" if none). */
 const char* attune_last_error(void);
 

@@ -1,5 +1,6 @@
 // The C API (runtime/attune_c.h) over attune::Runtime: exceptions become
 // status codes plus a per-thread message.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +11,8 @@
 #include "core/version.h"
 #include "emulator/report.h"
 #include "generator/variants.h"
+#include "reference/backward.h"
+#include "reference/reference.h"
 #include "runtime/attune_c.h"
 #include "runtime/c_problem.h"
 #include "runtime/cuda/cuda_driver.h"
@@ -223,6 +226,42 @@ attune_status attune_backward(attune_runtime* runtime, const attune_problem* pro
         attune::problem_from_c(*problem),
         {q, k, v, o, d_o, lse, dq, dk, dv, problem->sinks, problem->alibi_slopes, problem->dsink},
         {.deterministic = deterministic != 0}, stream);
+  });
+}
+
+attune_status attune_reference_forward(const attune_problem* problem, const double* q, const double* k, const double* v,
+                                       double* o, double* lse) {
+  return guarded([&] {
+    const attune_problem& c = problem_of(problem);
+    if (q == nullptr || k == nullptr || v == nullptr || o == nullptr) {
+      throw attune::InvalidArgument("reference: q, k, v and o must not be NULL");
+    }
+    const attune::AttentionProblem p = attune::problem_from_c(c);
+    if (p.is_paged()) throw attune::InvalidArgument("reference: a paged cache; expected contiguous K and V");
+    const attune::ReferenceOutput out = attune::reference_forward(p, q, k, v, {c.sinks, c.alibi_slopes});
+    std::copy(out.o.begin(), out.o.end(), o);
+    if (lse != nullptr) std::copy(out.lse.begin(), out.lse.end(), lse);
+  });
+}
+
+attune_status attune_reference_backward(const attune_problem* problem, const double* q, const double* k,
+                                        const double* v, const double* d_o, double* dq, double* dk, double* dv) {
+  return guarded([&] {
+    const attune_problem& c = problem_of(problem);
+    if (q == nullptr || k == nullptr || v == nullptr || d_o == nullptr || dq == nullptr || dk == nullptr ||
+        dv == nullptr) {
+      throw attune::InvalidArgument("reference backward: q, k, v, d_o, dq, dk and dv must not be NULL");
+    }
+    const attune::AttentionProblem p = attune::problem_from_c(c);
+    if (p.is_paged()) throw attune::InvalidArgument("reference backward: a paged cache; expected contiguous K and V");
+    if (p.modifiers.sinks && c.dsink == nullptr) {
+      throw attune::InvalidArgument("reference backward: the problem has sinks; expected dsink [heads_q] floats");
+    }
+    const attune::ReferenceGradients g = attune::reference_backward(p, q, k, v, d_o, {c.sinks, c.alibi_slopes});
+    std::copy(g.dq.begin(), g.dq.end(), dq);
+    std::copy(g.dk.begin(), g.dk.end(), dk);
+    std::copy(g.dv.begin(), g.dv.end(), dv);
+    for (std::size_t h = 0; h < g.dsink.size(); ++h) c.dsink[h] = static_cast<float>(g.dsink[h]);
   });
 }
 

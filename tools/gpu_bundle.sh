@@ -8,6 +8,8 @@
 #   DIR/lib/libattune.so      every attune library and the C API
 #   DIR/tests/*               the GPU test programs, and gpu_tests.list naming them
 #   DIR/tools/                gpu_check.sh, gpu_check.py, run_gpu_tests.sh
+#   DIR/python/attune/        the Python package (gpu_check.py's binding; PYTHONPATH=DIR/python
+#                             with ATTUNE_LIBRARY=DIR/lib/libattune.so runs it on the GPU)
 #   DIR/BUNDLE                what was built, from which commit
 #
 # Release build (the `ci` preset's tree, build/ci, unless --build-dir says
@@ -50,6 +52,9 @@ cmake --install "$build" --prefix "$out" --strip --component runtime >/dev/null
 cmake --install "$build" --prefix "$out" --strip --component gpu_tests >/dev/null
 mkdir -p "$out/tools"
 cp "$root/tools/gpu_check.sh" "$root/tools/gpu_check.py" "$root/tools/run_gpu_tests.sh" "$out/tools/"
+mkdir -p "$out/python"
+cp -r "$root/python/attune" "$out/python/"
+find "$out/python" -name __pycache__ -prune -exec rm -rf {} +
 # The GPU test programs, each with its gtest filter and time limit (seconds).
 cat >"$out/tests/gpu_tests.list" <<'EOF'
 # program            gtest filter             seconds

@@ -34,25 +34,14 @@ import statistics
 import subprocess
 import sys
 
-ATTUNE_MASK_NONE, ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT = 0, 1
-ATTUNE_DTYPE_FP16, ATTUNE_DTYPE_BF16 = 0, 1
+# The attune package's ctypes binding (python/attune/_native.py; the bundle
+# carries it in DIR/python): one mirror of the C structs, kept with the header.
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from attune import _native as native  # noqa: E402
 
-
-class Problem(ctypes.Structure):
-    """Mirror of attune_problem in runtime/attune_c.h."""
-    _fields_ = [("dtype", ctypes.c_int),
-                ("batch", ctypes.c_int64), ("seqlen_q", ctypes.c_int64), ("seqlen_k", ctypes.c_int64),
-                ("heads_q", ctypes.c_int64), ("heads_kv", ctypes.c_int64),
-                ("head_dim_k", ctypes.c_int64), ("head_dim_v", ctypes.c_int64),
-                ("scale", ctypes.c_double),
-                ("mask", ctypes.c_int),
-                ("window_left", ctypes.c_int64), ("window_right", ctypes.c_int64),
-                ("seqlens_k", ctypes.c_void_p), ("cu_seqlens_q", ctypes.c_void_p), ("cu_seqlens_k", ctypes.c_void_p),
-                ("q_strides", ctypes.c_int64 * 3), ("k_strides", ctypes.c_int64 * 3),
-                ("v_strides", ctypes.c_int64 * 3), ("o_strides", ctypes.c_int64 * 3),
-                ("lse_strides", ctypes.c_int64 * 3),
-                ("block_table", ctypes.c_void_p),
-                ("max_pages", ctypes.c_int64), ("page_size", ctypes.c_int64), ("num_pages", ctypes.c_int64)]
+ATTUNE_MASK_NONE, ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT = native.MASK_NONE, native.MASK_CAUSAL_BOTTOM_RIGHT
+ATTUNE_DTYPE_FP16, ATTUNE_DTYPE_BF16 = native.DTYPE_FP16, native.DTYPE_BF16
+Problem = native.Problem
 
 
 class Attune:
@@ -62,31 +51,19 @@ class Attune:
         if "ATTUNE_PYTHON_SITE" not in os.environ:
             import site
             os.environ["ATTUNE_PYTHON_SITE"] = ":".join(site.getsitepackages() + sys.path)
-        self.lib = ctypes.CDLL(os.path.abspath(lib_path))
-        lib = self.lib
-        lib.attune_last_error.restype = ctypes.c_char_p
-        lib.attune_explain.restype = ctypes.c_char_p
-        lib.attune_problem_init.argtypes = [ctypes.POINTER(Problem)]
-        lib.attune_runtime_create.argtypes = [ctypes.c_char_p, ctypes.c_int, ctypes.POINTER(ctypes.c_void_p)]
-        lib.attune_forward.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem)] + [ctypes.c_void_p] * 6
-        lib.attune_forward_variant.argtypes = ([ctypes.c_void_p, ctypes.c_char_p, ctypes.POINTER(Problem)] +
-                                               [ctypes.c_void_p] * 6)
-        lib.attune_decode.argtypes = ([ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.c_int] +
-                                      [ctypes.c_void_p] * 6)
-        lib.attune_backward.argtypes = ([ctypes.c_void_p, ctypes.POINTER(Problem), ctypes.c_int] +
-                                        [ctypes.c_void_p] * 10)
-        lib.attune_explain.argtypes = [ctypes.c_void_p, ctypes.POINTER(Problem)]
+        os.environ["ATTUNE_LIBRARY"] = os.path.abspath(lib_path)
+        self.lib = native.lib()
         self.rt = ctypes.c_void_p()
-        self._check(lib.attune_runtime_create(backend.encode(), 0, ctypes.byref(self.rt)))
+        self._check(self.lib.attune_runtime_create(backend.encode(), 0, ctypes.byref(self.rt)))
 
-    def _check(self, status):
-        if status != 0:
-            raise RuntimeError("attune status %d: %s" % (status, self.lib.attune_last_error().decode()))
+    @staticmethod
+    def _check(status):
+        native.check(status)
 
     @staticmethod
     def problem(b, s, h, d, causal, dtype=ATTUNE_DTYPE_BF16):
         p = Problem()
-        Attune.lib_init(p)
+        native.lib().attune_problem_init(ctypes.byref(p))
         p.dtype, p.batch, p.seqlen_q, p.seqlen_k = dtype, b, s, s
         p.heads_q = p.heads_kv = h
         p.head_dim_k = p.head_dim_v = d
@@ -97,13 +74,11 @@ class Attune:
     def decode_problem(b, cache, hq, hkv, d, dtype=ATTUNE_DTYPE_BF16):
         """One query row per sequence against a contiguous cache of `cache` keys."""
         p = Problem()
-        Attune.lib_init(p)
+        native.lib().attune_problem_init(ctypes.byref(p))
         p.dtype, p.batch, p.seqlen_q, p.seqlen_k = dtype, b, 1, cache
         p.heads_q, p.heads_kv = hq, hkv
         p.head_dim_k = p.head_dim_v = d
         return p
-
-    lib_init = None  # set once the library is loaded
 
     def backward(self, p, q, k, v, o, d_o, lse, dq, dk, dv, deterministic=False):
         args = [ctypes.c_void_p(x) for x in (q, k, v, o, d_o, lse, dq, dk, dv)] + [ctypes.c_void_p(0)]
@@ -121,16 +96,11 @@ class Attune:
             self._check(self.lib.attune_forward_variant(self.rt, variant.encode(), ctypes.byref(p), *args))
 
     def explain(self, p):
-        text = self.lib.attune_explain(self.rt, ctypes.byref(p))
-        if text is None:
-            raise RuntimeError(self.lib.attune_last_error().decode())
-        return text.decode()
+        return native.checked_text(self.lib.attune_explain(self.rt, ctypes.byref(p)))
 
 
 def bind(lib_path, backend):
-    a = Attune(lib_path, backend)
-    Attune.lib_init = staticmethod(lambda p: a.lib.attune_problem_init(ctypes.byref(p)))
-    return a
+    return Attune(lib_path, backend)
 
 
 def selftest_emu(lib_path):

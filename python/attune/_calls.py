@@ -1,0 +1,257 @@
+"""The calls behind every entry point, over an array adapter (torch or
+NumPy): forward (dense, varlen, over a KV cache) and backward, on a kernel
+backend (cuda, emu) through plans, or on the fp64 reference for float32 and
+float64 CPU arrays.
+"""
+import ctypes
+
+from . import _engine as engine
+from . import _native as native
+from . import _record
+from ._errors import InvalidArgument
+
+
+class Arrays:
+    """What the calls need of an array library; torch and NumPy adapters
+    implement it."""
+
+    def view(self, x): ...  # engine.View of x
+
+    def empty(self, shape, dtype, like): ...  # a new contiguous array on like's device
+
+    def float64(self, x): ...  # a contiguous float64 copy on the CPU
+
+    def cast(self, x, dtype_of): ...  # x as the dtype of dtype_of
+
+    def int32(self, x): ...  # x as a contiguous int32 array (itself when it is one)
+
+    def stream(self, like): ...  # the current stream of like's device (0 on the CPU)
+
+    def gather_pages(self, cache, block_table, page_size): ...  # [B, max_pages * page_size, H, D]
+
+
+def _lengths(arrays, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None, block_table=None, max_seqlen_q=0,
+             max_seqlen_k=0):
+    """int32 views of the length arrays; the arrays themselves are returned
+    too, to keep converted copies alive through the call."""
+    keep = []
+    views = {}
+    for name, x in (("cu_seqlens_q", cu_seqlens_q), ("cu_seqlens_k", cu_seqlens_k), ("seqlens_k", seqlens_k),
+                    ("block_table", block_table)):
+        if x is None:
+            views[name] = None
+            continue
+        x = arrays.int32(x)
+        keep.append(x)
+        views[name] = arrays.view(x)
+    return engine.Lengths(**views, max_seqlen_q=int(max_seqlen_q), max_seqlen_k=int(max_seqlen_k)), keep
+
+
+def _out_layout(s):
+    """O and LSE shapes and their [batch, seq, head] strides (contiguous)."""
+    if s.packed_q:
+        o_shape = (s.seqlen_q, s.heads_q, s.head_dim_v)
+        lse_shape = (s.heads_q, s.seqlen_q)
+        return o_shape, (0, s.heads_q * s.head_dim_v, s.head_dim_v), lse_shape, (0, 1, s.seqlen_q)
+    o_shape = (s.batch, s.seqlen_q, s.heads_q, s.head_dim_v)
+    lse_shape = (s.batch, s.heads_q, s.seqlen_q)
+    return (o_shape, (s.seqlen_q * s.heads_q * s.head_dim_v, s.heads_q * s.head_dim_v, s.head_dim_v), lse_shape,
+            (s.heads_q * s.seqlen_q, 1, s.seqlen_q))
+
+
+def _bounds(lengths, s):
+    """Plan bounds: the caller's, else the array extents (safe upper bounds)."""
+    if lengths.cu_seqlens_q is not None and lengths.max_seqlen_q <= 0:
+        lengths.max_seqlen_q = s.seqlen_q
+    if not (lengths.cu_seqlens_k is not None or lengths.seqlens_k is not None):
+        return
+    if lengths.max_seqlen_k <= 0:
+        lengths.max_seqlen_k = s.seqlen_k
+
+
+def forward(arrays, q, k, v, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None, block_table=None,
+            max_seqlen_q=0, max_seqlen_k=0, alibi_slopes=None, num_splits=0, decode=False):
+    """O and LSE of one call: O shaped like q with v's head dim, LSE
+    [B, Hq, Sq] (packed [Hq, Tq]), float32 (float64 for float64 inputs).
+    decode (or num_splits > 0): the split-KV decode kernel; a forward over a
+    paged cache picks between the two itself (Runtime::plan)."""
+    lengths, keep = _lengths(arrays, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_seqlen_q, max_seqlen_k)
+    qv, kv, vv = arrays.view(q), arrays.view(k), arrays.view(v)
+    s = engine.shape_of(qv, kv, vv, lengths)
+    _bounds(lengths, s)
+    backend, device = engine.backend_of(qv)
+    o_shape, o_strides, lse_shape, lse_strides = _out_layout(s)
+    decode = decode or num_splits > 0
+    _record.note("decode" if decode else "fwd", qv.dtype, s, spec, lengths)
+    if backend == "reference":
+        return _reference_forward(arrays, q, k, v, spec, s, lengths, keep, alibi_slopes, o_shape, lse_shape,
+                                  cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table)
+    o = arrays.empty(o_shape, qv.dtype, q)
+    lse = arrays.empty(lse_shape, "fp32", q)
+    key = engine.problem_key(qv.dtype, s, spec, qv, kv, vv, o_strides, lse_strides, lengths, lengths.any())
+    op = native.OP_DECODE if decode else native.OP_FORWARD
+    plan = engine.plan_for(backend, device, key, op, lengths, splits=num_splits, alibi=alibi_slopes is not None)
+    alibi = arrays.view(alibi_slopes).ptr if alibi_slopes is not None else None
+    buffers = native.Buffers(qv.ptr, kv.ptr, vv.ptr, arrays.view(o).ptr, arrays.view(lse).ptr, None, None, None,
+                             None, None, alibi, None)
+    workspace = _workspace(arrays, plan, q)
+    plan.run(buffers, lengths, arrays.view(workspace).ptr if workspace is not None else None, arrays.stream(q))
+    del keep
+    return o, lse
+
+
+def backward(arrays, dout, q, k, v, out, lse, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None,
+             max_seqlen_q=0, max_seqlen_k=0, alibi_slopes=None, deterministic=False):
+    """dQ, dK, dV (contiguous, shaped like q, k, v) of sum(dout * out)."""
+    lengths, keep = _lengths(arrays, cu_seqlens_q, cu_seqlens_k, seqlens_k, None, max_seqlen_q, max_seqlen_k)
+    qv, kv, vv = arrays.view(q), arrays.view(k), arrays.view(v)
+    s = engine.shape_of(qv, kv, vv, lengths)
+    _bounds(lengths, s)
+    backend, device = engine.backend_of(qv)
+    _record.note("bwd", qv.dtype, s, spec, lengths)
+    if backend == "reference":
+        return _reference_backward(arrays, dout, q, k, v, spec, s, keep, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
+                                   seqlens_k)
+    o_shape, o_strides, lse_shape, lse_strides = _out_layout(s)
+    ov, dov, lv = arrays.view(out), arrays.view(dout), arrays.view(lse)
+    _require_contiguous(ov, o_shape, "out")
+    _require_contiguous(dov, o_shape, "the gradient of out")
+    _require_contiguous(lv, lse_shape, "softmax_lse")
+    dq = arrays.empty(qv.shape, qv.dtype, q)
+    dk = arrays.empty(kv.shape, qv.dtype, q)
+    dv = arrays.empty(vv.shape, qv.dtype, q)
+    # The gradients are written like q, k and v: the plan sees their (contiguous) strides.
+    dqv, dkv, dvv = arrays.view(dq), arrays.view(dk), arrays.view(dv)
+    _require(qv.strides == dqv.strides and kv.strides == dkv.strides and vv.strides == dvv.strides,
+             "backward: q, k and v must be contiguous (the gradients are laid out like them)")
+    key = engine.problem_key(qv.dtype, s, spec, qv, kv, vv, o_strides, lse_strides, lengths, lengths.any())
+    plan = engine.plan_for(backend, device, key, native.OP_BACKWARD, lengths, deterministic=deterministic,
+                           alibi=alibi_slopes is not None)
+    alibi = arrays.view(alibi_slopes).ptr if alibi_slopes is not None else None
+    buffers = native.Buffers(qv.ptr, kv.ptr, vv.ptr, ov.ptr, lv.ptr, dov.ptr, dqv.ptr, dkv.ptr, dvv.ptr, None,
+                             alibi, None)
+    workspace = _workspace(arrays, plan, q)
+    plan.run(buffers, lengths, arrays.view(workspace).ptr if workspace is not None else None, arrays.stream(q))
+    del keep
+    return dq, dk, dv
+
+
+def _require(cond, what):
+    if not cond:
+        raise InvalidArgument(what)
+
+
+def _require_contiguous(view, shape, name):
+    _require(tuple(view.shape) == tuple(shape), f"{name}: got shape {list(view.shape)}; expected {list(shape)}")
+    expected, step = [], 1
+    for n in reversed(shape):
+        expected.insert(0, step)
+        step *= n
+    _require(all(n == 1 or a == b for a, b, n in zip(view.strides, expected, shape)),
+             f"{name}: strides {list(view.strides)}; expected contiguous {expected}")
+
+
+def _workspace(arrays, plan, like):
+    if plan.workspace_bytes == 0:
+        return None
+    # float32 elements: 16-byte aligned from any allocator attune's callers use
+    return arrays.empty(((plan.workspace_bytes + 3) // 4,), "fp32", like)
+
+
+# -- the fp64 reference (float32 and float64 CPU arrays) ------------------------------
+
+def _host_lengths(arrays, lengths_arrays):
+    out, keep = {}, []
+    for name, x in lengths_arrays.items():
+        if x is None:
+            continue
+        x = arrays.int32(x)
+        keep.append(x)
+        out[name] = arrays.view(x).ptr
+    return out, keep
+
+
+def _reference_problem(arrays, dtype, s, spec, q64, k64, v64, host, keep):
+    qv, kv, vv = arrays.view(q64), arrays.view(k64), arrays.view(v64)
+    lengths = engine.Lengths()
+    o_shape, o_strides, lse_shape, lse_strides = _out_layout(s)
+    key = engine.problem_key("bf16", s, spec, qv, kv, vv, o_strides, lse_strides, lengths, False)
+    return engine.make_problem(key, host), (qv, kv, vv)
+
+
+def _unpaged(arrays, k, v, s, block_table):
+    """A paged cache gathered into [B, max_pages * page_size, H, D] (the
+    reference reads contiguous caches)."""
+    k = arrays.gather_pages(k, block_table, s.page_size)
+    v = arrays.gather_pages(v, block_table, s.page_size)
+    s.page_size = s.max_pages = s.num_pages = 0
+    return k, v
+
+
+def _reference_forward(arrays, q, k, v, spec, s, lengths, keep, alibi_slopes, o_shape, lse_shape, cu_seqlens_q,
+                       cu_seqlens_k, seqlens_k, block_table):
+    if block_table is not None:
+        k, v = _unpaged(arrays, k, v, s, block_table)
+    q64, k64, v64 = arrays.float64(q), arrays.float64(k), arrays.float64(v)
+    host, keep2 = _host_lengths(arrays, {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+                                         "seqlens_k": seqlens_k})
+    slopes = arrays.float32(alibi_slopes) if alibi_slopes is not None else None
+    if slopes is not None:
+        host["alibi_slopes"] = arrays.view(slopes).ptr
+    problem, (qv, kv, vv) = _reference_problem(arrays, "fp64", s, spec, q64, k64, v64, host, keep2)
+    o = arrays.empty(o_shape, "fp64", q)
+    lse = arrays.empty(lse_shape, "fp64", q)
+    native.check(native.lib().attune_reference_forward(ctypes.byref(problem), qv.ptr, kv.ptr, vv.ptr,
+                                                       arrays.view(o).ptr, arrays.view(lse).ptr))
+    del keep, keep2, slopes
+    lse_dtype = q if arrays.view(q).dtype == "fp64" else "fp32"
+    return arrays.cast(o, q), arrays.cast(lse, lse_dtype)
+
+
+def _reference_backward(arrays, dout, q, k, v, spec, s, keep, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k):
+    q64, k64, v64, do64 = arrays.float64(q), arrays.float64(k), arrays.float64(v), arrays.float64(dout)
+    host, keep2 = _host_lengths(arrays, {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+                                         "seqlens_k": seqlens_k})
+    slopes = arrays.float32(alibi_slopes) if alibi_slopes is not None else None
+    if slopes is not None:
+        host["alibi_slopes"] = arrays.view(slopes).ptr
+    problem, (qv, kv, vv) = _reference_problem(arrays, "fp64", s, spec, q64, k64, v64, host, keep2)
+    dq = arrays.empty(arrays.view(q64).shape, "fp64", q)
+    dk = arrays.empty(arrays.view(k64).shape, "fp64", q)
+    dv = arrays.empty(arrays.view(v64).shape, "fp64", q)
+    native.check(native.lib().attune_reference_backward(ctypes.byref(problem), qv.ptr, kv.ptr, vv.ptr,
+                                                        arrays.view(do64).ptr, arrays.view(dq).ptr,
+                                                        arrays.view(dk).ptr, arrays.view(dv).ptr))
+    del keep, keep2, slopes
+    return arrays.cast(dq, q), arrays.cast(dk, k), arrays.cast(dv, v)
+
+
+def explain(arrays, q, k, v, spec, *, op="fwd", cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None,
+            block_table=None, max_seqlen_q=0, max_seqlen_k=0, num_splits=0, deterministic=False):
+    """(variant, rule, detail) of what a call would run."""
+    lengths, keep = _lengths(arrays, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_seqlen_q, max_seqlen_k)
+    qv, kv, vv = arrays.view(q), arrays.view(k), arrays.view(v)
+    s = engine.shape_of(qv, kv, vv, lengths)
+    backend, device = engine.backend_of(qv)
+    if backend == "reference":
+        return ("reference", "reference", f"{qv.dtype} arrays run on the fp64 reference")
+    o_shape, o_strides, lse_shape, lse_strides = _out_layout(s)
+    key = engine.problem_key(qv.dtype, s, spec, qv, kv, vv, o_strides, lse_strides, engine.Lengths(), False)
+    host, keep2 = _host_lengths(arrays, {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+                                         "seqlens_k": seqlens_k, "block_table": block_table})
+    if qv.device == "cuda" and host:
+        raise InvalidArgument("explain: length arrays on a CUDA device; expected them on the CPU (explain reads them)")
+    problem = engine.make_problem(key, host)
+    rt = engine.runtime(backend, device)
+    lib = native.lib()
+    if op == "decode":
+        text = native.checked_text(lib.attune_explain_decode(rt.handle, ctypes.byref(problem), num_splits))
+    elif op == "bwd":
+        text = native.checked_text(lib.attune_explain_backward(rt.handle, ctypes.byref(problem),
+                                                               1 if deterministic else 0))
+    else:
+        text = native.checked_text(lib.attune_explain(rt.handle, ctypes.byref(problem)))
+    del keep, keep2
+    variant, _, rest = text.partition(" (")
+    rule, _, detail = rest.rstrip(")").partition(": ")
+    return variant, rule, detail

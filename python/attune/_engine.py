@@ -1,0 +1,324 @@
+"""Attention calls over array adapters (torch tensors, NumPy arrays): the
+problem built from shapes and strides, a runtime per backend and device,
+plans cached per problem, and the fp64 reference for float32 and float64.
+
+Every call is a plan and a run (runtime/plan.h): the plan is made once per
+problem shape and cached, and the run launches on the caller's stream with
+the length arrays and workspace the caller's allocator holds, so a CUDA call
+allocates nothing through attune, copies nothing and never synchronizes.
+"""
+import ctypes
+import math
+import os
+import threading
+from dataclasses import dataclass, field
+
+from . import _native as native
+from ._errors import InvalidArgument
+
+KERNEL_DTYPES = ("fp16", "bf16")  # what the kernels store
+REFERENCE_DTYPES = ("fp32", "fp64")  # what the fp64 reference takes (CPU only)
+
+
+@dataclass(frozen=True)
+class View:
+    """What a call needs of an array: its address, shape, strides in
+    elements, dtype name and device."""
+    ptr: int
+    shape: tuple
+    strides: tuple
+    dtype: str
+    device: str = "cpu"  # "cpu" or "cuda"
+    index: int = 0  # CUDA device ordinal
+
+
+@dataclass(frozen=True)
+class Spec:
+    """The options of an attention call that are not tensors."""
+    scale: float
+    mask: int = native.MASK_NONE
+    window: tuple = (-1, -1)
+    softcap: float = 0.0
+    alibi_per_batch: bool = False  # slopes [B, Hq] rather than [Hq]
+    has_alibi: bool = False
+
+
+def mask_of(causal, window_size, top_left=False):
+    """flash-attn's (causal, window_size) as attune's mask and window."""
+    left, right = int(window_size[0]), int(window_size[1])
+    if left < -1 or right < -1:
+        raise InvalidArgument(f"window_size: got {window_size}; expected (left, right) with -1 for unbounded")
+    if causal:
+        if top_left:
+            if (left, right) != (-1, -1):
+                raise InvalidArgument("a top-left causal mask with a window; expected one of the two")
+            return native.MASK_CAUSAL_TOP_LEFT, (-1, -1)
+        if left == -1:
+            return native.MASK_CAUSAL_BOTTOM_RIGHT, (-1, -1)
+        return native.MASK_SLIDING_WINDOW, (left, 0)
+    if (left, right) == (-1, -1):
+        return native.MASK_NONE, (-1, -1)
+    return native.MASK_SLIDING_WINDOW, (left, right)
+
+
+# -- runtimes -------------------------------------------------------------------
+
+_runtimes = {}
+_plans = {}
+_lock = threading.Lock()
+
+
+class _Runtime:
+    def __init__(self, backend, device, tuning_db):
+        opts = native.RuntimeOptions()
+        native.lib().attune_runtime_options_init(ctypes.byref(opts))
+        opts.backend = backend.encode()
+        opts.device = device
+        if tuning_db is not None:
+            opts.tuning_db = os.fspath(tuning_db).encode()
+        handle = ctypes.c_void_p()
+        native.check(native.lib().attune_runtime_create_with(ctypes.byref(opts), ctypes.byref(handle)))
+        self.handle = handle
+        self.backend = backend
+
+    def __del__(self):
+        if getattr(self, "handle", None) and native._lib is not None:
+            native.lib().attune_runtime_destroy(self.handle)
+
+
+_tuning_db = None  # None: the CLI's default path; "": none; else a path
+
+
+def set_tuning_db(path):
+    """The tuning database new runtimes dispatch from (None: the default
+    path, "": none), and drops the runtimes and plans made so far."""
+    global _tuning_db
+    _tuning_db = path
+    reset()
+
+
+def reset():
+    """Drops every runtime and plan: the next call dispatches afresh (after
+    `attune tune` wrote new results, for instance)."""
+    with _lock:
+        _plans.clear()
+        _runtimes.clear()
+
+
+def runtime(backend, device=0):
+    key = (backend, device)
+    rt = _runtimes.get(key)
+    if rt is None:
+        with _lock:
+            rt = _runtimes.get(key)
+            if rt is None:
+                rt = _runtimes[key] = _Runtime(backend, device, _tuning_db)
+    return rt
+
+
+def cpu_backend():
+    """Where 16-bit CPU arrays run: the emulator, unless $ATTUNE_CPU_BACKEND
+    says "cuda" (the host-overhead benchmark, on the recording fake driver)."""
+    backend = os.environ.get("ATTUNE_CPU_BACKEND", "emu")
+    if backend not in ("emu", "cuda"):
+        raise InvalidArgument(f"ATTUNE_CPU_BACKEND: got {backend!r}; expected emu or cuda")
+    return backend
+
+
+def backend_of(view):
+    if view.device == "cuda":
+        if view.dtype not in KERNEL_DTYPES:
+            raise InvalidArgument(f"dtype: got {view.dtype} on a CUDA device; expected float16 or bfloat16 "
+                                  "(float32 and float64 run on the fp64 reference, on the CPU)")
+        return "cuda", view.index
+    if view.dtype in KERNEL_DTYPES:
+        return cpu_backend(), 0
+    if view.dtype in REFERENCE_DTYPES:
+        return "reference", 0
+    raise InvalidArgument(f"dtype: got {view.dtype}; expected float16 or bfloat16 (kernels), or float32 or "
+                          "float64 (the fp64 reference, on the CPU)")
+
+
+# -- problems -------------------------------------------------------------------
+
+@dataclass
+class Lengths:
+    """The length arrays of a call (views of int32 arrays, or None) and the
+    host bounds a plan is made for."""
+    cu_seqlens_q: View = None
+    cu_seqlens_k: View = None
+    seqlens_k: View = None
+    block_table: View = None
+    max_seqlen_q: int = 0
+    max_seqlen_k: int = 0
+
+    def any(self):
+        return any(x is not None for x in (self.cu_seqlens_q, self.cu_seqlens_k, self.seqlens_k, self.block_table))
+
+
+@dataclass
+class Shape:
+    """The sizes of a call, read from its arrays."""
+    batch: int
+    seqlen_q: int
+    seqlen_k: int
+    heads_q: int
+    heads_kv: int
+    head_dim_k: int
+    head_dim_v: int
+    page_size: int = 0
+    max_pages: int = 0
+    num_pages: int = 0
+    packed_q: bool = False
+    packed_k: bool = False
+    extra: dict = field(default_factory=dict)
+
+
+def _require(cond, what):
+    if not cond:
+        raise InvalidArgument(what)
+
+
+def shape_of(q, k, v, lengths):
+    """Sizes from Q [B, Sq, Hq, Dk] or packed [Tq, Hq, Dk], K and V [B, Sk,
+    Hkv, D], packed [Tk, Hkv, D] or page pools [pages, page_size, Hkv, D]
+    (with a block table)."""
+    _require(q.dtype == k.dtype == v.dtype,
+             f"dtypes: got q {q.dtype}, k {k.dtype}, v {v.dtype}; expected one dtype")
+    _require(q.device == k.device == v.device and q.index == k.index == v.index,
+             "devices: q, k and v must be on one device")
+    for name, t in (("q", q), ("k", k), ("v", v)):
+        _require(len(t.shape) in (3, 4), f"{name}: got {len(t.shape)} dimensions {list(t.shape)}; expected "
+                 "[batch, seqlen, heads, head_dim] or packed [total, heads, head_dim]")
+        _require(t.strides[-1] == 1 or t.shape[-1] == 1,
+                 f"{name}: the last dimension has stride {t.strides[-1]}; expected it contiguous (stride 1)")
+    packed_q = len(q.shape) == 3
+    if packed_q:
+        _require(lengths.cu_seqlens_q is not None, "q is packed [total, heads, head_dim]; expected cu_seqlens_q")
+        batch = lengths.cu_seqlens_q.shape[0] - 1
+        seqlen_q = q.shape[0]
+    else:
+        batch, seqlen_q = q.shape[0], q.shape[1]
+    heads_q, dk = q.shape[-2], q.shape[-1]
+    _require(k.shape[-1] == dk, f"k: head_dim {k.shape[-1]}; expected q's {dk}")
+    _require(k.shape[:-1] == v.shape[:-1], f"k {list(k.shape)} and v {list(v.shape)}: expected the same shape "
+             "but for the head dim")
+    heads_kv, dv = k.shape[-2], v.shape[-1]
+    s = Shape(batch, seqlen_q, 0, heads_q, heads_kv, dk, dv, packed_q=packed_q)
+    if lengths.block_table is not None:
+        _require(len(k.shape) == 4, "a block table: expected k and v page pools [pages, page_size, heads, head_dim]")
+        _require(len(lengths.block_table.shape) == 2 and lengths.block_table.shape[0] == batch,
+                 f"block_table: got {list(lengths.block_table.shape)}; expected [{batch}, max_pages]")
+        s.num_pages, s.page_size = k.shape[0], k.shape[1]
+        s.max_pages = lengths.block_table.shape[1]
+        s.seqlen_k = s.max_pages * s.page_size
+    elif len(k.shape) == 3:
+        _require(lengths.cu_seqlens_k is not None, "k is packed [total, heads, head_dim]; expected cu_seqlens_k")
+        s.packed_k = True
+        s.seqlen_k = k.shape[0]
+    else:
+        _require(packed_q or k.shape[0] == batch, f"k: batch {k.shape[0]}; expected q's {batch}")
+        s.seqlen_k = k.shape[1]
+    return s
+
+
+def _strides3(t, packed):
+    """[batch, seq, head] strides in elements (packed: batch stride 0)."""
+    if packed:
+        return (0, t.strides[0], t.strides[1])
+    return (t.strides[0], t.strides[1], t.strides[2])
+
+
+def problem_key(dtype, s, spec, q, k, v, o_strides, lse_strides, lengths, device_lengths):
+    """The tuple a plan is cached under: everything the C problem holds but
+    the pointers."""
+    kv_packed = s.packed_k
+    return (dtype, s.batch, s.seqlen_q, s.seqlen_k, s.heads_q, s.heads_kv, s.head_dim_k, s.head_dim_v,
+            spec, _strides3(q, s.packed_q), _strides3(k, kv_packed), _strides3(v, kv_packed), o_strides,
+            lse_strides, s.page_size, s.max_pages, s.num_pages,
+            lengths.cu_seqlens_q is not None, lengths.cu_seqlens_k is not None, lengths.seqlens_k is not None,
+            lengths.max_seqlen_q, lengths.max_seqlen_k, device_lengths)
+
+
+def make_problem(key, host_lengths=None):
+    """The C problem of a plan key (host_lengths: pointers of host arrays,
+    for the reference)."""
+    (dtype, batch, seqlen_q, seqlen_k, heads_q, heads_kv, dk, dv, spec, qs, ks, vs, os_, ls, page_size, max_pages,
+     num_pages, _, _, _, _, _, _) = key
+    p = native.Problem()
+    native.lib().attune_problem_init(ctypes.byref(p))
+    p.dtype = native.DTYPE_FP16 if dtype == "fp16" else native.DTYPE_BF16
+    p.batch, p.seqlen_q, p.seqlen_k, p.heads_q, p.heads_kv = batch, seqlen_q, seqlen_k, heads_q, heads_kv
+    p.head_dim_k, p.head_dim_v = dk, dv
+    p.scale = spec.scale
+    p.mask = spec.mask
+    p.window_left, p.window_right = spec.window
+    for name, strides in (("q_strides", qs), ("k_strides", ks), ("v_strides", vs), ("o_strides", os_),
+                          ("lse_strides", ls)):
+        getattr(p, name)[:] = strides
+    p.page_size, p.max_pages, p.num_pages = page_size, max_pages, num_pages
+    p.softcap = spec.softcap
+    p.alibi_per_batch = 1 if spec.alibi_per_batch else 0
+    if host_lengths:
+        for name, ptr in host_lengths.items():
+            setattr(p, name, ptr)
+    return p
+
+
+class Plan:
+    """A plan of the C API with what its runs need."""
+
+    def __init__(self, rt, key, op, lengths, splits=0, split_size=0, deterministic=False, alibi=False):
+        self.runtime = rt  # keeps the runtime alive while the plan is
+        problem = make_problem(key)
+        if alibi:  # the plan must know the problem has ALiBi: any non-null pointer marks it
+            problem.alibi_slopes = 1
+        opts = native.PlanOptions()
+        native.lib().attune_plan_options_init(ctypes.byref(opts))
+        opts.op = op
+        opts.splits = splits
+        opts.split_size = split_size
+        opts.deterministic = 1 if deterministic else 0
+        opts.device_lengths = 1 if lengths.any() else 0
+        opts.cu_seqlens_q = 1 if lengths.cu_seqlens_q is not None else 0
+        opts.cu_seqlens_k = 1 if lengths.cu_seqlens_k is not None else 0
+        opts.seqlens_k = 1 if (lengths.seqlens_k is not None) else 0
+        opts.max_seqlen_q = lengths.max_seqlen_q
+        opts.max_seqlen_k = lengths.max_seqlen_k
+        handle = ctypes.c_void_p()
+        native.check(native.lib().attune_plan_create(rt.handle, ctypes.byref(problem), ctypes.byref(opts),
+                                                     ctypes.byref(handle)))
+        self.handle = handle
+        size = ctypes.c_size_t()
+        native.check(native.lib().attune_plan_workspace_size(handle, ctypes.byref(size)))
+        self.workspace_bytes = size.value
+        self.description = native.lib().attune_plan_describe(handle).decode()
+
+    def __del__(self):
+        if getattr(self, "handle", None) and native._lib is not None:
+            native.lib().attune_plan_destroy(self.handle)
+
+    def run(self, buffers, lengths, workspace_ptr, stream, batch=-1):
+        metadata = native.Metadata(
+            lengths.cu_seqlens_q.ptr if lengths.cu_seqlens_q is not None else None,
+            lengths.cu_seqlens_k.ptr if lengths.cu_seqlens_k is not None else None,
+            lengths.seqlens_k.ptr if lengths.seqlens_k is not None else None,
+            lengths.block_table.ptr if lengths.block_table is not None else None,
+            batch)
+        native.check(native.lib().attune_plan_run(self.runtime.handle, self.handle, ctypes.byref(buffers),
+                                                  ctypes.byref(metadata), workspace_ptr, self.workspace_bytes,
+                                                  stream))
+
+
+def plan_for(backend, device, key, op, lengths, splits=0, split_size=0, deterministic=False, alibi=False):
+    full = (backend, device, op, splits, split_size, deterministic, alibi, key)
+    plan = _plans.get(full)
+    if plan is None:
+        plan = Plan(runtime(backend, device), key, op, lengths, splits, split_size, deterministic, alibi)
+        with _lock:
+            _plans[full] = plan
+    return plan
+
+
+def default_scale(head_dim_k):
+    return 1.0 / math.sqrt(head_dim_k)

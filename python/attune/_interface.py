@@ -1,0 +1,199 @@
+"""The functions users call: flash-attn's names, arguments and return
+values, SDPA's, and the plan/run pair of a serving step.
+
+    from attune import flash_attn_func          # was: from flash_attn import flash_attn_func
+    out = flash_attn_func(q, k, v, causal=True)  # [B, S, H, D]
+
+Torch tensors go through the registered ops (autograd, torch.compile,
+torch.export); NumPy arrays run the same calls without torch (no autograd).
+An argument attune does not support raises NotImplementedError naming it.
+"""
+import math
+
+from . import _calls as calls
+from . import _engine as engine
+from . import _native as native
+from ._errors import InvalidArgument
+
+
+def _is_numpy(x):
+    return type(x).__module__ == "numpy"
+
+
+def _unsupported(name, why=""):
+    raise NotImplementedError(f"attune: {name} is not supported{': ' + why if why else ''}")
+
+
+def _scale(softmax_scale, head_dim):
+    return float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
+
+
+def _check_window(window_size):
+    if len(window_size) != 2:
+        raise InvalidArgument(f"window_size: got {window_size!r}; expected (left, right)")
+
+
+def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, deterministic, cu_seqlens_q=None,
+         cu_seqlens_k=None, seqlens_k=None, block_table=None, max_seqlen_q=0, max_seqlen_k=0, num_splits=0,
+         top_left=False):
+    """num_splits: 0 the forward; -1 decode with the built-in split count;
+    N > 0 decode with N splits."""
+    _check_window(window_size)
+    mask, window = engine.mask_of(causal, window_size, top_left=top_left)
+    softcap = float(softcap or 0.0)
+    if softcap < 0:
+        raise InvalidArgument(f"softcap: got {softcap}; expected >= 0 (0: off)")
+    if _is_numpy(q):
+        from . import _numpy
+        spec = engine.Spec(scale=scale, mask=mask, window=window, softcap=softcap,
+                           alibi_per_batch=alibi_slopes is not None and alibi_slopes.ndim == 2,
+                           has_alibi=alibi_slopes is not None)
+        return calls.forward(_numpy.ARRAYS, q, k, v, spec, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                             seqlens_k=seqlens_k, block_table=block_table, max_seqlen_q=max_seqlen_q,
+                             max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, num_splits=max(num_splits, 0),
+                             decode=num_splits != 0)
+    from . import _torch
+    return _torch.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, int(max_seqlen_q),
+                      int(max_seqlen_k), scale, mask, window[0], window[1], softcap, alibi_slopes, int(num_splits),
+                      bool(deterministic))
+
+
+def _returned(out, lse, return_attn_probs):
+    return (out, lse, None) if return_attn_probs else out
+
+
+def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """Attention over q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (Hq a
+    multiple of Hkv; v's head dim may differ), as flash-attn's: causal is
+    aligned bottom-right, window_size (left, right) with -1 unbounded,
+    softmax_scale defaults to 1/sqrt(D). Returns out [B, Sq, Hq, Dv], or
+    (out, softmax_lse [B, Hq, Sq] float32, None) with return_attn_probs
+    (attune never returns the probabilities)."""
+    if dropout_p:
+        _unsupported("dropout_p", f"got {dropout_p}; attune computes attention without dropout")
+    out, lse = _run(q, k, v, scale=_scale(softmax_scale, q.shape[-1]), causal=causal, window_size=window_size,
+                    softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic)
+    return _returned(out, lse, return_attn_probs)
+
+
+def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                           softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
+                           deterministic=False, return_attn_probs=False, block_table=None):
+    """Packed sequences: q [Tq, Hq, D], k and v [Tk, Hkv, D], cu_seqlens
+    int32 [B + 1] offsets, max_seqlen the longest sequence (a bound the plan
+    is made for). With block_table, k and v are page pools [pages,
+    page_size, Hkv, D] and cu_seqlens_k counts each sequence's cached keys.
+    Returns out [Tq, Hq, Dv], or (out, softmax_lse [Hq, Tq], None)."""
+    if dropout_p:
+        _unsupported("dropout_p", f"got {dropout_p}; attune computes attention without dropout")
+    seqlens_k = None
+    if block_table is not None:  # the cache's lengths, as attune's paged contract takes them
+        seqlens_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
+        cu_seqlens_k = None
+    out, lse = _run(q, k, v, scale=_scale(softmax_scale, q.shape[-1]), causal=causal, window_size=window_size,
+                    softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
+                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqlens_k=seqlens_k,
+                    block_table=block_table, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    return _returned(out, lse, return_attn_probs)
+
+
+def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
+                            cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
+                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+    """Decode against a KV cache: q [B, Sq, Hq, D]; k_cache and v_cache
+    [B, Smax, Hkv, D], or page pools [pages, page_size, Hkv, D] with
+    block_table int32 [B, max_pages]; cache_seqlens (int32 [B], or one int)
+    the keys in use per sequence. num_splits 0: attune's choice (tuned, or
+    enough to fill the GPU). Returns out, or (out, softmax_lse) with
+    return_softmax_lse."""
+    if k is not None or v is not None:
+        _unsupported("k, v (appending new keys and values into the cache)",
+                     "write them into k_cache and v_cache first, then pass cache_seqlens")
+    if rotary_cos is not None or rotary_sin is not None:
+        _unsupported("rotary_cos, rotary_sin (rotary embedding)", "apply it to q and the cache before the call")
+    if cache_batch_idx is not None:
+        _unsupported("cache_batch_idx")
+    if cache_leftpad is not None:
+        _unsupported("cache_leftpad")
+    batch = q.shape[0]
+    if cache_seqlens is None:
+        smax = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
+        cache_seqlens = [smax] * batch
+    elif isinstance(cache_seqlens, int):
+        cache_seqlens = [cache_seqlens] * batch
+    if isinstance(cache_seqlens, list):
+        if _is_numpy(q):
+            import numpy as np
+            cache_seqlens = np.asarray(cache_seqlens, dtype=np.int32)
+        else:
+            import torch
+            cache_seqlens = torch.tensor(cache_seqlens, dtype=torch.int32, device=q.device)
+    max_k = k_cache.shape[1] * block_table.shape[1] if block_table is not None else k_cache.shape[1]
+    out, lse = _run(q, k_cache, v_cache, scale=_scale(softmax_scale, q.shape[-1]), causal=causal,
+                    window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, deterministic=False,
+                    seqlens_k=cache_seqlens, block_table=block_table, max_seqlen_k=max_k,
+                    num_splits=_splits(num_splits, block_table))
+    return (out, lse) if return_softmax_lse else out
+
+
+def _splits(num_splits, block_table):
+    """The op's split argument for a KV-cache call: the decode kernel with
+    the asked splits; with none asked, decode's own choice for a contiguous
+    cache, and Runtime::plan's rule for a paged one (long query chunks run
+    the forward kernel)."""
+    num_splits = int(num_splits)
+    if num_splits < 0:
+        raise InvalidArgument(f"num_splits: got {num_splits}; expected 0 (attune's choice) or a count >= 1")
+    if num_splits > 0:
+        return num_splits
+    return 0 if block_table is not None else -1
+
+
+def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention's arguments and
+    layout, [B, H, S, D], with its top-left causal alignment; returns
+    [B, Hq, Sq, Dv]."""
+    if attn_mask is not None:
+        _unsupported("attn_mask", "use is_causal, or flash_attn_func's window_size and cu_seqlens for padding")
+    if dropout_p:
+        _unsupported("dropout_p", f"got {dropout_p}; attune computes attention without dropout")
+    if query.shape[1] != key.shape[1] and not enable_gqa:
+        raise InvalidArgument(f"heads: query {query.shape[1]}, key {key.shape[1]}; expected equal counts, or "
+                              "enable_gqa=True (as SDPA)")
+    q, k, v = (x.swapaxes(1, 2) if _is_numpy(x) else x.transpose(1, 2) for x in (query, key, value))
+    out, _ = _run(q, k, v, scale=_scale(scale, query.shape[-1]), causal=is_causal, window_size=(-1, -1),
+                  softcap=0.0, alibi_slopes=None, deterministic=False, top_left=True)
+    return out.swapaxes(1, 2) if _is_numpy(out) else out.transpose(1, 2)
+
+
+def merge_states(outs, lses):
+    """The merge of partial results over disjoint keys: outs [T, H, D] and
+    lses [H, T] (float32, natural log; -inf: an empty partial, skipped), as
+    flash_attn_varlen_func returns them; returns (out, lse)."""
+    import torch
+
+    if len(outs) != len(lses) or not outs:
+        raise InvalidArgument(f"merge_states: got {len(outs)} outs and {len(lses)} lses; expected equal counts >= 1")
+    o0 = outs[0]
+    if o0.dim() != 3:
+        raise InvalidArgument(f"merge_states: outs [T, H, D]; got {list(o0.shape)}")
+    from . import _torch
+    view = _torch.ARRAYS.view(o0)
+    backend, device = engine.backend_of(view)
+    if backend == "reference":
+        raise InvalidArgument(f"merge_states: dtype {view.dtype}; expected float16 or bfloat16")
+    rows, heads, dim = o0.shape
+    outs = [o.contiguous() for o in outs]
+    lses = [l.to(torch.float32).contiguous() for l in lses]
+    out = torch.empty_like(outs[0])
+    lse = torch.empty((heads, rows), dtype=torch.float32, device=o0.device)
+    import ctypes
+    o_ptrs = (ctypes.c_void_p * len(outs))(*[o.data_ptr() for o in outs])
+    l_ptrs = (ctypes.c_void_p * len(lses))(*[l.data_ptr() for l in lses])
+    rt = engine.runtime(backend, device)
+    dtype = native.DTYPE_FP16 if view.dtype == "fp16" else native.DTYPE_BF16
+    native.check(native.lib().attune_merge_states(rt.handle, dtype, rows, heads, dim, len(outs), o_ptrs, l_ptrs,
+                                                  out.data_ptr(), lse.data_ptr(), _torch.ARRAYS.stream(o0)))
+    return out, lse

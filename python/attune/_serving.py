@@ -1,0 +1,129 @@
+"""The plan/run pair of a serving step (decode, and mixed prefill and decode
+over a paged KV cache), as serving engines call attention: plan once per
+batch shape (dispatch, split count, compile and load, the workspace), then
+run once per layer, launching only: no allocation by attune, no copy, no
+synchronization, so the run can be captured in a CUDA graph and replayed
+while the lengths and block table change in place.
+
+    dec = attune.BatchDecode()
+    dec.plan(batch_size=64, num_qo_heads=32, num_kv_heads=8, head_dim=128, page_size=16, max_pages=256,
+             num_pages=pool_pages, dtype=torch.bfloat16)
+    for layer in layers:
+        out = dec.run(q, k_pool[layer], v_pool[layer], block_table, cache_seqlens)
+"""
+from . import _engine as engine
+from . import _native as native
+from ._errors import InvalidArgument
+
+
+class BatchDecode:
+    """Attention of few query rows per sequence (or packed query chunks)
+    against a paged KV cache, planned once per batch shape."""
+
+    def __init__(self, workspace=None, device=None):
+        """workspace: a byte tensor to run in (None: allocated by plan() from
+        torch's allocator, on `device`)."""
+        self._workspace = workspace
+        self._device = device
+        self._plan = None
+
+    def plan(self, *, batch_size, num_qo_heads, num_kv_heads, head_dim, page_size, max_pages, num_pages,
+             dtype=None, head_dim_v=None, max_seqlen_q=1, total_q=None, max_seqlen_k=None, causal=True,
+             window_size=(-1, -1), softmax_scale=None, softcap=0.0, num_splits=0, split_size=0):
+        """Plans runs over q [batch_size, max_seqlen_q, Hq, D] (or, with
+        total_q, packed [total_q, Hq, D] and cu_seqlens_q), page pools
+        [num_pages, page_size, Hkv, D] and block tables [batch_size,
+        max_pages]; max_seqlen_k bounds the cache lengths (default: all
+        pages). A run may use fewer sequences. num_splits or split_size (keys
+        per split, batch invariant) choose the decode kernel's splits;
+        otherwise attune decides (tuned or built in)."""
+        import torch
+
+        dtype = dtype or torch.bfloat16
+        names = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+        if dtype not in names:
+            raise InvalidArgument(f"dtype: got {dtype}; expected torch.float16 or torch.bfloat16")
+        device = torch.device(self._device) if self._device is not None else torch.device(
+            "cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+        self._device = device
+        dv = head_dim_v or head_dim
+        packed = total_q is not None
+        rows = int(total_q) if packed else int(max_seqlen_q)
+        max_k = int(max_seqlen_k) if max_seqlen_k is not None else int(max_pages) * int(page_size)
+        s = engine.Shape(int(batch_size), rows, int(max_pages) * int(page_size), int(num_qo_heads),
+                         int(num_kv_heads), int(head_dim), int(dv), int(page_size), int(max_pages), int(num_pages),
+                         packed_q=packed)
+        hq, hkv = s.heads_q, s.heads_kv
+        q_strides = (0, hq * head_dim, head_dim) if packed else (rows * hq * head_dim, hq * head_dim, head_dim)
+        k_strides = (page_size * hkv * head_dim, hkv * head_dim, head_dim)
+        v_strides = (page_size * hkv * dv, hkv * dv, dv)
+        if packed:
+            o_strides, lse_strides = (0, hq * dv, dv), (0, 1, rows)
+        else:
+            o_strides, lse_strides = (rows * hq * dv, hq * dv, dv), (hq * rows, 1, rows)
+        mask, window = engine.mask_of(causal, window_size)
+        scale = engine.default_scale(head_dim) if softmax_scale is None else float(softmax_scale)
+        spec = engine.Spec(scale=scale, mask=mask, window=window, softcap=float(softcap))
+        lengths = engine.Lengths(cu_seqlens_q=engine.View(0, (), (), "int32") if packed else None,
+                                 seqlens_k=engine.View(0, (), (), "int32"),
+                                 block_table=engine.View(0, (), (), "int32"),
+                                 max_seqlen_q=int(max_seqlen_q), max_seqlen_k=max_k)
+        key = (names[dtype], s.batch, s.seqlen_q, s.seqlen_k, hq, hkv, s.head_dim_k, s.head_dim_v, spec, q_strides,
+               k_strides, v_strides, o_strides, lse_strides, s.page_size, s.max_pages, s.num_pages, packed, False,
+               True, int(max_seqlen_q), max_k, True)
+        backend = "cuda" if device.type == "cuda" else engine.cpu_backend()
+        op = native.OP_FORWARD if (packed and num_splits == 0 and split_size == 0) else native.OP_DECODE
+        self._plan = engine.Plan(engine.runtime(backend, device.index or 0), key, op, lengths,
+                                 splits=int(num_splits), split_size=int(split_size))
+        self._shapes = ((rows, hq, head_dim) if packed else (s.batch, rows, hq, head_dim),
+                        (int(num_pages), int(page_size), hkv, head_dim), (int(num_pages), int(page_size), hkv, dv))
+        self._out_shape = (rows, hq, dv) if packed else (s.batch, rows, hq, dv)
+        self._lse_shape = (hq, rows) if packed else (s.batch, hq, rows)
+        self._dtype, self._packed = dtype, packed
+        need = self._plan.workspace_bytes
+        if need and (self._workspace is None or self._workspace.numel() * self._workspace.element_size() < need):
+            self._workspace = torch.empty(need, dtype=torch.uint8, device=device)
+        return self
+
+    @property
+    def description(self):
+        """What the plan runs: kernel, variant, splits, workspace, and why."""
+        return self._plan.description if self._plan else "not planned"
+
+    def run(self, q, k_cache, v_cache, block_table, cache_seqlens, cu_seqlens_q=None, out=None, lse=None,
+            batch=None):
+        """Launches the plan on the current stream: out [shape of q with
+        head_dim_v] (written into `out` when given), and softmax_lse into
+        `lse` when given. block_table int32 [batch_size, max_pages],
+        cache_seqlens int32 [batch_size], cu_seqlens_q int32 [batch_size + 1]
+        (packed plans), all on the plan's device; batch: the sequences of
+        this run (default: the plan's)."""
+        import torch
+
+        if self._plan is None:
+            raise InvalidArgument("BatchDecode.run before plan(); expected plan() first")
+        for name, t, shape in (("q", q, self._shapes[0]), ("k_cache", k_cache, self._shapes[1]),
+                               ("v_cache", v_cache, self._shapes[2])):
+            if tuple(t.shape) != shape or t.dtype != self._dtype or not t.is_contiguous():
+                raise InvalidArgument(f"{name}: got {list(t.shape)} {t.dtype}"
+                                      f"{'' if t.is_contiguous() else ' (not contiguous)'}; expected a contiguous "
+                                      f"{list(shape)} {self._dtype} (as planned)")
+        if self._packed and cu_seqlens_q is None:
+            raise InvalidArgument("cu_seqlens_q: got None; expected int32 [batch_size + 1] (a packed plan)")
+        for name, t in (("block_table", block_table), ("cache_seqlens", cache_seqlens),
+                        ("cu_seqlens_q", cu_seqlens_q)):
+            if t is not None and (t.dtype != torch.int32 or not t.is_contiguous()):
+                raise InvalidArgument(f"{name}: got {t.dtype}; expected contiguous int32")
+        if out is None:
+            out = torch.empty(self._out_shape, dtype=self._dtype, device=q.device)
+        lengths = engine.Lengths(
+            cu_seqlens_q=engine.View(cu_seqlens_q.data_ptr(), (), (), "int32") if cu_seqlens_q is not None else None,
+            seqlens_k=engine.View(cache_seqlens.data_ptr(), (), (), "int32"),
+            block_table=engine.View(block_table.data_ptr(), (), (), "int32"))
+        buffers = native.Buffers(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
+                                 lse.data_ptr() if lse is not None else None, None, None, None, None, None, None,
+                                 None)
+        stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None
+        workspace = self._workspace.data_ptr() if self._plan.workspace_bytes else None
+        self._plan.run(buffers, lengths, workspace, stream, batch=-1 if batch is None else int(batch))
+        return out

@@ -1,0 +1,149 @@
+"""The PyTorch side: the array adapter for tensors and the ops registered
+with torch.library (schema, one implementation for CPU and CUDA, fake
+implementations that compute shapes only, autograd through the backward
+op), so torch.compile(fullgraph=True) and torch.export trace them.
+
+    attune::fwd(q, k, v, cu_seqlens_q?, cu_seqlens_k?, seqlens_k?, block_table?, max_seqlen_q, max_seqlen_k,
+                scale, mask, window_left, window_right, softcap, alibi_slopes?, num_splits, deterministic)
+        -> (out, softmax_lse)
+    attune::bwd(dout, q, k, v, out, softmax_lse, cu_seqlens_q?, cu_seqlens_k?, seqlens_k?, max_seqlen_q,
+                max_seqlen_k, scale, mask, window_left, window_right, softcap, alibi_slopes?, deterministic)
+        -> (dq, dk, dv)
+
+Tensors are [B, S, H, D] or packed [T, H, D]; CPU float16/bfloat16 run on
+the emulator (the real kernels), float32/float64 on the fp64 reference;
+CUDA float16/bfloat16 on the GPU, on the current stream of the tensors'
+device, without synchronizing.
+"""
+from typing import Optional, Tuple
+
+import torch
+
+from . import _calls as calls
+from . import _engine as engine
+
+_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64",
+          torch.int32: "int32", torch.int64: "int64"}
+_TYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64,
+          "int32": torch.int32}
+
+
+class TorchArrays(calls.Arrays):
+    def view(self, x):
+        return engine.View(x.data_ptr(), tuple(x.shape), tuple(x.stride()), _NAMES.get(x.dtype, str(x.dtype)),
+                           x.device.type, x.device.index or 0)
+
+    def empty(self, shape, dtype, like):
+        return torch.empty(shape, dtype=_TYPES[dtype], device=like.device)
+
+    def float64(self, x):
+        return x.detach().to(device="cpu", dtype=torch.float64).contiguous()
+
+    def float32(self, x):
+        return x.detach().to(dtype=torch.float32).contiguous()
+
+    def cast(self, x, like):
+        return x.to(like.dtype if isinstance(like, torch.Tensor) else _TYPES[like])
+
+    def int32(self, x):
+        if not isinstance(x, torch.Tensor):
+            x = torch.tensor(x, dtype=torch.int32)
+        return x if x.dtype == torch.int32 and x.is_contiguous() else x.to(torch.int32).contiguous()
+
+    def stream(self, like):
+        return torch.cuda.current_stream(like.device).cuda_stream if like.is_cuda else None
+
+    def gather_pages(self, cache, block_table, page_size):
+        pages = cache[block_table.long()]  # [B, max_pages, page_size, H, D]
+        b, p = block_table.shape
+        return pages.reshape(b, p * page_size, cache.shape[2], cache.shape[3])
+
+
+ARRAYS = TorchArrays()
+
+
+def _spec(scale, mask, window_left, window_right, softcap, alibi_slopes):
+    return engine.Spec(scale=float(scale), mask=int(mask), window=(int(window_left), int(window_right)),
+                       softcap=float(softcap),
+                       alibi_per_batch=alibi_slopes is not None and alibi_slopes.dim() == 2,
+                       has_alibi=alibi_slopes is not None)
+
+
+def _lse_dtype(q):
+    return torch.float64 if q.dtype == torch.float64 else torch.float32
+
+
+@torch.library.custom_op("attune::fwd", mutates_args=())
+def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
+        cu_seqlens_k: Optional[torch.Tensor], seqlens_k: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
+        max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window_left: int, window_right: int,
+        softcap: float, alibi_slopes: Optional[torch.Tensor], num_splits: int,
+        deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+    # num_splits: 0 the forward (a paged cache picks its kernel), -1 decode
+    # with the built-in split count, N > 0 decode with N splits.
+    spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes)
+    out, lse = calls.forward(ARRAYS, q, k, v, spec, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+                             seqlens_k=seqlens_k, block_table=block_table, max_seqlen_q=max_seqlen_q,
+                             max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, num_splits=max(num_splits, 0),
+                             decode=num_splits != 0)
+    return out, lse.to(_lse_dtype(q))
+
+
+@fwd.register_fake
+def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_seqlen_q, max_seqlen_k, scale, mask,
+              window_left, window_right, softcap, alibi_slopes, num_splits, deterministic):
+    if q.dim() == 3:  # packed [T, H, D]
+        out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
+        lse = q.new_empty((q.shape[1], q.shape[0]), dtype=_lse_dtype(q))
+    else:
+        out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[-1]))
+        lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=_lse_dtype(q))
+    return out, lse
+
+
+@torch.library.custom_op("attune::bwd", mutates_args=())
+def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+        softmax_lse: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
+        seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int,
+        window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
+        deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes)
+    if q.dtype in (torch.float16, torch.bfloat16):
+        # The kernels write the gradients laid out like q, k and v, and read
+        # dO laid out like O and the forward's float32 LSE.
+        q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
+        out, softmax_lse = out.contiguous(), softmax_lse.to(torch.float32).contiguous()
+    dq, dk, dv = calls.backward(ARRAYS, dout, q, k, v, out, softmax_lse, spec, cu_seqlens_q=cu_seqlens_q,
+                                cu_seqlens_k=cu_seqlens_k, seqlens_k=seqlens_k, max_seqlen_q=max_seqlen_q,
+                                max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, deterministic=deterministic)
+    return dq, dk, dv
+
+
+@bwd.register_fake
+def _bwd_fake(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, max_seqlen_q, max_seqlen_k,
+              scale, mask, window_left, window_right, softcap, alibi_slopes, deterministic):
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    (q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_seqlen_q, max_seqlen_k, scale, mask,
+     window_left, window_right, softcap, alibi_slopes, num_splits, deterministic) = inputs
+    out, lse = output
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, alibi_slopes)
+    ctx.args = (max_seqlen_q, max_seqlen_k, scale, mask, window_left, window_right, softcap, deterministic)
+    ctx.paged = block_table is not None
+    ctx.mark_non_differentiable(lse)
+
+
+def _backward(ctx, dout, dlse):
+    if ctx.paged:
+        raise NotImplementedError("attune: backward through a paged KV cache (block_table) is not supported; "
+                                  "expected contiguous or packed K and V")
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, alibi_slopes = ctx.saved_tensors
+    (max_seqlen_q, max_seqlen_k, scale, mask, window_left, window_right, softcap, deterministic) = ctx.args
+    dq, dk, dv = bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, max_seqlen_q, max_seqlen_k,
+                     scale, mask, window_left, window_right, softcap, alibi_slopes, deterministic)
+    return (dq, dk, dv) + (None,) * 14
+
+
+fwd.register_autograd(_backward, setup_context=_setup_context)

@@ -1,0 +1,182 @@
+"""flash-attn's functions (and SDPA's) on CPU tensors: bfloat16/float16
+run attune's kernels on the emulator and must meet FlashAttention's accuracy
+rule against an independent fp64 attention; float32/float64 run the fp64
+reference. The families follow the CLI tests': causal and not, GQA,
+Dk != Dv, windows, Sq > Sk (empty rows), varlen with empty sequences, KV
+caches contiguous and paged, softcap and ALiBi."""
+import math
+
+import pytest
+import torch
+
+import attune
+from conftest import assert_accurate, max_error, naive, randn, reference
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("case", [
+    dict(b=2, sq=37, sk=50, hq=4, hkv=2, d=64, dv=64, causal=True),
+    dict(b=1, sq=50, sk=37, hq=2, hkv=2, d=64, dv=48, causal=True),  # Sq > Sk: rows without keys
+    dict(b=1, sq=33, sk=33, hq=4, hkv=1, d=32, dv=32, causal=False),  # MQA
+    dict(b=1, sq=40, sk=70, hq=2, hkv=2, d=96, dv=96, causal=False, window=(16, 8)),
+    dict(b=1, sq=40, sk=40, hq=2, hkv=1, d=64, dv=64, causal=True, window=(10, -1)),
+])
+def test_flash_attn_func_matches_the_reference(dtype, case):
+    q = randn(case["b"], case["sq"], case["hq"], case["d"], dtype=dtype, seed=1)
+    k = randn(case["b"], case["sk"], case["hkv"], case["d"], dtype=dtype, seed=2)
+    v = randn(case["b"], case["sk"], case["hkv"], case["dv"], dtype=dtype, seed=3)
+    window = case.get("window", (-1, -1))
+    out, lse, probs = attune.flash_attn_func(q, k, v, causal=case["causal"], window_size=window,
+                                             return_attn_probs=True)
+    assert probs is None
+    assert out.shape == (case["b"], case["sq"], case["hq"], case["dv"]) and out.dtype == dtype
+    assert lse.shape == (case["b"], case["hq"], case["sq"]) and lse.dtype == torch.float32
+    want, want_lse = reference(q, k, v, causal=case["causal"], window=window)
+    assert_accurate(out, want, naive(q, k, v, causal=case["causal"], window=window), str(case))
+    finite = torch.isfinite(want_lse)
+    assert torch.equal(torch.isfinite(lse), finite), "rows without keys: LSE = -inf exactly there"
+    assert max_error(lse[finite], want_lse[finite]) < 2e-2
+    assert (out[~finite.transpose(1, 2)] == 0).all(), "rows without keys are 0"
+
+
+def test_a_flash_attn_script_runs_unchanged():
+    # What a flash-attn user's code looks like, positional arguments included.
+    from attune import flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache
+
+    q, k, v = (randn(2, 24, 4, 64, seed=s) for s in (4, 5, 6))
+    out = flash_attn_func(q, k, v, 0.0, None, True)  # dropout_p, softmax_scale, causal
+    assert_accurate(out, reference(q, k, v, causal=True)[0], naive(q, k, v, causal=True), "positional")
+    cu = torch.tensor([0, 10, 24, 48], dtype=torch.int32)
+    qp, kp, vp = (x.reshape(48, 4, 64) for x in (q, k, v))
+    out = flash_attn_varlen_func(qp, kp, vp, cu, cu, 24, 24, 0.0, 0.125, True)
+    assert_accurate(out, reference(qp, kp, vp, causal=True, scale=0.125, cu_seqlens_q=cu, cu_seqlens_k=cu)[0],
+                    naive(qp, kp, vp, causal=True, scale=0.125, cu_seqlens_q=cu, cu_seqlens_k=cu), "varlen")
+    out = flash_attn_with_kvcache(q[:, :1], k, v, cache_seqlens=torch.tensor([24, 9], dtype=torch.int32),
+                                  causal=True)
+    lens = [24, 9]
+    assert_accurate(out, reference(q[:, :1], k, v, causal=True, seqlens_k=lens)[0],
+                    naive(q[:, :1], k, v, causal=True, seqlens_k=lens), "kvcache")
+
+
+def test_varlen_with_empty_sequences_and_softmax_lse_layout():
+    cu_q = torch.tensor([0, 7, 7, 30, 31], dtype=torch.int32)  # an empty query sequence
+    cu_k = torch.tensor([0, 12, 20, 20, 45], dtype=torch.int32)  # ... and an empty key sequence
+    q, k, v = randn(31, 4, 64, seed=7), randn(45, 2, 64, seed=8), randn(45, 2, 64, seed=9)
+    out, lse, _ = attune.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 23, 25, causal=True, return_attn_probs=True)
+    assert out.shape == (31, 4, 64) and lse.shape == (4, 31)
+    kw = dict(causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    want, want_lse = reference(q, k, v, **kw)
+    assert_accurate(out, want, naive(q, k, v, **kw), "varlen")
+    assert (out[7:30] == 0).all() and torch.isinf(lse[:, 7:30]).all(), "the sequence without keys"
+
+
+def test_sdpa_takes_bhsd_with_top_left_causal():
+    q, k, v = randn(1, 2, 20, 32, seed=10), randn(1, 2, 30, 32, seed=11), randn(1, 2, 30, 32, seed=12)
+    out = attune.sdpa(q, k, v, is_causal=True)
+    assert out.shape == (1, 2, 20, 32)
+    t = [x.transpose(1, 2) for x in (q, k, v)]
+    want = reference(*t, causal=True, top_left=True)[0].transpose(1, 2)
+    assert_accurate(out, want, naive(*t, causal=True, top_left=True).transpose(1, 2), "sdpa")
+    with pytest.raises(attune.InvalidArgument, match="enable_gqa"):
+        attune.sdpa(q, k[:, :1], v[:, :1])
+    gqa = attune.sdpa(q, k[:, :1], v[:, :1], enable_gqa=True)
+    assert gqa.shape == (1, 2, 20, 32)
+
+
+@pytest.mark.parametrize("paged", [False, True])
+def test_kvcache_contiguous_and_paged_with_splits(paged):
+    b, smax, hkv, d = 2, 96, 2, 64
+    q = randn(b, 2, 8, d, seed=13)
+    k, v = randn(b, smax, hkv, d, seed=14), randn(b, smax, hkv, d, seed=15)
+    lens = torch.tensor([96, 41], dtype=torch.int32)
+    want = reference(q, k, v, causal=True, seqlens_k=lens)[0]
+    base = naive(q, k, v, causal=True, seqlens_k=lens)
+    kc, vc, table = k, v, None
+    if paged:  # pages of 16 in a shuffled pool
+        pages = smax // 16
+        perm = torch.randperm(b * pages, generator=torch.Generator().manual_seed(0))
+        table = perm.reshape(b, pages).to(torch.int32)
+        kc = torch.empty(b * pages, 16, hkv, d, dtype=k.dtype)
+        vc = torch.empty_like(kc)
+        kc[table.long().flatten()] = k.reshape(b * pages, 16, hkv, d)
+        vc[table.long().flatten()] = v.reshape(b * pages, 16, hkv, d)
+    for splits in (0, 1, 3):
+        out, lse = attune.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, block_table=table, causal=True,
+                                                  num_splits=splits, return_softmax_lse=True)
+        assert_accurate(out, want, base, f"paged={paged} splits={splits}")
+    with pytest.raises(NotImplementedError, match="appending"):
+        attune.flash_attn_with_kvcache(q, kc, vc, k=q, v=q, block_table=table)
+
+
+def test_chunked_prefill_over_a_paged_cache_runs_the_forward_kernel():
+    # varlen queries over a paged cache, one chunk of 130 rows: Runtime::plan's
+    # rule sends it to the forward kernel, which reads the pages itself.
+    hkv, d, page = 1, 32, 16
+    lens = [150, 20]
+    k, v = randn(2, 160, hkv, d, seed=16), randn(2, 160, hkv, d, seed=17)
+    table = torch.arange(20, dtype=torch.int32).reshape(2, 10)
+    kc, vc = k.reshape(20, page, hkv, d), v.reshape(20, page, hkv, d)
+    cu_q = torch.tensor([0, 130, 131], dtype=torch.int32)
+    cu_k = torch.tensor([0, 150, 170], dtype=torch.int32)
+    q = randn(131, 2, d, seed=18)
+    out = attune.flash_attn_varlen_func(q, kc, vc, cu_q, cu_k, 130, 160, causal=True, block_table=table)
+    kw = dict(causal=True, cu_seqlens_q=cu_q, seqlens_k=lens)
+    assert_accurate(out, reference(q, k, v, **kw)[0], naive(q, k, v, **kw), "chunked prefill")
+    assert ".paged1" in attune.explain(q, kc, vc, causal=True, cu_seqlens_q=cu_q, cache_seqlens=torch.tensor(lens),
+                                       block_table=table, max_seqlen_q=130, max_seqlen_k=160).variant
+
+
+def test_softcap_and_alibi():
+    q, k, v = randn(1, 30, 4, 64, seed=19), randn(1, 30, 2, 64, seed=20), randn(1, 30, 2, 64, seed=21)
+    slopes = torch.tensor([0.5, 0.25, 0.125, 0.0625])
+    out = attune.flash_attn_func(q, k, v, causal=True, softcap=5.0, alibi_slopes=slopes)
+    kw = dict(causal=True, softcap=5.0, alibi=slopes)
+    assert_accurate(out, reference(q, k, v, **kw)[0], naive(q, k, v, **kw), "softcap + alibi")
+
+
+def test_float32_and_float64_run_the_reference_exactly():
+    for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
+        q, k, v = (randn(2, 9, 2, 16, dtype=dtype, seed=s) for s in (22, 23, 24))
+        out, lse, _ = attune.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+        want, want_lse = reference(q, k, v, causal=True)
+        assert out.dtype == dtype and max_error(out, want) < tol
+        assert lse.dtype == (torch.float64 if dtype == torch.float64 else torch.float32)
+
+
+def test_merge_states_of_two_key_halves_is_the_whole():
+    q, k, v = randn(20, 2, 64, seed=25), randn(40, 2, 64, seed=26), randn(40, 2, 64, seed=27)
+    cu_q = torch.tensor([0, 20], dtype=torch.int32)
+    parts = []
+    for lo, hi in ((0, 25), (25, 40)):
+        cu_k = torch.tensor([0, hi - lo], dtype=torch.int32)
+        o, lse, _ = attune.flash_attn_varlen_func(q, k[lo:hi], v[lo:hi], cu_q, cu_k, 20, hi - lo,
+                                                  return_attn_probs=True)
+        parts.append((o, lse))
+    out, lse = attune.merge_states([p[0] for p in parts], [p[1] for p in parts])
+    whole = attune.flash_attn_varlen_func(q, k, v, cu_q, torch.tensor([0, 40], dtype=torch.int32), 20, 40)
+    assert max_error(out, whole) < 2e-2
+
+
+def test_bad_inputs_say_what_was_wrong():
+    q, k = randn(1, 8, 2, 64), randn(1, 8, 2, 64)
+    with pytest.raises(NotImplementedError, match="dropout_p"):
+        attune.flash_attn_func(q, k, k, dropout_p=0.1)
+    with pytest.raises(ValueError, match="head_dim"):  # attune.InvalidArgument is a ValueError
+        attune.flash_attn_func(q, randn(1, 8, 2, 32), randn(1, 8, 2, 32))
+    with pytest.raises(attune.InvalidArgument, match="dtypes"):
+        attune.flash_attn_func(q, k.half(), k.half())
+    with pytest.raises(attune.InvalidArgument, match="window_size"):
+        attune.flash_attn_func(q, k, k, window_size=(-3, 0))
+    with pytest.raises(attune.InvalidArgument, match="expected float16 or bfloat16"):
+        from attune import _engine
+        _engine.backend_of(_engine.View(0, (1,), (1,), "fp32", "cuda", 0))
+    with pytest.raises(NotImplementedError, match="rotary"):
+        attune.flash_attn_with_kvcache(q, k, k, rotary_cos=q)
+
+
+def test_the_rule_catches_a_wrong_answer():
+    # Planted: the causal output judged against the full attention must fail.
+    q, k, v = (randn(1, 20, 2, 64, seed=s) for s in (28, 29, 30))
+    out = attune.flash_attn_func(q, k, v, causal=True)
+    with pytest.raises(AssertionError):
+        assert_accurate(out, reference(q, k, v)[0], naive(q, k, v), "planted")

@@ -1,0 +1,107 @@
+"""The serving pair (BatchDecode: plan once, run per layer) against the fp64
+reference on the emulator, and the CUDA path's host side on the recording
+fake driver (ATTUNE_LIBCUDA): CPU tensors sent to the cuda backend
+(ATTUNE_CPU_BACKEND=cuda) run through plans whose repeated runs make
+launches only, and an injected sticky error comes back as
+attune.CudaError with .sticky."""
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import attune
+from conftest import assert_accurate, naive, randn, reference
+
+FAKE = os.environ.get("ATTUNE_FAKE_LIBCUDA", "")
+
+
+def paged_cache(k, v, page, seed=0):
+    b, smax, h, d = k.shape
+    pages = smax // page
+    perm = torch.randperm(b * pages, generator=torch.Generator().manual_seed(seed))
+    table = perm.reshape(b, pages).to(torch.int32)
+    kc = torch.zeros(b * pages + 2, page, h, d, dtype=k.dtype)  # two spare pages nobody reads
+    vc = torch.zeros(b * pages + 2, page, h, v.shape[-1], dtype=v.dtype)
+    kc[table.long().flatten()] = k.reshape(b * pages, page, h, d)
+    vc[table.long().flatten()] = v.reshape(b * pages, page, h, v.shape[-1])
+    return kc, vc, table
+
+
+@pytest.mark.parametrize("splits", [0, 3])
+def test_batch_decode_plans_once_and_runs_steps(splits):
+    b, smax, hq, hkv, d, page = 3, 64, 8, 2, 64, 16
+    k, v = randn(b, smax, hkv, d, seed=1), randn(b, smax, hkv, d, seed=2)
+    kc, vc, table = paged_cache(k, v, page)
+    dec = attune.BatchDecode().plan(batch_size=b, num_qo_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page,
+                                    max_pages=smax // page, num_pages=kc.shape[0], num_splits=splits)
+    assert "decode" in dec.description
+    for step, lens in enumerate(([64, 17, 5], [33, 64, 1])):  # one plan, lengths that change between steps
+        q = randn(b, 1, hq, d, seed=10 + step)
+        cache_seqlens = torch.tensor(lens, dtype=torch.int32)
+        out = dec.run(q, kc, vc, table, cache_seqlens)
+        kw = dict(causal=True, seqlens_k=lens)
+        assert_accurate(out, reference(q, k, v, **kw)[0], naive(q, k, v, **kw), f"step {step}")
+    with pytest.raises(attune.InvalidArgument, match="as planned"):
+        dec.run(randn(b, 2, hq, d), kc, vc, table, cache_seqlens)
+
+
+def test_batch_decode_packed_queries_with_a_chunk():
+    b, smax, hq, hkv, d, page = 2, 64, 4, 1, 32, 16
+    k, v = randn(b, smax, hkv, d, seed=3), randn(b, smax, hkv, d, seed=4)
+    kc, vc, table = paged_cache(k, v, page)
+    cu = torch.tensor([0, 1, 21], dtype=torch.int32)  # a decode step and a 20-row chunk
+    dec = attune.BatchDecode().plan(batch_size=b, num_qo_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page,
+                                    max_pages=4, num_pages=kc.shape[0], total_q=21, max_seqlen_q=20)
+    q = randn(21, hq, d, seed=5)
+    lens = [40, 64]
+    out = dec.run(q, kc, vc, table, torch.tensor(lens, dtype=torch.int32), cu_seqlens_q=cu)
+    kw = dict(causal=True, cu_seqlens_q=cu, seqlens_k=lens)
+    assert_accurate(out, reference(q, k, v, **kw)[0], naive(q, k, v, **kw), "packed")
+
+
+def _run_on_fake(code, extra_env=None):
+    env = dict(os.environ, ATTUNE_LIBCUDA=FAKE, ATTUNE_CPU_BACKEND="cuda", **(extra_env or {}))
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=env, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.skipif(not FAKE, reason="ATTUNE_FAKE_LIBCUDA names no fake driver")
+def test_repeated_calls_on_the_cuda_path_only_launch():
+    r = _run_on_fake("""
+        import ctypes, os, torch, attune
+        fake = ctypes.CDLL(os.environ["ATTUNE_LIBCUDA"])
+        fake.attune_fake_count.restype = ctypes.c_long
+        q = torch.zeros(2, 64, 8, 64, dtype=torch.bfloat16)
+        k = torch.zeros(2, 64, 2, 64, dtype=torch.bfloat16)
+        attune.flash_attn_func(q, k, k, causal=True)  # plans: compiles and loads
+        total = fake.attune_fake_total(); launches = fake.attune_fake_count(b"cuLaunchKernel")
+        for _ in range(5):
+            attune.flash_attn_func(q, k, k, causal=True)
+        print(fake.attune_fake_total() - total, fake.attune_fake_count(b"cuLaunchKernel") - launches)
+    """)
+    assert r.returncode == 0, r.stderr
+    calls, launches = map(int, r.stdout.split())
+    assert launches == 5 and calls == 5 + 5, f"{calls} driver calls for 5 launches (null stream: + one context query)"
+
+
+@pytest.mark.skipif(not FAKE, reason="ATTUNE_FAKE_LIBCUDA names no fake driver")
+def test_a_sticky_cuda_error_is_a_cuda_error_with_sticky():
+    r = _run_on_fake("""
+        import torch, attune
+        q = torch.zeros(1, 16, 2, 64, dtype=torch.bfloat16)
+        try:
+            attune.flash_attn_func(q, q, q)
+        except attune.CudaError as e:
+            print(e.sticky, "|", e)
+        try:
+            attune.flash_attn_func(q, q, q)
+        except attune.CudaError as e:
+            print(e.sticky, "|", e)
+    """, {"ATTUNE_FAKE_CUDA_FAIL": "cuLaunchKernel:1:700"})
+    assert r.returncode == 0, r.stderr
+    first, second = r.stdout.strip().splitlines()
+    assert first.startswith("True |") and "CUDA_ERROR_ILLEGAL_ADDRESS" in first
+    assert second == first, "every later call fails with the first sticky error"
