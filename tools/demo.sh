@@ -6,7 +6,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
-cmake --preset dev >/dev/null
+python="$(command -v python3)"
+bash tools/setup_python.sh "$python"
+cmake --preset dev -DATTUNE_PACKAGE_PYTHON="$python" >/dev/null
 cmake --build --preset dev -j "$(nproc)" --target attune
 attune=build/dev/cli/attune
 work="${ATTUNE_DEMO_DIR:-build/demo}"
@@ -44,3 +46,7 @@ print(f"demo: dispatched kernel vs fp64 reference: max |dO| {np.abs(o - ref).max
 PY
 echo "demo: the tuning database"
 "$attune" db --db "$db" best
+
+echo "demo: the Python package (pip install . from this build), on the emulator"
+bash tools/python_install.sh build/dev "$python"
+(cd "$work" && "$python" -c "import attune, torch; print('demo: attune.flash_attn_func ->', tuple(attune.flash_attn_func(torch.randn(1,37,2,64,dtype=torch.bfloat16), *[torch.randn(1,50,2,64,dtype=torch.bfloat16)]*2, causal=True).shape))")

@@ -3,12 +3,27 @@
 # test, lint included. GPU tests skip with a reason where no GPU exists. Then
 # the sanitizer build (AddressSanitizer + UndefinedBehaviorSanitizer, clang):
 # the unit tests that run no kernel, and a short run of every fuzz target
-# (docs/reliability.md).
+# (docs/reliability.md). The Python package is installed into the python3 on
+# PATH (with PyTorch) and tested there; its tests fail rather than skip when
+# torch is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash tools/setup.sh
-cmake --preset ci
+python="$(command -v python3)"
+mkdir -p build
+# PyTorch is a large download: fetched while the C++ builds.
+bash tools/setup_python.sh "$python" >build/setup_python.log 2>&1 &
+setup_python=$!
+cmake --preset ci -DATTUNE_PACKAGE_PYTHON="$python"
 cmake --build --preset ci -j "$(nproc)"
+if ! wait "$setup_python"; then
+  cat build/setup_python.log >&2
+  echo "test: installing the Python dependencies failed" >&2
+  exit 1
+fi
+cat build/setup_python.log
+bash tools/python_install.sh build/ci "$python"
+export ATTUNE_REQUIRE_TORCH=1
 ctest --preset ci -j "$(nproc)"
 # attune-gen from the main build: a build tool, and the slowest to compile.
 cmake --preset sanitize -DATTUNE_GEN_EXECUTABLE="$PWD/build/ci/generator/attune-gen"

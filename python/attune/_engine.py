@@ -12,6 +12,7 @@ import math
 import os
 import threading
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from . import _native as native
 from ._errors import InvalidArgument
@@ -32,9 +33,9 @@ class View:
     index: int = 0  # CUDA device ordinal
 
 
-@dataclass(frozen=True)
-class Spec:
-    """The options of an attention call that are not tensors."""
+class Spec(NamedTuple):
+    """The options of an attention call that are not tensors (a tuple: cheap
+    to make and hash on every call)."""
     scale: float
     mask: int = native.MASK_NONE
     window: tuple = (-1, -1)
@@ -97,10 +98,15 @@ def set_tuning_db(path):
     reset()
 
 
+_generation = 0  # advanced by reset(): plans of older generations are stale
+
+
 def reset():
     """Drops every runtime and plan: the next call dispatches afresh (after
     `attune tune` wrote new results, for instance)."""
+    global _generation
     with _lock:
+        _generation += 1
         _plans.clear()
         _runtimes.clear()
 
@@ -270,6 +276,7 @@ class Plan:
 
     def __init__(self, rt, key, op, lengths, splits=0, split_size=0, deterministic=False, alibi=False):
         self.runtime = rt  # keeps the runtime alive while the plan is
+        self.generation = _generation
         problem = make_problem(key)
         if alibi:  # the plan must know the problem has ALiBi: any non-null pointer marks it
             problem.alibi_slopes = 1
@@ -298,16 +305,23 @@ class Plan:
         if getattr(self, "handle", None) and native._lib is not None:
             native.lib().attune_plan_destroy(self.handle)
 
+    def alive(self):
+        """False once reset() dropped the plans made before it."""
+        return self.generation == _generation
+
     def run(self, buffers, lengths, workspace_ptr, stream, batch=-1):
-        metadata = native.Metadata(
-            lengths.cu_seqlens_q.ptr if lengths.cu_seqlens_q is not None else None,
-            lengths.cu_seqlens_k.ptr if lengths.cu_seqlens_k is not None else None,
-            lengths.seqlens_k.ptr if lengths.seqlens_k is not None else None,
-            lengths.block_table.ptr if lengths.block_table is not None else None,
-            batch)
+        self.run_pointers(buffers, [x.ptr if x is not None else None for x in
+                                    (lengths.cu_seqlens_q, lengths.cu_seqlens_k, lengths.seqlens_k,
+                                     lengths.block_table)], workspace_ptr, stream, batch)
+
+    def run_pointers(self, buffers, length_ptrs, workspace_ptr, stream, batch=-1):
+        """A run with the length arrays' addresses (cu_seqlens_q,
+        cu_seqlens_k, seqlens_k, block_table; None where unused)."""
+        metadata = None
+        if batch != -1 or any(p is not None for p in length_ptrs):
+            metadata = ctypes.byref(native.Metadata(*length_ptrs, batch))
         native.check(native.lib().attune_plan_run(self.runtime.handle, self.handle, ctypes.byref(buffers),
-                                                  ctypes.byref(metadata), workspace_ptr, self.workspace_bytes,
-                                                  stream))
+                                                  metadata, workspace_ptr, self.workspace_bytes, stream))
 
 
 def plan_for(backend, device, key, op, lengths, splits=0, split_size=0, deterministic=False, alibi=False):

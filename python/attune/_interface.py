@@ -53,9 +53,9 @@ def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, determin
                              max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, num_splits=max(num_splits, 0),
                              decode=num_splits != 0)
     from . import _torch
-    return _torch.fwd(q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, int(max_seqlen_q),
-                      int(max_seqlen_k), scale, mask, window[0], window[1], softcap, alibi_slopes, int(num_splits),
-                      bool(deterministic))
+    return _torch.call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, int(max_seqlen_q),
+                       int(max_seqlen_k), scale, mask, window[0], window[1], softcap, alibi_slopes, int(num_splits),
+                       bool(deterministic))
 
 
 def _returned(out, lse, return_attn_probs):

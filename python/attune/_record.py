@@ -59,14 +59,28 @@ class record:
         return False
 
 
-def note(op, dtype, shape, spec, lengths):
-    if not _active:
-        return
+def problem_of(op, dtype, shape, spec, lengths):
+    """The recorded form of a call's problem."""
     seqlen_q = lengths.max_seqlen_q if shape.packed_q and lengths.max_seqlen_q > 0 else shape.seqlen_q
     seqlen_k = lengths.max_seqlen_k if lengths.max_seqlen_k > 0 else shape.seqlen_k
-    p = Problem(op, dtype, shape.batch, int(seqlen_q), int(seqlen_k), shape.heads_q, shape.heads_kv,
-                shape.head_dim_k, shape.head_dim_v, _MASKS.get(spec.mask, "none"), spec.softcap > 0,
-                spec.has_alibi)
+    return Problem(op, dtype, shape.batch, int(seqlen_q), int(seqlen_k), shape.heads_q, shape.heads_kv,
+                   shape.head_dim_k, shape.head_dim_v, _MASKS.get(spec.mask, "none"), spec.softcap > 0,
+                   spec.has_alibi)
+
+
+def active():
+    return bool(_active)
+
+
+def add(problem):
+    """Adds a call's problem to every open recorder."""
+    if not _active:
+        return
     with _lock:
         for r in _active:
-            r.add(p)
+            r.add(problem)
+
+
+def note(op, dtype, shape, spec, lengths):
+    if _active:
+        add(problem_of(op, dtype, shape, spec, lengths))

@@ -34,7 +34,34 @@ class TorchArrays(calls.Arrays):
                            x.device.type, x.device.index or 0)
 
     def empty(self, shape, dtype, like):
-        return torch.empty(shape, dtype=_TYPES[dtype], device=like.device)
+        """A contiguous tensor on like's device; dtype None: like's."""
+        return torch.empty(shape, dtype=like.dtype if dtype is None else _TYPES[dtype], device=like.device)
+
+    @staticmethod
+    def ptr(x):
+        return x.data_ptr()
+
+    def fast_key(self, q, k, v, lengths, alibi):
+        """Everything a prepared call's checks read of its tensors (shapes,
+        strides, dtypes, devices), or None where the slow path must convert
+        something (a length array not contiguous int32, slopes not
+        contiguous float32) or the call runs on the reference."""
+        if q.dtype not in _KERNEL:
+            return None
+        key = [q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
+               k.device, v.device]
+        for x in lengths:
+            if x is None:
+                key.append(None)
+            elif not isinstance(x, torch.Tensor) or x.dtype != torch.int32 or not x.is_contiguous():
+                return None
+            else:
+                key.append((x.shape, x.device))
+        if alibi is not None:
+            if alibi.dtype != torch.float32 or not alibi.is_contiguous():
+                return None
+            key.append((alibi.shape, alibi.device))
+        return tuple(key)
 
     def float64(self, x):
         return x.detach().to(device="cpu", dtype=torch.float64).contiguous()
@@ -59,34 +86,36 @@ class TorchArrays(calls.Arrays):
         return pages.reshape(b, p * page_size, cache.shape[2], cache.shape[3])
 
 
+_KERNEL = (torch.float16, torch.bfloat16)
 ARRAYS = TorchArrays()
 
 
 def _spec(scale, mask, window_left, window_right, softcap, alibi_slopes):
-    return engine.Spec(scale=float(scale), mask=int(mask), window=(int(window_left), int(window_right)),
-                       softcap=float(softcap),
-                       alibi_per_batch=alibi_slopes is not None and alibi_slopes.dim() == 2,
-                       has_alibi=alibi_slopes is not None)
+    if alibi_slopes is None:
+        return engine.Spec(scale, mask, (window_left, window_right), softcap)
+    return engine.Spec(scale, mask, (window_left, window_right), softcap, alibi_slopes.dim() == 2, True)
 
 
 def _lse_dtype(q):
     return torch.float64 if q.dtype == torch.float64 else torch.float32
 
 
-@torch.library.custom_op("attune::fwd", mutates_args=())
-def fwd(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
-        cu_seqlens_k: Optional[torch.Tensor], seqlens_k: Optional[torch.Tensor], block_table: Optional[torch.Tensor],
-        max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int, window_left: int, window_right: int,
-        softcap: float, alibi_slopes: Optional[torch.Tensor], num_splits: int,
-        deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+def fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor],
+             cu_seqlens_k: Optional[torch.Tensor], seqlens_k: Optional[torch.Tensor],
+             block_table: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int,
+             window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
+             num_splits: int, deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
     # num_splits: 0 the forward (a paged cache picks its kernel), -1 decode
     # with the built-in split count, N > 0 decode with N splits.
     spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes)
     out, lse = calls.forward(ARRAYS, q, k, v, spec, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                              seqlens_k=seqlens_k, block_table=block_table, max_seqlen_q=max_seqlen_q,
-                             max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, num_splits=max(num_splits, 0),
-                             decode=num_splits != 0)
-    return out, lse.to(_lse_dtype(q))
+                             max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes,
+                             num_splits=num_splits if num_splits > 0 else 0, decode=num_splits != 0)
+    return out, (lse if lse.dtype == _lse_dtype(q) else lse.to(_lse_dtype(q)))
+
+
+fwd = torch.library.custom_op("attune::fwd", mutates_args=())(fwd_impl)
 
 
 @fwd.register_fake
@@ -101,14 +130,13 @@ def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_s
     return out, lse
 
 
-@torch.library.custom_op("attune::bwd", mutates_args=())
-def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
-        softmax_lse: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
-        seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int,
-        window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
-        deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+def bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, out: torch.Tensor,
+             softmax_lse: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
+             seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int,
+             window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
+             deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes)
-    if q.dtype in (torch.float16, torch.bfloat16):
+    if q.dtype in _KERNEL:
         # The kernels write the gradients laid out like q, k and v, and read
         # dO laid out like O and the forward's float32 LSE.
         q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
@@ -117,6 +145,9 @@ def bwd(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o
                                 cu_seqlens_k=cu_seqlens_k, seqlens_k=seqlens_k, max_seqlen_q=max_seqlen_q,
                                 max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, deterministic=deterministic)
     return dq, dk, dv
+
+
+bwd = torch.library.custom_op("attune::bwd", mutates_args=())(bwd_impl)
 
 
 @bwd.register_fake
@@ -147,3 +178,34 @@ def _backward(ctx, dout, dlse):
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)
+
+
+class _Attention(torch.autograd.Function):
+    """The eager path of the op with autograd: the same implementations
+    without the dispatcher's per-call cost (torch.library's autograd wrapper
+    costs hundreds of microseconds a call). torch.compile and torch.export
+    trace the registered op instead (call())."""
+
+    @staticmethod
+    def forward(ctx, *args):
+        out, lse = fwd_impl(*args)
+        _setup_context(ctx, args, (out, lse))
+        return out, lse
+
+    @staticmethod
+    def backward(ctx, dout, dlse):
+        return _backward(ctx, dout, dlse)
+
+
+_is_compiling = torch.compiler.is_compiling
+
+
+def call(*args):
+    """attune::fwd on these arguments: the registered op while tracing
+    (torch.compile, torch.export), the implementation directly in eager
+    mode (through _Attention when autograd needs a node)."""
+    if _is_compiling():
+        return fwd(*args)
+    if torch.is_grad_enabled() and (args[0].requires_grad or args[1].requires_grad or args[2].requires_grad):
+        return _Attention.apply(*args)
+    return fwd_impl(*args)

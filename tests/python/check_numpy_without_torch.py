@@ -4,7 +4,7 @@ flash-attn-shaped functions on NumPy arrays, float16 on the emulator and
 float64 on the fp64 reference, against an independent NumPy attention.
 torch is blocked from importing, so this holds wherever it runs.
 
-Usage: numpy_test.py   (PYTHONPATH names the package; ATTUNE_LIBRARY may
+Usage: check_numpy_without_torch.py   (PYTHONPATH names the package; ATTUNE_LIBRARY may
 name libattune.so)"""
 import importlib.abc
 import sys

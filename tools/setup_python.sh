@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# Installs what the attune Python package and its tests need into PYTHON
+# (default: the python3 on PATH, the one users run): NumPy, PyTorch, pytest,
+# and scikit-build-core (what `pip install .` builds with), from PyPI.
+# Idempotent: what is already there is left alone.
+# Usage: tools/setup_python.sh [PYTHON]
+set -euo pipefail
+python="${1:-$(command -v python3)}"
+# PyTorch from PyPI is its CUDA build (with NVIDIA's runtime libraries, about
+# 3 GB); it runs on the CPU as well. Pinned so CI is repeatable; the package
+# itself works with any PyTorch from 2.4 on (docs/python.md).
+torch_pin="${ATTUNE_TORCH_VERSION:-2.9.1}"
+wanted=()
+"$python" -c 'import numpy' 2>/dev/null || wanted+=(numpy)
+"$python" -c 'import pytest' 2>/dev/null || wanted+=(pytest)
+"$python" -c 'import scikit_build_core' 2>/dev/null || wanted+=("scikit-build-core>=0.10")
+"$python" - <<'PY' 2>/dev/null || wanted+=("torch==$torch_pin")
+import torch
+major, minor = (int(x) for x in torch.__version__.split(".")[:2])
+raise SystemExit(0 if (major, minor) >= (2, 4) else 1)
+PY
+if ((${#wanted[@]} == 0)); then
+  echo "setup_python: numpy, pytest, scikit-build-core and torch present in $python"
+  exit 0
+fi
+flags=(--quiet --disable-pip-version-check)
+stdlib="$("$python" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')"
+# Debian's own python3 refuses pip installs unless told (PEP 668).
+if [ -f "$stdlib/EXTERNALLY-MANAGED" ]; then flags+=(--break-system-packages); fi
+echo "setup_python: installing ${wanted[*]} into $python"
+"$python" -m pip install "${flags[@]}" "${wanted[@]}"
