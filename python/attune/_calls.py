@@ -137,9 +137,11 @@ def _run(arrays, entry, q, k, v, lengths, alibi_slopes):
     plan = entry.plan
     buffers = native.Buffers(ptr(q), ptr(k), ptr(v), ptr(o), ptr(lse), None, None, None, None, None,
                              ptr(alibi_slopes) if alibi_slopes is not None else None, None)
-    workspace = _workspace(arrays, plan, q)
-    plan.run_pointers(buffers, [ptr(x) if x is not None else None for x in lengths],
-                      ptr(workspace) if workspace is not None else None, arrays.stream(q))
+    workspace = _workspace(arrays, plan, q) if plan.workspace_bytes else None
+    length_ptrs = None
+    if lengths[0] is not None or lengths[1] is not None or lengths[2] is not None or lengths[3] is not None:
+        length_ptrs = [ptr(x) if x is not None else None for x in lengths]
+    plan.run_pointers(buffers, length_ptrs, ptr(workspace) if workspace is not None else None, arrays.stream(q))
     return o, lse
 
 

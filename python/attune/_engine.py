@@ -316,12 +316,17 @@ class Plan:
 
     def run_pointers(self, buffers, length_ptrs, workspace_ptr, stream, batch=-1):
         """A run with the length arrays' addresses (cu_seqlens_q,
-        cu_seqlens_k, seqlens_k, block_table; None where unused)."""
+        cu_seqlens_k, seqlens_k, block_table; None where unused), or None
+        when the call has none."""
         metadata = None
-        if batch != -1 or any(p is not None for p in length_ptrs):
+        if length_ptrs is not None:
             metadata = ctypes.byref(native.Metadata(*length_ptrs, batch))
-        native.check(native.lib().attune_plan_run(self.runtime.handle, self.handle, ctypes.byref(buffers),
-                                                  metadata, workspace_ptr, self.workspace_bytes, stream))
+        elif batch != -1:
+            metadata = ctypes.byref(native.Metadata(None, None, None, None, batch))
+        status = native.lib().attune_plan_run(self.runtime.handle, self.handle, ctypes.byref(buffers), metadata,
+                                              workspace_ptr, self.workspace_bytes, stream)
+        if status:
+            native.check(status)
 
 
 def plan_for(backend, device, key, op, lengths, splits=0, split_size=0, deterministic=False, alibi=False):

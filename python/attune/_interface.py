@@ -38,8 +38,7 @@ def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, determin
          top_left=False):
     """num_splits: 0 the forward; -1 decode with the built-in split count;
     N > 0 decode with N splits."""
-    _check_window(window_size)
-    mask, window = engine.mask_of(causal, window_size, top_left=top_left)
+    mask, window = _mask(causal, window_size, top_left)
     softcap = float(softcap or 0.0)
     if softcap < 0:
         raise InvalidArgument(f"softcap: got {softcap}; expected >= 0 (0: off)")
@@ -52,10 +51,32 @@ def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, determin
                              seqlens_k=seqlens_k, block_table=block_table, max_seqlen_q=max_seqlen_q,
                              max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, num_splits=max(num_splits, 0),
                              decode=num_splits != 0)
-    from . import _torch
-    return _torch.call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, int(max_seqlen_q),
+    return _torch_module().call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, int(max_seqlen_q),
                        int(max_seqlen_k), scale, mask, window[0], window[1], softcap, alibi_slopes, int(num_splits),
                        bool(deterministic))
+
+
+_masks = {}  # (causal, window_size, top_left) -> (mask, window): the same few on every call
+
+
+def _mask(causal, window_size, top_left):
+    key = (bool(causal), tuple(window_size), top_left)
+    found = _masks.get(key)
+    if found is None:
+        _check_window(window_size)
+        found = _masks[key] = engine.mask_of(causal, window_size, top_left=top_left)
+    return found
+
+
+_torch_mod = None
+
+
+def _torch_module():
+    global _torch_mod
+    if _torch_mod is None:
+        from . import _torch
+        _torch_mod = _torch
+    return _torch_mod
 
 
 def _returned(out, lse, return_attn_probs):

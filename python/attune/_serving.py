@@ -123,7 +123,8 @@ class BatchDecode:
         buffers = native.Buffers(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
                                  lse.data_ptr() if lse is not None else None, None, None, None, None, None, None,
                                  None)
-        stream = torch.cuda.current_stream(q.device).cuda_stream if q.is_cuda else None
+        from . import _torch
+        stream = _torch.ARRAYS.stream(q)
         workspace = self._workspace.data_ptr() if self._plan.workspace_bytes else None
         self._plan.run(buffers, lengths, workspace, stream, batch=-1 if batch is None else int(batch))
         return out

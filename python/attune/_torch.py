@@ -35,7 +35,7 @@ class TorchArrays(calls.Arrays):
 
     def empty(self, shape, dtype, like):
         """A contiguous tensor on like's device; dtype None: like's."""
-        return torch.empty(shape, dtype=like.dtype if dtype is None else _TYPES[dtype], device=like.device)
+        return like.new_empty(shape) if dtype is None else like.new_empty(shape, dtype=_TYPES[dtype])
 
     @staticmethod
     def ptr(x):
@@ -78,7 +78,9 @@ class TorchArrays(calls.Arrays):
         return x if x.dtype == torch.int32 and x.is_contiguous() else x.to(torch.int32).contiguous()
 
     def stream(self, like):
-        return torch.cuda.current_stream(like.device).cuda_stream if like.is_cuda else None
+        if not like.is_cuda:
+            return None
+        return _raw_stream(like.get_device())
 
     def gather_pages(self, cache, block_table, page_size):
         pages = cache[block_table.long()]  # [B, max_pages, page_size, H, D]
@@ -87,6 +89,13 @@ class TorchArrays(calls.Arrays):
 
 
 _KERNEL = (torch.float16, torch.bfloat16)
+
+
+def _raw_stream(device):
+    """The current CUDA stream of a device as an address (what inductor's
+    generated code asks; no Stream object made)."""
+    get = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+    return get(device) if get is not None else torch.cuda.current_stream(device).cuda_stream
 ARRAYS = TorchArrays()
 
 
