@@ -233,42 +233,41 @@ def _unpaged(arrays, k, v, s, block_table):
     return k, v
 
 
+class _ReferenceCall:
+    """The fp64 reference's inputs: q, k, v (and more) as contiguous
+    float64 copies, the length arrays and ALiBi slopes in host memory, and
+    the C problem over them; the copies live as long as the call."""
+
+    def __init__(self, arrays, s, spec, tensors, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k):
+        self.f64 = [arrays.float64(x) for x in tensors]
+        host, self.keep = _host_lengths(arrays, {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
+                                                 "seqlens_k": seqlens_k})
+        self.slopes = arrays.float32(alibi_slopes) if alibi_slopes is not None else None
+        if self.slopes is not None:
+            host["alibi_slopes"] = arrays.view(self.slopes).ptr
+        self.problem, self.views = _reference_problem(arrays, "fp64", s, spec, *self.f64[:3], host, self.keep)
+        self.ptrs = [arrays.view(x).ptr for x in self.f64]
+
+
 def _reference_forward(arrays, q, k, v, spec, s, lengths, keep, alibi_slopes, o_shape, lse_shape, cu_seqlens_q,
                        cu_seqlens_k, seqlens_k, block_table):
     if block_table is not None:
         k, v = _unpaged(arrays, k, v, s, block_table)
-    q64, k64, v64 = arrays.float64(q), arrays.float64(k), arrays.float64(v)
-    host, keep2 = _host_lengths(arrays, {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
-                                         "seqlens_k": seqlens_k})
-    slopes = arrays.float32(alibi_slopes) if alibi_slopes is not None else None
-    if slopes is not None:
-        host["alibi_slopes"] = arrays.view(slopes).ptr
-    problem, (qv, kv, vv) = _reference_problem(arrays, "fp64", s, spec, q64, k64, v64, host, keep2)
+    call = _ReferenceCall(arrays, s, spec, (q, k, v), alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k)
     o = arrays.empty(o_shape, "fp64", q)
     lse = arrays.empty(lse_shape, "fp64", q)
-    native.check(native.lib().attune_reference_forward(ctypes.byref(problem), qv.ptr, kv.ptr, vv.ptr,
+    native.check(native.lib().attune_reference_forward(ctypes.byref(call.problem), *call.ptrs,
                                                        arrays.view(o).ptr, arrays.view(lse).ptr))
-    del keep, keep2, slopes
     lse_dtype = q if arrays.view(q).dtype == "fp64" else "fp32"
     return arrays.cast(o, q), arrays.cast(lse, lse_dtype)
 
 
 def _reference_backward(arrays, dout, q, k, v, spec, s, keep, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k):
-    q64, k64, v64, do64 = arrays.float64(q), arrays.float64(k), arrays.float64(v), arrays.float64(dout)
-    host, keep2 = _host_lengths(arrays, {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
-                                         "seqlens_k": seqlens_k})
-    slopes = arrays.float32(alibi_slopes) if alibi_slopes is not None else None
-    if slopes is not None:
-        host["alibi_slopes"] = arrays.view(slopes).ptr
-    problem, (qv, kv, vv) = _reference_problem(arrays, "fp64", s, spec, q64, k64, v64, host, keep2)
-    dq = arrays.empty(arrays.view(q64).shape, "fp64", q)
-    dk = arrays.empty(arrays.view(k64).shape, "fp64", q)
-    dv = arrays.empty(arrays.view(v64).shape, "fp64", q)
-    native.check(native.lib().attune_reference_backward(ctypes.byref(problem), qv.ptr, kv.ptr, vv.ptr,
-                                                        arrays.view(do64).ptr, arrays.view(dq).ptr,
-                                                        arrays.view(dk).ptr, arrays.view(dv).ptr))
-    del keep, keep2, slopes
-    return arrays.cast(dq, q), arrays.cast(dk, k), arrays.cast(dv, v)
+    call = _ReferenceCall(arrays, s, spec, (q, k, v, dout), alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k)
+    grads = [arrays.empty(arrays.view(x).shape, "fp64", q) for x in call.f64[:3]]
+    native.check(native.lib().attune_reference_backward(ctypes.byref(call.problem), *call.ptrs,
+                                                        *[arrays.view(g).ptr for g in grads]))
+    return tuple(arrays.cast(g, x) for g, x in zip(grads, (q, k, v)))
 
 
 def explain(arrays, q, k, v, spec, *, op="fwd", cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None,
