@@ -512,6 +512,101 @@ def stage_backward(args):
     return 0 if st.record["ok"] else 1
 
 
+def stage_python(args):
+    """The Python package on the GPU (docs/python.md): flash-attn-shaped calls
+    against fp32 SDPA, a call on a side stream, the current device left
+    alone, a BatchDecode run captured in a CUDA graph and replayed with new
+    lengths, and the host time of a call next to SDPA's."""
+    import time
+
+    import torch
+    import torch.nn.functional as F
+    os.environ["ATTUNE_LIBRARY"] = os.path.abspath(args.lib)
+    os.environ["ATTUNE_CLI"] = os.path.abspath(args.attune)
+    import attune
+    st = Stage(args.out, "python", "Python package (import attune)")
+    dev = torch.device("cuda")
+    st.text("| check | result |", "|---|---|")
+
+    def check(name, ok, **values):
+        st.row("| %s | %s |" % (name, ("ok " if ok else "FAIL ") + " ".join("%s=%s" % kv for kv in values.items())),
+               check=name, ok=bool(ok), **values)
+        if not ok:
+            st.fail()
+
+    def rel(a, b):
+        return ((a.float() - b.float()).norm() / b.float().norm()).item()
+
+    def value(fn):
+        try:
+            return fn()
+        except Exception as e:  # noqa: BLE001 - the row says what failed
+            st.text("", "error: " + repr(e)[:300])
+            return None
+
+    b, s, hq, hkv, d = 2, 1000, 16, 4, 128
+    q = torch.randn(b, s, hq, d, device=dev, dtype=torch.bfloat16)
+    k, v = (torch.randn(b, s, hkv, d, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    device_before = torch.cuda.current_device()
+    out = value(lambda: attune.flash_attn_func(q, k, v, causal=True))
+    ref = F.scaled_dot_product_attention(*(transposed(x).float() for x in (q, k, v)), is_causal=True,
+                                         enable_gqa=True).transpose(1, 2)
+    check("flash_attn_func causal GQA d128 vs fp32 SDPA", out is not None and rel(out, ref) < 2e-2,
+          rel_error="%.2e" % (rel(out, ref) if out is not None else float("nan")))
+    check("current device unchanged", torch.cuda.current_device() == device_before)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        out2 = value(lambda: attune.flash_attn_func(q, k, v, causal=True))
+    side.synchronize()
+    check("a call on a side stream", out2 is not None and out is not None and torch.equal(out, out2))
+    # Serving: plan once, capture a run in a CUDA graph, replay with new lengths.
+    pages, page = 64, 16
+    kc, vc = (torch.randn(pages, page, hkv, d, device=dev, dtype=torch.bfloat16) for _ in range(2))
+    table = torch.randperm(pages, device=dev, dtype=torch.int32)[:2 * 16].reshape(2, 16).contiguous()
+    lens = torch.tensor([200, 37], device=dev, dtype=torch.int32)
+    qd = torch.randn(2, 1, hq, d, device=dev, dtype=torch.bfloat16)
+    dec = attune.BatchDecode().plan(batch_size=2, num_qo_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page,
+                                    max_pages=16, num_pages=pages)
+    outd = torch.empty(2, 1, hq, d, device=dev, dtype=torch.bfloat16)
+    dec.run(qd, kc, vc, table, lens, out=outd)  # warm-up outside the capture
+    graph = torch.cuda.CUDAGraph()
+    ok = True
+    try:
+        with torch.cuda.graph(graph):
+            dec.run(qd, kc, vc, table, lens, out=outd)
+        lens.copy_(torch.tensor([64, 250], device=dev, dtype=torch.int32))
+        graph.replay()
+        torch.cuda.synchronize()
+        want = attune.flash_attn_with_kvcache(qd, kc, vc, cache_seqlens=lens, block_table=table, causal=True)
+        err = rel(outd, want)
+        ok = err < 1e-2
+    except Exception as e:  # noqa: BLE001 - reported in the row
+        err, ok = repr(e)[:120], False
+    check("BatchDecode.run captured in a CUDA graph, replayed with new lengths", ok, rel_error=err,
+          plan=dec.description)
+    # Host time per call: launches only, no synchronization in the loop.
+    qs, ks = torch.randn(1, 128, 8, 64, device=dev, dtype=torch.bfloat16), torch.randn(
+        1, 128, 8, 64, device=dev, dtype=torch.bfloat16)
+
+    def host_us(fn, n=300):
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(n):
+            fn()
+        took = (time.perf_counter() - start) / n * 1e6
+        torch.cuda.synchronize()
+        return took
+
+    mine = host_us(lambda: attune.flash_attn_func(qs, ks, ks, causal=True))
+    sdpa = host_us(lambda: F.scaled_dot_product_attention(transposed(qs), transposed(ks), transposed(ks),
+                                                          is_causal=True))
+    check("host time per flash_attn_func call (goal 15 us)", mine <= 15, attune_us="%.1f" % mine,
+          sdpa_us="%.1f" % sdpa)
+    return 0 if st.record["ok"] else 1
+
+
 def summary(args):
     """One screen from the raw records, whatever stages finished."""
     results = dict(x.split("=", 1) for x in args.stage_results.split(";") if "=" in x)
@@ -545,6 +640,9 @@ def summary(args):
         if r.get("kind") == "timing":
             out.append("backward d%-3d %-6s %4.0f TFLOP/s, SDPA/attune %.2f" % (
                 r["d"], "causal" if r["causal"] else "full", r["tflops"], r["sdpa_over_attune"]))
+    py = load_json(args.out, "python") or {"rows": []}
+    for r in py["rows"]:
+        out.append("python   %s: %s" % (r["check"], "ok" if r["ok"] else "FAIL"))
     print("\n".join(out))
     return 0
 
@@ -555,7 +653,7 @@ def main():
     ap.add_argument("--lib", help="libattune.so (default: BUNDLE/lib/libattune.so)")
     ap.add_argument("--attune", help="the attune CLI (default: BUNDLE/bin/attune)")
     ap.add_argument("--out", help="where STAGE.json and STAGE.md go")
-    ap.add_argument("--stage", choices=["facts", "ceilings", "forward", "decode", "backward"])
+    ap.add_argument("--stage", choices=["facts", "ceilings", "forward", "decode", "backward", "python"])
     ap.add_argument("--summary", action="store_true")
     ap.add_argument("--stage-results", default="")
     ap.add_argument("--selftest-emu", action="store_true")
@@ -576,7 +674,7 @@ def main():
     if not args.stage:
         ap.error("one of --stage, --summary, --selftest-emu")
     return {"facts": stage_facts, "ceilings": stage_ceilings, "forward": stage_forward, "decode": stage_decode,
-            "backward": stage_backward}[args.stage](args)
+            "backward": stage_backward, "python": stage_python}[args.stage](args)
 
 
 if __name__ == "__main__":

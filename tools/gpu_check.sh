@@ -11,6 +11,7 @@
 #   forward   correctness, then the heuristic and a small sweep vs SDPA flash/cuDNN
 #   decode    split-KV decode on a 32k-token cache vs the copy bandwidth
 #   backward  gradients vs fp32 autograd, then time vs SDPA's flash backward
+#   python    the Python package: flash-attn calls vs SDPA, streams, a CUDA graph, host time per call
 # and ends with a one-screen summary. docs/gpu-run.md explains the report.
 set -uo pipefail
 dir="$(cd "${1:?usage: tools/gpu_check.sh DIR (a bundle from tools/gpu_bundle.sh)}" && pwd)"
@@ -25,8 +26,8 @@ mkdir -p "$raw"
 python="${PYTHON:-python3}"
 
 # Stage names and time limits (seconds); the total stays under 8 minutes.
-stages=(facts tests ceilings forward decode backward)
-declare -A limit=([facts]=40 [tests]=150 [ceilings]=30 [forward]=120 [decode]=45 [backward]=75)
+stages=(facts tests ceilings forward decode backward python)
+declare -A limit=([facts]=40 [tests]=135 [ceilings]=30 [forward]=105 [decode]=45 [backward]=75 [python]=45)
 total=0
 for s in "${stages[@]}"; do total=$((total + limit[$s])); done
 printf 'gpu_check: bundle %s\n' "$dir"
@@ -88,6 +89,7 @@ run_stage ceilings "${check[@]}" --stage ceilings
 run_stage forward "${check[@]}" --stage forward
 run_stage decode "${check[@]}" --stage decode
 run_stage backward "${check[@]}" --stage backward
+run_stage python "${check[@]}" --stage python
 
 status=0
 for s in "${stages[@]}"; do [ "${result[$s]}" = ok ] || status=1; done
