@@ -23,7 +23,9 @@ if ((${#wanted[@]} == 0)); then
   echo "setup_python: numpy, pytest, scikit-build-core and torch present in $python"
   exit 0
 fi
-flags=(--quiet --disable-pip-version-check)
+# --no-compile: no .pyc for torch's thousands of modules up front (a minute
+# of CPU beside the C++ build); Python compiles what it imports, once.
+flags=(--quiet --disable-pip-version-check --no-compile)
 stdlib="$("$python" -c 'import sysconfig; print(sysconfig.get_path("stdlib"))')"
 # Debian's own python3 refuses pip installs unless told (PEP 668).
 if [ -f "$stdlib/EXTERNALLY-MANAGED" ]; then flags+=(--break-system-packages); fi

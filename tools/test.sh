@@ -8,12 +8,21 @@
 # torch is missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bash tools/setup.sh
 python="$(command -v python3)"
 mkdir -p build
-# PyTorch is a large download: fetched while the C++ builds.
-bash tools/setup_python.sh "$python" >build/setup_python.log 2>&1 &
-setup_python=$!
+# PyTorch is a large download: fetched while the Debian packages install and
+# the C++ builds (after them when this python3 has no pip yet).
+early=0
+if "$python" -m pip --version >/dev/null 2>&1; then
+  bash tools/setup_python.sh "$python" >build/setup_python.log 2>&1 &
+  setup_python=$!
+  early=1
+fi
+bash tools/setup.sh
+if [ "$early" = 0 ]; then
+  bash tools/setup_python.sh "$python" >build/setup_python.log 2>&1 &
+  setup_python=$!
+fi
 cmake --preset ci -DATTUNE_PACKAGE_PYTHON="$python"
 cmake --build --preset ci -j "$(nproc)"
 if ! wait "$setup_python"; then
