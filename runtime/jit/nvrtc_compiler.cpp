@@ -38,8 +38,22 @@ void parse_ptxas_usage(std::string_view log, CompileResult& result) {
   }
 }
 
+std::string slow_ptxas_message(std::string_view log) {
+  static const std::regex kSlow(R"(\(C75(08|10|11|15)\))");
+  std::size_t begin = 0;
+  while (begin < log.size()) {
+    std::size_t end = log.find('\n', begin);
+    if (end == std::string_view::npos) end = log.size();
+    const std::string line(log.substr(begin, end - begin));
+    if (std::regex_search(line, kSlow)) return line;
+    begin = end + 1;
+  }
+  return "";
+}
+
 CompileResult compile_with_nvrtc(std::string_view source, std::string_view program_name,
-                                 std::string_view name_expression, std::string_view arch) {
+                                 std::string_view name_expression, std::string_view arch,
+                                 const std::vector<std::string>& extra_options) {
   const auto start = std::chrono::steady_clock::now();
   CompileResult result;
   const nvrtc::Library& lib = nvrtc::library();
@@ -53,8 +67,9 @@ CompileResult compile_with_nvrtc(std::string_view source, std::string_view progr
   const std::string expression(name_expression);
   lib.add_name_expression(program.handle, expression.c_str());
   const std::string arch_option = "--gpu-architecture=" + std::string(arch);
-  const char* options[] = {"--std=c++20", arch_option.c_str(), "--ptxas-options=-v"};
-  const int status = lib.compile_program(program.handle, static_cast<int>(std::size(options)), options);
+  std::vector<const char*> options = {"--std=c++20", arch_option.c_str(), "--ptxas-options=-v"};
+  for (const std::string& option : extra_options) options.push_back(option.c_str());
+  const int status = lib.compile_program(program.handle, static_cast<int>(options.size()), options.data());
   std::size_t log_size = 0;
   lib.get_program_log_size(program.handle, &log_size);
   result.log.resize(log_size);
@@ -79,6 +94,11 @@ CompileResult compile_with_nvrtc(std::string_view source, std::string_view progr
     result.ok = !result.cubin.empty() && !result.lowered_name.empty();
     if (!result.ok && result.log.empty()) result.log = "NVRTC produced no cubin (is the architecture a real sm_XX?)";
     parse_ptxas_usage(result.log, result);
+    if (const std::string slow = slow_ptxas_message(result.log); result.ok && !slow.empty()) {
+      result.ok = false;
+      result.cubin.clear();
+      result.log += "\nrefused: ptxas reports a slowdown the kernel would carry silently: " + slow;
+    }
   }
   if (!result.ok) result.log += "\n(while compiling " + expression + " for " + std::string(arch) + ")";
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();

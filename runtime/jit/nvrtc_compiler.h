@@ -23,10 +23,19 @@ struct CompileResult {
 
 // Compiles `source` for `arch` ("sm_80", "sm_90a", ...) and resolves
 // `name_expression` (e.g. "attune::flash_fwd<64, 64, 64, 4, 1, 2, attune::Bf16>").
-// Throws nvrtc::NvrtcUnavailable (one line naming where NVRTC was looked
-// for) when no NVRTC loads; a failed compile is a value.
+// `extra_options` go to NVRTC after attune's own (e.g. "-I<dir>" for a source
+// that is not a bundle). A compile whose ptxas log has a silent slowdown
+// (slow_ptxas_message) fails, the message quoted. Throws
+// nvrtc::NvrtcUnavailable (one line naming where NVRTC was looked for) when
+// no NVRTC loads; a failed compile is a value.
 CompileResult compile_with_nvrtc(std::string_view source, std::string_view program_name,
-                                 std::string_view name_expression, std::string_view arch);
+                                 std::string_view name_expression, std::string_view arch,
+                                 const std::vector<std::string>& extra_options = {});
+
+// The first line of a ptxas log that reports a slowdown the kernel would
+// otherwise carry silently: C7508 (setmaxnreg ignored), C7510, C7511 and
+// C7515 (wgmma serialized). Empty when there is none.
+std::string slow_ptxas_message(std::string_view log);
 
 // "13.0", as the NVRTC library reports it; "none" when no NVRTC loads.
 std::string nvrtc_version();

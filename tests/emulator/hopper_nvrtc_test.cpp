@@ -1,0 +1,199 @@
+// Hopper's CUDA primitives (templates/primitives/hopper_cuda.h) compile with
+// NVRTC for sm_90a into the instructions they exist for: every wgmma N from 8
+// to 256 in both dtypes and all three forms (HGMMA), TMA loads and stores of
+// 2 to 5 dimensions (UTMALDG, UTMASTG), mbarriers (SYNCS), setmaxnreg
+// (USETMAXREG), elect.sync, tensor-map prefetch; no kernel spills. The
+// compile refuses a kernel whose ptxas log reports a silent slowdown (two
+// planted ones), and sm_80 builds cannot include the header.
+#include <gtest/gtest.h>
+
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "profile/sass.h"
+#include "runtime/jit/nvrtc_compiler.h"
+
+namespace attune {
+namespace {
+
+constexpr const char* kHopperSource = R"cuda(
+#include "templates/primitives/hopper_cuda.h"
+
+namespace attune {
+using namespace attune::dev;
+
+// The three forms of one N: A and B K-major from shared memory, both
+// MN-major, and A from registers; the accumulators stored after the wait.
+template <class D, i32 N>
+ATTUNE_KERNEL void __launch_bounds__(128, 1) wgmma_n(u32 a_bits, float* out) {
+  __shared__ alignas(1024) unsigned char tile[32768];
+  float d[N / 2];
+  const u32 a[4] = {a_bits, a_bits + 1, a_bits + 2, a_bits + 3};
+  const u64 desc_a = wgmma::descriptor(tile, 16, 1024, sm90::Swizzle::k128B);
+  const u64 desc_b = wgmma::descriptor(tile + 8192, 8192, 1024, sm90::Swizzle::k64B);
+  wgmma::fence();
+  wgmma::mma_ss<D, N, 0, 0>(d, desc_a, desc_b, 0);
+  wgmma::mma_ss<D, N, 1, 1>(d, desc_a, desc_b, 1);
+  wgmma::mma_rs<D, N, 1>(d, a, desc_b, 1);
+  wgmma::commit();
+  wgmma::wait<0>();
+  wgmma::fence_operands(d);
+  for (i32 i = 0; i < N / 2; ++i) out[warpgroup::thread() * (N / 2) + i] = d[i];
+}
+#define X(N) template __global__ void wgmma_n<Fp16, N>(u32, float*); template __global__ void wgmma_n<Bf16, N>(u32, float*);
+X(8) X(16) X(24) X(32) X(40) X(48) X(56) X(64) X(72) X(80) X(88) X(96) X(104) X(112) X(120) X(128) X(136) X(144) X(152) X(160) X(168) X(176) X(184) X(192) X(200) X(208) X(216) X(224) X(232) X(240) X(248) X(256)
+#undef X
+
+// A producer warpgroup loads tiles through TMA onto an mbarrier and stores
+// one back; a consumer warpgroup waits on the phase, hands off through a
+// named barrier, and gives its registers back and forth.
+ATTUNE_KERNEL void __launch_bounds__(256, 1) async_copies(const __grid_constant__ TensorMap map2,
+                                                          const __grid_constant__ TensorMap map3,
+                                                          const __grid_constant__ TensorMap map4,
+                                                          const __grid_constant__ TensorMap map5, i32 x, float* out) {
+  __shared__ alignas(1024) unsigned char tile[4 * 8192];
+  __shared__ u64 full;
+  if (linear_thread() == 0) {
+    mbarrier::init(&full, 1);
+    mbarrier::fence_init();
+  }
+  block::sync();
+  if (warpgroup::index() == 0) {
+    registers::decrease<40>();
+    if (warp_id() == 0 && elect_one()) {
+      tma::prefetch(&map2);
+      mbarrier::expect_tx(&full, 4096);
+      mbarrier::arrive_expect_tx(&full, 4 * 8192 - 4096);
+      tma::load(tile, &map2, &full, x, 0);
+      tma::load(tile + 8192, &map3, &full, x, 0, 1);
+      tma::load(tile + 16384, &map4, &full, x, 0, 1, 2);
+      tma::load(tile + 24576, &map5, &full, x, 0, 1, 2, 3);
+    }
+  } else {
+    registers::increase<232>();
+    if (warp_id() == 4) {
+      while (!mbarrier::try_wait(&full, 0)) {
+      }
+    }
+    named_barrier::sync(1, 128);
+    mbarrier::wait(&full, 0);
+    out[linear_thread()] = reinterpret_cast<const float*>(tile)[linear_thread()];
+    fence_proxy_async();
+    named_barrier::arrive(2, 128);
+    if (warp_id() == 4 && elect_one()) {
+      tma::store(&map2, tile, x, 0);
+      tma::store(&map3, tile + 8192, x, 0, 1);
+      tma::store(&map4, tile + 16384, x, 0, 1, 2);
+      tma::store(&map5, tile + 24576, x, 0, 1, 2, 3);
+      tma::commit();
+      tma::wait_read<0>();
+      mbarrier::invalidate(&full);
+    }
+  }
+}
+}  // namespace attune
+)cuda";
+
+// Planted: setmaxnreg in a kernel without a register cap at entry (C7508).
+constexpr const char* kIgnoredSetmaxnreg = R"cuda(
+#include "templates/primitives/hopper_cuda.h"
+namespace attune {
+ATTUNE_KERNEL void uncapped(float* out) {
+  dev::registers::increase<232>();
+  out[dev::linear_thread()] = 1.0f;
+}
+}  // namespace attune
+)cuda";
+
+// Planted: accumulators indexed at run time while their wgmma is in flight:
+// ptxas serializes every wgmma (C7511).
+constexpr const char* kSerializedWgmma = R"cuda(
+#include "templates/primitives/hopper_cuda.h"
+namespace attune {
+ATTUNE_KERNEL void __launch_bounds__(128, 1) serialized(float* out, i32 n) {
+  __shared__ alignas(1024) unsigned char tile[16384];
+  float d[32] = {};
+  for (i32 j = 0; j < n; ++j) {
+    dev::wgmma::fence();
+    dev::wgmma::mma_ss<Bf16, 64, 0, 0>(d, dev::wgmma::descriptor(tile, 16, 1024, sm90::Swizzle::k128B),
+                                       dev::wgmma::descriptor(tile + 8192, 16, 1024, sm90::Swizzle::k128B), 1);
+    dev::wgmma::commit();
+    d[j % 32] += 1.0f;
+    dev::wgmma::wait<0>();
+  }
+  for (i32 i = 0; i < 32; ++i) out[dev::linear_thread() * 32 + i] = d[i];
+}
+}  // namespace attune
+)cuda";
+
+std::vector<std::string> include_source_dir() { return {std::string("-I") + ATTUNE_SOURCE_DIR}; }
+
+TEST(HopperNvrtcTest, EveryPrimitiveCompilesToItsInstructionsWithoutSpills) {
+  const CompileResult r = compile_with_nvrtc(kHopperSource, "hopper.cu", "attune::wgmma_n<attune::Bf16, 64>", "sm_90a",
+                                             include_source_dir());
+  ASSERT_TRUE(r.ok) << r.log;
+  int kernels = 0;
+  for (std::size_t at = r.log.find("bytes spill stores"); at != std::string::npos;
+       at = r.log.find("bytes spill stores", at + 1)) {
+    ++kernels;
+    const std::size_t line = r.log.rfind('\n', at);
+    const std::string text = r.log.substr(line + 1, r.log.find('\n', at) - line - 1);
+    EXPECT_NE(text.find(" 0 bytes spill stores, 0 bytes spill loads"), std::string::npos) << text;
+  }
+  EXPECT_EQ(kernels, 65) << "64 wgmma kernels and async_copies";
+  std::string sass;
+  try {
+    sass = profile::disassemble(r.cubin);
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const profile::SassMix mix = profile::count_sass(sass);
+  const auto count = [&](const char* op) { return mix.contains(op) ? mix.at(op) : 0; };
+  EXPECT_EQ(count("HGMMA"), 3 * 64) << "3 forms x 32 N x 2 dtypes";
+  EXPECT_EQ(count("UTMALDG"), 4) << "2-D to 5-D loads";
+  EXPECT_EQ(count("UTMASTG"), 4) << "2-D to 5-D stores";
+  EXPECT_GE(count("SYNCS"), 3) << "mbarrier arrive, expect-tx and waits";
+  EXPECT_EQ(count("USETMAXREG"), 2);
+  EXPECT_GE(count("ELECT"), 1);
+  EXPECT_EQ(count("UTMACCTL"), 1) << "tensor-map prefetch";
+  EXPECT_GE(count("WARPGROUP"), 64) << "wgmma.fence and wait_group";
+  std::cout << "HGMMA " << count("HGMMA") << ", UTMALDG " << count("UTMALDG") << ", UTMASTG " << count("UTMASTG")
+            << ", SYNCS " << count("SYNCS") << ", USETMAXREG " << count("USETMAXREG") << " in " << r.seconds << " s\n";
+}
+
+TEST(HopperNvrtcTest, ASlowdownPtxasReportsFailsTheCompileWithItsMessage) {
+  const CompileResult ignored =
+      compile_with_nvrtc(kIgnoredSetmaxnreg, "uncapped.cu", "attune::uncapped", "sm_90a", include_source_dir());
+  EXPECT_FALSE(ignored.ok);
+  EXPECT_TRUE(ignored.cubin.empty());
+  EXPECT_NE(ignored.log.find("refused: ptxas reports a slowdown"), std::string::npos) << ignored.log;
+  EXPECT_NE(ignored.log.find("(C7508) Potential Performance Loss: 'setmaxnreg' ignored"), std::string::npos)
+      << ignored.log;
+  const CompileResult serialized =
+      compile_with_nvrtc(kSerializedWgmma, "serialized.cu", "attune::serialized", "sm_90a", include_source_dir());
+  EXPECT_FALSE(serialized.ok);
+  EXPECT_NE(serialized.log.find("(C7511)"), std::string::npos) << serialized.log;
+  EXPECT_NE(serialized.log.find("wgmma.mma_async instructions are serialized"), std::string::npos) << serialized.log;
+}
+
+TEST(HopperNvrtcTest, Sm80BuildsCannotIncludeTheHopperPrimitives) {
+  const CompileResult r =
+      compile_with_nvrtc(kIgnoredSetmaxnreg, "uncapped.cu", "attune::uncapped", "sm_80", include_source_dir());
+  EXPECT_FALSE(r.ok);
+  EXPECT_NE(r.log.find("wgmma and setmaxnreg need sm_90a"), std::string::npos) << r.log;
+}
+
+TEST(HopperNvrtcTest, OnlyTheListedPtxasCodesCountAsSlowdowns) {
+  EXPECT_EQ(slow_ptxas_message("ptxas info    : Used 168 registers\nptxas info    : (C7519) warpgroup.arrive is "
+                               "injected"),
+            "");
+  EXPECT_EQ(slow_ptxas_message("a\nptxas info    : (C7515) Potential Performance Loss: wgmma serialized\nb"),
+            "ptxas info    : (C7515) Potential Performance Loss: wgmma serialized");
+  EXPECT_NE(slow_ptxas_message("ptxas info : (C7510) x"), "");
+  EXPECT_EQ(slow_ptxas_message("ptxas info : (C7512) x"), "");
+}
+
+}  // namespace
+}  // namespace attune
