@@ -7,6 +7,7 @@
 
 #include "emulator/emulator.h"
 #include "templates/primitives/primitives.h"
+#include "tests/emulator/wgmma_gemm.cuh"
 
 namespace attune {
 namespace {
@@ -51,6 +52,29 @@ void barrier_rounds_128_threads(benchmark::State& state) { run(state, true, fals
 void mma_per_warp_4_warps(benchmark::State& state) { run(state, false, true); }
 void barrier_and_mma_128_threads(benchmark::State& state) { run(state, true, true); }
 
+// The wgmma GEMM of the emulator's tests (one warpgroup, 64 x N x 32: two
+// wgmma m64nNk16 with operands stored through their descriptors), per launch.
+template <i32 kN>
+void wgmma_gemm_bf16(benchmark::State& state) {
+  std::vector<u16> a(64 * 32, 0x3F80), b(32 * kN, 0x3F80);  // bf16 ones
+  std::vector<float> c(64 * kN);
+  emu::Emulator emulator;
+  emulator.register_buffer("a", a.data(), a.size() * 2);
+  emulator.register_buffer("b", b.data(), b.size() * 2);
+  emulator.register_buffer("c", c.data(), c.size() * 4);
+  using test_kernels::wgmma_gemm;
+  const LaunchConfig config{
+      {1, 1, 1}, {128, 1, 1}, test_kernels::gemm_shared_bytes<kN, sm90::Swizzle::k128B, false, false>()};
+  for (auto _ : state) {
+    emulator.launch(&wgmma_gemm<Bf16, kN, sm90::Swizzle::k128B, false, false, false>, config,
+                    test_kernels::GemmParams{a.data(), b.data(), c.data(), test_kernels::kPlantNone});
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["MAC/s"] = benchmark::Counter(64.0 * kN * 32, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(wgmma_gemm_bf16<64>)->Unit(benchmark::kMillisecond);
+BENCHMARK(wgmma_gemm_bf16<256>)->Unit(benchmark::kMillisecond);
 BENCHMARK(barrier_rounds_128_threads)->Arg(1000)->Unit(benchmark::kMillisecond);
 BENCHMARK(mma_per_warp_4_warps)->Arg(1000)->Unit(benchmark::kMillisecond);
 BENCHMARK(barrier_and_mma_128_threads)->Arg(1000)->Unit(benchmark::kMillisecond);

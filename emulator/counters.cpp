@@ -6,6 +6,7 @@ namespace attune::emu {
 
 void LaunchCounters::add(const LaunchCounters& o) {
   mma += o.mma;
+  wgmma += o.wgmma;
   ldmatrix += o.ldmatrix;
   shuffles += o.shuffles;
   shared_instructions += o.shared_instructions;
@@ -44,6 +45,7 @@ LaunchCounters LaunchCounters::minus(const LaunchCounters& b) const {
   const auto sub = [](std::uint64_t x, std::uint64_t y) { return x > y ? x - y : 0; };
   LaunchCounters d;
   d.mma = sub(mma, b.mma);
+  d.wgmma = sub(wgmma, b.wgmma);
   d.ldmatrix = sub(ldmatrix, b.ldmatrix);
   d.shuffles = sub(shuffles, b.shuffles);
   d.shared_instructions = sub(shared_instructions, b.shared_instructions);

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <array>
+#include <bit>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <exception>
@@ -19,7 +21,8 @@
 #include "emulator/fiber.h"
 #include "emulator/shared_shadow.h"
 #include "emulator/warp_ops.h"
-#include "templates/primitives/emulated.h"
+#include "emulator/warpgroup_ops.h"
+#include "templates/primitives/hopper_emulated.h"
 
 namespace attune::emu {
 
@@ -27,7 +30,7 @@ namespace {
 
 using Where = std::source_location;
 
-enum class State : std::uint8_t { kRunnable, kAtBarrier, kAtWarpOp, kDone };
+enum class State : std::uint8_t { kRunnable, kAtBarrier, kAtWarpOp, kAtWarpgroupOp, kDone };
 enum class WarpOp : std::uint8_t { kShuffle, kMma, kLdmatrix };
 
 constexpr NamedValue<WarpOp> kWarpOpNames[] = {
@@ -74,6 +77,42 @@ struct SiteVisit {
   }
 };
 
+// A NaN with a payload of its own: what an accumulator or register A operand
+// holds while its wgmma is in flight, so a read propagates NaN and a write
+// is seen at the wait.
+constexpr u32 kInFlightPoison = 0x7FBADBADU;
+
+// What a thread brings to a wgmma rendezvous.
+struct WgmmaIssue {
+  bool wait = false;  // wgmma.wait_group (pending), else wgmma.mma_async
+  i32 pending = 0;
+  WgmmaShape shape;
+  float* d = nullptr;
+  u32* a = nullptr;
+  i32 accumulate = 0;
+};
+
+// One wgmma issued by a warpgroup, until every thread has waited for it.
+struct InFlightWgmma {
+  WgmmaShape shape;
+  i32 group = 0;  // the commit group: a thread's k-th commit closes group k
+  bool accumulate = false;
+  bool executed = false;
+  std::vector<float*> d;  // per thread of the warpgroup
+  std::vector<u32*> a;    // per thread; empty for a shared A
+  WarpgroupARegisters a_values{};
+  std::vector<u32> addresses;  // shared elements its operands read
+  Where site;
+};
+
+// A thread's register array (accumulator or A) while wgmmas use it: the
+// values the wgmmas read and write, and how many are in flight.
+template <class T>
+struct InFlightRegisters {
+  std::vector<T> values;
+  i32 in_flight = 0;
+};
+
 struct Thread {
   Dim3 index;
   i32 linear = 0;
@@ -95,6 +134,15 @@ struct Thread {
   std::deque<std::vector<AsyncCopy>> committed;
   // Times at each shared-access site since the warp last converged.
   std::vector<std::pair<SiteVisit, std::uint32_t>> visits;
+  // wgmma: the issue at a rendezvous, this thread's view of its warpgroup's
+  // pipeline, and its registers in flight.
+  WgmmaIssue wgmma;
+  bool wgmma_needs_fence = true;  // at the start and after every wait that retired a wgmma
+  i32 wgmma_commits = 0;
+  std::size_t wgmma_retired = 0;  // of its warpgroup's wgmmas, in issue order
+  std::map<float*, InFlightRegisters<float>> accumulators;
+  std::map<u32*, InFlightRegisters<u32>> a_operands;
+  std::uint32_t proxy_fences = 0;  // fence.proxy.async executed
 };
 
 struct Buffer {
@@ -140,6 +188,25 @@ struct Emulator::Impl {
   std::vector<Thread> threads;
   std::vector<unsigned char> shared;
   SharedShadow shadow;
+  // The async proxy (wgmma operands): per shared byte, the last thread that
+  // wrote it with an ordinary store and its fence count then; and how many
+  // in-flight wgmmas read it.
+  // Entries of an earlier block (another `block`) count as empty, so blocks
+  // need no reset of this table.
+  struct ProxyCell {
+    std::uint32_t block = 0;
+    i32 writer = -1;
+    std::uint32_t fences_at_write = 0;
+    std::uint32_t async_readers = 0;
+  };
+  std::vector<ProxyCell> proxy;
+  std::uint32_t proxy_block = 0;
+  ProxyCell& proxy_cell(u64 i) {
+    ProxyCell& cell = proxy[i];
+    if (cell.block != proxy_block) cell = ProxyCell{proxy_block};
+    return cell;
+  }
+  std::vector<std::vector<InFlightWgmma>> wgmma_ops;  // per warpgroup, in issue order
   const std::function<void()>* body = nullptr;
   Thread* current = nullptr;
   std::exception_ptr kernel_exception;
@@ -279,9 +346,35 @@ struct Emulator::Impl {
     const auto offset = shared_offset(t, p, bytes, write ? "write" : "read", where);
     if (!offset) return false;
     track_shared(t, *offset, bytes, write, where);
+    if (write) generic_write(t, *offset, bytes, where);
     count_shared(t, *offset, bytes, where);
     return true;
   }
+
+  // An ordinary (generic-proxy) write: remembered for the async proxy's
+  // ordering rule, and refused while an in-flight wgmma reads the bytes.
+  void generic_write(const Thread& t, u64 offset, u64 bytes, const Where& where) {
+    for (u64 i = offset; i < offset + bytes; ++i) {
+      if (proxy_cell(i).async_readers != 0) {
+        report(BugKind::kAsyncProxyOrder, t, where,
+               "write of shared bytes " + range_text(offset, bytes) + ": byte " + std::to_string(i) +
+                   " is an operand of a wgmma still in flight (wgmma::wait has not covered it)");
+        break;
+      }
+    }
+    for (u64 i = offset; i < offset + bytes; ++i) {
+      ProxyCell& cell = proxy_cell(i);
+      cell.writer = t.linear;
+      cell.fences_at_write = t.proxy_fences;
+    }
+  }
+
+  // --- wgmma -------------------------------------------------------------
+
+  bool resolve_warpgroups();
+  void issue_wgmma(std::size_t warpgroup);
+  void execute_wgmma(std::size_t warpgroup, InFlightWgmma& op);
+  void retire_wgmmas(Thread& t, i32 pending, const Where& where);
 
   // --- cp.async --------------------------------------------------------
 
@@ -335,12 +428,20 @@ void Emulator::Impl::run_block(const Dim3& index) {
   block_index = index;
   std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xFF));  // NaN in every float format
   shadow.reset(shared.size());
+  ++proxy_block;
+  wgmma_ops.assign((threads.size() + sm90::kWarpgroupSize - 1) / sm90::kWarpgroupSize, {});
   pending_shared.assign((threads.size() + kWarpSize - 1) / kWarpSize, {});
   for (Thread& t : threads) {
     t.state = State::kRunnable;
     t.open_group.clear();
     t.committed.clear();
     t.visits.clear();
+    t.wgmma_needs_fence = true;
+    t.wgmma_commits = 0;
+    t.wgmma_retired = 0;
+    t.accumulators.clear();
+    t.a_operands.clear();
+    t.proxy_fences = 0;
     t.fiber->reset(&Impl::thread_entry, this);
   }
   for (;;) {
@@ -366,6 +467,7 @@ void Emulator::Impl::run_block(const Dim3& index) {
     }
     if (all_done) break;
     if (resolve_warps()) continue;
+    if (resolve_warpgroups()) continue;
     if (resolve_barrier()) continue;
     report_hang();
   }
@@ -482,6 +584,7 @@ void Emulator::Impl::report_hang() {
   std::vector<std::pair<std::string, std::vector<i32>>> groups;
   const Thread* culprit = nullptr;
   bool warp_problem = false;
+  bool warpgroup_problem = false;
   for (const Thread& t : threads) {
     std::string where;
     switch (t.state) {
@@ -495,6 +598,11 @@ void Emulator::Impl::report_hang() {
       case State::kAtWarpOp:
         where = "waiting at " + std::string(to_string(t.op)) + " (" + site_of(t.site) + ")";
         warp_problem = true;
+        culprit = &t;
+        break;
+      case State::kAtWarpgroupOp:
+        where = std::string(t.wgmma.wait ? "waiting at wgmma::wait (" : "waiting at wgmma (") + site_of(t.site) + ")";
+        warpgroup_problem = true;
         culprit = &t;
         break;
       case State::kRunnable:
@@ -512,8 +620,219 @@ void Emulator::Impl::report_hang() {
   for (const auto& [where, ids] : groups) detail += " threads " + id_ranges(ids) + " " + where + ";";
   detail.pop_back();
   const Thread& t = culprit != nullptr ? *culprit : threads.front();
-  report(warp_problem ? BugKind::kWarpDivergence : BugKind::kBarrierDivergence, t, t.site, detail);
+  const BugKind kind = warpgroup_problem ? BugKind::kWgmmaDivergence
+                       : warp_problem    ? BugKind::kWarpDivergence
+                                         : BugKind::kBarrierDivergence;
+  report(kind, t, t.site, detail);
   throw AbortLaunch{};
+}
+
+bool Emulator::Impl::resolve_warpgroups() {
+  bool progressed = false;
+  constexpr std::size_t kSize = sm90::kWarpgroupSize;
+  for (std::size_t g = 0; g * kSize < threads.size(); ++g) {
+    Thread* group = &threads[g * kSize];
+    const std::size_t count = std::min(kSize, threads.size() - g * kSize);
+    if (!std::all_of(group, group + count, [](const Thread& t) { return t.state == State::kAtWarpgroupOp; })) continue;
+    if (count != kSize) {
+      report(BugKind::kWgmmaDivergence, group[0], group[0].site,
+             "wgmma in a partial warpgroup of " + std::to_string(count) + " threads: it needs all 128");
+      throw AbortLaunch{};
+    }
+    if (group[0].wgmma.wait) {
+      // wait_group is aligned across the warpgroup: the wgmmas it covers run
+      // once every thread is there, as late as the ISA allows.
+      for (std::size_t l = 0; l < count; ++l) {
+        if (!group[l].wgmma.wait || group[l].wgmma.pending != group[0].wgmma.pending) {
+          report(BugKind::kWgmmaDivergence, group[l], group[l].site,
+                 "thread " + std::to_string(l) + " of the warpgroup is at " +
+                     (group[l].wgmma.wait ? "wgmma::wait<" + std::to_string(group[l].wgmma.pending) + ">"
+                                          : std::string("a wgmma")) +
+                     " (" + site_of(group[l].site) + ") while thread 0 is at wgmma::wait<" +
+                     std::to_string(group[0].wgmma.pending) + "> (" + site_of(group[0].site) + ")");
+          throw AbortLaunch{};
+        }
+      }
+      for (std::size_t l = 0; l < count; ++l) retire_wgmmas(group[l], group[l].wgmma.pending, group[l].site);
+    } else {
+      issue_wgmma(g);
+    }
+    for (std::size_t l = 0; l < count; ++l) group[l].state = State::kRunnable;
+    progressed = true;
+  }
+  return progressed;
+}
+
+namespace {
+
+std::string shape_text(const WgmmaShape& s) {
+  std::string text = std::string("m64n") + std::to_string(s.n) + "k16 " + (s.bf16 ? "bf16" : "f16") +
+                     (s.a_in_registers ? " A in registers" : " A " + std::string(s.trans_a ? "MN" : "K") + "-major") +
+                     " B " + (s.trans_b ? "MN" : "K") + "-major";
+  char buffer[64];
+  std::snprintf(buffer, sizeof buffer, " desc_a 0x%llx desc_b 0x%llx", static_cast<unsigned long long>(s.desc_a),
+                static_cast<unsigned long long>(s.desc_b));
+  return text + buffer;
+}
+
+template <class T>
+void take_in_flight(std::map<T*, InFlightRegisters<T>>& table, T* registers, std::size_t count, bool* written) {
+  auto [it, fresh] = table.try_emplace(registers);
+  if (fresh) {
+    it->second.values.assign(registers, registers + count);
+  } else {
+    for (std::size_t i = 0; i < count; ++i) {
+      if (std::bit_cast<u32>(registers[i]) != kInFlightPoison) *written = true;
+    }
+  }
+  for (std::size_t i = 0; i < count; ++i) registers[i] = std::bit_cast<T>(kInFlightPoison);
+  ++it->second.in_flight;
+}
+
+// One wgmma retired for a thread: the last one using the registers gives
+// them their values back. False when they were written meanwhile.
+template <class T>
+bool give_back(std::map<T*, InFlightRegisters<T>>& table, T* registers) {
+  auto it = table.find(registers);
+  if (it == table.end() || --it->second.in_flight > 0) return true;
+  bool intact = true;
+  for (std::size_t i = 0; i < it->second.values.size(); ++i) {
+    if (std::bit_cast<u32>(registers[i]) != kInFlightPoison) intact = false;
+    registers[i] = it->second.values[i];
+  }
+  table.erase(it);
+  return intact;
+}
+
+}  // namespace
+
+void Emulator::Impl::issue_wgmma(std::size_t warpgroup) {
+  Thread* group = &threads[warpgroup * sm90::kWarpgroupSize];
+  const Thread& first = group[0];
+  for (i32 l = 1; l < sm90::kWarpgroupSize; ++l) {
+    const Thread& t = group[l];
+    if (t.wgmma.wait || !(t.wgmma.shape == first.wgmma.shape) || !same_site(t.site, first.site) ||
+        t.wgmma.accumulate != first.wgmma.accumulate || t.wgmma_commits != first.wgmma_commits) {
+      report(BugKind::kWgmmaDivergence, t, t.site,
+             "thread " + std::to_string(l) + " of the warpgroup issues " + shape_text(t.wgmma.shape) + " (" +
+                 site_of(t.site) + ", accumulate " + std::to_string(t.wgmma.accumulate) + ") while thread 0 issues " +
+                 shape_text(first.wgmma.shape) + " (" + site_of(first.site) + ", accumulate " +
+                 std::to_string(first.wgmma.accumulate) + ")");
+      throw AbortLaunch{};
+    }
+  }
+  InFlightWgmma op;
+  op.shape = first.wgmma.shape;
+  op.group = first.wgmma_commits;
+  op.accumulate = first.wgmma.accumulate != 0;
+  op.site = first.site;
+  // Operands in shared memory: in bounds, ordered after ordinary writes by
+  // fence.proxy.async, and marked as read until the wgmma runs.
+  op.addresses = wgmma_operand_addresses(op.shape);
+  const u64 size = shared.size();
+  for (const u32 address : op.addresses) {
+    if (address + 2 > size) {
+      report(BugKind::kSharedOutOfBounds, first, first.site,
+             "wgmma " + shape_text(op.shape) + " reads shared bytes [" + std::to_string(address) + ", " +
+                 std::to_string(address + 2) + ") but the dynamic shared memory has " + std::to_string(size) +
+                 " bytes");
+      throw AbortLaunch{};
+    }
+  }
+  bool unfenced_reported = false;
+  for (const u32 address : op.addresses) {
+    for (u32 i = address; i < address + 2; ++i) {
+      ProxyCell& cell = proxy_cell(i);
+      const i32 writer = cell.writer;
+      if (!unfenced_reported && writer >= 0 &&
+          threads[static_cast<std::size_t>(writer)].proxy_fences == cell.fences_at_write) {
+        report(BugKind::kAsyncProxyOrder, first, first.site,
+               "wgmma reads shared byte " + std::to_string(i) + ", written by thread " +
+                   thread_text(threads[static_cast<std::size_t>(writer)]) +
+                   " with an ordinary store and no fence.proxy.async since (the async proxy may read stale data)");
+        unfenced_reported = true;
+      }
+      ++cell.async_readers;
+    }
+    track_shared(group[0], address, 2, /*write=*/false, first.site);
+  }
+  bool needs_fence = false;
+  op.d.resize(sm90::kWarpgroupSize);
+  if (op.shape.a_in_registers) op.a.resize(sm90::kWarpgroupSize);
+  for (i32 l = 0; l < sm90::kWarpgroupSize; ++l) {
+    Thread& t = group[l];
+    needs_fence = needs_fence || t.wgmma_needs_fence;
+    op.d[static_cast<std::size_t>(l)] = t.wgmma.d;
+    bool written = false;
+    take_in_flight(t.accumulators, t.wgmma.d, static_cast<std::size_t>(op.shape.n / 2), &written);
+    if (op.shape.a_in_registers) {
+      for (std::size_t q = 0; q < 4; ++q) op.a_values[static_cast<std::size_t>(l)][q] = t.wgmma.a[q];
+      op.a[static_cast<std::size_t>(l)] = t.wgmma.a;
+      auto found = t.a_operands.find(t.wgmma.a);
+      if (found != t.a_operands.end()) {
+        for (std::size_t q = 0; q < 4; ++q) op.a_values[static_cast<std::size_t>(l)][q] = found->second.values[q];
+      }
+      take_in_flight(t.a_operands, t.wgmma.a, 4, &written);
+    }
+    if (written) {
+      report(BugKind::kWgmmaOperandInFlight, t, t.site,
+             "the accumulators or A registers of this wgmma were written while an earlier wgmma on them was in "
+             "flight (before the wgmma::wait that covers it)");
+    }
+  }
+  if (needs_fence) {
+    report(BugKind::kWgmmaOperandInFlight, first, first.site,
+           "wgmma without a wgmma::fence since the warpgroup's registers were last accessible to other "
+           "instructions (the start, or a wgmma::wait)");
+    for (i32 l = 0; l < sm90::kWarpgroupSize; ++l) group[l].wgmma_needs_fence = false;
+  }
+  ++counters.wgmma;
+  wgmma_ops[warpgroup].push_back(std::move(op));
+}
+
+void Emulator::Impl::execute_wgmma(std::size_t warpgroup, InFlightWgmma& op) {
+  Thread* group = &threads[warpgroup * sm90::kWarpgroupSize];
+  std::vector<std::vector<float>> acc(sm90::kWarpgroupSize);
+  for (i32 l = 0; l < sm90::kWarpgroupSize; ++l) {
+    acc[static_cast<std::size_t>(l)] = group[l].accumulators.at(op.d[static_cast<std::size_t>(l)]).values;
+  }
+  // Shared memory is read now, as late as the ISA allows.
+  const auto read_u16 = [&](u32 address) {
+    u16 bits = 0;
+    std::memcpy(&bits, shared.data() + address, 2);
+    return bits;
+  };
+  wgmma_compute(op.shape, read_u16, op.a_values, op.accumulate, acc);
+  for (i32 l = 0; l < sm90::kWarpgroupSize; ++l) {
+    group[l].accumulators.at(op.d[static_cast<std::size_t>(l)]).values = std::move(acc[static_cast<std::size_t>(l)]);
+  }
+  for (const u32 address : op.addresses) {
+    --proxy_cell(address).async_readers;
+    --proxy_cell(address + 1).async_readers;
+  }
+  op.executed = true;
+}
+
+void Emulator::Impl::retire_wgmmas(Thread& t, i32 pending, const Where& where) {
+  const std::size_t warpgroup = static_cast<std::size_t>(t.linear / sm90::kWarpgroupSize);
+  const i32 lane = t.linear % sm90::kWarpgroupSize;
+  std::vector<InFlightWgmma>& ops = wgmma_ops[warpgroup];
+  const i32 limit = t.wgmma_commits - pending;
+  bool retired = false;
+  while (t.wgmma_retired < ops.size() && ops[t.wgmma_retired].group < limit) {
+    InFlightWgmma& op = ops[t.wgmma_retired];
+    if (!op.executed) execute_wgmma(warpgroup, op);
+    bool intact = give_back(t.accumulators, op.d[static_cast<std::size_t>(lane)]);
+    if (op.shape.a_in_registers) intact = give_back(t.a_operands, op.a[static_cast<std::size_t>(lane)]) && intact;
+    if (!intact) {
+      report(BugKind::kWgmmaOperandInFlight, t, where,
+             "the accumulators or A registers of the wgmma at " + site_of(op.site) +
+                 " were written while it was in flight (before this wgmma::wait covered it)");
+    }
+    ++t.wgmma_retired;
+    retired = true;
+  }
+  if (retired) t.wgmma_needs_fence = true;
 }
 
 Emulator::Emulator() : Emulator(Options{}) {}
@@ -554,6 +873,8 @@ void Emulator::launch(const LaunchConfig& config, const std::function<void()>& t
   s.dropped = 0;
   s.kernel_exception = nullptr;
   s.shared.assign(static_cast<std::size_t>(config.dynamic_shared_bytes), 0);
+  s.proxy.assign(s.shared.size(), Impl::ProxyCell{});
+  s.proxy_block = 0;
   while (s.fibers.size() < static_cast<std::size_t>(block_threads)) {
     s.fibers.push_back(std::make_unique<Fiber>(s.options.stack_bytes));
   }
@@ -661,6 +982,7 @@ void cp_async(void* shared_dst, const void* global_src, i32 src_bytes, const Whe
   e.counters.global_bytes += static_cast<u64>(src_bytes);
   // A new copy onto bytes still in flight, or onto bytes others use, is a race.
   e.track_shared(t, *offset, 16, /*write=*/true, where);
+  e.generic_write(t, *offset, 16, where);
   e.count_shared(t, *offset, 16, where);
   e.shadow.mark_pending(t.linear, *offset, 16);
   t.open_group.push_back(copy);
@@ -690,6 +1012,41 @@ void atomic_add(float* p, float value, const Where& where) {
   std::memcpy(&old, p, sizeof(float));
   old += value;
   std::memcpy(p, &old, sizeof(float));
+}
+
+void wgmma_fence(const Where& /*where*/) { emulator().current->wgmma_needs_fence = false; }
+
+void wgmma_commit(const Where& /*where*/) { ++emulator().current->wgmma_commits; }
+
+void wgmma_wait(i32 pending, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  t.wgmma.wait = true;
+  t.wgmma.pending = pending;
+  e.wait_here(t, State::kAtWarpgroupOp, where);
+}
+
+void wgmma(bool bf16, i32 n, bool trans_a, bool trans_b, u64 desc_a, u64 desc_b, u32* a_registers, float* d,
+           i32 accumulate, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  t.wgmma.wait = false;
+  t.wgmma.shape = WgmmaShape{bf16, n, trans_a, trans_b, a_registers != nullptr, desc_a, desc_b};
+  t.wgmma.d = d;
+  t.wgmma.a = a_registers;
+  t.wgmma.accumulate = accumulate;
+  e.wait_here(t, State::kAtWarpgroupOp, where);
+}
+
+void fence_proxy_async(const Where& /*where*/) { ++emulator().current->proxy_fences; }
+
+void setmaxnreg(bool increase, i32 registers, const Where& where) {
+  Emulator::Impl& e = emulator();
+  if (registers < 24 || registers > 256 || registers % 8 != 0) {
+    e.report(BugKind::kIllegalRegisterCount, *e.current, where,
+             std::string("setmaxnreg.") + (increase ? "inc" : "dec") + " " + std::to_string(registers) +
+                 ": expected a multiple of 8 in 24..256");
+  }
 }
 
 float half_to_float(u16 bits) { return half_bits_to_float(bits); }

@@ -28,7 +28,11 @@ constexpr NamedValue<BugKind> kBugKindNames[] = {
     {BugKind::kAsyncCopyReadBeforeWait, "cp.async data used before wait_group"},
     {BugKind::kBarrierDivergence, "barrier not reached by every thread"},
     {BugKind::kWarpDivergence, "warp collective not reached by every lane"},
-    {BugKind::kKernelException, "kernel threw"}};
+    {BugKind::kKernelException, "kernel threw"},
+    {BugKind::kWgmmaOperandInFlight, "wgmma operand touched while in flight"},
+    {BugKind::kWgmmaDivergence, "wgmma not uniform across its warpgroup"},
+    {BugKind::kAsyncProxyOrder, "shared memory not ordered with the async proxy"},
+    {BugKind::kIllegalRegisterCount, "illegal setmaxnreg"}};
 
 std::string_view to_string(BugKind kind) { return name_of(kBugKindNames, kind); }
 

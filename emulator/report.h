@@ -19,6 +19,11 @@ enum class BugKind {
   kBarrierDivergence,        // a block barrier not reached by every thread
   kWarpDivergence,           // a warp collective not reached by every lane
   kKernelException,          // the kernel body threw
+  // Hopper (templates/primitives/hopper.h):
+  kWgmmaOperandInFlight,  // accumulator or register A written before the wait_group that covers it, or no wgmma.fence
+  kWgmmaDivergence,       // a wgmma whose shape, flags or descriptors differ across its warpgroup, or a partial one
+  kAsyncProxyOrder,       // shared bytes the async proxy reads, written without fence.proxy.async or while in flight
+  kIllegalRegisterCount,  // setmaxnreg outside 24..256 or not a multiple of 8
 };
 
 std::string_view to_string(BugKind kind);

@@ -44,7 +44,7 @@ std::string slow_ptxas_message(std::string_view log) {
   while (begin < log.size()) {
     std::size_t end = log.find('\n', begin);
     if (end == std::string_view::npos) end = log.size();
-    const std::string line(log.substr(begin, end - begin));
+    std::string line(log.substr(begin, end - begin));
     if (std::regex_search(line, kSlow)) return line;
     begin = end + 1;
   }

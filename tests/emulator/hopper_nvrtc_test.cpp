@@ -178,6 +178,34 @@ TEST(HopperNvrtcTest, ASlowdownPtxasReportsFailsTheCompileWithItsMessage) {
   EXPECT_NE(serialized.log.find("wgmma.mma_async instructions are serialized"), std::string::npos) << serialized.log;
 }
 
+// The GEMM the emulator tests (wgmma_gemm.cuh) is the same template on the
+// GPU: it compiles for sm_90a into HGMMA, shared and register A alike.
+TEST(HopperNvrtcTest, TheEmulatorsGemmCompilesToHgmma) {
+  const std::string source = R"cuda(
+#include "tests/emulator/wgmma_gemm.cuh"
+namespace attune::test_kernels {
+template __global__ void wgmma_gemm<Bf16, 64, sm90::Swizzle::k128B, false, false, false>(GemmParams);
+template __global__ void wgmma_gemm<Fp16, 256, sm90::Swizzle::k64B, true, true, false>(GemmParams);
+template __global__ void wgmma_gemm<Bf16, 128, sm90::Swizzle::kNone, false, false, true>(GemmParams);
+}  // namespace attune::test_kernels
+)cuda";
+  const CompileResult r =
+      compile_with_nvrtc(source, "wgmma_gemm.cu",
+                         "attune::test_kernels::wgmma_gemm<attune::Bf16, 64, attune::sm90::Swizzle::k128B, false, "
+                         "false, false>",
+                         "sm_90a", include_source_dir());
+  ASSERT_TRUE(r.ok) << r.log;
+  std::string sass;
+  try {
+    sass = profile::disassemble(r.cubin);
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const profile::SassMix mix = profile::count_sass(sass);
+  EXPECT_EQ(mix.contains("HGMMA") ? mix.at("HGMMA") : 0, 6) << "two K steps in each of three kernels";
+  EXPECT_FALSE(mix.contains("HMMA")) << "no mma.sync fallback";
+}
+
 TEST(HopperNvrtcTest, Sm80BuildsCannotIncludeTheHopperPrimitives) {
   const CompileResult r =
       compile_with_nvrtc(kIgnoredSetmaxnreg, "uncapped.cu", "attune::uncapped", "sm_80", include_source_dir());

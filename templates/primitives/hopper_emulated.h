@@ -1,0 +1,88 @@
+// Emulator implementation of Hopper's primitives (see hopper_cuda.h for the
+// API): wgmma is a warpgroup collective that the emulator runs as late as
+// the ISA allows (at the wait_group that covers it), reading shared memory
+// through hopper_layout.h's descriptors, and checks what the ISA leaves
+// undefined (emulator/warpgroup_ops.h, docs/emulator.md).
+#pragma once
+
+#include <source_location>
+
+#include "templates/primitives/emulated.h"
+#include "templates/primitives/hopper_layout.h"
+
+namespace attune::emu::hooks {
+
+void wgmma_fence(const Where& where);
+void wgmma_commit(const Where& where);
+void wgmma_wait(i32 pending, const Where& where);
+// a_registers: null when A is in shared memory (desc_a).
+void wgmma(bool bf16, i32 n, bool trans_a, bool trans_b, u64 desc_a, u64 desc_b, u32* a_registers, float* d,
+           i32 accumulate, const Where& where);
+void fence_proxy_async(const Where& where);
+void setmaxnreg(bool increase, i32 registers, const Where& where);
+
+}  // namespace attune::emu::hooks
+
+namespace attune::dev {
+
+namespace warpgroup {
+inline i32 index() { return linear_thread() / sm90::kWarpgroupSize; }
+inline i32 thread() { return linear_thread() % sm90::kWarpgroupSize; }
+}  // namespace warpgroup
+
+namespace wgmma {
+
+inline void fence(const Where& where = Where::current()) { emu::hooks::wgmma_fence(where); }
+inline void commit(const Where& where = Where::current()) { emu::hooks::wgmma_commit(where); }
+template <i32 N>
+void wait(const Where& where = Where::current()) {
+  emu::hooks::wgmma_wait(N, where);
+}
+template <i32 R>
+void fence_operands(float (&)[R]) {}
+template <i32 R>
+void fence_operands(u32 (&)[R]) {}
+
+// The shared-window address of the emulator is the offset in its dynamic
+// shared memory.
+inline u64 descriptor(const void* smem, u32 leading_bytes, u32 stride_bytes, sm90::Swizzle swizzle) {
+  sm90::MatrixDescriptor d;
+  d.start = static_cast<u32>(static_cast<const unsigned char*>(smem) - emu::hooks::shared_base());
+  d.leading_bytes = leading_bytes;
+  d.stride_bytes = stride_bytes;
+  d.swizzle = swizzle;
+  return sm90::encode_descriptor(d);
+}
+
+template <class D, i32 kN, i32 kTransA, i32 kTransB>
+void mma_ss(float (&d)[kN / 2], u64 desc_a, u64 desc_b, i32 accumulate, const Where& where = Where::current()) {
+  static_assert(kN >= 8 && kN <= 256 && kN % 8 == 0, "wgmma: N is 8..256 in steps of 8");
+  emu::hooks::wgmma(std::is_same_v<D, Bf16>, kN, kTransA != 0, kTransB != 0, desc_a, desc_b, nullptr, d, accumulate,
+                    where);
+}
+
+// The A registers are the caller's: the emulator checks they are left alone
+// until the wait.
+template <class D, i32 kN, i32 kTransB>
+void mma_rs(float (&d)[kN / 2], const u32 (&a)[4], u64 desc_b, i32 accumulate, const Where& where = Where::current()) {
+  static_assert(kN >= 8 && kN <= 256 && kN % 8 == 0, "wgmma: N is 8..256 in steps of 8");
+  emu::hooks::wgmma(std::is_same_v<D, Bf16>, kN, false, kTransB != 0, 0, desc_b, const_cast<u32*>(a), d, accumulate,
+                    where);
+}
+
+}  // namespace wgmma
+
+namespace registers {
+template <i32 R>
+void increase(const Where& where = Where::current()) {
+  emu::hooks::setmaxnreg(true, R, where);
+}
+template <i32 R>
+void decrease(const Where& where = Where::current()) {
+  emu::hooks::setmaxnreg(false, R, where);
+}
+}  // namespace registers
+
+inline void fence_proxy_async(const Where& where = Where::current()) { emu::hooks::fence_proxy_async(where); }
+
+}  // namespace attune::dev

@@ -1,0 +1,171 @@
+// wgmma on the emulator: a one-warpgroup GEMM (wgmma_gemm.cuh) matches an
+// fp64 matmul in fp16 and bf16 for several N, every swizzle mode, K- and
+// MN-major operands and A in registers, with no report; and one planted bug
+// per Hopper detector is reported with its kind at its template line.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <random>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "core/dtype.h"
+#include "emulator/emulator.h"
+#include "tests/emulator/wgmma_gemm.cuh"
+
+namespace attune {
+namespace {
+
+using emu::BugKind;
+using emu::KernelFault;
+using sm90::Swizzle;
+using test_kernels::GemmParams;
+
+template <class D>
+u16 bits_of(float x) {
+  return std::is_same_v<D, Bf16> ? float_to_bfloat16_bits(x) : float_to_half_bits(x);
+}
+template <class D>
+double value_of(u16 bits) {
+  return std::is_same_v<D, Bf16> ? static_cast<double>(std::bit_cast<float>(static_cast<u32>(bits) << 16))
+                                 : static_cast<double>(half_bits_to_float(bits));
+}
+
+struct Run {
+  std::vector<float> c;
+  std::vector<double> reference;
+  std::vector<double> magnitude;  // sum of |a||b| per element
+};
+
+template <class D, i32 kN, Swizzle kSwizzle, bool kTransA, bool kTransB, bool kARegisters>
+Run run_gemm(i32 plant) {
+  std::mt19937 rng(kN * 7 + static_cast<int>(kSwizzle));
+  std::uniform_real_distribution<float> dist(-1.0F, 1.0F);
+  std::vector<u16> a(64 * 32), b(static_cast<std::size_t>(32 * kN));
+  for (u16& x : a) x = bits_of<D>(dist(rng));
+  for (u16& x : b) x = bits_of<D>(dist(rng));
+  Run run;
+  run.c.assign(static_cast<std::size_t>(64 * kN), -1.0F);
+  run.reference.assign(run.c.size(), 0.0);
+  run.magnitude.assign(run.c.size(), 0.0);
+  for (int m = 0; m < 64; ++m) {
+    for (int n = 0; n < kN; ++n) {
+      for (int k = 0; k < 32; ++k) {
+        const double p =
+            value_of<D>(a[static_cast<std::size_t>(m * 32 + k)]) * value_of<D>(b[static_cast<std::size_t>(k * kN + n)]);
+        run.reference[static_cast<std::size_t>(m * kN + n)] += p;
+        run.magnitude[static_cast<std::size_t>(m * kN + n)] += std::abs(p);
+      }
+    }
+  }
+  emu::Emulator emulator;
+  emulator.register_buffer("a", a.data(), a.size() * 2);
+  emulator.register_buffer("b", b.data(), b.size() * 2);
+  emulator.register_buffer("c", run.c.data(), run.c.size() * 4);
+  const LaunchConfig config{{1, 1, 1}, {128, 1, 1}, test_kernels::gemm_shared_bytes<kN, kSwizzle, kTransA, kTransB>()};
+  emulator.launch(&test_kernels::wgmma_gemm<D, kN, kSwizzle, kTransA, kTransB, kARegisters>, config,
+                  GemmParams{a.data(), b.data(), run.c.data(), plant});
+  return run;
+}
+
+template <class D, i32 kN, Swizzle kSwizzle, bool kTransA, bool kTransB, bool kARegisters>
+void expect_matches_fp64() {
+  SCOPED_TRACE(std::string(std::is_same_v<D, Bf16> ? "bf16" : "fp16") + " N " + std::to_string(kN) + " swizzle " +
+               std::to_string(sm90::swizzle_span(kSwizzle)) + (kARegisters ? " A in registers" : "") +
+               (kTransA ? " A MN-major" : "") + (kTransB ? " B MN-major" : ""));
+  const Run run = run_gemm<D, kN, kSwizzle, kTransA, kTransB, kARegisters>(test_kernels::kPlantNone);
+  int bad = 0;
+  for (std::size_t i = 0; i < run.c.size(); ++i) {
+    // Exact products summed in fp32: 32 roundings of at most 2^-24 each.
+    const double bound = 32 * 0x1p-24 * run.magnitude[i] + 1e-30;
+    if (!(std::abs(run.c[i] - run.reference[i]) <= bound) && ++bad <= 5) {
+      ADD_FAILURE() << "C[" << i / kN << "][" << i % kN << "] = " << run.c[i] << ", fp64 " << run.reference[i];
+    }
+  }
+  EXPECT_EQ(bad, 0);
+}
+
+TEST(WgmmaEmuTest, TheGemmMatchesFp64InEverySwizzleModeAndOperandForm) {
+  expect_matches_fp64<Bf16, 64, Swizzle::k128B, false, false, false>();
+  expect_matches_fp64<Fp16, 64, Swizzle::k128B, false, false, false>();
+  expect_matches_fp64<Bf16, 256, Swizzle::k64B, false, true, false>();
+  expect_matches_fp64<Fp16, 24, Swizzle::k32B, false, false, false>();
+  expect_matches_fp64<Bf16, 128, Swizzle::kNone, false, false, false>();
+  expect_matches_fp64<Fp16, 64, Swizzle::k128B, true, true, false>();
+  expect_matches_fp64<Bf16, 64, Swizzle::kNone, true, true, false>();
+  expect_matches_fp64<Fp16, 8, Swizzle::k32B, true, true, false>();
+  expect_matches_fp64<Bf16, 136, Swizzle::k64B, true, false, false>();
+  expect_matches_fp64<Fp16, 128, Swizzle::k128B, false, false, true>();
+  expect_matches_fp64<Bf16, 40, Swizzle::k32B, false, true, true>();
+}
+
+// "tests/emulator/wgmma_gemm.cuh:N" for the line holding `mark`.
+std::string site_of_mark(const std::string& mark) {
+  std::ifstream in(std::string(ATTUNE_SOURCE_DIR) + "/tests/emulator/wgmma_gemm.cuh");
+  int line = 0;
+  for (std::string text; std::getline(in, text);) {
+    ++line;
+    if (text.find(mark) != std::string::npos) return "tests/emulator/wgmma_gemm.cuh:" + std::to_string(line);
+  }
+  ADD_FAILURE() << "no line marked '" << mark << "'";
+  return "";
+}
+
+struct Planted {
+  i32 plant;
+  BugKind kind;
+  const char* mark;  // the line the report points at
+  const char* says;  // part of its detail
+};
+
+std::string planted_name(const ::testing::TestParamInfo<Planted>& info) {
+  static const char* const kNames[] = {"None",
+                                       "NoProxyFence",
+                                       "NoWgmmaFence",
+                                       "AccumulatorWritten",
+                                       "OperandOverwritten",
+                                       "DivergentDescriptor",
+                                       "IllegalRegisterCount"};
+  return kNames[info.param.plant];
+}
+
+class WgmmaPlantedBugTest : public ::testing::TestWithParam<Planted> {};
+
+TEST_P(WgmmaPlantedBugTest, IsReportedWithItsKindAtItsLine) {
+  const Planted& p = GetParam();
+  try {
+    run_gemm<Bf16, 64, Swizzle::k128B, false, false, false>(p.plant);
+    FAIL() << "the planted bug was not reported";
+  } catch (const KernelFault& fault) {
+    const std::string site = site_of_mark(p.mark);
+    bool found = false;
+    for (const emu::BugReport& r : fault.reports()) {
+      if (r.kind == p.kind && r.site == site && r.detail.find(p.says) != std::string::npos) found = true;
+    }
+    EXPECT_TRUE(found) << "expected " << emu::to_string(p.kind) << " at " << site << " saying '" << p.says
+                       << "'; got:\n"
+                       << fault.what();
+    std::cout << fault.reports().front().to_string() << "\n";
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Detectors, WgmmaPlantedBugTest,
+    ::testing::Values(Planted{test_kernels::kPlantNoProxyFence, BugKind::kAsyncProxyOrder, "wgmma: issue (shared)",
+                              "no fence.proxy.async"},
+                      Planted{test_kernels::kPlantNoWgmmaFence, BugKind::kWgmmaOperandInFlight, "wgmma: issue (shared)",
+                              "without a wgmma::fence"},
+                      Planted{test_kernels::kPlantAccumulatorWritten, BugKind::kWgmmaOperandInFlight, "wgmma: wait",
+                              "were written while it was in flight"},
+                      Planted{test_kernels::kPlantOperandOverwritten, BugKind::kAsyncProxyOrder,
+                              "planted: operand overwritten", "operand of a wgmma still in flight"},
+                      Planted{test_kernels::kPlantDivergentDescriptor, BugKind::kWgmmaDivergence,
+                              "wgmma: issue (shared)", "while thread 0 issues"},
+                      Planted{test_kernels::kPlantIllegalRegisterCount, BugKind::kIllegalRegisterCount,
+                              "planted: illegal count", "setmaxnreg.inc 100"}),
+    planted_name);
+
+}  // namespace
+}  // namespace attune
