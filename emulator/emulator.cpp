@@ -20,6 +20,7 @@
 #include "emulator/bank_model.h"
 #include "emulator/fiber.h"
 #include "emulator/shared_shadow.h"
+#include "emulator/sync_objects.h"
 #include "emulator/warp_ops.h"
 #include "emulator/warpgroup_ops.h"
 #include "templates/primitives/hopper_emulated.h"
@@ -30,11 +31,21 @@ namespace {
 
 using Where = std::source_location;
 
-enum class State : std::uint8_t { kRunnable, kAtBarrier, kAtWarpOp, kAtWarpgroupOp, kDone };
-enum class WarpOp : std::uint8_t { kShuffle, kMma, kLdmatrix };
+enum class State : std::uint8_t {
+  kRunnable,
+  kAtBarrier,
+  kAtWarpOp,
+  kAtWarpgroupOp,
+  kAtMbarrier,
+  kAtNamedBarrier,
+  kDone
+};
+enum class WarpOp : std::uint8_t { kShuffle, kMma, kLdmatrix, kElect };
 
-constexpr NamedValue<WarpOp> kWarpOpNames[] = {
-    {WarpOp::kShuffle, "shfl.sync"}, {WarpOp::kMma, "mma.sync"}, {WarpOp::kLdmatrix, "ldmatrix"}};
+constexpr NamedValue<WarpOp> kWarpOpNames[] = {{WarpOp::kShuffle, "shfl.sync"},
+                                               {WarpOp::kMma, "mma.sync"},
+                                               {WarpOp::kLdmatrix, "ldmatrix"},
+                                               {WarpOp::kElect, "elect.sync"}};
 
 std::string_view to_string(WarpOp op) { return name_of(kWarpOpNames, op); }
 
@@ -143,6 +154,14 @@ struct Thread {
   std::map<float*, InFlightRegisters<float>> accumulators;
   std::map<u32*, InFlightRegisters<u32>> a_operands;
   std::uint32_t proxy_fences = 0;  // fence.proxy.async executed
+  // Happens-before (once the block uses mbarriers or named barriers), the
+  // next phase of each mbarrier it has not seen complete yet (-1 before its
+  // first wait), and what it waits for.
+  VectorClock clock;
+  std::map<u64, i64> next_phase;
+  u64 wait_offset = 0;
+  i64 wait_phase = 0;
+  i32 wait_named = 0;
 };
 
 struct Buffer {
@@ -207,6 +226,11 @@ struct Emulator::Impl {
     return cell;
   }
   std::vector<std::vector<InFlightWgmma>> wgmma_ops;  // per warpgroup, in issue order
+  // mbarriers by shared offset, named barriers by id; vector clocks are kept
+  // from the first use of either in a launch.
+  std::map<u64, Mbarrier> mbarriers;
+  std::array<NamedBarrier, kNamedBarriers> named;
+  bool track_clocks = false;
   const std::function<void()>* body = nullptr;
   Thread* current = nullptr;
   std::exception_ptr kernel_exception;
@@ -369,6 +393,131 @@ struct Emulator::Impl {
     }
   }
 
+  // --- mbarriers and named barriers -------------------------------------
+
+  VectorClock fresh_clock() const { return VectorClock(threads.size() + 1, 0); }
+  void start_clocks() {
+    if (track_clocks) return;
+    track_clocks = true;
+    for (Thread& t : threads) {
+      t.clock = fresh_clock();
+      t.clock[static_cast<std::size_t>(t.linear)] = 1;
+    }
+  }
+  void tick(Thread& t) {
+    if (track_clocks) ++t.clock[static_cast<std::size_t>(t.linear)];
+  }
+
+  Mbarrier* barrier_at(Thread& t, const u64* bar, const char* what, const Where& where, u64* offset_out) {
+    const auto offset = shared_offset(t, bar, 8, what, where);
+    if (!offset) return nullptr;
+    *offset_out = *offset;
+    Mbarrier& b = mbarriers[*offset];
+    if (!b.initialized) {
+      report(BugKind::kMbarrierMisuse, t, where,
+             std::string(what) + " of the mbarrier at shared byte " + std::to_string(*offset) +
+                 " before mbarrier::init (or after mbarrier::invalidate)");
+      return nullptr;
+    }
+    return &b;
+  }
+
+  void observe(Thread& t, u64 offset, Mbarrier& b, i64 phase) {
+    if (phase >= 0 && track_clocks) join(t.clock, b.completed[static_cast<std::size_t>(phase & 1)]);
+    t.next_phase[offset] = phase + 1;
+    b.newest_observed = std::max(b.newest_observed, phase);
+  }
+
+  // Completes the phase once no arrival and no transaction byte is missing,
+  // and hands it to the threads waiting for it.
+  void maybe_complete(u64 offset, Mbarrier& b) {
+    if (b.pending != 0 || b.tx != 0) return;
+    b.completed[static_cast<std::size_t>(b.phase & 1)] = b.arrivals;
+    ++b.phase;
+    b.pending = b.count;
+    b.arrivals = fresh_clock();
+    for (Thread& w : threads) {
+      if (w.state == State::kAtMbarrier && w.wait_offset == offset && w.wait_phase < b.phase) {
+        observe(w, offset, b, w.wait_phase);
+        w.state = State::kRunnable;
+      }
+    }
+  }
+
+  void arrive(Thread& t, u64 offset, Mbarrier& b, u32 tx_bytes, const Where& where) {
+    if (b.phase >= 1 && b.newest_observed < b.phase - 1) {
+      report(BugKind::kMbarrierMisuse, t, where,
+             "arrival on phase " + std::to_string(b.phase) + " of the mbarrier at shared byte " +
+                 std::to_string(offset) + ", but phase " + std::to_string(b.phase - 1) +
+                 " completed with no thread waiting for it (its hand-off was lost)");
+      b.newest_observed = b.phase - 1;  // once per phase
+    }
+    if (b.pending == 0) {
+      report(BugKind::kMbarrierMisuse, t, where,
+             "arrival beyond the count of " + std::to_string(b.count) + " on phase " + std::to_string(b.phase) +
+                 " of the mbarrier at shared byte " + std::to_string(offset));
+      return;
+    }
+    b.tx += tx_bytes;
+    if (track_clocks) join(b.arrivals, t.clock);
+    tick(t);
+    --b.pending;
+    maybe_complete(offset, b);
+  }
+
+  // Transaction bytes a TMA load completed on the barrier.
+  void complete_tx(Thread& issuer, u64 offset, Mbarrier& b, i64 bytes, const Where& where) {
+    b.tx -= bytes;
+    if (b.tx < 0) {
+      report(BugKind::kMbarrierMisuse, issuer, where,
+             "transaction bytes: a TMA load completed " + std::to_string(bytes) +
+                 " bytes on the mbarrier at shared byte " + std::to_string(offset) + " in phase " +
+                 std::to_string(b.phase) + ", " + std::to_string(-b.tx) + " more than expect_tx announced");
+      b.tx = 0;
+    }
+    maybe_complete(offset, b);
+  }
+
+  void named_barrier(Thread& t, i32 id, i32 count, bool sync, const Where& where) {
+    if (id < 0 || id >= kNamedBarriers || count <= 0 || count % kWarpSize != 0 ||
+        count > static_cast<i32>(threads.size())) {
+      report(BugKind::kBarrierDivergence, t, where,
+             "named barrier " + std::to_string(id) + " for " + std::to_string(count) +
+                 " threads: expected an id in 0..15 and a multiple of 32 up to the block's " +
+                 std::to_string(threads.size()) + " threads");
+      throw AbortLaunch{};
+    }
+    start_clocks();
+    NamedBarrier& n = named[static_cast<std::size_t>(id)];
+    if (n.arrived == 0) {
+      n.expected = count;
+      n.clock = fresh_clock();
+    } else if (n.expected != count) {
+      report(BugKind::kBarrierDivergence, t, where,
+             "named barrier " + std::to_string(id) + " for " + std::to_string(count) + " threads, while " +
+                 std::to_string(n.arrived) + " thread(s) already there expect " + std::to_string(n.expected));
+      throw AbortLaunch{};
+    }
+    join(n.clock, t.clock);
+    tick(t);
+    ++n.arrived;
+    if (sync) n.syncing.push_back(t.linear);
+    if (n.arrived == n.expected) {
+      for (const i32 s : n.syncing) {
+        Thread& w = threads[static_cast<std::size_t>(s)];
+        join(w.clock, n.clock);
+        tick(w);
+        w.state = State::kRunnable;
+      }
+      n = NamedBarrier{};
+      return;
+    }
+    if (sync) {
+      t.wait_named = id;
+      wait_here(t, State::kAtNamedBarrier, where);
+    }
+  }
+
   // --- wgmma -------------------------------------------------------------
 
   bool resolve_warpgroups();
@@ -429,6 +578,8 @@ void Emulator::Impl::run_block(const Dim3& index) {
   std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xFF));  // NaN in every float format
   shadow.reset(shared.size());
   ++proxy_block;
+  mbarriers.clear();
+  named = {};
   wgmma_ops.assign((threads.size() + sm90::kWarpgroupSize - 1) / sm90::kWarpgroupSize, {});
   pending_shared.assign((threads.size() + kWarpSize - 1) / kWarpSize, {});
   for (Thread& t : threads) {
@@ -442,6 +593,11 @@ void Emulator::Impl::run_block(const Dim3& index) {
     t.accumulators.clear();
     t.a_operands.clear();
     t.proxy_fences = 0;
+    t.next_phase.clear();
+    if (track_clocks) {
+      t.clock = fresh_clock();
+      t.clock[static_cast<std::size_t>(t.linear)] = 1;
+    }
     t.fiber->reset(&Impl::thread_entry, this);
   }
   for (;;) {
@@ -466,6 +622,10 @@ void Emulator::Impl::run_block(const Dim3& index) {
       all_done = all_done && t.state == State::kDone;
     }
     if (all_done) break;
+    // Threads an mbarrier or a named barrier released during the sweep.
+    if (std::any_of(threads.begin(), threads.end(), [](const Thread& t) { return t.state == State::kRunnable; })) {
+      continue;
+    }
     if (resolve_warps()) continue;
     if (resolve_warpgroups()) continue;
     if (resolve_barrier()) continue;
@@ -532,6 +692,9 @@ bool Emulator::Impl::resolve_warps() {
         for (int l = 0; l < kWarpSize; ++l) lanes[l].floats = d[l];
         break;
       }
+      case WarpOp::kElect:
+        for (int l = 0; l < kWarpSize; ++l) lanes[l].words[0] = l == 0 ? 1U : 0U;  // the lowest lane leads
+        break;
       case WarpOp::kLdmatrix: {
         std::array<Matrix8x8, 4> rows{};
         const int matrices = first.operand;
@@ -575,6 +738,14 @@ bool Emulator::Impl::resolve_barrier() {
   shadow.next_epoch();
   flush_all_shared();
   ++counters.barriers;
+  if (track_clocks) {
+    VectorClock all = fresh_clock();
+    for (const Thread& t : threads) join(all, t.clock);
+    for (Thread& t : threads) {
+      t.clock = all;
+      tick(t);
+    }
+  }
   for (Thread& t : threads) t.state = State::kRunnable;
   return true;
 }
@@ -585,6 +756,7 @@ void Emulator::Impl::report_hang() {
   const Thread* culprit = nullptr;
   bool warp_problem = false;
   bool warpgroup_problem = false;
+  bool deadlock = false;
   for (const Thread& t : threads) {
     std::string where;
     switch (t.state) {
@@ -598,6 +770,17 @@ void Emulator::Impl::report_hang() {
       case State::kAtWarpOp:
         where = "waiting at " + std::string(to_string(t.op)) + " (" + site_of(t.site) + ")";
         warp_problem = true;
+        culprit = &t;
+        break;
+      case State::kAtMbarrier:
+        where = "waiting on the mbarrier at shared byte " + std::to_string(t.wait_offset) + " for phase " +
+                std::to_string(t.wait_phase) + " (" + site_of(t.site) + ")";
+        deadlock = true;
+        culprit = &t;
+        break;
+      case State::kAtNamedBarrier:
+        where = "waiting at named barrier " + std::to_string(t.wait_named) + " (" + site_of(t.site) + ")";
+        deadlock = true;
         culprit = &t;
         break;
       case State::kAtWarpgroupOp:
@@ -619,10 +802,21 @@ void Emulator::Impl::report_hang() {
   std::string detail = "the block can never continue:";
   for (const auto& [where, ids] : groups) detail += " threads " + id_ranges(ids) + " " + where + ";";
   detail.pop_back();
+  for (const auto& [offset, b] : mbarriers) {
+    detail += "; mbarrier at shared byte " + std::to_string(offset) + ": " + describe(b);
+  }
+  for (i32 id = 0; id < kNamedBarriers; ++id) {
+    const NamedBarrier& n = named[static_cast<std::size_t>(id)];
+    if (n.arrived > 0) {
+      detail += "; named barrier " + std::to_string(id) + ": " + std::to_string(n.arrived) + " of " +
+                std::to_string(n.expected) + " threads arrived";
+    }
+  }
   const Thread& t = culprit != nullptr ? *culprit : threads.front();
-  const BugKind kind = warpgroup_problem ? BugKind::kWgmmaDivergence
-                       : warp_problem    ? BugKind::kWarpDivergence
-                                         : BugKind::kBarrierDivergence;
+  const BugKind kind = deadlock            ? BugKind::kDeadlock
+                       : warpgroup_problem ? BugKind::kWgmmaDivergence
+                       : warp_problem      ? BugKind::kWarpDivergence
+                                           : BugKind::kBarrierDivergence;
   report(kind, t, t.site, detail);
   throw AbortLaunch{};
 }
@@ -875,6 +1069,7 @@ void Emulator::launch(const LaunchConfig& config, const std::function<void()>& t
   s.shared.assign(static_cast<std::size_t>(config.dynamic_shared_bytes), 0);
   s.proxy.assign(s.shared.size(), Impl::ProxyCell{});
   s.proxy_block = 0;
+  s.track_clocks = false;
   while (s.fibers.size() < static_cast<std::size_t>(block_threads)) {
     s.fibers.push_back(std::make_unique<Fiber>(s.options.stack_bytes));
   }
@@ -1047,6 +1242,91 @@ void setmaxnreg(bool increase, i32 registers, const Where& where) {
              std::string("setmaxnreg.") + (increase ? "inc" : "dec") + " " + std::to_string(registers) +
                  ": expected a multiple of 8 in 24..256");
   }
+}
+
+void mbarrier_init(u64* bar, i32 count, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  const auto offset = e.shared_offset(t, bar, 8, "mbarrier::init", where);
+  if (!offset) return;
+  e.start_clocks();
+  Mbarrier& b = e.mbarriers[*offset];
+  if (b.initialized) {
+    e.report(BugKind::kMbarrierMisuse, t, where,
+             "mbarrier::init of the mbarrier at shared byte " + std::to_string(*offset) +
+                 ", which is initialised already (" + describe(b) + ")");
+  }
+  if (count < 1 || count > (1 << 20) - 1) {
+    e.report(BugKind::kMbarrierMisuse, t, where,
+             "mbarrier::init with count " + std::to_string(count) + ": expected 1..1048575");
+    return;
+  }
+  b = Mbarrier{};
+  b.initialized = true;
+  b.count = count;
+  b.pending = count;
+  b.arrivals = e.fresh_clock();
+}
+
+void mbarrier_arrive(u64* bar, u32 tx_bytes, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  u64 offset = 0;
+  if (Mbarrier* b = e.barrier_at(t, bar, "arrive", where, &offset)) e.arrive(t, offset, *b, tx_bytes, where);
+}
+
+void mbarrier_expect_tx(u64* bar, u32 tx_bytes, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  u64 offset = 0;
+  if (Mbarrier* b = e.barrier_at(t, bar, "expect_tx", where, &offset)) b->tx += tx_bytes;
+}
+
+void mbarrier_wait(u64* bar, u32 parity, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  u64 offset = 0;
+  Mbarrier* b = e.barrier_at(t, bar, "wait", where, &offset);
+  if (b == nullptr) return;
+  const i64 phase = waited_phase(b->phase, parity);
+  const auto known = t.next_phase.find(offset);
+  const i64 expected = known == t.next_phase.end() ? -1 : known->second;
+  if (phase < expected) {
+    e.report(BugKind::kMbarrierMisuse, t, where,
+             "wait with parity " + std::to_string(parity & 1U) + " on the mbarrier at shared byte " +
+                 std::to_string(offset) + " is for phase " + std::to_string(phase) +
+                 ", which this thread saw complete already: it returns at once (a wrong parity; the barrier is at " +
+                 describe(*b) + ")");
+    return;
+  }
+  if (phase < b->phase) {
+    e.observe(t, offset, *b, phase);
+    return;
+  }
+  t.wait_offset = offset;
+  t.wait_phase = phase;
+  e.wait_here(t, State::kAtMbarrier, where);
+}
+
+void mbarrier_invalidate(u64* bar, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  u64 offset = 0;
+  if (Mbarrier* b = e.barrier_at(t, bar, "invalidate", where, &offset)) b->initialized = false;
+}
+
+void named_barrier(i32 id, i32 threads, bool sync, const Where& where) {
+  Emulator::Impl& e = emulator();
+  e.named_barrier(*e.current, id, threads, sync, where);
+}
+
+bool elect_one(const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  t.op = WarpOp::kElect;
+  t.flag = false;
+  e.wait_here(t, State::kAtWarpOp, where);
+  return t.words[0] != 0;
 }
 
 float half_to_float(u16 bits) { return half_bits_to_float(bits); }

@@ -32,7 +32,9 @@ constexpr NamedValue<BugKind> kBugKindNames[] = {
     {BugKind::kWgmmaOperandInFlight, "wgmma operand touched while in flight"},
     {BugKind::kWgmmaDivergence, "wgmma not uniform across its warpgroup"},
     {BugKind::kAsyncProxyOrder, "shared memory not ordered with the async proxy"},
-    {BugKind::kIllegalRegisterCount, "illegal setmaxnreg"}};
+    {BugKind::kIllegalRegisterCount, "illegal setmaxnreg"},
+    {BugKind::kMbarrierMisuse, "mbarrier misuse"},
+    {BugKind::kDeadlock, "deadlock"}};
 
 std::string_view to_string(BugKind kind) { return name_of(kBugKindNames, kind); }
 

@@ -24,6 +24,8 @@ enum class BugKind {
   kWgmmaDivergence,       // a wgmma whose shape, flags or descriptors differ across its warpgroup, or a partial one
   kAsyncProxyOrder,       // shared bytes the async proxy reads, written without fence.proxy.async or while in flight
   kIllegalRegisterCount,  // setmaxnreg outside 24..256 or not a multiple of 8
+  kMbarrierMisuse,        // use before init, double init, a wrong parity, an unobserved phase, bytes beyond expected
+  kDeadlock,              // every thread waits (mbarriers, named barriers), with each barrier's state
 };
 
 std::string_view to_string(BugKind kind);

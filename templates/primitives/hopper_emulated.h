@@ -20,6 +20,13 @@ void wgmma(bool bf16, i32 n, bool trans_a, bool trans_b, u64 desc_a, u64 desc_b,
            i32 accumulate, const Where& where);
 void fence_proxy_async(const Where& where);
 void setmaxnreg(bool increase, i32 registers, const Where& where);
+void mbarrier_init(u64* bar, i32 count, const Where& where);
+void mbarrier_arrive(u64* bar, u32 tx_bytes, const Where& where);
+void mbarrier_expect_tx(u64* bar, u32 tx_bytes, const Where& where);
+void mbarrier_wait(u64* bar, u32 parity, const Where& where);
+void mbarrier_invalidate(u64* bar, const Where& where);
+void named_barrier(i32 id, i32 threads, bool sync, const Where& where);
+bool elect_one(const Where& where);
 
 }  // namespace attune::emu::hooks
 
@@ -84,5 +91,42 @@ void decrease(const Where& where = Where::current()) {
 }  // namespace registers
 
 inline void fence_proxy_async(const Where& where = Where::current()) { emu::hooks::fence_proxy_async(where); }
+
+// An mbarrier lives in 8 bytes of shared memory; the emulator keeps its state
+// beside it, by offset (emulator/mbarrier.h).
+namespace mbarrier {
+inline void init(u64* bar, i32 count, const Where& where = Where::current()) {
+  emu::hooks::mbarrier_init(bar, count, where);
+}
+inline void fence_init() {}
+inline void arrive(u64* bar, const Where& where = Where::current()) { emu::hooks::mbarrier_arrive(bar, 0, where); }
+inline void arrive_expect_tx(u64* bar, u32 bytes, const Where& where = Where::current()) {
+  emu::hooks::mbarrier_arrive(bar, bytes, where);
+}
+inline void expect_tx(u64* bar, u32 bytes, const Where& where = Where::current()) {
+  emu::hooks::mbarrier_expect_tx(bar, bytes, where);
+}
+// The emulator's try_wait blocks until the phase completes (a deadlock is
+// reported, never spun on): a caller's retry loop sees true at once.
+inline bool try_wait(u64* bar, u32 parity, const Where& where = Where::current()) {
+  emu::hooks::mbarrier_wait(bar, parity, where);
+  return true;
+}
+inline void wait(u64* bar, u32 parity, const Where& where = Where::current()) {
+  emu::hooks::mbarrier_wait(bar, parity, where);
+}
+inline void invalidate(u64* bar, const Where& where = Where::current()) { emu::hooks::mbarrier_invalidate(bar, where); }
+}  // namespace mbarrier
+
+namespace named_barrier {
+inline void sync(i32 id, i32 threads, const Where& where = Where::current()) {
+  emu::hooks::named_barrier(id, threads, true, where);
+}
+inline void arrive(i32 id, i32 threads, const Where& where = Where::current()) {
+  emu::hooks::named_barrier(id, threads, false, where);
+}
+}  // namespace named_barrier
+
+inline bool elect_one(const Where& where = Where::current()) { return emu::hooks::elect_one(where); }
 
 }  // namespace attune::dev
