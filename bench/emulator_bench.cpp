@@ -5,8 +5,10 @@
 
 #include <vector>
 
+#include "core/tensor_map.h"
 #include "emulator/emulator.h"
 #include "templates/primitives/primitives.h"
+#include "tests/emulator/tma_gemm.cuh"
 #include "tests/emulator/wgmma_gemm.cuh"
 
 namespace attune {
@@ -73,6 +75,45 @@ void wgmma_gemm_bf16(benchmark::State& state) {
   state.counters["MAC/s"] = benchmark::Counter(64.0 * kN * 32, benchmark::Counter::kIsIterationInvariantRate);
 }
 
+// The warp-specialized GEMM of the emulator's tests (tma_gemm.cuh: 384
+// threads, 128 x N x K with K = 5 tiles of 64, TMA loads through a 2-stage
+// ring, wgmma, a TMA store), per launch.
+template <i32 kN>
+void tma_gemm_bf16(benchmark::State& state) {
+  constexpr i32 kK = 5 * 64;
+  std::vector<u16> a(128 * kK, 0x3F80), bt(kN * kK, 0x3F80);  // bf16 ones
+  std::vector<float> c(128 * kN);
+  const auto map = [](const void* address, u64 inner, u64 rows, u32 box_inner, u32 box_rows, int bytes,
+                      sm90::Swizzle swizzle) {
+    TensorMapSpec s;
+    s.address = address;
+    s.element_bytes = bytes;
+    s.dims = {inner, rows, 1, 1, 1};
+    s.strides = {inner * static_cast<u64>(bytes), 0, 0, 0};
+    s.box = {box_inner, box_rows, 1, 1, 1};
+    s.swizzle = swizzle;
+    return encode_emulated_tensor_map(s);
+  };
+  test_kernels::TmaGemmParams p{};
+  p.a = map(a.data(), kK, 128, 64, 128, 2, sm90::Swizzle::k128B);
+  p.b = map(bt.data(), kK, kN, 64, kN, 2, sm90::Swizzle::k128B);
+  p.c = map(c.data(), kN, 128, kN, 64, 4, sm90::Swizzle::kNone);
+  p.k_tiles = 5;
+  emu::Emulator emulator;
+  emulator.register_buffer("a", a.data(), a.size() * 2);
+  emulator.register_buffer("b", bt.data(), bt.size() * 2);
+  emulator.register_buffer("c", c.data(), c.size() * 4);
+  using L = test_kernels::TmaGemmLayout<kN, sm90::Swizzle::k128B, 2>;
+  const LaunchConfig config{{1, 1, 1}, {384, 1, 1}, L::kSharedBytes};
+  for (auto _ : state) {
+    emulator.launch(&test_kernels::tma_gemm<Bf16, kN, sm90::Swizzle::k128B, 2>, config, p);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["MAC/s"] = benchmark::Counter(128.0 * kN * kK, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+BENCHMARK(tma_gemm_bf16<64>)->Unit(benchmark::kMillisecond);
+BENCHMARK(tma_gemm_bf16<256>)->Unit(benchmark::kMillisecond);
 BENCHMARK(wgmma_gemm_bf16<64>)->Unit(benchmark::kMillisecond);
 BENCHMARK(wgmma_gemm_bf16<256>)->Unit(benchmark::kMillisecond);
 BENCHMARK(barrier_rounds_128_threads)->Arg(1000)->Unit(benchmark::kMillisecond);

@@ -17,6 +17,7 @@
 
 #include "core/dtype.h"
 #include "core/enum_names.h"
+#include "core/tensor_map.h"
 #include "emulator/bank_model.h"
 #include "emulator/fiber.h"
 #include "emulator/shared_shadow.h"
@@ -89,9 +90,9 @@ struct SiteVisit {
 };
 
 // A NaN with a payload of its own: what an accumulator or register A operand
-// holds while its wgmma is in flight, so a read propagates NaN and a write
-// is seen at the wait.
-constexpr u32 kInFlightPoison = 0x7FBADBADU;
+// holds while its wgmma is in flight, so a read propagates NaN, a float store
+// of it is reported, and a write is seen at the wait.
+using hooks::kInFlightPoison;
 
 // What a thread brings to a wgmma rendezvous.
 struct WgmmaIssue {
@@ -123,6 +124,50 @@ struct InFlightRegisters {
   std::vector<T> values;
   i32 in_flight = 0;
 };
+
+// A TMA load issued and not landed yet, and a TMA store not yet performed.
+struct TmaLoad {
+  u64 barrier = 0;      // shared offset of its mbarrier
+  u64 destination = 0;  // shared offset of the box
+  TensorMapSpec map;
+  std::array<i32, 5> coords{};
+  i32 issuer = 0;
+  VectorClock issuer_clock;
+  Where site;
+};
+struct TmaStore {
+  u64 source = 0;
+  TensorMapSpec map;
+  std::array<i32, 5> coords{};
+  Where site;
+};
+
+// Calls `element(box_byte, global_address_or_null)` for every element of a
+// box in order (null: outside the tensor), innermost dimension first.
+template <class F>
+void for_each_box_element(const TensorMapSpec& m, const std::array<i32, 5>& coords, F element) {
+  std::array<std::uint32_t, 5> box{1, 1, 1, 1, 1};
+  for (int d = 0; d < m.rank; ++d) box[static_cast<std::size_t>(d)] = m.box[static_cast<std::size_t>(d)];
+  // Stores write through the map: its address is the tensor, not a constant.
+  auto* base = const_cast<unsigned char*>(static_cast<const unsigned char*>(m.address));
+  u64 linear = 0;
+  for (std::uint32_t i4 = 0; i4 < box[4]; ++i4)
+    for (std::uint32_t i3 = 0; i3 < box[3]; ++i3)
+      for (std::uint32_t i2 = 0; i2 < box[2]; ++i2)
+        for (std::uint32_t i1 = 0; i1 < box[1]; ++i1)
+          for (std::uint32_t i0 = 0; i0 < box[0]; ++i0, ++linear) {
+            const std::array<std::uint32_t, 5> index{i0, i1, i2, i3, i4};
+            bool inside = true;
+            i64 offset = 0;
+            for (int d = 0; d < m.rank; ++d) {
+              const i64 g = static_cast<i64>(coords[static_cast<std::size_t>(d)]) + index[static_cast<std::size_t>(d)];
+              if (g < 0 || static_cast<u64>(g) >= m.dims[static_cast<std::size_t>(d)]) inside = false;
+              const u64 step = d == 0 ? static_cast<u64>(m.element_bytes) : m.strides[static_cast<std::size_t>(d - 1)];
+              offset += g * static_cast<i64>(step);
+            }
+            element(linear * static_cast<u64>(m.element_bytes), inside ? static_cast<void*>(base + offset) : nullptr);
+          }
+}
 
 struct Thread {
   Dim3 index;
@@ -162,6 +207,9 @@ struct Thread {
   u64 wait_offset = 0;
   i64 wait_phase = 0;
   i32 wait_named = 0;
+  // TMA stores: the open bulk group, then committed ones oldest first.
+  std::vector<TmaStore> open_stores;
+  std::deque<std::vector<TmaStore>> committed_stores;
 };
 
 struct Buffer {
@@ -214,9 +262,14 @@ struct Emulator::Impl {
   // need no reset of this table.
   struct ProxyCell {
     std::uint32_t block = 0;
-    i32 writer = -1;
-    std::uint32_t fences_at_write = 0;
-    std::uint32_t async_readers = 0;
+    i32 writer = -1;                    // last ordinary store
+    std::uint32_t fences_at_write = 0;  // the writer's fence.proxy.async count then
+    std::uint32_t write_clock = 0;      // the writer's own clock then
+    std::uint32_t async_readers = 0;    // in-flight wgmmas and TMA stores reading it
+    std::uint32_t tma_pending = 0;      // TMA loads that will write it
+    std::uint32_t async_write = 0;      // the async proxy's clock when a TMA load wrote it (0: never)
+    i32 async_reader = -1;              // the last wgmma's warpgroup thread 0, at its wait
+    std::uint32_t async_read_clock = 0;
   };
   std::vector<ProxyCell> proxy;
   std::uint32_t proxy_block = 0;
@@ -231,6 +284,13 @@ struct Emulator::Impl {
   std::map<u64, Mbarrier> mbarriers;
   std::array<NamedBarrier, kNamedBarriers> named;
   bool track_clocks = false;
+  // setmaxnreg: each warpgroup's registers per thread (the kernel's cap at
+  // entry to start with: 64K over the block's threads, in steps of 8, at
+  // most 256), and the last setmaxnreg.inc of each.
+  std::vector<i32> warpgroup_registers;
+  std::vector<std::pair<const Thread*, Where>> last_increase;
+  std::uint32_t async_clock = 0;  // the async proxy's component
+  std::vector<TmaLoad> loads;     // in flight, in issue order
   const std::function<void()>* body = nullptr;
   Thread* current = nullptr;
   std::exception_ptr kernel_exception;
@@ -370,6 +430,7 @@ struct Emulator::Impl {
     const auto offset = shared_offset(t, p, bytes, write ? "write" : "read", where);
     if (!offset) return false;
     track_shared(t, *offset, bytes, write, where);
+    check_async_visible(t, *offset, bytes, write ? "write" : "read", where);
     if (write) generic_write(t, *offset, bytes, where);
     count_shared(t, *offset, bytes, where);
     return true;
@@ -387,10 +448,145 @@ struct Emulator::Impl {
       }
     }
     for (u64 i = offset; i < offset + bytes; ++i) {
+      const ProxyCell& cell = proxy_cell(i);
+      if (track_clocks && cell.async_reader >= 0 &&
+          t.clock[static_cast<std::size_t>(cell.async_reader)] < cell.async_read_clock) {
+        report(BugKind::kAsyncProxyOrder, t, where,
+               "write of shared bytes " + range_text(offset, bytes) + ": byte " + std::to_string(i) +
+                   " was read by a wgmma or TMA store of thread " +
+                   thread_text(threads[static_cast<std::size_t>(cell.async_reader)]) +
+                   ", with no happens-before from that read to this write (it may have read the old bytes)");
+        break;
+      }
+    }
+    for (u64 i = offset; i < offset + bytes; ++i) {
       ProxyCell& cell = proxy_cell(i);
       cell.writer = t.linear;
       cell.fences_at_write = t.proxy_fences;
+      cell.write_clock = track_clocks ? t.clock[static_cast<std::size_t>(t.linear)] : 0;
     }
+  }
+
+  // Bytes a TMA load writes are the thread's to touch only once the phase
+  // that completed the load happens before (a wait, or a barrier after a
+  // thread that waited).
+  void check_async_visible(const Thread& t, u64 offset, u64 bytes, const char* what, const Where& where) {
+    for (u64 i = offset; i < offset + bytes; ++i) {
+      const ProxyCell& cell = proxy_cell(i);
+      if (cell.tma_pending != 0) {
+        report(BugKind::kAsyncProxyOrder, t, where,
+               std::string(what) + " of shared byte " + std::to_string(i) +
+                   ", the destination of a TMA load whose mbarrier phase has not completed");
+        return;
+      }
+      if (track_clocks && cell.async_write > t.clock.back()) {
+        report(BugKind::kAsyncProxyOrder, t, where,
+               std::string(what) + " of shared byte " + std::to_string(i) +
+                   ", written by a TMA load, with no happens-before from the mbarrier phase that completed it "
+                   "(wait on that mbarrier, or sync with a thread that did)");
+        return;
+      }
+    }
+  }
+
+  // --- TMA -----------------------------------------------------------------
+
+  bool tma_map(const Thread& t, const TensorMap* map, i32 rank, const Where& where, TensorMapSpec* spec) {
+    if (!decode_emulated_tensor_map(*map, spec)) {
+      report(BugKind::kTmaMisuse, t, where, "the tensor map is not one the emulator made (encode_emulated_tensor_map)");
+      return false;
+    }
+    if (spec->rank != rank) {
+      report(BugKind::kTmaMisuse, t, where,
+             std::to_string(rank) + "-D TMA on a tensor map of rank " + std::to_string(spec->rank));
+      return false;
+    }
+    for (int d = 0; d < rank; ++d) {
+      if (spec->element_strides[static_cast<std::size_t>(d)] != 1) {
+        report(BugKind::kTmaMisuse, t, where, "element strides other than 1 are not modelled by the emulator");
+        return false;
+      }
+    }
+    return true;
+  }
+
+  // The box's shared bytes: in bounds and aligned (128 bytes, or the swizzle
+  // atom, 8 rows of the span).
+  std::optional<u64> tma_box(const Thread& t, const void* smem, const TensorMapSpec& spec, const char* what,
+                             const Where& where) {
+    const auto offset = shared_offset(t, smem, box_bytes(spec), what, where);
+    if (!offset) return std::nullopt;
+    const u64 alignment = static_cast<u64>(sm90::swizzle_atom_bytes(spec.swizzle));
+    if (*offset % alignment != 0) {
+      report(BugKind::kTmaMisuse, t, where,
+             std::string(what) + " at shared byte " + std::to_string(*offset) + ": expected a multiple of " +
+                 std::to_string(alignment) +
+                 (spec.swizzle == sm90::Swizzle::kNone ? std::string(" bytes")
+                                                       : " bytes (a swizzled buffer starts at its swizzle atom)"));
+      return std::nullopt;
+    }
+    return offset;
+  }
+
+  void land(TmaLoad& load) {
+    ++async_clock;
+    const u64 elem = static_cast<u64>(load.map.element_bytes);
+    for_each_box_element(load.map, load.coords, [&](u64 box_byte, const void* global) {
+      const u64 at = sm90::swizzle_address(load.map.swizzle, static_cast<u32>(load.destination + box_byte));
+      if (global != nullptr) {
+        std::memcpy(shared.data() + at, global, elem);
+      } else {
+        std::memset(shared.data() + at, 0, elem);  // outside the tensor: zeros, as on the GPU
+      }
+      for (u64 i = at; i < at + elem; ++i) {
+        ProxyCell& cell = proxy_cell(i);
+        --cell.tma_pending;
+        cell.async_write = async_clock;
+        cell.writer = -1;
+      }
+    });
+    Mbarrier& b = mbarriers[load.barrier];
+    if (track_clocks) {
+      join(b.arrivals, load.issuer_clock);
+      b.arrivals.back() = std::max(b.arrivals.back(), async_clock);
+    }
+    --b.loads_in_flight;
+    complete_tx(threads[static_cast<std::size_t>(load.issuer)], load.barrier, b, static_cast<i64>(box_bytes(load.map)),
+                load.site);
+  }
+
+  // Lands the loads whose mbarriers have every arrival: called when no
+  // thread can run, the latest moment the ISA allows.
+  bool land_tma_loads() {
+    bool landed = false;
+    for (std::size_t i = 0; i < loads.size();) {
+      if (mbarriers[loads[i].barrier].pending != 0) {
+        ++i;
+        continue;
+      }
+      TmaLoad load = std::move(loads[i]);
+      loads.erase(loads.begin() + static_cast<std::ptrdiff_t>(i));
+      land(load);
+      landed = true;
+    }
+    return landed;
+  }
+
+  void perform_store(const Thread& t, const TmaStore& store) {
+    const u64 elem = static_cast<u64>(store.map.element_bytes);
+    for_each_box_element(store.map, store.coords, [&](u64 box_byte, void* global) {
+      const u64 at = sm90::swizzle_address(store.map.swizzle, static_cast<u32>(store.source + box_byte));
+      for (u64 i = at; i < at + elem; ++i) {
+        ProxyCell& cell = proxy_cell(i);
+        --cell.async_readers;
+        if (track_clocks) {
+          cell.async_reader = t.linear;
+          cell.async_read_clock = t.clock[static_cast<std::size_t>(t.linear)];
+        }
+      }
+      if (global == nullptr) return;  // outside the tensor: not written
+      if (check_global(t, global, elem, true, store.site, 1)) std::memcpy(global, shared.data() + at, elem);
+    });
   }
 
   // --- mbarriers and named barriers -------------------------------------
@@ -578,6 +774,14 @@ void Emulator::Impl::run_block(const Dim3& index) {
   std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xFF));  // NaN in every float format
   shadow.reset(shared.size());
   ++proxy_block;
+  async_clock = 0;
+  {
+    const std::size_t groups = (threads.size() + sm90::kWarpgroupSize - 1) / sm90::kWarpgroupSize;
+    const i32 at_entry = std::min<i32>(256, static_cast<i32>(65536 / threads.size()) / 8 * 8);
+    warpgroup_registers.assign(groups, at_entry);
+    last_increase.assign(groups, {nullptr, Where::current()});
+  }
+  loads.clear();
   mbarriers.clear();
   named = {};
   wgmma_ops.assign((threads.size() + sm90::kWarpgroupSize - 1) / sm90::kWarpgroupSize, {});
@@ -594,6 +798,8 @@ void Emulator::Impl::run_block(const Dim3& index) {
     t.a_operands.clear();
     t.proxy_fences = 0;
     t.next_phase.clear();
+    t.open_stores.clear();
+    t.committed_stores.clear();
     if (track_clocks) {
       t.clock = fresh_clock();
       t.clock[static_cast<std::size_t>(t.linear)] = 1;
@@ -626,12 +832,37 @@ void Emulator::Impl::run_block(const Dim3& index) {
     if (std::any_of(threads.begin(), threads.end(), [](const Thread& t) { return t.state == State::kRunnable; })) {
       continue;
     }
+    if (land_tma_loads()) continue;
     if (resolve_warps()) continue;
     if (resolve_warpgroups()) continue;
     if (resolve_barrier()) continue;
     report_hang();
   }
   flush_all_shared();
+  // setmaxnreg.inc waits for registers other warpgroups give back, so the
+  // allocation the block ends with must fit the 64K of the multiprocessor.
+  {
+    i64 total = 0;
+    std::string counts;
+    for (const i32 r : warpgroup_registers) {
+      total += static_cast<i64>(r) * sm90::kWarpgroupSize;
+      counts += (counts.empty() ? "" : ", ") + std::to_string(r);
+    }
+    const auto last =
+        std::find_if(last_increase.rbegin(), last_increase.rend(), [](const auto& l) { return l.first != nullptr; });
+    if (total > 65536 && last != last_increase.rend()) {
+      report(BugKind::kIllegalRegisterCount, *last->first, last->second,
+             "the warpgroups hold " + counts + " registers per thread: " + std::to_string(total) +
+                 " registers, more than the 65536 of a block (setmaxnreg.inc would wait for ever)");
+    }
+  }
+  // TMA stores nobody waited for are performed before the block ends.
+  for (Thread& t : threads) {
+    for (const auto& group : t.committed_stores) {
+      for (const TmaStore& store : group) perform_store(t, store);
+    }
+    for (const TmaStore& store : t.open_stores) perform_store(t, store);
+  }
   // Copies nobody waited for still land before the block ends.
   for (Thread& t : threads) {
     for (const auto& group : t.committed) {
@@ -907,6 +1138,13 @@ void Emulator::Impl::issue_wgmma(std::size_t warpgroup) {
     const Thread& t = group[l];
     if (t.wgmma.wait || !(t.wgmma.shape == first.wgmma.shape) || !same_site(t.site, first.site) ||
         t.wgmma.accumulate != first.wgmma.accumulate || t.wgmma_commits != first.wgmma_commits) {
+      if (t.wgmma.wait) {
+        report(BugKind::kWgmmaDivergence, t, t.site,
+               "thread " + std::to_string(l) + " of the warpgroup is at wgmma::wait (" + site_of(t.site) +
+                   ") while thread 0 issues " + shape_text(first.wgmma.shape) + " (" + site_of(first.site) +
+                   "): not every thread of the warpgroup executes the wgmma");
+        throw AbortLaunch{};
+      }
       report(BugKind::kWgmmaDivergence, t, t.site,
              "thread " + std::to_string(l) + " of the warpgroup issues " + shape_text(t.wgmma.shape) + " (" +
                  site_of(t.site) + ", accumulate " + std::to_string(t.wgmma.accumulate) + ") while thread 0 issues " +
@@ -949,6 +1187,11 @@ void Emulator::Impl::issue_wgmma(std::size_t warpgroup) {
       ++cell.async_readers;
     }
     track_shared(group[0], address, 2, /*write=*/false, first.site);
+  }
+  for (const u32 address : op.addresses) {
+    const std::size_t before = reports.size();
+    check_async_visible(group[0], address, 2, "wgmma operand read", first.site);
+    if (reports.size() != before) break;
   }
   bool needs_fence = false;
   op.d.resize(sm90::kWarpgroupSize);
@@ -1000,9 +1243,16 @@ void Emulator::Impl::execute_wgmma(std::size_t warpgroup, InFlightWgmma& op) {
   for (i32 l = 0; l < sm90::kWarpgroupSize; ++l) {
     group[l].accumulators.at(op.d[static_cast<std::size_t>(l)]).values = std::move(acc[static_cast<std::size_t>(l)]);
   }
+  const Thread& reader = group[0];
   for (const u32 address : op.addresses) {
-    --proxy_cell(address).async_readers;
-    --proxy_cell(address + 1).async_readers;
+    for (u32 i = address; i < address + 2; ++i) {
+      ProxyCell& cell = proxy_cell(i);
+      --cell.async_readers;
+      if (track_clocks) {
+        cell.async_reader = reader.linear;
+        cell.async_read_clock = reader.clock[static_cast<std::size_t>(reader.linear)];
+      }
+    }
   }
   op.executed = true;
 }
@@ -1235,13 +1485,34 @@ void wgmma(bool bf16, i32 n, bool trans_a, bool trans_b, u64 desc_a, u64 desc_b,
 
 void fence_proxy_async(const Where& /*where*/) { ++emulator().current->proxy_fences; }
 
+void in_flight_value_stored(const Where& where) {
+  Emulator::Impl& e = emulator();
+  e.report(BugKind::kWgmmaOperandInFlight, *e.current, where,
+           "stores 0x7FBADBAD, the NaN a wgmma accumulator holds while the wgmma is in flight: it was read before "
+           "the wgmma::wait that covers it");
+}
+
 void setmaxnreg(bool increase, i32 registers, const Where& where) {
   Emulator::Impl& e = emulator();
+  const Thread& t = *e.current;
+  const char* op = increase ? "setmaxnreg.inc " : "setmaxnreg.dec ";
   if (registers < 24 || registers > 256 || registers % 8 != 0) {
-    e.report(BugKind::kIllegalRegisterCount, *e.current, where,
-             std::string("setmaxnreg.") + (increase ? "inc" : "dec") + " " + std::to_string(registers) +
-                 ": expected a multiple of 8 in 24..256");
+    e.report(BugKind::kIllegalRegisterCount, t, where,
+             op + std::to_string(registers) + ": expected a multiple of 8 in 24..256");
+    return;
   }
+  // A warpgroup collective: its thread 0 speaks for it.
+  if (t.linear % sm90::kWarpgroupSize != 0) return;
+  const auto group = static_cast<std::size_t>(t.linear / sm90::kWarpgroupSize);
+  i32& current = e.warpgroup_registers[group];
+  if (increase ? registers < current : registers > current) {
+    e.report(BugKind::kIllegalRegisterCount, t, where,
+             op + std::to_string(registers) + " from " + std::to_string(current) + " registers per thread: an " +
+                 (increase ? "increase must not lower" : "decrease must not raise") + " the count");
+    return;
+  }
+  current = registers;
+  if (increase) e.last_increase[group] = {&t, where};
 }
 
 void mbarrier_init(u64* bar, i32 count, const Where& where) {
@@ -1327,6 +1598,112 @@ bool elect_one(const Where& where) {
   t.flag = false;
   e.wait_here(t, State::kAtWarpOp, where);
   return t.words[0] != 0;
+}
+
+void tma_load(void* smem, const TensorMap* map, u64* bar, const i32* coords, i32 rank, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  TmaLoad load;
+  if (!e.tma_map(t, map, rank, where, &load.map)) return;
+  const auto destination = e.tma_box(t, smem, load.map, "TMA load destination", where);
+  if (!destination) return;
+  Mbarrier* b = e.barrier_at(t, bar, "TMA load onto", where, &load.barrier);
+  if (b == nullptr) return;
+  load.destination = *destination;
+  std::copy(coords, coords + rank, load.coords.begin());
+  load.issuer = t.linear;
+  load.issuer_clock = t.clock;
+  load.site = where;
+  // The tensor's bytes are a registered buffer's, one check per row.
+  const u64 elem = static_cast<u64>(load.map.element_bytes);
+  bool global_ok = true;
+  for_each_box_element(load.map, load.coords, [&](u64 /*box_byte*/, const void* global) {
+    if (global_ok && global != nullptr) global_ok = e.check_global(t, global, elem, false, where, 1);
+  });
+  // The destination: not read by an in-flight wgmma or TMA store, not
+  // filled by another load, and released by its last wgmma reader.
+  std::string problem;
+  for_each_box_element(load.map, load.coords, [&](u64 box_byte, const void* /*global*/) {
+    const u64 at = sm90::swizzle_address(load.map.swizzle, static_cast<u32>(load.destination + box_byte));
+    for (u64 i = at; i < at + elem; ++i) {
+      Emulator::Impl::ProxyCell& cell = e.proxy_cell(i);
+      if (problem.empty() && cell.async_readers != 0) {
+        problem = "TMA load onto shared byte " + std::to_string(i) + ", which an in-flight wgmma or TMA store reads";
+      } else if (problem.empty() && cell.tma_pending != 0) {
+        problem = "TMA load onto shared byte " + std::to_string(i) + ", which another TMA load still fills";
+      } else if (problem.empty() && e.track_clocks && cell.async_reader >= 0 &&
+                 t.clock[static_cast<std::size_t>(cell.async_reader)] < cell.async_read_clock) {
+        problem = "TMA load onto shared byte " + std::to_string(i) + ", read by the wgmma of thread " +
+                  thread_text(e.threads[static_cast<std::size_t>(cell.async_reader)]) +
+                  " with no happens-before from that read to this load (the consumer's release of the stage is "
+                  "missing)";
+      }
+      ++cell.tma_pending;
+    }
+  });
+  if (!problem.empty()) e.report(BugKind::kAsyncProxyOrder, t, where, problem);
+  ++b->loads_in_flight;
+  e.loads.push_back(std::move(load));
+}
+
+void tma_store(const TensorMap* map, const void* smem, const i32* coords, i32 rank, const Where& where) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  TmaStore store;
+  if (!e.tma_map(t, map, rank, where, &store.map)) return;
+  const auto source = e.tma_box(t, smem, store.map, "TMA store source", where);
+  if (!source) return;
+  store.source = *source;
+  std::copy(coords, coords + rank, store.coords.begin());
+  store.site = where;
+  // The source: written by ordinary stores that are fenced for the async
+  // proxy and happen before this store.
+  const u64 elem = static_cast<u64>(store.map.element_bytes);
+  std::string problem;
+  for_each_box_element(store.map, store.coords, [&](u64 box_byte, const void* /*global*/) {
+    const u64 at = sm90::swizzle_address(store.map.swizzle, static_cast<u32>(store.source + box_byte));
+    for (u64 i = at; i < at + elem; ++i) {
+      Emulator::Impl::ProxyCell& cell = e.proxy_cell(i);
+      const i32 w = cell.writer;
+      if (problem.empty() && w >= 0 && e.threads[static_cast<std::size_t>(w)].proxy_fences == cell.fences_at_write) {
+        problem = "TMA store reads shared byte " + std::to_string(i) + ", written by thread " +
+                  thread_text(e.threads[static_cast<std::size_t>(w)]) +
+                  " with an ordinary store and no fence.proxy.async since";
+      } else if (problem.empty() && w >= 0 && w != t.linear && e.track_clocks &&
+                 t.clock[static_cast<std::size_t>(w)] < cell.write_clock) {
+        problem = "TMA store reads shared byte " + std::to_string(i) + ", written by thread " +
+                  thread_text(e.threads[static_cast<std::size_t>(w)]) +
+                  " with no happens-before to this store (a barrier between the writes and the store)";
+      }
+      ++cell.async_readers;
+    }
+  });
+  if (!problem.empty()) e.report(BugKind::kAsyncProxyOrder, t, where, problem);
+  t.open_stores.push_back(store);
+}
+
+void tma_commit(const Where& /*where*/) {
+  Thread& t = *emulator().current;
+  t.committed_stores.push_back(std::move(t.open_stores));
+  t.open_stores.clear();
+}
+
+void tma_wait_read(i32 pending, const Where& /*where*/) {
+  Emulator::Impl& e = emulator();
+  Thread& t = *e.current;
+  while (t.committed_stores.size() > static_cast<std::size_t>(pending)) {
+    for (const TmaStore& store : t.committed_stores.front()) e.perform_store(t, store);
+    t.committed_stores.pop_front();
+  }
+}
+
+void tma_prefetch(const TensorMap* map, const Where& where) {
+  Emulator::Impl& e = emulator();
+  TensorMapSpec spec;
+  if (!decode_emulated_tensor_map(*map, &spec)) {
+    e.report(BugKind::kTmaMisuse, *e.current, where,
+             "prefetch of a tensor map the emulator did not make (encode_emulated_tensor_map)");
+  }
 }
 
 float half_to_float(u16 bits) { return half_bits_to_float(bits); }

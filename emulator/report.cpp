@@ -34,7 +34,8 @@ constexpr NamedValue<BugKind> kBugKindNames[] = {
     {BugKind::kAsyncProxyOrder, "shared memory not ordered with the async proxy"},
     {BugKind::kIllegalRegisterCount, "illegal setmaxnreg"},
     {BugKind::kMbarrierMisuse, "mbarrier misuse"},
-    {BugKind::kDeadlock, "deadlock"}};
+    {BugKind::kDeadlock, "deadlock"},
+    {BugKind::kTmaMisuse, "TMA misuse"}};
 
 std::string_view to_string(BugKind kind) { return name_of(kBugKindNames, kind); }
 

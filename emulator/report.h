@@ -26,6 +26,7 @@ enum class BugKind {
   kIllegalRegisterCount,  // setmaxnreg outside 24..256 or not a multiple of 8
   kMbarrierMisuse,        // use before init, double init, a wrong parity, an unobserved phase, bytes beyond expected
   kDeadlock,              // every thread waits (mbarriers, named barriers), with each barrier's state
+  kTmaMisuse,             // a box misaligned or outside shared memory, a bad tensor map, a rank mismatch
 };
 
 std::string_view to_string(BugKind kind);

@@ -85,7 +85,8 @@ struct Api {
   decltype(&::cuEventSynchronize) event_synchronize = nullptr;
   decltype(&::cuEventElapsedTime) event_elapsed_time = nullptr;
   decltype(&::cuEventDestroy) event_destroy = nullptr;
-  decltype(&::cuKernelGetParamInfo) kernel_get_param_info = nullptr;  // optional: drivers from 12.4 on
+  decltype(&::cuKernelGetParamInfo) kernel_get_param_info = nullptr;      // optional: drivers from 12.4 on
+  decltype(&::cuTensorMapEncodeTiled) tensor_map_encode_tiled = nullptr;  // optional: drivers from 12.0 on
   int version = 0;
 };
 
@@ -209,6 +210,7 @@ std::string load_api(const std::string& path, const std::string& shown, Api& api
     need(api.event_elapsed_time, "cuEventElapsedTime");
   }
   resolve_symbol(api.library, "cuKernelGetParamInfo", api.kernel_get_param_info);
+  resolve_symbol(api.library, "cuTensorMapEncodeTiled", api.tensor_map_encode_tiled);
 
   std::string failure;
   if (!missing.empty()) {
@@ -560,6 +562,43 @@ Driver::ContextScope::~ContextScope() {
   const CUcontext saved = t_scope.saved;
   if (saved == nullptr || t_scope.current == saved || g_lost.load(std::memory_order_acquire) != nullptr) return;
   (void)driver_.impl_->api.ctx_set_current(saved);
+}
+
+TensorMap Driver::encode_tensor_map(const TensorMapSpec& spec) {
+  check_tensor_map(spec);  // the driver's rules, with attune's messages
+  if (impl_->api.tensor_map_encode_tiled == nullptr) {
+    throw DriverUnavailable(
+        "the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a driver for CUDA 12.0 or later)");
+  }
+  const auto type = spec.element_bytes == 1   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
+                    : spec.element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
+                    : spec.element_bytes == 4 ? CU_TENSOR_MAP_DATA_TYPE_UINT32
+                                              : CU_TENSOR_MAP_DATA_TYPE_UINT64;
+  const auto swizzle = spec.swizzle == sm90::Swizzle::k128B  ? CU_TENSOR_MAP_SWIZZLE_128B
+                       : spec.swizzle == sm90::Swizzle::k64B ? CU_TENSOR_MAP_SWIZZLE_64B
+                       : spec.swizzle == sm90::Swizzle::k32B ? CU_TENSOR_MAP_SWIZZLE_32B
+                                                             : CU_TENSOR_MAP_SWIZZLE_NONE;
+  static_assert(sizeof(CUtensorMap) == sizeof(TensorMap), "the 128 bytes of a tensor map");
+  CUtensorMap map{};
+  std::array<cuuint64_t, 5> dims{};
+  std::array<cuuint64_t, 4> strides{};
+  std::array<cuuint32_t, 5> box{};
+  std::array<cuuint32_t, 5> element_strides{};
+  for (std::size_t i = 0; i < 5; ++i) {
+    dims[i] = spec.dims[i];
+    box[i] = spec.box[i];
+    element_strides[i] = spec.element_strides[i];
+  }
+  for (std::size_t i = 0; i < 4; ++i) strides[i] = spec.strides[i];
+  // Elements outside the tensor read as zeros (no NaN fill); no L2 promotion.
+  check(impl_->api.tensor_map_encode_tiled(&map, type, static_cast<cuuint32_t>(spec.rank),
+                                           const_cast<void*>(spec.address), dims.data(), strides.data(), box.data(),
+                                           element_strides.data(), CU_TENSOR_MAP_INTERLEAVE_NONE, swizzle,
+                                           CU_TENSOR_MAP_L2_PROMOTION_NONE, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE),
+        "cuTensorMapEncodeTiled");
+  TensorMap out;
+  std::memcpy(&out, &map, sizeof out);
+  return out;
 }
 
 void* Driver::create_stream(int device) {

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "core/tensor_map.h"
 #include "emulator/launch.h"
 
 namespace attune::cuda {
@@ -156,6 +157,12 @@ class Driver {
    private:
     Driver& driver_;
   };
+
+  // A TMA tensor map (cuTensorMapEncodeTiled): check_tensor_map first, so a
+  // map the GPU would refuse fails with attune's message here as on the
+  // emulator. Drivers without the entry point (before CUDA 12.0) still load;
+  // this call then throws DriverUnavailable. A host call: no context needed.
+  TensorMap encode_tensor_map(const TensorMapSpec& spec);
 
   // A stream on `device` (cuStreamCreate, ordered with the legacy default
   // stream as the copies above are), for callers without

@@ -14,6 +14,10 @@
 // name of an instantiation through NVRTC name expressions.
 #define ATTUNE_KERNEL __global__
 #define ATTUNE_UNROLL _Pragma("unroll")
+// A kernel's register cap at entry (setmaxnreg needs one), and a parameter
+// read through its address (a TMA tensor map).
+#define ATTUNE_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
+#define ATTUNE_GRID_CONSTANT __grid_constant__
 #else
 #define ATTUNE_EMULATOR 1
 #define ATTUNE_DEVICE inline
@@ -21,6 +25,8 @@
 // The emulator calls the kernel body once per thread, as a plain function.
 #define ATTUNE_KERNEL inline
 #define ATTUNE_UNROLL
+#define ATTUNE_LAUNCH_BOUNDS(threads, blocks)
+#define ATTUNE_GRID_CONSTANT
 #endif
 
 // Marks a params field that carries a tunable of a kernel (a value one

@@ -38,6 +38,10 @@ u16 float_to_bfloat16(float value);
 float exp2_approx(float value);
 float log2_approx(float value);
 float tanh_approx(float value);
+// A float store of the NaN an accumulator holds while its wgmma is in flight
+// (hopper_emulated.h): the value was read before the wait that covers it.
+inline constexpr u32 kInFlightPoison = 0x7FBADBADU;
+void in_flight_value_stored(const Where& where);
 
 }  // namespace attune::emu::hooks
 
@@ -70,6 +74,9 @@ T load_global(const T* p, const Where& where = Where::current()) {
 }
 template <class T>
 void store_global(T* p, T value, const Where& where = Where::current()) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (std::bit_cast<u32>(value) == emu::hooks::kInFlightPoison) emu::hooks::in_flight_value_stored(where);
+  }
   if (emu::hooks::global_access(p, sizeof(T), /*write=*/true, where)) std::memcpy(p, &value, sizeof(T));
 }
 template <class T>
@@ -80,6 +87,9 @@ T load_shared(const T* p, const Where& where = Where::current()) {
 }
 template <class T>
 void store_shared(T* p, T value, const Where& where = Where::current()) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (std::bit_cast<u32>(value) == emu::hooks::kInFlightPoison) emu::hooks::in_flight_value_stored(where);
+  }
   if (emu::hooks::shared_access(p, sizeof(T), /*write=*/true, where)) std::memcpy(p, &value, sizeof(T));
 }
 

@@ -27,6 +27,12 @@ void mbarrier_wait(u64* bar, u32 parity, const Where& where);
 void mbarrier_invalidate(u64* bar, const Where& where);
 void named_barrier(i32 id, i32 threads, bool sync, const Where& where);
 bool elect_one(const Where& where);
+// coords: `rank` of them, innermost first.
+void tma_load(void* smem, const TensorMap* map, u64* bar, const i32* coords, i32 rank, const Where& where);
+void tma_store(const TensorMap* map, const void* smem, const i32* coords, i32 rank, const Where& where);
+void tma_commit(const Where& where);
+void tma_wait_read(i32 pending, const Where& where);
+void tma_prefetch(const TensorMap* map, const Where& where);
 
 }  // namespace attune::emu::hooks
 
@@ -128,5 +134,57 @@ inline void arrive(i32 id, i32 threads, const Where& where = Where::current()) {
 }  // namespace named_barrier
 
 inline bool elect_one(const Where& where = Where::current()) { return emu::hooks::elect_one(where); }
+
+// TMA: a load lands as late as the ISA allows (once its mbarrier has every
+// arrival and only its bytes are missing); a store reads shared memory at
+// the wait_read that covers it.
+namespace tma {
+inline void load(void* smem, const TensorMap* map, u64* bar, i32 c0, i32 c1, const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1};
+  emu::hooks::tma_load(smem, map, bar, c, 2, where);
+}
+inline void load(void* smem, const TensorMap* map, u64* bar, i32 c0, i32 c1, i32 c2,
+                 const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1, c2};
+  emu::hooks::tma_load(smem, map, bar, c, 3, where);
+}
+inline void load(void* smem, const TensorMap* map, u64* bar, i32 c0, i32 c1, i32 c2, i32 c3,
+                 const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1, c2, c3};
+  emu::hooks::tma_load(smem, map, bar, c, 4, where);
+}
+inline void load(void* smem, const TensorMap* map, u64* bar, i32 c0, i32 c1, i32 c2, i32 c3, i32 c4,
+                 const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1, c2, c3, c4};
+  emu::hooks::tma_load(smem, map, bar, c, 5, where);
+}
+inline void store(const TensorMap* map, const void* smem, i32 c0, i32 c1, const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1};
+  emu::hooks::tma_store(map, smem, c, 2, where);
+}
+inline void store(const TensorMap* map, const void* smem, i32 c0, i32 c1, i32 c2,
+                  const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1, c2};
+  emu::hooks::tma_store(map, smem, c, 3, where);
+}
+inline void store(const TensorMap* map, const void* smem, i32 c0, i32 c1, i32 c2, i32 c3,
+                  const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1, c2, c3};
+  emu::hooks::tma_store(map, smem, c, 4, where);
+}
+inline void store(const TensorMap* map, const void* smem, i32 c0, i32 c1, i32 c2, i32 c3, i32 c4,
+                  const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1, c2, c3, c4};
+  emu::hooks::tma_store(map, smem, c, 5, where);
+}
+inline void commit(const Where& where = Where::current()) { emu::hooks::tma_commit(where); }
+template <i32 N>
+void wait_read(const Where& where = Where::current()) {
+  emu::hooks::tma_wait_read(N, where);
+}
+inline void prefetch(const TensorMap* map, const Where& where = Where::current()) {
+  emu::hooks::tma_prefetch(map, where);
+}
+}  // namespace tma
 
 }  // namespace attune::dev

@@ -202,8 +202,38 @@ template __global__ void wgmma_gemm<Bf16, 128, sm90::Swizzle::kNone, false, fals
     GTEST_SKIP() << e.what();
   }
   const profile::SassMix mix = profile::count_sass(sass);
-  EXPECT_EQ(mix.contains("HGMMA") ? mix.at("HGMMA") : 0, 6) << "two K steps in each of three kernels";
+  // Two K steps in each of three kernels; the planted branches (a warp that
+  // skips its wgmmas) may give the compiler a second copy of the loop.
+  EXPECT_GE(mix.contains("HGMMA") ? mix.at("HGMMA") : 0, 6) << "two K steps in each of three kernels";
   EXPECT_FALSE(mix.contains("HMMA")) << "no mma.sync fallback";
+}
+
+// The warp-specialized GEMM of tma_emu_test (TMA producer, wgmma consumers,
+// setmaxnreg) compiles for sm_90a with no slowdown ptxas would report, no
+// spill, and the instructions it exists for.
+TEST(HopperNvrtcTest, TheWarpSpecializedGemmCompilesWithoutSlowdowns) {
+  const std::string source = R"cuda(
+#include "tests/emulator/tma_gemm.cuh"
+namespace attune::test_kernels {
+template __global__ void tma_gemm<Bf16, 64, sm90::Swizzle::k128B, 2>(const __grid_constant__ TmaGemmParams);
+template __global__ void tma_gemm<Fp16, 256, sm90::Swizzle::k32B, 2>(const __grid_constant__ TmaGemmParams);
+}  // namespace attune::test_kernels
+)cuda";
+  const CompileResult r = compile_with_nvrtc(
+      source, "tma_gemm.cu", "attune::test_kernels::tma_gemm<attune::Bf16, 64, attune::sm90::Swizzle::k128B, 2>",
+      "sm_90a", include_source_dir());
+  ASSERT_TRUE(r.ok) << r.log;
+  EXPECT_EQ(r.spill_bytes, 0) << r.log;
+  std::string sass;
+  try {
+    sass = profile::disassemble(r.cubin);
+  } catch (const Error& e) {
+    GTEST_SKIP() << e.what();
+  }
+  const profile::SassMix mix = profile::count_sass(sass);
+  for (const char* op : {"HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "ELECT"}) {
+    EXPECT_TRUE(mix.contains(op)) << op << " missing from the SASS";
+  }
 }
 
 TEST(HopperNvrtcTest, Sm80BuildsCannotIncludeTheHopperPrimitives) {

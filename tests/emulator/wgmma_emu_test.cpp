@@ -127,7 +127,9 @@ std::string planted_name(const ::testing::TestParamInfo<Planted>& info) {
                                        "AccumulatorWritten",
                                        "OperandOverwritten",
                                        "DivergentDescriptor",
-                                       "IllegalRegisterCount"};
+                                       "IllegalRegisterCount",
+                                       "AccumulatorRead",
+                                       "WarpSkipsWgmma"};
   return kNames[info.param.plant];
 }
 
@@ -164,7 +166,11 @@ INSTANTIATE_TEST_SUITE_P(
                       Planted{test_kernels::kPlantDivergentDescriptor, BugKind::kWgmmaDivergence,
                               "wgmma: issue (shared)", "while thread 0 issues"},
                       Planted{test_kernels::kPlantIllegalRegisterCount, BugKind::kIllegalRegisterCount,
-                              "planted: illegal count", "setmaxnreg.inc 100"}),
+                              "planted: illegal count", "setmaxnreg.inc 100"},
+                      Planted{test_kernels::kPlantAccumulatorRead, BugKind::kWgmmaOperandInFlight,
+                              "planted: read in flight", "it was read before the wgmma::wait"},
+                      Planted{test_kernels::kPlantWarpSkipsWgmma, BugKind::kWgmmaDivergence, "wgmma: wait",
+                              "not every thread of the warpgroup executes the wgmma"}),
     planted_name);
 
 }  // namespace

@@ -18,6 +18,8 @@ enum Plant : i32 {
   kPlantOperandOverwritten,    // shared operand bytes stored to while in flight
   kPlantDivergentDescriptor,   // one warp passes another B descriptor
   kPlantIllegalRegisterCount,  // setmaxnreg 100
+  kPlantAccumulatorRead,       // an accumulator stored before the wait
+  kPlantWarpSkipsWgmma,        // the last warp of the warpgroup skips the wgmmas
 };
 
 struct GemmParams {
@@ -104,7 +106,7 @@ ATTUNE_KERNEL void wgmma_gemm(GemmParams p) {
   float d[kN / 2];
   for (i32 i = 0; i < kN / 2; ++i) d[i] = 0.0f;
   if (p.plant != kPlantNoWgmmaFence) dev::wgmma::fence();
-  for (i32 s = 0; s < kSteps; ++s) {
+  for (i32 s = 0; s < kSteps && !(p.plant == kPlantWarpSkipsWgmma && dev::warp_id() == 3); ++s) {  // planted: skipped
     const u32 base = static_cast<u32>(s) * (kA + kB);
     const u32 b_offset = p.plant == kPlantDivergentDescriptor && dev::warp_id() == 1 ? 16 : 0;  // planted: B moved
     const u64 desc_b =
@@ -121,8 +123,9 @@ ATTUNE_KERNEL void wgmma_gemm(GemmParams p) {
   dev::wgmma::commit();
   if (p.plant == kPlantAccumulatorWritten) d[1] = 2.0f;  // planted: written in flight
   if (p.plant == kPlantOperandOverwritten && t == 5)
-    dev::store_shared(reinterpret_cast<u16*>(smem + kA), u16{0});  // planted: operand overwritten
-  dev::wgmma::wait<0>();                                           // wgmma: wait
+    dev::store_shared(reinterpret_cast<u16*>(smem + kA), u16{0});          // planted: operand overwritten
+  if (p.plant == kPlantAccumulatorRead) dev::store_global(p.c + t, d[0]);  // planted: read in flight
+  dev::wgmma::wait<0>();                                                   // wgmma: wait
   for (i32 i = 0; i < kN / 2; ++i) {
     dev::store_global(p.c + sm90::accumulator_row(t, i) * kN + sm90::accumulator_col(t, i), d[i]);
   }

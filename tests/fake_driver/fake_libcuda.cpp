@@ -405,4 +405,25 @@ CUresult cuEventDestroy_v2(CUevent event) {
   return record("cuEventDestroy_v2");
 }
 
+// Writes what it was given into the map, for a test to read back: the
+// address, rank, element type, swizzle, then dims, boxes and strides.
+CUresult cuTensorMapEncodeTiled(CUtensorMap* map, CUtensorMapDataType type, cuuint32_t rank, void* address,
+                                const cuuint64_t* dims, const cuuint64_t* strides, const cuuint32_t* box,
+                                const cuuint32_t* /*element_strides*/, CUtensorMapInterleave,
+                                CUtensorMapSwizzle swizzle, CUtensorMapL2promotion, CUtensorMapFloatOOBfill) {
+  const CUresult r = record("cuTensorMapEncodeTiled", "rank " + std::to_string(rank));
+  if (r != CUDA_SUCCESS) return r;
+  auto* words = reinterpret_cast<cuuint64_t*>(map);
+  words[0] = reinterpret_cast<cuuint64_t>(address);
+  words[1] = rank;
+  words[2] = static_cast<cuuint64_t>(type);
+  words[3] = static_cast<cuuint64_t>(swizzle);
+  for (cuuint32_t i = 0; i < rank && i < 5; ++i) {
+    words[4 + i] = dims[i];
+    words[9 + i] = box[i];
+  }
+  if (rank > 1) words[14] = strides[0];
+  return r;
+}
+
 }  // extern "C"

@@ -509,5 +509,50 @@ TEST_F(LostContextTest, TheRuntimeFailsFastBeforeCompiling) {
   std::filesystem::remove_all(cache);
 }
 
+// TMA tensor maps come from the driver's cuTensorMapEncodeTiled, after the
+// same check the emulator applies: the fake writes back what it was given.
+class TensorMapDriverTest : public CudaErrorTest {
+ protected:
+  void SetUp() override {
+    CudaErrorTest::SetUp();
+    ASSERT_TRUE(fake_.loaded());
+    fake_.reset();
+  }
+  testing::FakeDriver fake_;
+};
+
+TEST_F(TensorMapDriverTest, TheDriverEncodesTheMapAfterAttunesCheck) {
+  alignas(16) static unsigned char tensor[4096];
+  TensorMapSpec spec;
+  spec.address = tensor;
+  spec.rank = 2;
+  spec.element_bytes = 2;
+  spec.dims = {64, 32, 1, 1, 1};
+  spec.strides = {128, 0, 0, 0};
+  spec.box = {64, 16, 1, 1, 1};
+  spec.swizzle = sm90::Swizzle::k128B;
+  const TensorMap map = Driver::get().encode_tensor_map(spec);
+  EXPECT_EQ(fake_.count("cuTensorMapEncodeTiled"), 1);
+  EXPECT_EQ(map.words[0], reinterpret_cast<std::uintptr_t>(tensor));
+  EXPECT_EQ(map.words[1], 2U);
+  EXPECT_EQ(map.words[2], static_cast<u64>(CU_TENSOR_MAP_DATA_TYPE_UINT16));
+  EXPECT_EQ(map.words[3], static_cast<u64>(CU_TENSOR_MAP_SWIZZLE_128B));
+  EXPECT_EQ(map.words[4], 64U);
+  EXPECT_EQ(map.words[5], 32U);
+  EXPECT_EQ(map.words[9], 64U);
+  EXPECT_EQ(map.words[10], 16U);
+  EXPECT_EQ(map.words[14], 128U);
+  spec.box[0] = 128;  // 256 bytes: wider than the 128-byte swizzle
+  try {
+    (void)Driver::get().encode_tensor_map(spec);
+    ADD_FAILURE() << "a box wider than its swizzle was accepted";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor map box[0]: got 256 bytes with the 128-byte swizzle"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(fake_.count("cuTensorMapEncodeTiled"), 1) << "refused before the driver";
+}
+
 }  // namespace
 }  // namespace attune::cuda
