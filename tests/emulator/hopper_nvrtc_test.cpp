@@ -130,6 +130,16 @@ ATTUNE_KERNEL void __launch_bounds__(128, 1) serialized(float* out, i32 n) {
 
 std::vector<std::string> include_source_dir() { return {std::string("-I") + ATTUNE_SOURCE_DIR}; }
 
+// The instruction mix of a compile's cubin; the reason when nvdisasm is missing.
+std::string sass_mix(const CompileResult& r, profile::SassMix* mix) {
+  try {
+    *mix = profile::count_sass(profile::disassemble(r.cubin));
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
 TEST(HopperNvrtcTest, EveryPrimitiveCompilesToItsInstructionsWithoutSpills) {
   const CompileResult r = compile_with_nvrtc(kHopperSource, "hopper.cu", "attune::wgmma_n<attune::Bf16, 64>", "sm_90a",
                                              include_source_dir());
@@ -143,13 +153,8 @@ TEST(HopperNvrtcTest, EveryPrimitiveCompilesToItsInstructionsWithoutSpills) {
     EXPECT_NE(text.find(" 0 bytes spill stores, 0 bytes spill loads"), std::string::npos) << text;
   }
   EXPECT_EQ(kernels, 65) << "64 wgmma kernels and async_copies";
-  std::string sass;
-  try {
-    sass = profile::disassemble(r.cubin);
-  } catch (const Error& e) {
-    GTEST_SKIP() << e.what();
-  }
-  const profile::SassMix mix = profile::count_sass(sass);
+  profile::SassMix mix;
+  if (const std::string why = sass_mix(r, &mix); !why.empty()) GTEST_SKIP() << why;
   const auto count = [&](const char* op) { return mix.contains(op) ? mix.at(op) : 0; };
   EXPECT_EQ(count("HGMMA"), 3 * 64) << "3 forms x 32 N x 2 dtypes";
   EXPECT_EQ(count("UTMALDG"), 4) << "2-D to 5-D loads";
@@ -195,13 +200,8 @@ template __global__ void wgmma_gemm<Bf16, 128, sm90::Swizzle::kNone, false, fals
                          "false, false>",
                          "sm_90a", include_source_dir());
   ASSERT_TRUE(r.ok) << r.log;
-  std::string sass;
-  try {
-    sass = profile::disassemble(r.cubin);
-  } catch (const Error& e) {
-    GTEST_SKIP() << e.what();
-  }
-  const profile::SassMix mix = profile::count_sass(sass);
+  profile::SassMix mix;
+  if (const std::string why = sass_mix(r, &mix); !why.empty()) GTEST_SKIP() << why;
   // Two K steps in each of three kernels; the planted branches (a warp that
   // skips its wgmmas) may give the compiler a second copy of the loop.
   EXPECT_GE(mix.contains("HGMMA") ? mix.at("HGMMA") : 0, 6) << "two K steps in each of three kernels";
@@ -224,13 +224,8 @@ template __global__ void tma_gemm<Fp16, 256, sm90::Swizzle::k32B, 2>(const __gri
       "sm_90a", include_source_dir());
   ASSERT_TRUE(r.ok) << r.log;
   EXPECT_EQ(r.spill_bytes, 0) << r.log;
-  std::string sass;
-  try {
-    sass = profile::disassemble(r.cubin);
-  } catch (const Error& e) {
-    GTEST_SKIP() << e.what();
-  }
-  const profile::SassMix mix = profile::count_sass(sass);
+  profile::SassMix mix;
+  if (const std::string why = sass_mix(r, &mix); !why.empty()) GTEST_SKIP() << why;
   for (const char* op : {"HGMMA", "UTMALDG", "UTMASTG", "SYNCS", "USETMAXREG", "ELECT"}) {
     EXPECT_TRUE(mix.contains(op)) << op << " missing from the SASS";
   }

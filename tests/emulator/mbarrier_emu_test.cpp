@@ -14,6 +14,7 @@
 
 #include "emulator/emulator.h"
 #include "templates/primitives/hopper.h"
+#include "tests/emulator/planted_report.h"
 
 namespace attune {
 namespace {
@@ -82,19 +83,6 @@ ATTUNE_KERNEL void ring(RingParams p) {
   dev::store_global(p.out + t, sum);
 }
 
-std::string site_of_mark(const std::string& mark) {
-  std::ifstream in(std::string(ATTUNE_SOURCE_DIR) + "/tests/emulator/mbarrier_emu_test.cpp");
-  int line = 0;
-  for (std::string text; std::getline(in, text);) {
-    ++line;
-    if (text.find(mark) != std::string::npos && text.find("site_of_mark") == std::string::npos) {
-      return "tests/emulator/mbarrier_emu_test.cpp:" + std::to_string(line);
-    }
-  }
-  ADD_FAILURE() << "no line marked '" << mark << "'";
-  return "";
-}
-
 struct Ring {
   std::vector<float> in = std::vector<float>(kRounds);
   std::vector<float> out = std::vector<float>(384, -1.0F);
@@ -143,15 +131,7 @@ TEST_P(MbarrierPlantedBugTest, IsReportedWithItsKindAtItsLine) {
     ring.run(p.plant);
     FAIL() << "the planted bug was not reported";
   } catch (const KernelFault& fault) {
-    const std::string site = site_of_mark(p.mark);
-    bool found = false;
-    for (const emu::BugReport& r : fault.reports()) {
-      if (r.kind == p.kind && r.site == site && r.detail.find(p.says) != std::string::npos) found = true;
-    }
-    EXPECT_TRUE(found) << "expected " << emu::to_string(p.kind) << " at " << site << " saying '" << p.says
-                       << "'; got:\n"
-                       << fault.what();
-    std::cout << fault.reports().front().to_string() << "\n";
+    testing::expect_reported(fault, p.kind, "mbarrier_emu_test.cpp", p.mark, p.says);
   }
 }
 

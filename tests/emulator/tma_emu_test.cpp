@@ -20,6 +20,7 @@
 #include "core/error.h"
 #include "core/tensor_map.h"
 #include "emulator/emulator.h"
+#include "tests/emulator/planted_report.h"
 #include "tests/emulator/tma_gemm.cuh"
 
 namespace attune {
@@ -90,16 +91,6 @@ TEST(TensorMapTest, EveryRuleOfTheDriverIsCheckedWithItsMessage) {
   EXPECT_FALSE(decode_emulated_tensor_map(TensorMap{}, &back));
 }
 
-template <class D>
-u16 bits_of(float x) {
-  return std::is_same_v<D, Bf16> ? float_to_bfloat16_bits(x) : float_to_half_bits(x);
-}
-template <class D>
-double value_of(u16 bits) {
-  return std::is_same_v<D, Bf16> ? static_cast<double>(std::bit_cast<float>(static_cast<u32>(bits) << 16))
-                                 : static_cast<double>(half_bits_to_float(bits));
-}
-
 constexpr i32 kKTiles = 5;
 
 struct GemmRun {
@@ -119,16 +110,16 @@ GemmRun run_tma_gemm(i32 plant) {
   std::mt19937 rng(kN + 3 * static_cast<int>(kSwizzle));
   std::uniform_real_distribution<float> dist(-1.0F, 1.0F);
   std::vector<u16> a(static_cast<std::size_t>(128 * k)), bt(static_cast<std::size_t>(kN * k));
-  for (u16& x : a) x = bits_of<D>(dist(rng));
-  for (u16& x : bt) x = bits_of<D>(dist(rng));
+  for (u16& x : a) x = testing::bits_of<D>(dist(rng));
+  for (u16& x : bt) x = testing::bits_of<D>(dist(rng));
   run.c.assign(static_cast<std::size_t>(128 * kN), -1.0F);
   run.reference.assign(run.c.size(), 0.0);
   run.magnitude.assign(run.c.size(), 0.0);
   for (int m = 0; m < 128; ++m) {
     for (int n = 0; n < kN; ++n) {
       for (int kk = 0; kk < k; ++kk) {
-        const double prod = value_of<D>(a[static_cast<std::size_t>(m * k + kk)]) *
-                            value_of<D>(bt[static_cast<std::size_t>(n * k + kk)]);
+        const double prod = testing::value_of<D>(a[static_cast<std::size_t>(m * k + kk)]) *
+                            testing::value_of<D>(bt[static_cast<std::size_t>(n * k + kk)]);
         run.reference[static_cast<std::size_t>(m * kN + n)] += prod;
         run.magnitude[static_cast<std::size_t>(m * kN + n)] += std::abs(prod);
       }
@@ -186,17 +177,6 @@ TEST(TmaGemmEmuTest, AWarpSpecializedGemmMatchesFp64WithNoReport) {
   expect_matches_fp64<Bf16, 256, Swizzle::k32B>();
 }
 
-std::string site_of_mark(const std::string& mark) {
-  std::ifstream in(std::string(ATTUNE_SOURCE_DIR) + "/tests/emulator/tma_gemm.cuh");
-  int line = 0;
-  for (std::string text; std::getline(in, text);) {
-    ++line;
-    if (text.find(mark) != std::string::npos) return "tests/emulator/tma_gemm.cuh:" + std::to_string(line);
-  }
-  ADD_FAILURE() << "no line marked '" << mark << "'";
-  return "";
-}
-
 struct Planted {
   const char* name;
   i32 plant;
@@ -213,15 +193,7 @@ TEST_P(TmaPlantedBugTest, IsReportedWithItsKindAtItsLine) {
     run_tma_gemm<Bf16, 64, Swizzle::k128B>(p.plant);
     FAIL() << "the planted bug was not reported";
   } catch (const KernelFault& fault) {
-    const std::string site = site_of_mark(p.mark);
-    bool found = false;
-    for (const emu::BugReport& r : fault.reports()) {
-      if (r.kind == p.kind && r.site == site && r.detail.find(p.says) != std::string::npos) found = true;
-    }
-    EXPECT_TRUE(found) << "expected " << emu::to_string(p.kind) << " at " << site << " saying '" << p.says
-                       << "'; got:\n"
-                       << fault.what();
-    std::cout << fault.reports().front().to_string() << "\n";
+    testing::expect_reported(fault, p.kind, "tma_gemm.cuh", p.mark, p.says);
   }
 }
 

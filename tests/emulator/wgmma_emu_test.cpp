@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "emulator/emulator.h"
+#include "tests/emulator/planted_report.h"
 #include "tests/emulator/wgmma_gemm.cuh"
 
 namespace attune {
@@ -22,16 +23,6 @@ using emu::BugKind;
 using emu::KernelFault;
 using sm90::Swizzle;
 using test_kernels::GemmParams;
-
-template <class D>
-u16 bits_of(float x) {
-  return std::is_same_v<D, Bf16> ? float_to_bfloat16_bits(x) : float_to_half_bits(x);
-}
-template <class D>
-double value_of(u16 bits) {
-  return std::is_same_v<D, Bf16> ? static_cast<double>(std::bit_cast<float>(static_cast<u32>(bits) << 16))
-                                 : static_cast<double>(half_bits_to_float(bits));
-}
 
 struct Run {
   std::vector<float> c;
@@ -44,8 +35,8 @@ Run run_gemm(i32 plant) {
   std::mt19937 rng(kN * 7 + static_cast<int>(kSwizzle));
   std::uniform_real_distribution<float> dist(-1.0F, 1.0F);
   std::vector<u16> a(64 * 32), b(static_cast<std::size_t>(32 * kN));
-  for (u16& x : a) x = bits_of<D>(dist(rng));
-  for (u16& x : b) x = bits_of<D>(dist(rng));
+  for (u16& x : a) x = testing::bits_of<D>(dist(rng));
+  for (u16& x : b) x = testing::bits_of<D>(dist(rng));
   Run run;
   run.c.assign(static_cast<std::size_t>(64 * kN), -1.0F);
   run.reference.assign(run.c.size(), 0.0);
@@ -53,8 +44,8 @@ Run run_gemm(i32 plant) {
   for (int m = 0; m < 64; ++m) {
     for (int n = 0; n < kN; ++n) {
       for (int k = 0; k < 32; ++k) {
-        const double p =
-            value_of<D>(a[static_cast<std::size_t>(m * 32 + k)]) * value_of<D>(b[static_cast<std::size_t>(k * kN + n)]);
+        const double p = testing::value_of<D>(a[static_cast<std::size_t>(m * 32 + k)]) *
+                         testing::value_of<D>(b[static_cast<std::size_t>(k * kN + n)]);
         run.reference[static_cast<std::size_t>(m * kN + n)] += p;
         run.magnitude[static_cast<std::size_t>(m * kN + n)] += std::abs(p);
       }
@@ -101,18 +92,6 @@ TEST(WgmmaEmuTest, TheGemmMatchesFp64InEverySwizzleModeAndOperandForm) {
   expect_matches_fp64<Bf16, 40, Swizzle::k32B, false, true, true>();
 }
 
-// "tests/emulator/wgmma_gemm.cuh:N" for the line holding `mark`.
-std::string site_of_mark(const std::string& mark) {
-  std::ifstream in(std::string(ATTUNE_SOURCE_DIR) + "/tests/emulator/wgmma_gemm.cuh");
-  int line = 0;
-  for (std::string text; std::getline(in, text);) {
-    ++line;
-    if (text.find(mark) != std::string::npos) return "tests/emulator/wgmma_gemm.cuh:" + std::to_string(line);
-  }
-  ADD_FAILURE() << "no line marked '" << mark << "'";
-  return "";
-}
-
 struct Planted {
   i32 plant;
   BugKind kind;
@@ -141,15 +120,7 @@ TEST_P(WgmmaPlantedBugTest, IsReportedWithItsKindAtItsLine) {
     run_gemm<Bf16, 64, Swizzle::k128B, false, false, false>(p.plant);
     FAIL() << "the planted bug was not reported";
   } catch (const KernelFault& fault) {
-    const std::string site = site_of_mark(p.mark);
-    bool found = false;
-    for (const emu::BugReport& r : fault.reports()) {
-      if (r.kind == p.kind && r.site == site && r.detail.find(p.says) != std::string::npos) found = true;
-    }
-    EXPECT_TRUE(found) << "expected " << emu::to_string(p.kind) << " at " << site << " saying '" << p.says
-                       << "'; got:\n"
-                       << fault.what();
-    std::cout << fault.reports().front().to_string() << "\n";
+    testing::expect_reported(fault, p.kind, "wgmma_gemm.cuh", p.mark, p.says);
   }
 }
 
