@@ -7,6 +7,7 @@ namespace attune::emu {
 void LaunchCounters::add(const LaunchCounters& o) {
   mma += o.mma;
   wgmma += o.wgmma;
+  wgmma_flops += o.wgmma_flops;
   ldmatrix += o.ldmatrix;
   shuffles += o.shuffles;
   shared_instructions += o.shared_instructions;
@@ -46,6 +47,7 @@ LaunchCounters LaunchCounters::minus(const LaunchCounters& b) const {
   LaunchCounters d;
   d.mma = sub(mma, b.mma);
   d.wgmma = sub(wgmma, b.wgmma);
+  d.wgmma_flops = sub(wgmma_flops, b.wgmma_flops);
   d.ldmatrix = sub(ldmatrix, b.ldmatrix);
   d.shuffles = sub(shuffles, b.shuffles);
   d.shared_instructions = sub(shared_instructions, b.shared_instructions);

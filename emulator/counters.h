@@ -22,6 +22,7 @@ struct SiteTraffic {
 struct LaunchCounters {
   std::uint64_t mma = 0;                  // mma.sync m16n8k16, per warp
   std::uint64_t wgmma = 0;                // wgmma.mma_async, per warpgroup
+  std::uint64_t wgmma_flops = 0;          // their FLOPs: 2 x 64 x N x 16 each
   std::uint64_t ldmatrix = 0;             // per warp
   std::uint64_t shuffles = 0;             // per warp
   std::uint64_t shared_instructions = 0;  // per warp: plain loads, stores and cp.async writes

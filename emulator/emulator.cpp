@@ -115,6 +115,9 @@ struct InFlightWgmma {
   WarpgroupARegisters a_values{};
   std::vector<u32> addresses;  // shared elements its operands read
   Where site;
+  // The reading thread's own clock component when shared memory was read:
+  // a thread whose wgmma::wait covers the wgmma has seen the read complete.
+  std::uint32_t read_clock = 0;
 };
 
 // A thread's register array (accumulator or A) while wgmmas use it: the
@@ -1186,7 +1189,10 @@ void Emulator::Impl::issue_wgmma(std::size_t warpgroup) {
       }
       ++cell.async_readers;
     }
-    track_shared(group[0], address, 2, /*write=*/false, first.site);
+    // Not entered in the barrier-epoch shadow: the async proxy's clocks
+    // order this read against ordinary stores (check_async_visible below, and
+    // the stores onto in-flight operands), through mbarriers, named barriers
+    // and wgmma waits that the epochs do not see.
   }
   for (const u32 address : op.addresses) {
     const std::size_t before = reports.size();
@@ -1224,6 +1230,7 @@ void Emulator::Impl::issue_wgmma(std::size_t warpgroup) {
     for (i32 l = 0; l < sm90::kWarpgroupSize; ++l) group[l].wgmma_needs_fence = false;
   }
   ++counters.wgmma;
+  counters.wgmma_flops += 2ULL * sm90::kWgmmaM * static_cast<std::uint64_t>(op.shape.n) * sm90::kWgmmaK;
   wgmma_ops[warpgroup].push_back(std::move(op));
 }
 
@@ -1244,6 +1251,7 @@ void Emulator::Impl::execute_wgmma(std::size_t warpgroup, InFlightWgmma& op) {
     group[l].accumulators.at(op.d[static_cast<std::size_t>(l)]).values = std::move(acc[static_cast<std::size_t>(l)]);
   }
   const Thread& reader = group[0];
+  if (track_clocks) op.read_clock = reader.clock[static_cast<std::size_t>(reader.linear)];
   for (const u32 address : op.addresses) {
     for (u32 i = address; i < address + 2; ++i) {
       ProxyCell& cell = proxy_cell(i);
@@ -1266,6 +1274,10 @@ void Emulator::Impl::retire_wgmmas(Thread& t, i32 pending, const Where& where) {
   while (t.wgmma_retired < ops.size() && ops[t.wgmma_retired].group < limit) {
     InFlightWgmma& op = ops[t.wgmma_retired];
     if (!op.executed) execute_wgmma(warpgroup, op);
+    if (track_clocks) {  // the wait orders the wgmma's reads before what follows in this thread
+      const auto reader = static_cast<std::size_t>(warpgroup * sm90::kWarpgroupSize);
+      t.clock[reader] = std::max(t.clock[reader], op.read_clock);
+    }
     bool intact = give_back(t.accumulators, op.d[static_cast<std::size_t>(lane)]);
     if (op.shape.a_in_registers) intact = give_back(t.a_operands, op.a[static_cast<std::size_t>(lane)]) && intact;
     if (!intact) {

@@ -16,6 +16,8 @@
 #define __constant__ __attribute__((constant))
 #define __forceinline__ __inline__ __attribute__((always_inline))
 #define __align__(n) __attribute__((aligned(n)))
+#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
+#define __grid_constant__  // clang 16 does not know it; NVRTC checks it
 
 struct __attune_uint3 {
   unsigned x, y, z;

@@ -56,6 +56,19 @@ std::string raw_string(const std::string& text) {
   return "R\"" + delimiter + "(" + text + ")" + delimiter + "\"";
 }
 
+// Which tunables of `k` its emulator instantiation reads from the params
+// (Tunables::kEmulatedAtRunTime): the shards instantiate them once, at
+// kAtRunTime (-1), so the emulator's build grows with the tunables that
+// shape the code's arrays only.
+std::vector<bool> runtime_tunables(const KernelInfo& k) {
+  std::vector<bool> out;
+  for (const TunableInfo& t : k.tunables) {
+    out.push_back(std::find(k.emulated_at_run_time.begin(), k.emulated_at_run_time.end(), t.name) !=
+                  k.emulated_at_run_time.end());
+  }
+  return out;
+}
+
 std::string shard_function(const KernelInfo& k, int shard) { return k.name + "_emu_shard_" + std::to_string(shard); }
 
 // kBlockM -> block_m: a tunable as a field of its kernel's shape.
@@ -195,6 +208,9 @@ std::string emit_registry(const std::vector<BundledKernel>& kernels, int shards)
     o << "constexpr std::string_view k_" << info.name << "_features[] = {";
     for (const std::string& f : info.features) o << "\"" << f << "\", ";
     o << "\"\"};  // the last entry only keeps the array non-empty\n";
+    o << "constexpr std::string_view k_" << info.name << "_archs[] = {";
+    for (const std::string& a : info.archs) o << "\"" << a << "\", ";
+    o << "\"\"};\n";
     o << "bool " << info.name << "_valid(std::span<const int> v) { return " << info.tunables_struct << "::valid("
       << span_args(n) << "); }\n";
     o << "int " << info.name << "_threads(std::span<const int> v) { return " << info.tunables_struct << "::threads("
@@ -215,8 +231,9 @@ std::string emit_registry(const std::vector<BundledKernel>& kernels, int shards)
     const KernelInfo& info = k.info;
     o << "    {" << id_name(info) << ", \"" << info.name << "\", \"" << info.qualified_name << "\", \""
       << info.params_type << "\", k_" << info.name << "_source, \"" << k.hash << "\", k_" << info.name
-      << "_tunables, std::span(k_" << info.name << "_features).first(" << info.features.size() << "), &" << info.name
-      << "_valid, &" << info.name << "_threads, &" << info.name << "_shared_bytes, &" << info.name << "_emulate},\n";
+      << "_tunables, std::span(k_" << info.name << "_features).first(" << info.features.size() << "), std::span(k_"
+      << info.name << "_archs).first(" << info.archs.size() << "), &" << info.name << "_valid, &" << info.name
+      << "_threads, &" << info.name << "_shared_bytes, &" << info.name << "_emulate},\n";
   }
   o << "};\n\n}  // namespace\n\nstd::span<const KernelSpec> kernel_specs() { return kSpecs; }\n\n}  // namespace "
        "attune\n";
@@ -236,7 +253,15 @@ std::string emit_shard(const std::vector<BundledKernel>& kernels, int shard, int
     const std::size_t n = info.tunables.size();
     o << "template <class D, " << args(n, "int V") << ">\n";
     o << "bool " << info.name << "_launch(emu::Emulator& e, const LaunchConfig& c, const void* p) {\n";
-    o << "  if constexpr (" << info.tunables_struct << "::valid(" << args(n, "V") << ")) {\n";
+    const std::vector<bool> runtime = runtime_tunables(info);
+    const bool any_runtime = std::find(runtime.begin(), runtime.end(), true) != runtime.end();
+    // With tunables read at run time the template checks what it can; the
+    // shard function checks the actual values below.
+    if (any_runtime) {
+      o << "  if constexpr (true) {\n";
+    } else {
+      o << "  if constexpr (" << info.tunables_struct << "::valid(" << args(n, "V") << ")) {\n";
+    }
     std::string features;
     for (std::size_t f = 0; f < info.features.size(); ++f) features += ", -1";  // read from the params
     o << "    e.launch(&" << info.qualified_name << "<" << args(n, "V") << ", D" << features
@@ -251,7 +276,11 @@ std::string emit_shard(const std::vector<BundledKernel>& kernels, int shard, int
         if (group++ % shards != shard) continue;
         std::vector<std::vector<int>> rest;
         std::vector<int> current = {first};
-        combinations(info.tunables, 1, current, rest);
+        std::vector<TunableInfo> instantiated = info.tunables;
+        for (std::size_t i = 0; i < runtime.size(); ++i) {
+          if (runtime[i]) instantiated[i].values = {-1};
+        }
+        combinations(instantiated, 1, current, rest);
         for (const auto& values : rest) {
           entries.push_back("{" + std::string(dtype[0]) + ", {" + join(values) + "}, &" + info.name + "_launch<" +
                             dtype[1] + ", " + join(values) + ">}");
@@ -265,11 +294,24 @@ std::string emit_shard(const std::vector<BundledKernel>& kernels, int shard, int
   o << "}  // namespace\n\n";
   for (const auto& k : kernels) {
     const KernelInfo& info = k.info;
+    const std::vector<bool> runtime = runtime_tunables(info);
     o << "bool " << shard_function(info, shard)
-      << "(DType dtype, std::span<const int> v, emu::Emulator& e, const LaunchConfig& c, const void* p) {\n"
+      << "(DType dtype, std::span<const int> v, emu::Emulator& e, const LaunchConfig& c, const void* p) {\n";
+    if (std::find(runtime.begin(), runtime.end(), true) == runtime.end()) {
+      o << "  for (const auto& entry : k_" << info.name << "_entries) {\n"
+        << "    if (entry.dtype == dtype && std::equal(entry.values.begin(), entry.values.end(), v.begin(), v.end())) "
+           "{\n"
+        << "      return entry.launch(e, c, p);\n    }\n  }\n  return false;\n}\n\n";
+      continue;
+    }
+    // Values read at run time (-1 in the entry) match any value.
+    o << "  if (v.size() != " << info.tunables.size() << " || !" << info.tunables_struct << "::valid("
+      << span_args(info.tunables.size()) << ")) return false;\n"
       << "  for (const auto& entry : k_" << info.name << "_entries) {\n"
-      << "    if (entry.dtype == dtype && std::equal(entry.values.begin(), entry.values.end(), v.begin(), v.end())) {\n"
-      << "      return entry.launch(e, c, p);\n    }\n  }\n  return false;\n}\n\n";
+      << "    if (entry.dtype != dtype) continue;\n    bool same = true;\n"
+      << "    for (std::size_t i = 0; i < v.size(); ++i) same = same && (entry.values[i] == -1 || entry.values[i] == "
+         "v[i]);\n"
+      << "    if (same) return entry.launch(e, c, p);\n  }\n  return false;\n}\n\n";
   }
   o << "}  // namespace attune::generated\n";
   return o.str();

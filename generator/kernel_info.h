@@ -58,6 +58,12 @@ struct KernelInfo {
   // tuned; the emulator instantiates them once at -1, read from the params.
   std::vector<std::string> features;
   std::vector<TunableField> tunable_fields;  // of params_type
+  // The only architectures it compiles for (Tunables::kArchs, e.g. sm_90a
+  // for wgmma and TMA); empty: every architecture.
+  std::vector<std::string> archs;
+  // Tunables the emulator's instantiation reads from the params (instantiated
+  // once, at kAtRunTime: Tunables::kEmulatedAtRunTime).
+  std::vector<std::string> emulated_at_run_time;
 };
 
 }  // namespace attune::gen

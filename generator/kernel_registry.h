@@ -29,6 +29,8 @@ struct KernelSpec {
   // score modifiers it supports, named as modifier_names does (softcap,
   // sinks, alibi).
   std::span<const std::string_view> features;
+  // The only architectures it compiles for (sm_90a); empty: every one.
+  std::span<const std::string_view> archs;
   bool (*valid)(std::span<const int> values);        // the template's own constraints
   int (*threads)(std::span<const int> values);       // threads per block
   int (*shared_bytes)(std::span<const int> values);  // dynamic shared memory

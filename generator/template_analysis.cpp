@@ -168,7 +168,13 @@ class TemplateVisitor : public RecursiveASTVisitor<TemplateVisitor> {
                                            where(field->getLocation())});
         }
         for (const TunableInfo& t : kernel.tunables) {
-          if (normalized(field->getNameAsString()) == normalized(t.name)) {
+          // Allowed where the field says it carries the kernel's own tunable
+          // (ATTUNE_TUNABLE_OF): the emulator's instantiation reads it.
+          const bool declared =
+              std::any_of(kernel.tunable_fields.begin(), kernel.tunable_fields.end(), [&](const TunableField& f) {
+                return f.field == field->getNameAsString() && f.kernel == kernel.name && f.tunable == t.name;
+              });
+          if (!declared && normalized(field->getNameAsString()) == normalized(t.name)) {
             error(field->getLocation(), "field '" + field->getNameAsString() + "' of " + kernel.params_type +
                                             " carries tunable " + t.name +
                                             ": tunables are template parameters, never runtime arguments");
@@ -204,6 +210,23 @@ class TemplateVisitor : public RecursiveASTVisitor<TemplateVisitor> {
       if (id_keys.size() != kernel.tunables.size()) {
         error(record->getLocation(), struct_name + "::kIdKeys must name " + std::to_string(kernel.tunables.size()) +
                                          " variant-id keys, one per tunable");
+      }
+      // Optional: the architectures the kernel compiles for (none: every one).
+      if (const VarDecl* archs = member(record, "kArchs")) kernel.archs = strings_of(archs);
+      // Optional: tunables the emulator's instantiation reads from the params.
+      if (const VarDecl* names = member(record, "kEmulatedAtRunTime")) {
+        kernel.emulated_at_run_time = strings_of(names);
+        for (const std::string& name : kernel.emulated_at_run_time) {
+          const bool carried =
+              std::any_of(kernel.tunable_fields.begin(), kernel.tunable_fields.end(),
+                          [&](const TunableField& f) { return f.kernel == kernel.name && f.tunable == name; });
+          if (!carried || name == kernel.tunables.front().name) {
+            error(names->getLocation(), struct_name + "::kEmulatedAtRunTime names " + name +
+                                            ", which must be a tunable other than the first carried by a field of " +
+                                            kernel.params_type + " (ATTUNE_TUNABLE_OF(" + kernel.name + ", " + name +
+                                            "))");
+          }
+        }
       }
       for (std::size_t i = 0; i < kernel.tunables.size(); ++i) {
         TunableInfo& t = kernel.tunables[i];

@@ -156,6 +156,28 @@ const KernelSpec& kernel_for_op(std::string_view op) {
   throw InvalidArgument("--op: got '" + std::string(op) + "'; expected fwd, decode or bwd");
 }
 
+std::vector<const KernelSpec*> kernels_for_op(std::string_view op) {
+  std::vector<const KernelSpec*> out = {&kernel_for_op(op)};
+  if (op == "fwd") {
+    if (const KernelSpec* k = find_kernel_spec("flash_fwd_sm90")) out.push_back(k);
+  }
+  return out;
+}
+
+std::string_view op_of(const KernelSpec& kernel) {
+  for (std::string_view op : {"fwd", "decode", "bwd"}) {
+    for (const KernelSpec* k : kernels_for_op(op)) {
+      if (k == &kernel) return op;
+    }
+  }
+  return {};
+}
+
+bool kernel_runs_on(const KernelSpec& kernel, const ArchLimits& arch) {
+  return arch.every_arch || kernel.archs.empty() ||
+         std::find(kernel.archs.begin(), kernel.archs.end(), arch.name) != kernel.archs.end();
+}
+
 int head_dim_bucket(const KernelSpec& kernel, int dk, int dv) {
   const int need = std::max(dk, dv);
   for (int value : kernel.tunables.front().values) {
@@ -166,6 +188,13 @@ int head_dim_bucket(const KernelSpec& kernel, int dk, int dv) {
 }
 
 void check_variant_fits(const Variant& v, int dk, int dv, const ArchLimits& arch) {
+  if (!kernel_runs_on(*v.kernel, arch)) {
+    std::string archs;
+    for (std::string_view a : v.kernel->archs) archs += (archs.empty() ? "" : ", ") + std::string(a);
+    throw InvalidArgument("variant " + v.id() + ": " + std::string(v.kernel->name) + " compiles only for " + archs +
+                          "; this is " + arch.name + " (expected a variant 'attune variants list --arch " + arch.name +
+                          "' prints)");
+  }
   if (v.values.front() < std::max(dk, dv)) {
     throw InvalidArgument("variant " + v.id() + ": head-dim bucket " + std::to_string(v.values.front()) +
                           " is below max(Dk, Dv) = " + std::to_string(std::max(dk, dv)) +
@@ -183,16 +212,26 @@ void check_variant_fits(const Variant& v, int dk, int dv, const ArchLimits& arch
 
 std::vector<Variant> enumerate_variants(std::string_view op, DType /*dtype*/, int dk, int dv, const ArchLimits& arch,
                                         std::uint8_t modifiers) {
-  const KernelSpec& kernel = kernel_for_op(op);
-  const auto bits = static_cast<std::uint8_t>(modifiers & supported_modifiers(kernel));
-  std::vector<int> current = {head_dim_bucket(kernel, dk, dv)};
-  std::vector<std::vector<int>> all;
-  combinations(kernel, 1, current, all);
   std::vector<Variant> out;
-  for (auto& values : all) {
-    if (!kernel.valid(values)) continue;
-    Variant v{&kernel, std::move(values), bits};
-    if (v.shared_bytes() <= arch.max_shared_bytes && v.threads() <= arch.max_threads) out.push_back(std::move(v));
+  for (const KernelSpec* kernel : kernels_for_op(op)) {
+    const bool portable = kernel == &kernel_for_op(op);
+    const auto bits = static_cast<std::uint8_t>(modifiers & supported_modifiers(*kernel));
+    // The portable family answers for every problem (and says why not in
+    // its errors); the others only where they fit.
+    if (!portable) {
+      const int need = std::max(dk, dv);
+      if (!kernel_runs_on(*kernel, arch) || bits != modifiers || kernel->tunables.front().values.back() < need) {
+        continue;
+      }
+    }
+    std::vector<int> current = {head_dim_bucket(*kernel, dk, dv)};
+    std::vector<std::vector<int>> all;
+    combinations(*kernel, 1, current, all);
+    for (auto& values : all) {
+      if (!kernel->valid(values)) continue;
+      Variant v{kernel, std::move(values), bits};
+      if (v.shared_bytes() <= arch.max_shared_bytes && v.threads() <= arch.max_threads) out.push_back(std::move(v));
+    }
   }
   return out;
 }

@@ -24,6 +24,7 @@ struct ArchLimits {
   int compute = 0;           // 90
   int max_shared_bytes = 0;  // dynamic shared memory per block, opt-in maximum
   int max_threads = 1024;
+  bool every_arch = false;  // runs every kernel whatever its architecture (the emulator)
 };
 
 // "sm_80", "sm_86", "sm_89", "sm_90", "sm_90a", "sm_100", "sm_120", ...
@@ -83,15 +84,27 @@ Variant with_problem_features(Variant variant, const AttentionProblem& problem);
 // "softcap+sinks", "paged", "softcap+paged", "none".
 std::string feature_names(std::uint8_t bits);
 
-// The kernel of an operation: "fwd" -> flash_fwd. Throws InvalidArgument.
+// The portable kernel of an operation, which every architecture runs:
+// "fwd" -> flash_fwd. Throws InvalidArgument.
 const KernelSpec& kernel_for_op(std::string_view op);
+// Every kernel family of an operation, the portable one first ("fwd" ->
+// flash_fwd, flash_fwd_sm90). Throws InvalidArgument.
+std::vector<const KernelSpec*> kernels_for_op(std::string_view op);
+// The operation a kernel serves ("fwd" for flash_fwd and flash_fwd_sm90;
+// empty for the helper kernels).
+std::string_view op_of(const KernelSpec& kernel);
+// Whether the kernel compiles for `arch` (its Tunables::kArchs).
+bool kernel_runs_on(const KernelSpec& kernel, const ArchLimits& arch);
 
 // Smallest value of the kernel's first tunable (its head-dim bucket) that
 // holds max(dk, dv). Throws InvalidArgument when none does.
 int head_dim_bucket(const KernelSpec& kernel, int dk, int dv);
 
-// Every valid variant for the problem class on `arch`, in a stable order,
-// each with the problem's modifiers (bits) that its kernel supports.
+// Every valid variant for the problem class on `arch`, in a stable order
+// (family by family, as kernels_for_op lists them), each with the problem's
+// modifiers (bits) that its kernel supports. A family that runs on other
+// architectures, has no head-dim bucket for the problem or cannot compile
+// the modifiers in is left out.
 std::vector<Variant> enumerate_variants(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch,
                                         std::uint8_t modifiers = 0);
 

@@ -33,6 +33,7 @@ ArchRates arch_rates(const std::string& arch) {
     r.sm_count = 132;
     r.clock_ghz = 1.83;
     r.mma_flops_per_clock = 2730;
+    r.wgmma_flops_per_clock = 4096;
     r.shared_bytes_per_sm = 228 * 1024;
     r.source =
         "H100 whitepaper (989 TFLOP/s bf16 dense via wgmma, 132 SMs: 4096 FLOP/clock/SM at 1.83 GHz); "

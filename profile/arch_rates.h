@@ -14,6 +14,7 @@ struct ArchRates {
   int sm_count = 0;                        // of the example part
   double clock_ghz = 0;                    // the clock its peak figures are quoted at
   double mma_flops_per_clock = 0;          // mma.sync m16n8k16 fp16/bf16 with fp32 accumulators, per SM
+  double wgmma_flops_per_clock = 0;        // wgmma (sm_90a), per SM; 0 where there is none
   double shared_wavefronts_per_clock = 1;  // 128 bytes per clock per SM
   double mufu_per_clock = 16;              // ex2.approx results per SM
   double issue_per_clock = 4;              // warp instructions per SM (four schedulers)

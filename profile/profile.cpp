@@ -50,8 +50,21 @@ struct Modifiers {
   const float* slopes_or_null() const { return slopes.empty() ? nullptr : slopes.data(); }
 };
 
-Run run_forward(const Variant& v, DType dtype, int tiles) {
+// Rows, keys per tile and head dim of a forward variant of either family.
+struct ForwardTiles {
+  std::int64_t block_m, block_n, head_dim;
+};
+ForwardTiles forward_tiles(const Variant& v) {
+  if (v.kernel->id == KernelId::kFlashFwdSm90) {
+    const FlashFwdSm90Shape s = FlashFwdSm90Shape::of(v);
+    return {s.block_m, s.block_n, s.head_dim};
+  }
   const FlashFwdShape s = FlashFwdShape::of(v);
+  return {s.block_m, s.block_n, s.head_dim};
+}
+
+Run run_forward(const Variant& v, DType dtype, int tiles) {
+  const ForwardTiles s = forward_tiles(v);
   const std::int64_t sq = s.block_m;
   const std::int64_t sk = static_cast<std::int64_t>(tiles) * s.block_n;
   const Modifiers m(v, 1);
@@ -123,8 +136,9 @@ Run run_backward(const Variant& v, DType dtype, int tiles) {
 
 TileShape tile_shape(const Variant& v) {
   switch (v.kernel->id) {
-    case KernelId::kFlashFwd: {
-      const FlashFwdShape s = FlashFwdShape::of(v);
+    case KernelId::kFlashFwd:
+    case KernelId::kFlashFwdSm90: {
+      const ForwardTiles s = forward_tiles(v);
       return {static_cast<double>(s.block_m), static_cast<double>(s.block_n), static_cast<double>(s.head_dim), false};
     }
     case KernelId::kFlashDecode: {
@@ -146,6 +160,8 @@ TileShape tile_shape(const Variant& v) {
 PerKeyTile tile_costs(const emu::LaunchCounters& d, double n, const TileShape& shape) {
   PerKeyTile t;
   t.mma = static_cast<double>(d.mma) / n;
+  t.wgmma = static_cast<double>(d.wgmma) / n;
+  t.wgmma_flops = static_cast<double>(d.wgmma_flops) / n;
   t.ldmatrix = static_cast<double>(d.ldmatrix) / n;
   t.shared_instructions = static_cast<double>(d.shared_instructions) / n;
   t.shuffles = static_cast<double>(d.shuffles) / n;
@@ -162,7 +178,8 @@ PerKeyTile tile_costs(const emu::LaunchCounters& d, double n, const TileShape& s
   // and the conversions packing P into 16 bits.
   const double scores = shape.rows * shape.keys;
   const double fp32 = shape.backward ? scores * 8.0 : scores * 4.0 + shape.rows * shape.head_dim + scores / 2.0;
-  t.warp_instructions = t.mma + t.ldmatrix + t.shared_instructions + t.shuffles + (t.ex2 + t.tanh) / 32.0 + fp32 / 32.0;
+  t.warp_instructions =
+      4.0 * t.wgmma + t.mma + t.ldmatrix + t.shared_instructions + t.shuffles + (t.ex2 + t.tanh) / 32.0 + fp32 / 32.0;
   for (emu::SiteTraffic s : d.worst(5)) {
     s.instructions = static_cast<std::uint64_t>(static_cast<double>(s.instructions) / n);
     s.wavefronts = static_cast<std::uint64_t>(static_cast<double>(s.wavefronts) / n);
@@ -177,6 +194,7 @@ PerKeyTile emulate_per_key_tile(const Variant& variant, DType dtype) {
   const auto run = [&](int tiles) {
     switch (variant.kernel->id) {
       case KernelId::kFlashFwd:
+      case KernelId::kFlashFwdSm90:
         return run_forward(variant, dtype, tiles);
       case KernelId::kFlashDecode:
         return run_decode(variant, dtype, tiles);
@@ -198,6 +216,10 @@ PerKeyTile emulate_per_key_tile(const Variant& variant, DType dtype) {
 Bound bound_of(const PerKeyTile& t, const ArchRates& r, int sm_count, double clock_ghz) {
   Bound b;
   b.cycles["tensor"] = t.mma * 2.0 * 16 * 8 * 16 / r.mma_flops_per_clock;
+  if (t.wgmma_flops > 0) {
+    if (r.wgmma_flops_per_clock <= 0) throw InvalidArgument("profile: wgmma counted on " + r.arch + ", which has none");
+    b.cycles["tensor"] += t.wgmma_flops / r.wgmma_flops_per_clock;
+  }
   b.cycles["shared"] = t.smem_wavefronts / r.shared_wavefronts_per_clock;
   b.cycles["mufu"] = (t.ex2 + t.tanh) / r.mufu_per_clock;
   b.cycles["issue"] = t.warp_instructions / r.issue_per_clock;

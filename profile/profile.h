@@ -36,7 +36,9 @@ struct StaticResources {
 // for the backward), from the difference of two emulated runs that differ
 // only in the number of tiles: the prologue and epilogue cancel.
 struct PerKeyTile {
-  double mma = 0;  // warp instructions
+  double mma = 0;          // warp instructions
+  double wgmma = 0;        // warpgroup instructions
+  double wgmma_flops = 0;  // what they compute
   double ldmatrix = 0;
   double shared_instructions = 0;  // plain loads, stores, cp.async writes
   double shuffles = 0;

@@ -284,6 +284,7 @@ Op op_of(const Variant& variant) {
     throw InvalidArgument("variant: none; expected a flash_fwd, flash_decode or flash_bwd variant");
   switch (variant.kernel->id) {
     case KernelId::kFlashFwd:
+    case KernelId::kFlashFwdSm90:
       return Op::kForward;
     case KernelId::kFlashDecode:
       return Op::kDecode;

@@ -88,6 +88,17 @@ struct OnlineSoftmax {
   // new maximum, ready for u += P V.
   template <int kNTiles>
   ATTUNE_DEVICE void update(float (&s)[kMTiles][kNTiles][4]) {
+    float factor[kMTiles][2];
+    update_scores(s, factor);
+    rescale_u(factor);
+  }
+
+  // update() in two steps, for kernels whose u is still being accumulated
+  // by an asynchronous P V when the next tile's scores arrive (Hopper's
+  // wgmma): the scores, m and l now, and the factor by which u must be
+  // multiplied before the tile's P V is added to it.
+  template <int kNTiles>
+  ATTUNE_DEVICE void update_scores(float (&s)[kMTiles][kNTiles][4], float (&factor)[kMTiles][2]) {
     ATTUNE_UNROLL
     for (int mt = 0; mt < kMTiles; ++mt) {
       ATTUNE_UNROLL
@@ -112,12 +123,23 @@ struct OnlineSoftmax {
           }
         }
         l[mt][half] = r.a1 * l[mt][half] + mass;
+        factor[mt][half] = r.a1;
+        m[mt][half] = r.m;
+      }
+    }
+  }
+
+  // u *= factor, row by row (the second step of update()).
+  ATTUNE_DEVICE void rescale_u(const float (&factor)[kMTiles][2]) {
+    ATTUNE_UNROLL
+    for (int mt = 0; mt < kMTiles; ++mt) {
+      ATTUNE_UNROLL
+      for (int half = 0; half < 2; ++half) {
         ATTUNE_UNROLL
         for (int dt = 0; dt < kDTiles; ++dt) {
-          u[mt][dt][2 * half] *= r.a1;
-          u[mt][dt][2 * half + 1] *= r.a1;
+          u[mt][dt][2 * half] *= factor[mt][half];
+          u[mt][dt][2 * half + 1] *= factor[mt][half];
         }
-        m[mt][half] = r.m;
       }
     }
   }

@@ -200,10 +200,17 @@ def device_arch():
     return "sm_%d%d%s" % (major, minor, "a" if major in (9, 10) and minor == 0 else "")
 
 
-def listed(attune_bin, d, arch):
+def listed(attune_bin, d, arch, family="flash_fwd"):
     out = subprocess.run([attune_bin, "variants", "list", "--dk", str(d), "--dv", str(d), "--arch", arch],
                          capture_output=True, text=True, check=True).stdout
-    return [line.split()[0] for line in out.splitlines() if line.startswith("flash_fwd/")]
+    return [line.split()[0] for line in out.splitlines() if line.startswith(family + "/")]
+
+
+def fa2_style(ids, d):
+    """FlashAttention-2's usual flash_fwd shape (4 warps of 16 rows, 2 stages),
+    as attune's heuristic picks it off Hopper."""
+    want = "bm64.bn%d.wm4.wn1.st2.qr1" % (64 if d <= 64 else 32)
+    return next((i for i in ids if want in i), ids[0] if ids else None)
 
 
 class Stage:
@@ -395,7 +402,78 @@ def stage_forward(args):
                 kind="timing", d=d, causal=causal, heuristic_ms=heur_ms, heuristic_tflops=tflops(fl, heur_ms),
                 best_ms=best[0], best_variant=best[1], best_tflops=tflops(fl, best[0]), sweep=swept,
                 sdpa_flash_ms=sdpa["flash"], sdpa_cudnn_ms=sdpa["cudnn"], best_over_sdpa=ratio, gemm_share=share)
+    if arch == "sm_90a":
+        hopper_timing(args, a, st, dev, run, gemm)
     return 0 if st.record["ok"] else 1
+
+
+def hopper_timing(args, a, st, dev, run, gemm):
+    """The Hopper family (flash_fwd_sm90) in the same run as SDPA and the
+    FlashAttention-2-style flash_fwd: its heuristic variant and the best of a
+    small sweep, d64/d128/d256, causal and not, bf16 and fp16, B 4, H 16, S 4096."""
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    t = transposed
+    st.text("", "Hopper family: flash_fwd_sm90 (heuristic, and the best of a sweep of %d), against "
+            "FlashAttention-2-style flash_fwd and SDPA (flash, cuDNN); B 4, H 16, S 4096; median ms of 20." %
+            args.sweep, "",
+            "| d | dtype | causal | sm90 heuristic | TFLOP/s | best sm90 | TFLOP/s | flash_fwd (FA2) | TFLOP/s | "
+            "SDPA flash | SDPA cuDNN | best sm90 / best SDPA | % of GEMM |",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    b, h, s = 4, 16, 4096
+    for d in (64, 128, 256):
+        sm90_ids = listed(args.attune, d, "sm_90a", "flash_fwd_sm90")
+        fa2 = fa2_style(listed(args.attune, d, "sm_90a"), d)
+        step = max(1, len(sm90_ids) // args.sweep)
+        sweep = sm90_ids[::step][:args.sweep]
+        for tdtype, code in ((torch.bfloat16, ATTUNE_DTYPE_BF16), (torch.float16, ATTUNE_DTYPE_FP16)):
+            small = Attune.problem(1, 128, 1, d, False, code)
+            xs = [torch.randn(1, 128, 1, d, device=dev, dtype=tdtype) for _ in range(3)]
+            so, sl = torch.empty_like(xs[0]), torch.empty(1, 1, 128, device=dev, dtype=torch.float32)
+            with concurrent.futures.ThreadPoolExecutor(8) as pool:
+                list(pool.map(lambda vid: _try(lambda: run(small, *xs, so, sl, vid)), sweep + [fa2, None]))
+            for causal in (False, True):
+                sets = [tuple(torch.randn(b, s, h, d, device=dev, dtype=tdtype) for _ in range(3)) for _ in range(4)]
+                o = torch.empty(b, s, h, d, device=dev, dtype=tdtype)
+                lse = torch.empty(b, h, s, device=dev, dtype=torch.float32)
+                p = Attune.problem(b, s, h, d, causal, code)
+                fl = flops(b, h, s, d, causal)
+                chosen = a.explain(p).split()[0]
+                heur_ms, _ = median_ms(lambda q, k, v: run(p, q, k, v, o, lse), sets)
+                best = (heur_ms, chosen)
+                def timed(vid):
+                    try:
+                        return median_ms(lambda q, k, v: run(p, q, k, v, o, lse, vid), sets)[0]
+                    except RuntimeError:
+                        return float("nan")
+
+                for vid in sweep:
+                    ms = timed(vid)
+                    if math.isfinite(ms):
+                        best = min(best, (ms, vid))
+                fa2_ms = timed(fa2) if fa2 else float("nan")
+                sdpa = {}
+                for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+                    try:
+                        with sdpa_kernel([backend]):
+                            sdpa[name], _ = median_ms(lambda q, k, v: F.scaled_dot_product_attention(
+                                t(q), t(k), t(v), is_causal=causal), sets)
+                    except RuntimeError:
+                        sdpa[name] = float("nan")
+                finite = [x for x in sdpa.values() if math.isfinite(x)]
+                ratio = min(finite) / best[0] if finite else float("nan")
+                share = 100 * tflops(fl, best[0]) / gemm if gemm else float("nan")
+                name = "bf16" if tdtype == torch.bfloat16 else "fp16"
+                st.row("| %d | %s | %s | %.3f (%s) | %.0f | %.3f (%s) | %.0f | %.3f | %.0f | %.3f | %.3f | %.2f | "
+                       "%.0f%% |" % (d, name, causal, heur_ms, chosen, tflops(fl, heur_ms), best[0], best[1],
+                                    tflops(fl, best[0]), fa2_ms, tflops(fl, fa2_ms), sdpa["flash"], sdpa["cudnn"],
+                                    ratio, share),
+                       kind="hopper_timing", d=d, dtype=name, causal=causal, heuristic=chosen, heuristic_ms=heur_ms,
+                       heuristic_tflops=tflops(fl, heur_ms), best_ms=best[0], best_variant=best[1],
+                       best_tflops=tflops(fl, best[0]), fa2_variant=fa2, fa2_ms=fa2_ms,
+                       sdpa_flash_ms=sdpa["flash"], sdpa_cudnn_ms=sdpa["cudnn"], best_over_sdpa=ratio,
+                       gemm_share=share)
 
 
 def _try(fn):

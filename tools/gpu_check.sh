@@ -27,7 +27,7 @@ python="${PYTHON:-python3}"
 
 # Stage names and time limits (seconds); the total stays under 8 minutes.
 stages=(facts tests ceilings forward decode backward python)
-declare -A limit=([facts]=40 [tests]=135 [ceilings]=30 [forward]=105 [decode]=45 [backward]=75 [python]=45)
+declare -A limit=([facts]=40 [tests]=135 [ceilings]=30 [forward]=170 [decode]=45 [backward]=75 [python]=45)
 total=0
 for s in "${stages[@]}"; do total=$((total + limit[$s])); done
 printf 'gpu_check: bundle %s\n' "$dir"

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "runtime/dispatch/heuristics.h"
 #include "runtime/dispatch/tuned_id.h"
+#include "runtime/launch/flash_fwd_sm90_params.h"
 
 namespace attune {
 
@@ -27,14 +28,34 @@ DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem) con
     choice.detail = std::to_string(choice.splits) + " splits fill " + std::to_string(sm_count_) + " SMs in whole waves";
     return choice;
   }
-  return {heuristic_variant(to_string(op), problem.dtype, static_cast<int>(problem.head_dim_k),
-                            static_cast<int>(problem.head_dim_v), arch_, modifier_bits(problem.modifiers)),
-          DispatchRule::kHeuristic, "", 0};
+  const auto dk = static_cast<int>(problem.head_dim_k);
+  const auto dv = static_cast<int>(problem.head_dim_v);
+  const std::uint8_t modifiers = modifier_bits(problem.modifiers);
+  if (op != Op::kForward) {
+    return {heuristic_variant(to_string(op), problem.dtype, dk, dv, arch_, modifiers), DispatchRule::kHeuristic, "", 0};
+  }
+  // The forward: flash_fwd_sm90 where the device and the call allow it.
+  ForwardHints hints{.masked = problem.mask.kind != MaskKind::kNone};
+  std::string detail;
+  if (const KernelSpec* hopper = find_kernel_spec("flash_fwd_sm90"); hopper != nullptr) {
+    const std::string unfit = sm90_unfit_reason(problem);
+    if (!kernel_runs_on(*hopper, arch_)) {
+      detail = "flash_fwd: flash_fwd_sm90 needs sm_90a, the device is " + arch_.name;
+    } else if (!unfit.empty()) {
+      detail = "flash_fwd: flash_fwd_sm90 cannot map this call (" + unfit + ")";
+      hints.portable_only = true;
+    }
+  }
+  DispatchChoice choice{heuristic_variant("fwd", problem.dtype, dk, dv, arch_, modifiers, hints),
+                        DispatchRule::kHeuristic, detail, 0};
+  if (choice.variant.kernel->id == KernelId::kFlashFwdSm90) {
+    choice.detail = "flash_fwd_sm90: TMA, wgmma and warp specialization on " + arch_.name;
+  }
+  return choice;
 }
 
 DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem) const {
   const ProblemKey key = problem_key(op, problem);
-  const KernelSpec& kernel = kernel_for_op(to_string(op));
   const int dk = static_cast<int>(problem.head_dim_k);
   const int dv = static_cast<int>(problem.head_dim_v);
   std::string passed_over;
@@ -49,8 +70,14 @@ DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem) const
       // and the architecture before trusting it.
       try {
         const TunedChoice tuned = parse_tuned_id(entry.variant_id);
-        if (tuned.variant.kernel != &kernel) {
-          throw InvalidArgument("variant " + tuned.variant.id() + ": not a " + std::string(kernel.name) + " variant");
+        if (op_of(*tuned.variant.kernel) != to_string(op)) {
+          throw InvalidArgument("variant " + tuned.variant.id() + ": not a variant of a " + std::string(to_string(op)) +
+                                " kernel");
+        }
+        if (tuned.variant.kernel->id == KernelId::kFlashFwdSm90) {
+          if (const std::string unfit = sm90_unfit_reason(problem); !unfit.empty()) {
+            throw InvalidArgument("variant " + tuned.variant.id() + ": cannot map this call (" + unfit + ")");
+          }
         }
         if (op == Op::kDecode && tuned.splits == 0) {
           throw InvalidArgument("variant " + tuned.variant.id() + ": no split count; expected VARIANT/splitsN");

@@ -26,9 +26,35 @@ std::vector<Variant> candidates_for(std::string_view op, DType dtype, int dk, in
 }  // namespace
 
 Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch,
-                          std::uint8_t modifiers) {
+                          std::uint8_t modifiers, ForwardHints hints) {
   if (op == "bwd") return heuristic_backward_variant(dtype, dk, dv, arch, false, modifiers);
-  const std::vector<Variant> candidates = candidates_for(op, dtype, dk, dv, arch, modifiers);
+  std::vector<Variant> candidates = candidates_for(op, dtype, dk, dv, arch, modifiers);
+  std::vector<Variant> hopper;
+  std::erase_if(candidates, [&](Variant& v) {
+    if (v.kernel->id != KernelId::kFlashFwdSm90) return false;
+    hopper.push_back(std::move(v));
+    return true;
+  });
+  if (!hopper.empty() && !hints.portable_only) {
+    // FlashAttention-3's tiles per head dim: 192 x 128 on three consumer
+    // warpgroups at d64; 128 x 176 (128 x 128 when masked) at d128; 128 x 80
+    // at d256; the S GEMM of the next tile issued before the softmax, two
+    // consumers taking turns where there are two, O out through TMA.
+    const int bucket = FlashFwdSm90Shape::of(hopper.front()).head_dim;
+    const bool d64 = bucket <= 64;
+    const bool d128 = bucket <= 128 && !d64;
+    const FlashFwdSm90Shape wanted{.head_dim = bucket,
+                                   .block_m = d64 ? 192 : 128,
+                                   .block_n = d64    ? 128
+                                              : d128 ? (hints.masked ? 128 : 176)
+                                                     : 80,
+                                   .stages = 2,
+                                   .pingpong = d64 ? 0 : 1,
+                                   .overlap = 1,
+                                   .rescale_after = 0,
+                                   .tma_store = 1};
+    return nearest_variant(hopper, wanted.values());
+  }
   // FlashAttention-2's usual shape: 4 warps of 16 rows each, one warp per
   // row block, a 2-deep pipeline, wider key tiles for small head dims.
   const int bucket = FlashFwdShape::of(candidates.front()).head_dim;

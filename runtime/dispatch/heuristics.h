@@ -11,10 +11,18 @@
 
 namespace attune {
 
+// What the forward heuristic weighs beyond the problem class.
+struct ForwardHints {
+  bool masked = false;         // causal or a window: smaller key tiles pay (FlashAttention-3's choice)
+  bool portable_only = false;  // flash_fwd even where flash_fwd_sm90 runs (a call TMA cannot map)
+};
+
 // The default variant of "fwd" or "bwd" (dQ by atomics) for the problem
 // class on the architecture: the listed variant nearest the shapes below.
+// The forward prefers flash_fwd_sm90 wherever it is listed (sm_90a, no
+// score modifier or paged cache, head dims up to 256).
 Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch,
-                          std::uint8_t modifiers = 0);
+                          std::uint8_t modifiers = 0, ForwardHints hints = {});
 
 // The default flash_bwd variant, with dQ summed per key block in a fixed
 // order instead of by atomics when `deterministic`.

@@ -12,6 +12,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "core/tensor_map.h"
 #include "emulator/launch.h"
 #include "generator/variants.h"
 
@@ -51,6 +52,9 @@ class LaunchBackend {
     virtual void buffer(const char* name, const void* data, std::size_t bytes) = 0;
     virtual void launch(const LoadedKernel& kernel, const LaunchConfig& config, const void* params,
                         std::size_t params_size) = 0;
+    // The backend's tensor map for `spec` (the driver's, or the emulator's),
+    // cached by its inputs. Throws InvalidArgument for a spec TMA refuses.
+    virtual TensorMap tensor_map(const TensorMapSpec& spec) = 0;
   };
   virtual std::unique_ptr<Call> begin(void* stream) = 0;
 

@@ -8,17 +8,22 @@ namespace {
 
 class CudaCall final : public LaunchBackend::Call {
  public:
-  CudaCall(cuda::Driver& driver, int device, void* stream) : driver_(driver), device_(device), stream_(stream) {}
+  CudaCall(cuda::Driver& driver, int device, void* stream, TensorMapCache& maps)
+      : driver_(driver), device_(device), stream_(stream), maps_(maps) {}
   void buffer(const char* /*name*/, const void* /*data*/, std::size_t /*bytes*/) override {}
   void launch(const LoadedKernel& kernel, const LaunchConfig& config, const void* params,
               std::size_t params_size) override {
     driver_.launch({kernel.function, device_, kernel.param_size}, config, params, params_size, stream_);
+  }
+  TensorMap tensor_map(const TensorMapSpec& spec) override {
+    return maps_.get(spec, [&](const TensorMapSpec& s) { return driver_.encode_tensor_map(s); });
   }
 
  private:
   cuda::Driver& driver_;
   int device_;
   void* stream_;
+  TensorMapCache& maps_;
 };
 
 LoadedKernel loaded_kernel(const Variant& variant, DType dtype, const cuda::Driver::Function& function) {
@@ -63,7 +68,7 @@ LoadedKernel CudaBackend::load(const Variant& variant, DType dtype, Compile comp
 }
 
 std::unique_ptr<LaunchBackend::Call> CudaBackend::begin(void* stream) {
-  return std::make_unique<CudaCall>(driver_, device_, stream);
+  return std::make_unique<CudaCall>(driver_, device_, stream, tensor_maps_);
 }
 
 void* CudaBackend::allocate(std::size_t bytes) { return driver_.allocate(device_, bytes); }

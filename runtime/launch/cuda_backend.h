@@ -9,6 +9,7 @@
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/jit/compiler_service.h"
 #include "runtime/launch/backend.h"
+#include "runtime/launch/tensor_map_cache.h"
 
 namespace attune {
 
@@ -24,6 +25,7 @@ class CudaBackend final : public LaunchBackend {
   void copy_to_device(void* dst, const void* src, std::size_t bytes) override;
   void synchronize(void* stream) override;
   bool host_memory() const override { return false; }
+  TensorMapCache& tensor_maps() { return tensor_maps_; }
 
  private:
   cuda::Driver& driver_;
@@ -32,6 +34,7 @@ class CudaBackend final : public LaunchBackend {
   CompilerService& compiler_;
   std::mutex mutex_;
   std::map<std::string, cuda::Driver::Function> loaded_;  // by "variant id/dtype"
+  TensorMapCache tensor_maps_;
 };
 
 }  // namespace attune

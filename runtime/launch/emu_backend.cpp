@@ -15,7 +15,7 @@ namespace {
 // One call: a fresh emulator, so each call's detectors see only its buffers.
 class EmuCall final : public LaunchBackend::Call {
  public:
-  explicit EmuCall(emu::LaunchCounters& totals) : totals_(totals) {}
+  EmuCall(emu::LaunchCounters& totals, TensorMapCache& maps) : totals_(totals), maps_(maps) {}
   ~EmuCall() override { totals_.add(emulator_.counters()); }
   EmuCall(const EmuCall&) = delete;
   EmuCall& operator=(const EmuCall&) = delete;
@@ -28,16 +28,18 @@ class EmuCall final : public LaunchBackend::Call {
       throw InvalidArgument("variant " + kernel.variant.id() + ": not instantiated for the emulator");
     }
   }
+  TensorMap tensor_map(const TensorMapSpec& spec) override { return maps_.get(spec, encode_emulated_tensor_map); }
 
  private:
   emu::Emulator emulator_;
   emu::LaunchCounters& totals_;
+  TensorMapCache& maps_;
 };
 
 }  // namespace
 
 const ArchLimits& emulator_limits() {
-  static const ArchLimits kLimits{.name = "the emulator", .max_shared_bytes = 256 * 1024};
+  static const ArchLimits kLimits{.name = "the emulator", .max_shared_bytes = 256 * 1024, .every_arch = true};
   return kLimits;
 }
 
@@ -55,7 +57,7 @@ LoadedKernel EmuBackend::load(const Variant& variant, DType dtype, Compile /*com
 }
 
 std::unique_ptr<LaunchBackend::Call> EmuBackend::begin(void* /*stream*/) {
-  return std::make_unique<EmuCall>(counters_);
+  return std::make_unique<EmuCall>(counters_, tensor_maps_);
 }
 
 void* EmuBackend::allocate(std::size_t bytes) {
@@ -88,7 +90,10 @@ void emulate(const AttentionProblem& problem, const Load& load, const Workspace&
 
 // What every emulate_* call checks first: the kernel and the emulator's limits.
 void check_runs(const Variant& variant, KernelId kernel, const AttentionProblem& problem) {
-  require_kernel(variant, kernel);
+  // The forward has two families.
+  if (kernel != KernelId::kFlashFwd || variant.kernel == nullptr || variant.kernel->id != KernelId::kFlashFwdSm90) {
+    require_kernel(variant, kernel);
+  }
   check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v),
                      emulator_limits());
 }

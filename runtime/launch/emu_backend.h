@@ -7,6 +7,7 @@
 #include "core/problem.h"
 #include "emulator/counters.h"
 #include "runtime/launch/backend.h"
+#include "runtime/launch/tensor_map_cache.h"
 
 namespace attune {
 
@@ -28,16 +29,19 @@ class EmuBackend final : public LaunchBackend {
   // What every call's launches did, summed (emulator/counters.h): the speed
   // model's measurements.
   const emu::LaunchCounters& counters() const { return counters_; }
+  TensorMapCache& tensor_maps() { return tensor_maps_; }
 
  private:
   emu::LaunchCounters counters_;
+  TensorMapCache tensor_maps_;
 };
 
 // Each emulate_* adds what its launches did to `counters` when given
 // (emulator/counters.h).
 //
 // Computes O (and LSE when buffers.lse is set) for a validated problem whose
-// tensors are 16-bit storage in host memory, with a flash_fwd variant.
+// tensors are 16-bit storage in host memory, with a flash_fwd or
+// flash_fwd_sm90 variant (a call the latter cannot map runs on flash_fwd).
 // Throws emu::KernelFault when the emulator finds a bug, InvalidArgument
 // when the variant cannot run the problem.
 void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant,

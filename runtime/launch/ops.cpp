@@ -8,6 +8,7 @@
 #include "runtime/launch/flash_bwd_params.h"
 #include "runtime/launch/flash_decode_params.h"
 #include "runtime/launch/flash_fwd_params.h"
+#include "runtime/launch/flash_fwd_sm90_params.h"
 #include "runtime/launch/merge_states_params.h"
 
 namespace attune {
@@ -56,9 +57,28 @@ void launch(LaunchBackend::Call& call, const LoadedKernel& kernel, const LaunchC
 
 }  // namespace
 
+// The flash_fwd variant that runs a call flash_fwd_sm90 cannot map (a
+// tensor off 16-byte alignment): FlashAttention-2's usual shape at the same
+// head-dim bucket, or the valid variant nearest it.
+Variant portable_forward_variant(const Variant& sm90) {
+  const int bucket = FlashFwdSm90Shape::of(sm90).head_dim;
+  const FlashFwdShape wanted{.head_dim = bucket,
+                             .block_m = 64,
+                             .block_n = bucket <= 64 ? 64 : 32,
+                             .warps_m = 4,
+                             .warps_n = 1,
+                             .stages = 2,
+                             .q_regs = 1};
+  return nearest_variant(enumerate_variants("fwd", DType::kBF16, bucket, bucket, require_arch("sm_80")),
+                         wanted.values());
+}
+
 ForwardKernels load_forward(LaunchBackend& backend, const Variant& variant, DType dtype, Compile compile) {
+  if (variant.kernel != nullptr && variant.kernel->id == KernelId::kFlashFwdSm90) {
+    return {backend.load(variant, dtype, compile), backend.load(portable_forward_variant(variant), dtype, compile)};
+  }
   require_kernel(variant, KernelId::kFlashFwd);
-  return {backend.load(variant, dtype, compile)};
+  return {backend.load(variant, dtype, compile), {}};
 }
 
 DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int splits, DType dtype, Compile compile,
@@ -100,7 +120,22 @@ void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const 
   if (p.batch == 0 || p.max_seqlen_q() == 0) return;
   describe_attention(call, p, b);
   describe_metadata(call, p, metadata);
-  launch(call, kernels.main, flash_fwd_launch(p, kernels.main.variant), flash_fwd_params(p, b, metadata));
+  const Variant& main = kernels.main.variant;
+  if (main.kernel->id == KernelId::kFlashFwdSm90) {
+    const std::string unfit = sm90_unfit_reason(p, b);
+    if (unfit.empty()) {
+      const auto encode = [&](const TensorMapSpec& spec) { return call.tensor_map(spec); };
+      launch(call, kernels.main, flash_fwd_sm90_launch(p, main), flash_fwd_sm90_params(p, b, metadata, main, encode));
+      return;
+    }
+    if (kernels.fallback.variant.kernel == nullptr) {
+      throw InvalidArgument("variant " + main.id() + ": cannot run this call (" + unfit +
+                            "); expected a flash_fwd variant, or kernels loaded with load_forward");
+    }
+    launch(call, kernels.fallback, flash_fwd_launch(p, kernels.fallback.variant), flash_fwd_params(p, b, metadata));
+    return;
+  }
+  launch(call, kernels.main, flash_fwd_launch(p, main), flash_fwd_params(p, b, metadata));
 }
 
 void launch_decode(LaunchBackend::Call& call, const AttentionProblem& p, const DecodeKernels& kernels,

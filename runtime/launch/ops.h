@@ -20,7 +20,8 @@ namespace attune {
 
 // The loaded kernels of one call of each operation.
 struct ForwardKernels {
-  LoadedKernel main;  // flash_fwd
+  LoadedKernel main;      // flash_fwd or flash_fwd_sm90
+  LoadedKernel fallback;  // with flash_fwd_sm90: the flash_fwd variant for calls TMA cannot map
 };
 struct DecodeKernels {
   LoadedKernel main;     // flash_decode

@@ -24,7 +24,8 @@
 #include "templates/primitives/cuda.h"
 #include "templates/primitives/hopper_layout.h"
 
-#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// attune-gen only reads the templates (for sm_80): no code is generated.
+#if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(ATTUNE_GEN)
 #error "templates/primitives/hopper_cuda.h: wgmma and setmaxnreg need sm_90a (compile with --gpu-architecture=sm_90a)"
 #endif
 

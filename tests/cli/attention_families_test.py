@@ -4,8 +4,9 @@
 Usage: python3 attention_families_test.py PATH_TO_ATTUNE [--backend emu]
 
 With --backend emu the same cases run on the kernel emulator, once with the
-default (heuristic) variant and once with each of two ids that
-`attune variants list` prints for the case's dtype and head dims; outputs
+default (heuristic) variant and once with each of two flash_fwd ids and one
+flash_fwd_sm90 id that `attune variants list` prints for the case's dtype
+and head dims; outputs
 must then meet FlashAttention's accuracy rule: error against the fp64
 reference at most twice that of attention computed naively in the storage
 dtype, plus 1e-5 (LSE: relative), with empty rows exactly 0 / -inf.
@@ -133,13 +134,15 @@ _listed = {}
 
 
 def listed_variants(dtype, dk, dv):
-    """Two ids `attune variants list` prints for this problem class."""
+    """Two flash_fwd ids `attune variants list` prints for this problem class,
+    and one of the Hopper family's (listed for sm_90a up to head dim 256)."""
     key = (dtype, dk, dv)
     if key not in _listed:
         res = subprocess.run([BINARY, "variants", "list", "--dtype", dtype, "--dk", str(dk), "--dv", str(dv),
                               "--arch", "sm_90a"], capture_output=True, text=True, timeout=60, check=True)
         ids = [line.split()[0] for line in res.stdout.splitlines() if line.startswith("flash_fwd/")]
-        _listed[key] = [ids[0], ids[len(ids) // 2]]
+        hopper = [line.split()[0] for line in res.stdout.splitlines() if line.startswith("flash_fwd_sm90/")]
+        _listed[key] = [ids[0], ids[len(ids) // 2]] + hopper[len(hopper) // 3:len(hopper) // 3 + 1]
     return _listed[key]
 
 

@@ -36,7 +36,7 @@ def test_after_tuning_this_process_dispatches_the_tuned_variant(tuned_db):
     path, (q, k, v) = tuned_db
     choice = attune.explain(q, k, v, causal=True)
     assert choice.rule == "tuned", choice
-    assert choice.variant.startswith("flash_fwd/")
+    assert choice.variant.split("/")[0] in ("flash_fwd", "flash_fwd_sm90"), choice
     best = attune.db.open(path).best()
     assert [row["variant"] for row in best] == [choice.variant]
 

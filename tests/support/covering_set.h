@@ -18,12 +18,15 @@
 
 namespace attune::testing {
 
-inline std::vector<Variant> covering_set(const ArchLimits& arch, std::string_view op = "fwd") {
-  const KernelSpec& kernel = kernel_for_op(op);
-  const bool partitions = op == "fwd";
+// Of one kernel family (flash_fwd_sm90 as well as the op's portable kernel).
+inline std::vector<Variant> covering_set_of(const KernelSpec& kernel, const ArchLimits& arch) {
+  const std::string_view op = op_of(kernel);
+  const bool partitions = kernel.id == KernelId::kFlashFwd;
   std::vector<Variant> candidates;
   for (int d : kernel.tunables.front().values) {
-    for (Variant& v : enumerate_variants(op, DType::kBF16, d, d, arch)) candidates.push_back(std::move(v));
+    for (Variant& v : enumerate_variants(op, DType::kBF16, d, d, arch)) {
+      if (v.kernel == &kernel) candidates.push_back(std::move(v));
+    }
   }
   const auto features = [&](const Variant& v) {
     std::set<std::string> f;
@@ -58,10 +61,13 @@ inline std::vector<Variant> covering_set(const ArchLimits& arch, std::string_vie
   return chosen;
 }
 
+inline std::vector<Variant> covering_set(const ArchLimits& arch, std::string_view op = "fwd") {
+  return covering_set_of(kernel_for_op(op), arch);
+}
+
 // Fails for every value of every tunable of the op's kernel that `set`
 // leaves out; prints the set.
-inline void expect_covers_every_tunable_value(const std::vector<Variant>& set, std::string_view op) {
-  const KernelSpec& kernel = kernel_for_op(op);
+inline void expect_covers_every_tunable_value(const std::vector<Variant>& set, const KernelSpec& kernel) {
   for (std::size_t i = 0; i < kernel.tunables.size(); ++i) {
     for (int value : kernel.tunables[i].values) {
       const bool present = std::any_of(set.begin(), set.end(), [&](const Variant& v) { return v.values[i] == value; });
@@ -71,6 +77,9 @@ inline void expect_covers_every_tunable_value(const std::vector<Variant>& set, s
   std::cout << "covering set (" << set.size() << "):";
   for (const Variant& v : set) std::cout << " " << v.id();
   std::cout << "\n";
+}
+inline void expect_covers_every_tunable_value(const std::vector<Variant>& set, std::string_view op) {
+  expect_covers_every_tunable_value(set, kernel_for_op(op));
 }
 
 // Both dtypes across a set, by a variant's place in it.

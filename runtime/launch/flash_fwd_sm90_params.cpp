@@ -1,0 +1,107 @@
+#include "runtime/launch/flash_fwd_sm90_params.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <iterator>
+
+#include "generated/kernel_shapes.h"
+#include "runtime/launch/flash_fwd_params.h"
+
+namespace attune {
+
+namespace {
+
+// The largest head-dim bucket of the family.
+constexpr std::int64_t kMaxSm90HeadDim = std::end(FlashFwdSm90Tunables::kHeadDim)[-1];
+constexpr std::int64_t kStrideElements = 8;  // TMA: global strides are multiples of 16 bytes
+
+// `single_batch`: packed, or a batch of one, whose batch stride TMA never steps.
+std::string stride_reason(const char* tensor, const TensorStrides& s, bool single_batch) {
+  const auto bad = [&](const char* which, std::int64_t value) {
+    return std::string(tensor) + " " + which + " stride " + std::to_string(value) +
+           " elements: TMA needs a positive multiple of " + std::to_string(kStrideElements);
+  };
+  if (s.seq <= 0 || s.seq % kStrideElements != 0) return bad("row", s.seq);
+  if (s.head <= 0 || s.head % kStrideElements != 0) return bad("head", s.head);
+  if (!single_batch && (s.batch <= 0 || s.batch % kStrideElements != 0)) return bad("batch", s.batch);
+  return {};
+}
+
+// A 16-bit tensor [batch, rows, heads, head dim] as a 4-D map; a packed one
+// (batch 1) or a batch of one gets a batch stride TMA accepts, never stepped.
+TensorMapSpec map_of(const void* base, const TensorStrides& s, bool packed, std::int64_t batch, std::int64_t rows,
+                     std::int64_t heads, std::int64_t head_dim, std::uint32_t box_rows) {
+  packed = packed || batch <= 1;
+  TensorMapSpec m;
+  m.address = base;
+  m.rank = 4;
+  m.element_bytes = 2;
+  m.dims = {static_cast<std::uint64_t>(head_dim), static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1)),
+            static_cast<std::uint64_t>(heads),
+            static_cast<std::uint64_t>(packed ? 1 : std::max<std::int64_t>(batch, 1))};
+  const std::int64_t batch_stride = packed ? s.head * heads : s.batch;
+  m.strides = {static_cast<std::uint64_t>(2 * s.seq), static_cast<std::uint64_t>(2 * s.head),
+               static_cast<std::uint64_t>(2 * batch_stride), 0};
+  m.box = {64, box_rows, 1, 1, 1};
+  m.swizzle = sm90::Swizzle::k128B;
+  return m;
+}
+
+}  // namespace
+
+std::string sm90_unfit_reason(const AttentionProblem& p) {
+  if (p.modifiers.any()) return "score modifiers (" + modifier_names(modifier_bits(p.modifiers)) + ")";
+  if (p.is_paged()) return "a paged KV cache";
+  const std::int64_t d = std::max(p.head_dim_k, p.head_dim_v);
+  if (d > kMaxSm90HeadDim) return "head dim " + std::to_string(d) + " above " + std::to_string(kMaxSm90HeadDim);
+  const bool single_q = p.is_packed() || p.batch <= 1;
+  const bool single_k = p.has_packed_keys() || p.batch <= 1;
+  std::string why = stride_reason("Q", p.q_strides, single_q);
+  // Without keys the kernel loads no K or V tile: their maps are never built.
+  if (why.empty() && p.seqlen_k > 0) why = stride_reason("K", p.k_strides, single_k);
+  if (why.empty() && p.seqlen_k > 0) why = stride_reason("V", p.v_strides, single_k);
+  return why;
+}
+
+std::string sm90_unfit_reason(const AttentionProblem& p, const AttentionBuffers& b) {
+  std::string why = sm90_unfit_reason(p);
+  if (!why.empty()) return why;
+  for (const auto& [name, pointer] : {std::pair{"Q", b.q}, std::pair{"K", b.k}, std::pair{"V", b.v}}) {
+    if (p.seqlen_k == 0 && name[0] != 'Q') continue;
+    if (reinterpret_cast<std::uintptr_t>(pointer) % 16 != 0) return std::string(name) + " not 16-byte aligned";
+  }
+  return {};
+}
+
+Sm90TensorMaps flash_fwd_sm90_maps(const AttentionProblem& p, const AttentionBuffers& b, const Variant& variant) {
+  const FlashFwdSm90Shape shape = FlashFwdSm90Shape::of(variant);
+  const bool packed_q = p.is_packed();
+  const bool packed_k = p.has_packed_keys();
+  const auto bm = static_cast<std::uint32_t>(shape.block_m);
+  const auto bn = static_cast<std::uint32_t>(shape.block_n);
+  return {map_of(b.q, p.q_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_k, bm),
+          map_of(b.k, p.k_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_k, bn),
+          map_of(b.v, p.v_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v, bn),
+          map_of(b.o, p.o_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v, 64)};
+}
+
+FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& p, const AttentionBuffers& b,
+                                                      const DeviceMetadata& metadata, const Variant& variant) {
+  FlashFwdSm90Params k{};
+  k.fwd = flash_fwd_params(p, b, metadata);
+  fill_tunable_fields(k, FlashFwdSm90Shape::of(variant));
+  k.o_map_valid =
+      stride_reason("O", p.o_strides, p.is_packed()).empty() && reinterpret_cast<std::uintptr_t>(b.o) % 16 == 0 ? 1 : 0;
+  return k;
+}
+
+LaunchConfig flash_fwd_sm90_launch(const AttentionProblem& p, const Variant& variant) {
+  const std::int64_t block_m = FlashFwdSm90Shape::of(variant).block_m;
+  const std::int64_t blocks = (p.max_seqlen_q() + block_m - 1) / block_m;
+  return {.grid = {static_cast<i32>(std::max<std::int64_t>(blocks, 1)), static_cast<i32>(p.heads_q),
+                   static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
+          .block = {variant.threads(), 1, 1},
+          .dynamic_shared_bytes = variant.shared_bytes()};
+}
+
+}  // namespace attune

@@ -1,0 +1,486 @@
+// Forward attention for Hopper (sm_90a), FlashAttention-3 style: the same
+// operator contract as flash_fwd, on TMA, mbarriers, wgmma and setmaxnreg.
+//
+// A block (CTA) owns kBlockM query rows of one (batch, head). Warpgroup 0 is
+// the producer: one elected thread loads the Q tile once and streams the K/V
+// tiles through TMA into a ring of kStages shared stages, each with a full
+// and an empty mbarrier. Warpgroups 1 .. kBlockM/64 are consumers, 64 query
+// rows each: S = Q K^T by wgmma from shared memory, the shared online-softmax
+// rule in registers (the wgmma accumulator of a warp is mma.sync's C fragment,
+// so OnlineSoftmax<1, D/8> and scale_and_mask apply unchanged), P converted in
+// registers as the A operand of O += P V, the stage released once its V GEMM
+// is done. Registers move from the producer to the consumers with setmaxnreg.
+//
+// Schedules (tunables): kPingpong, two consumers take turns issuing their
+// GEMMs through named barriers, so one's softmax overlaps the other's tensor
+// work; kOverlap, a consumer issues the S GEMM of tile n before the P V GEMM
+// of tile n-1 and runs the softmax of n while that one is in flight;
+// kRescaleAfter (with kOverlap), O is rescaled right after the P V GEMM it
+// waits for instead of right before the next one is issued; kTmaStore, O
+// leaves through shared memory and a TMA store instead of direct stores.
+//
+// Tensors reach TMA through 4-D tensor maps (head dim, rows, heads, batch)
+// built per call by the host (runtime/launch/flash_fwd_sm90_params.h), with
+// the 128-byte swizzle and boxes of 64 head-dim columns: a tile of D columns
+// is D/64 boxes, each [rows x 128 bytes], and every wgmma descriptor below
+// addresses that layout. Rows and keys past the tensor read as zero; keys
+// past a sequence inside the tensor (packed or padded keys) are masked, and
+// their V rows are zeroed by the producer before the consumers see them.
+#pragma once
+
+#include "templates/flash_fwd_params.h"
+#include "templates/primitives/hopper.h"
+
+namespace attune {
+
+struct FlashFwdSm90Params {
+  TensorMap q_map;  // (Dk, rows, Hq, B): box {64, kBlockM}
+  TensorMap k_map;  // (Dk, keys, Hkv, B): box {64, kBlockN}
+  TensorMap v_map;  // (Dv, keys, Hkv, B): box {64, kBlockN}
+  TensorMap o_map;  // (Dv, rows, Hq, B): box {64, 64}; with kTmaStore, where o_map_valid
+  // Pointers, strides, sizes, mask and scale as flash_fwd takes them (the
+  // direct O stores, LSE and the sequence arrays read them).
+  FlashFwdParams fwd;
+  i32 o_map_valid;  // 0: O's layout or address is not TMA's (O then leaves by direct stores)
+  // The schedule tunables, read by the emulator's one instantiation per
+  // (head dim, key tile, dtype); variants compiled by NVRTC use constants.
+  i32 block_m ATTUNE_TUNABLE_OF(flash_fwd_sm90, kBlockM);
+  i32 stages ATTUNE_TUNABLE_OF(flash_fwd_sm90, kStages);
+  i32 pingpong ATTUNE_TUNABLE_OF(flash_fwd_sm90, kPingpong);
+  i32 overlap ATTUNE_TUNABLE_OF(flash_fwd_sm90, kOverlap);
+  i32 rescale_after ATTUNE_TUNABLE_OF(flash_fwd_sm90, kRescaleAfter);
+  i32 tma_store ATTUNE_TUNABLE_OF(flash_fwd_sm90, kTmaStore);
+};
+
+struct FlashFwdSm90Tunables {
+  static constexpr int kHeadDim[] = {64, 128, 256};     // Dk and Dv padded up to it (whole 64-column boxes)
+  static constexpr int kBlockM[] = {64, 128, 192};      // query rows: 64 per consumer warpgroup
+  static constexpr int kBlockN[] = {64, 80, 128, 176};  // keys per tile (FlashAttention-3: 176 at d128, 80 at d256)
+  static constexpr int kStages[] = {2, 3};              // K/V ring depth
+  static constexpr int kPingpong[] = {0, 1};            // two consumers alternate their GEMMs
+  static constexpr int kOverlap[] = {0, 1};             // S GEMM of tile n issued before P V of tile n-1
+  static constexpr int kRescaleAfter[] = {0, 1};        // O rescaled after the P V wait (with kOverlap)
+  static constexpr int kTmaStore[] = {0, 1};            // O through shared memory and a TMA store
+  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st", "pp", "ov", "ra", "ts"};
+  static constexpr const char* kArchs[] = {"sm_90a"};  // wgmma and setmaxnreg exist on sm_90a only
+  // Read from the params by the emulator's instantiation (one per head dim,
+  // key tile and dtype): they shape no array.
+  static constexpr const char* kEmulatedAtRunTime[] = {"kBlockM",  "kStages",       "kPingpong",
+                                                       "kOverlap", "kRescaleAfter", "kTmaStore"};
+
+  static constexpr int kSharedAlign = 1024;  // the barriers, then every buffer on a 128-byte-swizzle atom
+  // Registers per thread after setmaxnreg (FlashAttention-3's split of the
+  // 64K-register file): the producer keeps the minimum that its loop needs.
+  ATTUNE_HOST_DEVICE static constexpr int consumer_registers(int consumers) { return consumers == 3 ? 160 : 240; }
+  ATTUNE_HOST_DEVICE static constexpr int producer_registers(int consumers) { return consumers == 3 ? 32 : 24; }
+  // Register model of a consumer thread (checked by the NVRTC sweep,
+  // docs/kernels.md): O and S accumulators one each per float, P one per
+  // two keys, and about 24 for addresses, row state and the loop.
+  ATTUNE_HOST_DEVICE static constexpr int consumer_registers_needed(int head_dim, int block_n) {
+    return head_dim / 2 + block_n / 2 + block_n / 4 + 24;
+  }
+
+  ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int block_m, int /*block_n*/, int /*stages*/,
+                                                  int /*pingpong*/, int /*overlap*/, int /*rescale_after*/,
+                                                  int /*tma_store*/) {
+    return 128 * (1 + block_m / 64);
+  }
+  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int head_dim, int block_m, int block_n, int stages,
+                                                       int /*pingpong*/, int /*overlap*/, int /*rescale_after*/,
+                                                       int /*tma_store*/) {
+    // Barriers; Q (its rows then hold O for the TMA store); the K and V ring.
+    return kSharedAlign + 2 * block_m * head_dim + stages * 2 * (2 * block_n * head_dim);
+  }
+  ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int stages, int pingpong,
+                                                 int overlap, int rescale_after, int tma_store) {
+    const int consumers = block_m / 64;
+    return head_dim % 64 == 0 && block_m % 64 == 0 && consumers >= 1 && consumers <= 3 && block_n % 16 == 0 &&
+           block_n >= 16 && block_n <= 256 && stages >= 2 && stages <= 3 && (pingpong == 0 || consumers == 2) &&
+           (overlap == 0 || overlap == 1) && (rescale_after == 0 || overlap == 1) &&
+           (tma_store == 0 || tma_store == 1) &&
+           consumer_registers_needed(head_dim, block_n) <= consumer_registers(consumers);
+  }
+};
+
+namespace sm90_detail {
+
+// The shared-memory layout of a variant: every buffer a sequence of D/64
+// boxes of [rows x 128 bytes], each on a swizzle atom.
+struct Layout {
+  i32 head_dim;
+  i32 block_m;
+  i32 block_n;
+  i32 stages;
+  ATTUNE_DEVICE i32 chunks() const { return head_dim / 64; }
+  ATTUNE_DEVICE i32 q_offset() const { return FlashFwdSm90Tunables::kSharedAlign; }
+  ATTUNE_DEVICE i32 q_bytes() const { return 2 * block_m * head_dim; }
+  ATTUNE_DEVICE i32 tile_bytes() const { return 2 * block_n * head_dim; }  // one K or V tile
+  ATTUNE_DEVICE i32 k_offset(i32 stage) const { return q_offset() + q_bytes() + stage * 2 * tile_bytes(); }
+  ATTUNE_DEVICE i32 v_offset(i32 stage) const { return k_offset(stage) + tile_bytes(); }
+};
+
+// 16-bit elements of 128-byte rows: a box of 64 columns.
+inline constexpr i32 kBoxCols = 64;
+inline constexpr i32 kRowBytes = 128;
+inline constexpr sm90::Swizzle kSwizzle = sm90::Swizzle::k128B;
+inline constexpr u32 kAtomStride = 8 * kRowBytes;  // SBO: 8 rows of 128 bytes
+
+// The value of a tunable: the template's constant, or the params' value in
+// the emulator's instantiation (kAtRunTime).
+ATTUNE_DEVICE i32 tuned(int constant, i32 at_run_time) { return constant == kAtRunTime ? at_run_time : constant; }
+
+// The named barriers: 0 is the block's; each consumer its own for the O
+// store; two for the pingpong turns.
+ATTUNE_DEVICE i32 store_barrier(i32 consumer) { return 1 + consumer; }
+ATTUNE_DEVICE i32 turn_barrier(i32 consumer) { return 5 + consumer; }
+ATTUNE_DEVICE i32 producer_barrier() { return 7; }  // the producer warp's lanes
+
+}  // namespace sm90_detail
+
+// Grid: (ceil(max query rows / kBlockM), Hq, B), the heaviest row blocks of a
+// causal mask first; block: threads(); dynamic shared memory: shared_bytes().
+// In the emulator's instantiation every tunable but kHeadDim and kBlockN may
+// be kAtRunTime, read from the params.
+template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kPingpong, int kOverlap, int kRescaleAfter,
+          int kTmaStore, class DType>
+ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
+    flash_fwd_sm90(const ATTUNE_GRID_CONSTANT FlashFwdSm90Params p) {
+  using namespace sm90_detail;
+  // One consumer warpgroup as flash_fwd's tile code sees it: four warps of
+  // 16 rows, each over the whole key tile.
+  using Config = TileConfig<kHeadDim, 64, kBlockN, 4, 1, 2, DType>;
+  using Softmax = typename Config::Softmax;
+  static_assert(kBlockM == kAtRunTime ||
+                    FlashFwdSm90Tunables::valid(
+                        kHeadDim, kBlockM, kBlockN, kStages == kAtRunTime ? 2 : kStages,
+                        kPingpong == kAtRunTime ? 0 : kPingpong, kOverlap == kAtRunTime ? 0 : kOverlap,
+                        kRescaleAfter == kAtRunTime ? 0 : kRescaleAfter, kTmaStore == kAtRunTime ? 0 : kTmaStore),
+                "flash_fwd_sm90: these tunables break FlashFwdSm90Tunables::valid");
+  constexpr i32 kChunks = kHeadDim / kBoxCols;
+  constexpr i32 kKSteps = kHeadDim / 16;  // S GEMM: 16 head-dim columns per wgmma
+  constexpr i32 kPSteps = kBlockN / 16;   // P V GEMM: 16 keys per wgmma
+  const i32 block_m = tuned(kBlockM, p.block_m);
+  const i32 stages = tuned(kStages, p.stages);
+  const bool pingpong = tuned(kPingpong, p.pingpong) != 0;
+  const bool overlap = tuned(kOverlap, p.overlap) != 0;
+  const bool rescale_after = tuned(kRescaleAfter, p.rescale_after) != 0;
+  const bool tma_store = tuned(kTmaStore, p.tma_store) != 0;
+  const i32 consumers = block_m / 64;
+  const sm90_detail::Layout layout{kHeadDim, block_m, kBlockN, stages};
+  const FlashFwdParams& f = p.fwd;
+
+  const i32 m_block = dev::grid_dim().x - 1 - dev::block_index().x;
+  const i32 head = dev::block_index().y;
+  const i32 batch = dev::block_index().z;
+  const i32 kv_head = head / f.group_size;
+
+  // This sequence's rows and keys, by global position; the tensor maps see
+  // packed tensors as one sequence of batch 1.
+  i64 q_begin = 0;
+  i64 k_begin = 0;
+  i64 q_len = f.seqlen_q;
+  i64 k_len = f.seqlen_k;
+  i32 map_batch = batch;
+  if (f.cu_seqlens_q != nullptr) {
+    q_begin = dev::load_global(f.cu_seqlens_q + batch);
+    q_len = dev::load_global(f.cu_seqlens_q + batch + 1) - q_begin;
+    map_batch = 0;
+  }
+  if (f.cu_seqlens_k != nullptr) {
+    k_begin = dev::load_global(f.cu_seqlens_k + batch);
+    k_len = dev::load_global(f.cu_seqlens_k + batch + 1) - k_begin;
+  }
+  if (f.seqlens_k != nullptr) k_len = dev::load_global(f.seqlens_k + batch);
+  const i64 row0 = static_cast<i64>(m_block) * block_m;
+  if (row0 >= q_len) return;  // the whole block leaves together
+  const i64 last_row = row0 + block_m - 1 < q_len - 1 ? row0 + block_m - 1 : q_len - 1;
+  // Key tiles any row of the block can see; the consumers all take them all.
+  const KeyBounds block_first = key_bounds(f.mask, row0, q_len, k_len);
+  const KeyBounds block_last = key_bounds(f.mask, last_row, q_len, k_len);
+  const i64 n_begin = block_first.begin / kBlockN;
+  const i64 n_end = block_last.end > block_first.begin ? (block_last.end + kBlockN - 1) / kBlockN : n_begin;
+  const i32 tiles = static_cast<i32>(n_end - n_begin);
+  // Rows of the tensor the key tiles start at: K and V of a packed batch
+  // follow the sequence's offset, per-sequence ones their batch coordinate.
+  const i32 k_map_batch = f.cu_seqlens_k != nullptr ? 0 : batch;
+
+  unsigned char* smem = dev::shared_memory<unsigned char>();
+  u64* full = reinterpret_cast<u64*>(smem);
+  u64* empty = full + 3;  // up to three stages
+  u64* q_full = empty + 3;
+  u64* v_fixed = q_full + 1;  // the producer's own wait on a V tile it must zero rows of
+  unsigned char* q_s = smem + layout.q_offset();
+  const i32 t = dev::linear_thread();
+  if (t == 0) {
+    for (i32 s = 0; s < stages; ++s) {
+      dev::mbarrier::init(full + s, 1);
+      dev::mbarrier::init(empty + s, consumers);
+    }
+    dev::mbarrier::init(q_full, 1);
+    dev::mbarrier::init(v_fixed, 1);
+    dev::mbarrier::fence_init();
+  }
+  dev::block::sync();
+
+  const i32 wg = dev::warpgroup::index();
+  if (wg == 0) {  // ---- producer ----
+    // With one consumer the block's 256 threads already have 255 registers
+    // each: nothing to move.
+    if (consumers == 3) {
+      dev::registers::decrease<FlashFwdSm90Tunables::producer_registers(3)>();
+    } else if (consumers == 2) {
+      dev::registers::decrease<FlashFwdSm90Tunables::producer_registers(2)>();
+    }
+    if (dev::warp_id() != 0 || tiles == 0) return;
+    const bool leader = dev::elect_one();
+    if (leader) {
+      dev::tma::prefetch(&p.q_map);
+      dev::tma::prefetch(&p.k_map);
+      dev::tma::prefetch(&p.v_map);
+      dev::mbarrier::arrive_expect_tx(q_full, static_cast<u32>(layout.q_bytes()));
+      for (i32 c = 0; c < kChunks; ++c) {
+        dev::tma::load(q_s + c * block_m * kRowBytes, &p.q_map, q_full, c * kBoxCols, static_cast<i32>(q_begin + row0),
+                       head, map_batch);
+      }
+    }
+    for (i32 i = 0; i < tiles; ++i) {
+      const i32 s = i % stages;
+      const u32 lap = static_cast<u32>(i / stages);
+      const i64 key0 = (n_begin + i) * kBlockN;
+      const i32 key_row = static_cast<i32>(k_begin + key0);
+      unsigned char* k_tile = smem + layout.k_offset(s);
+      unsigned char* v_tile = smem + layout.v_offset(s);
+      // Keys past the sequence but inside the tensor hold another
+      // sequence's keys or padding: masked out of S, but V's rows there
+      // must read as zero (0 * NaN would reach O).
+      const bool zero_v = key0 + kBlockN > k_len && (f.cu_seqlens_k != nullptr || k_len < f.seqlen_k);
+      dev::mbarrier::wait(empty + s, (lap & 1) ^ 1);  // producer: wait empty
+      if (leader) {
+        if (!zero_v) {
+          dev::mbarrier::arrive_expect_tx(full + s, static_cast<u32>(2 * layout.tile_bytes()));
+        } else {
+          dev::mbarrier::expect_tx(full + s, static_cast<u32>(layout.tile_bytes()));  // K only; V arrives below
+        }
+        for (i32 c = 0; c < kChunks; ++c) {
+          dev::tma::load(k_tile + c * kBlockN * kRowBytes, &p.k_map, full + s, c * kBoxCols, key_row, kv_head,
+                         k_map_batch);  // producer: load K
+        }
+        u64* v_bar = zero_v ? v_fixed : full + s;
+        if (zero_v) dev::mbarrier::arrive_expect_tx(v_fixed, static_cast<u32>(layout.tile_bytes()));
+        for (i32 c = 0; c < kChunks; ++c) {
+          dev::tma::load(v_tile + c * kBlockN * kRowBytes, &p.v_map, v_bar, c * kBoxCols, key_row, kv_head,
+                         k_map_batch);  // producer: load V
+        }
+      }
+      if (zero_v) {  // at most one tile per block: its last
+        dev::mbarrier::wait(v_fixed, 0);
+        const i32 valid = static_cast<i32>(k_len - key0);
+        const i32 words = (kBlockN - valid) * kRowBytes / 4;  // whole rows of every box
+        for (i32 c = 0; c < kChunks; ++c) {
+          u32* rows = reinterpret_cast<u32*>(v_tile + c * kBlockN * kRowBytes + valid * kRowBytes);
+          for (i32 w = dev::lane_id(); w < words; w += kWarpSize) dev::store_shared(rows + w, 0U);
+        }
+        dev::fence_proxy_async();                                 // the zeros before wgmma reads them
+        dev::named_barrier::sync(producer_barrier(), kWarpSize);  // every lane's zeros
+        if (leader) dev::mbarrier::arrive(full + s);              // producer: V fixed
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  if (consumers == 3) {
+    dev::registers::increase<FlashFwdSm90Tunables::consumer_registers(3)>();
+  } else if (consumers == 2) {
+    dev::registers::increase<FlashFwdSm90Tunables::consumer_registers(2)>();
+  }
+  const i32 consumer = wg - 1;
+  const i32 wt = dev::warpgroup::thread();
+  const i64 c_row0 = row0 + 64 * consumer;                   // this consumer's first row
+  const i64 warp_row0 = c_row0 + 16 * (dev::warp_id() % 4);  // this warp's first row
+  // The tiles this consumer's rows all see need no mask.
+  const i64 c_last_row = c_row0 + 63 < q_len - 1 ? c_row0 + 63 : q_len - 1;
+  const KeyBounds first = key_bounds(f.mask, c_row0 < q_len ? c_row0 : q_len - 1, q_len, k_len);
+  const KeyBounds last = key_bounds(f.mask, c_last_row, q_len, k_len);
+  const flash_detail::TileMask tile_mask{f.mask, f.scale_log2, 1, {}};
+
+  Softmax softmax;
+  softmax.init();
+  auto& o_acc = reinterpret_cast<float(&)[kHeadDim / 2]>(softmax.u);
+  float s[1][kBlockN / 8][4];
+  auto& s_acc = reinterpret_cast<float(&)[kBlockN / 2]>(s);
+  u32 pa[kPSteps][4];  // P, the A operand of the P V GEMM
+  float factor[1][2];
+
+  // Pingpong: a consumer issues its GEMMs in its turn, then hands the turn on.
+  const i32 other = 1 - consumer;
+  const auto turn_begin = [&] {
+    if (pingpong) dev::named_barrier::sync(turn_barrier(consumer), 256);
+  };
+  i32 turns_left = overlap ? tiles + 1 : 2 * tiles;  // GEMM issue points of this consumer
+  const auto turn_end = [&] {
+    --turns_left;
+    // The second consumer opened the first turn; it skips its last hand-off.
+    if (pingpong && !(consumer == 1 && turns_left == 0)) dev::named_barrier::arrive(turn_barrier(other), 256);
+  };
+  if (pingpong && consumer == 1 && tiles > 0) dev::named_barrier::arrive(turn_barrier(0), 256);
+
+  const auto stage_of = [&](i32 i) { return i % stages; };
+  const auto wait_full = [&](i32 i) {
+    dev::mbarrier::wait(full + stage_of(i), static_cast<u32>(i / stages) & 1);  // consumer: wait full
+  };
+  const auto release = [&](i32 i) {
+    if (wt == 0) dev::mbarrier::arrive(empty + stage_of(i));  // consumer: release
+  };
+  const auto issue_s = [&](i32 i) {
+    const unsigned char* k_tile = smem + layout.k_offset(stage_of(i));
+    const unsigned char* q_rows = q_s + 64 * consumer * kRowBytes;
+    dev::wgmma::fence();
+    ATTUNE_UNROLL
+    for (i32 kk = 0; kk < kKSteps; ++kk) {
+      const i32 box = kk / 4;
+      const i32 col_bytes = (kk % 4) * 32;
+      const u64 desc_q =
+          dev::wgmma::descriptor(q_rows + box * block_m * kRowBytes + col_bytes, 16, kAtomStride, kSwizzle);
+      const u64 desc_k =
+          dev::wgmma::descriptor(k_tile + box * kBlockN * kRowBytes + col_bytes, 16, kAtomStride, kSwizzle);
+      dev::wgmma::mma_ss<DType, kBlockN, 0, 0>(s_acc, desc_q, desc_k, kk > 0);  // consumer: S GEMM
+    }
+    dev::wgmma::commit();
+  };
+  const auto issue_pv = [&](i32 i) {
+    const unsigned char* v_tile = smem + layout.v_offset(stage_of(i));
+    dev::wgmma::fence();
+    ATTUNE_UNROLL
+    for (i32 ks = 0; ks < kPSteps; ++ks) {
+      // V is MN-major for this GEMM: 16 key rows of every box; LBO steps a box.
+      const u64 desc_v = dev::wgmma::descriptor(v_tile + ks * 16 * kRowBytes, static_cast<u32>(kBlockN * kRowBytes),
+                                                kAtomStride, kSwizzle);
+      dev::wgmma::mma_rs<DType, kHeadDim, 1>(o_acc, pa[ks], desc_v, 1);  // consumer: P V GEMM
+    }
+    dev::wgmma::commit();
+  };
+  // Scores of tile i to probabilities: scale and mask by global position
+  // (no mask where every row of the consumer sees every key), m and l.
+  const auto softmax_step = [&](i32 i) {
+    const i64 key0 = (n_begin + i) * kBlockN;
+    if (key0 >= last.begin && key0 + kBlockN <= first.end) {
+      flash_detail::scale_and_mask<Config, false>(s, tile_mask, warp_row0, key0, q_len, k_len);
+    } else {
+      flash_detail::scale_and_mask<Config, true>(s, tile_mask, warp_row0, key0, q_len, k_len);
+    }
+    softmax.update_scores(s, factor);
+  };
+  const auto convert_p = [&] {
+    ATTUNE_UNROLL
+    for (i32 ks = 0; ks < kPSteps; ++ks) {
+      pa[ks][0] = dev::pack2<DType>(s[0][2 * ks][0], s[0][2 * ks][1]);
+      pa[ks][1] = dev::pack2<DType>(s[0][2 * ks][2], s[0][2 * ks][3]);
+      pa[ks][2] = dev::pack2<DType>(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
+      pa[ks][3] = dev::pack2<DType>(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
+    }
+  };
+
+  if (tiles > 0) {
+    dev::mbarrier::wait(q_full, 0);  // consumer: wait Q
+    if (!overlap) {
+      for (i32 i = 0; i < tiles; ++i) {
+        wait_full(i);
+        turn_begin();
+        issue_s(i);
+        turn_end();
+        dev::wgmma::wait<0>();
+        softmax_step(i);
+        softmax.rescale_u(factor);
+        convert_p();
+        turn_begin();
+        issue_pv(i);
+        turn_end();
+        dev::wgmma::wait<0>();
+        release(i);
+      }
+    } else {
+      // The factor of tile i is applied to O before P V of tile i is
+      // issued: inside the next issue turn (behind the S GEMM), or at once
+      // after the wait for the previous P V (kRescaleAfter).
+      wait_full(0);
+      turn_begin();
+      issue_s(0);
+      turn_end();
+      dev::wgmma::wait<0>();
+      softmax_step(0);
+      convert_p();
+      if (rescale_after) softmax.rescale_u(factor);
+      for (i32 i = 1; i < tiles; ++i) {
+        wait_full(i);
+        turn_begin();
+        issue_s(i);  // S of tile i ...
+        if (!rescale_after) softmax.rescale_u(factor);
+        issue_pv(i - 1);  // ... then P V of tile i-1, both in flight
+        turn_end();
+        dev::wgmma::wait<1>();  // S of tile i done
+        softmax_step(i);        // while P V of tile i-1 runs
+        dev::wgmma::wait<0>();
+        release(i - 1);
+        convert_p();
+        if (rescale_after) softmax.rescale_u(factor);
+      }
+      turn_begin();
+      if (!rescale_after) softmax.rescale_u(factor);
+      issue_pv(tiles - 1);
+      turn_end();
+      dev::wgmma::wait<0>();
+      release(tiles - 1);
+    }
+  }
+  softmax.merge_quad();
+
+  // ---- epilogue: O = u / l (0 and LSE = -inf for rows that saw no key) ----
+  const i32 lane = dev::lane_id();
+  const bool rows_whole = c_row0 + 64 <= q_len || f.cu_seqlens_q == nullptr;  // a TMA box never leaves the sequence
+  const bool via_tma = tma_store && p.o_map_valid != 0 && rows_whole && c_row0 < q_len;
+  // This consumer's Q rows of each box hold its O tile for the TMA store.
+  unsigned char* o_stage = q_s + 64 * consumer * kRowBytes;
+  softmax.for_each_row(lane, [&](i32 warp_row, const typename Softmax::Row& r) {
+    const i64 row = warp_row0 - row0 + warp_row;  // in the block
+    const softmax::RowEnd end = softmax::finalize(r.m, r.l);
+    const i64 q_row = row0 + row;
+    if (q_row < q_len && f.lse != nullptr && frag::row_leader(lane)) {
+      dev::store_global(
+          f.lse + batch * f.lse_batch_stride + head * f.lse_head_stride + (q_begin + q_row) * f.lse_row_stride,
+          end.lse);
+    }
+    ATTUNE_UNROLL
+    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+      ATTUNE_UNROLL
+      for (int e = 0; e < 2; ++e) {
+        const i32 col = Softmax::column(lane, dt, e);
+        const u16 bits = dev::to_bits<DType>(r.u[dt][e] * end.inv_l);
+        if (via_tma) {
+          const i32 local = static_cast<i32>(row - 64 * consumer);
+          const u32 offset = static_cast<u32>(local * kRowBytes + (col % kBoxCols) * 2);
+          const u32 at = static_cast<u32>(o_stage + (col / kBoxCols) * block_m * kRowBytes - smem) + offset;
+          dev::store_shared(reinterpret_cast<u16*>(smem + sm90::swizzle_address(kSwizzle, at)),
+                            bits);  // consumer: stage O
+        } else if (q_row < q_len && col < f.head_dim_v) {
+          dev::store_global(
+              f.o + batch * f.o_batch_stride + (q_begin + q_row) * f.o_row_stride + head * f.o_head_stride + col, bits);
+        }
+      }
+    }
+  });
+  if (via_tma) {
+    dev::fence_proxy_async();  // the staged O before the TMA store reads it
+    dev::named_barrier::sync(store_barrier(consumer), 128);
+    if (wt == 0) {
+      for (i32 c = 0; c < kChunks; ++c) {
+        dev::tma::store(&p.o_map, o_stage + c * block_m * kRowBytes, c * kBoxCols, static_cast<i32>(q_begin + c_row0),
+                        head, map_batch);  // consumer: store O
+      }
+      dev::tma::commit();
+      dev::tma::wait_read<0>();
+    }
+  }
+}
+
+}  // namespace attune

@@ -1,0 +1,97 @@
+// Planted bugs in copies of flash_fwd_sm90 (made at configure time, see
+// CMakeLists.txt), each caught by the emulator on a problem where the real
+// kernel runs clean: a consumer that never releases its stage (the producer
+// waits for ever), a consumer waiting with the previous lap's parity (it
+// takes a phase that already passed and falls out of step with the ring),
+// and P rewritten while the P V GEMM that reads it is in flight.
+#include <gtest/gtest.h>
+
+#include <bit>
+
+#include "emulator/emulator.h"
+#include "flash_fwd_sm90_no_release.cuh"
+#include "flash_fwd_sm90_p_before_wait.cuh"
+#include "flash_fwd_sm90_wrong_parity.cuh"
+#include "runtime/launch/flash_fwd_sm90_params.h"
+#include "tests/support/families.h"
+#include "tests/support/tma_layout.h"
+
+namespace attune {
+namespace {
+
+// d64, 128 rows on two consumers, 64-key tiles, 2 stages, the S GEMM of the
+// next tile overlapped: 203 keys are 4 tiles, so every stage is refilled.
+constexpr const char* kVariant = "flash_fwd_sm90/d64.bm128.bn64.st2.pp0.ov1.ra0.ts0";
+
+struct PlantedRun {
+  testing::Inputs in = testing::with_tma_strides(
+      testing::make_inputs(testing::odd_length_families(DType::kBF16, 64, 64)[0]));  // 113 x 203, no mask
+  std::vector<std::uint16_t> o = std::vector<std::uint16_t>(static_cast<std::size_t>(o_extent(in.problem)));
+  std::vector<float> lse = std::vector<float>(static_cast<std::size_t>(lse_extent(in.problem)));
+  Variant variant = parse_variant_id(kVariant);
+  FlashFwdSm90Params params = flash_fwd_sm90_params(in.problem, buffers(), {}, variant, encode_emulated_tensor_map);
+  LaunchConfig config = flash_fwd_sm90_launch(in.problem, variant);
+
+  AttentionBuffers buffers() { return {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}; }
+  void describe(emu::Emulator& e) {
+    e.register_buffer("Q", in.q.data(), in.q.size() * 2);
+    e.register_buffer("K", in.k.data(), in.k.size() * 2);
+    e.register_buffer("V", in.v.data(), in.v.size() * 2);
+    e.register_buffer("O", o.data(), o.size() * 2);
+    e.register_buffer("LSE", lse.data(), lse.size() * 4);
+  }
+};
+
+// The mutant's reports: at least one of `kinds`, first at a line of its copy.
+template <class Kernel, class Params>
+void expect_caught(PlantedRun& run, Kernel kernel, const Params& params, std::initializer_list<emu::BugKind> kinds,
+                   const char* file) {
+  emu::Emulator emulator;
+  run.describe(emulator);
+  try {
+    emulator.launch(kernel, run.config, params);
+    FAIL() << file << ": the planted bug was not reported";
+  } catch (const emu::KernelFault& fault) {
+    const std::string what = fault.what();
+    bool any = false;
+    for (emu::BugKind kind : kinds) any = any || fault.has(kind);
+    EXPECT_TRUE(any) << what;
+    EXPECT_FALSE(fault.has(emu::BugKind::kGlobalOutOfBounds)) << what;
+    EXPECT_NE(what.find(file), std::string::npos) << what;
+  }
+}
+
+TEST(FlashFwdSm90PlantedTest, TheRealKernelRunsClean) {
+  PlantedRun run;
+  emu::Emulator emulator;
+  run.describe(emulator);
+  EXPECT_NO_THROW(emulator.launch(&flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, Bf16>, run.config, run.params));
+}
+
+TEST(FlashFwdSm90PlantedTest, MissingConsumerReleaseDeadlocks) {
+  PlantedRun run;
+  expect_caught(run, &sm90_no_release::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, Bf16>,
+                std::bit_cast<sm90_no_release::FlashFwdSm90Params>(run.params), {emu::BugKind::kDeadlock},
+                "flash_fwd_sm90_no_release.cuh");
+}
+
+TEST(FlashFwdSm90PlantedTest, WrongParityReadsAStageBeforeItLands) {
+  PlantedRun run;
+  expect_caught(run, &sm90_wrong_parity::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, Bf16>,
+                std::bit_cast<sm90_wrong_parity::FlashFwdSm90Params>(run.params),
+                // Read before the stage's phase (proxy order), or, where the loads
+                // landed while the consumers waited for Q, a consumer one phase
+                // behind that waits for ever at the planted line.
+                {emu::BugKind::kAsyncProxyOrder, emu::BugKind::kTmaMisuse, emu::BugKind::kDeadlock},
+                "flash_fwd_sm90_wrong_parity.cuh");
+}
+
+TEST(FlashFwdSm90PlantedTest, PRewrittenBeforeItsGemmIsWaitedFor) {
+  PlantedRun run;
+  expect_caught(run, &sm90_p_before_wait::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, Bf16>,
+                std::bit_cast<sm90_p_before_wait::FlashFwdSm90Params>(run.params),
+                {emu::BugKind::kWgmmaOperandInFlight}, "flash_fwd_sm90_p_before_wait.cuh");
+}
+
+}  // namespace
+}  // namespace attune
