@@ -47,6 +47,8 @@ json to_json(const profile::VariantProfile& p) {
           {"sass_note", p.sass_note},
           {"per_key_tile",
            {{"mma", t.mma},
+            {"wgmma", t.wgmma},
+            {"wgmma_flops", t.wgmma_flops},
             {"ldmatrix", t.ldmatrix},
             {"shared_instructions", t.shared_instructions},
             {"shuffles", t.shuffles},
@@ -98,6 +100,7 @@ void print_text(const profile::VariantProfile& p) {
       t.smem_wavefronts_ideal > 0 ? t.smem_wavefronts / t.smem_wavefronts_ideal : 1.0, t.ex2, t.barriers,
       t.global_bytes);
   if (t.tanh > 0) std::printf("          tanh %.0f (softcap, on the MUFU pipe with ex2)\n", t.tanh);
+  if (t.wgmma > 0) std::printf("          wgmma %.0f (%.0f FLOPs, per warpgroup)\n", t.wgmma, t.wgmma_flops);
   for (const emu::SiteTraffic& s : t.worst_sites) {
     if (s.wavefronts <= s.ideal) continue;
     std::printf("          %s: %llu wavefronts for an ideal of %llu\n", s.site.c_str(),

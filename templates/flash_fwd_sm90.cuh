@@ -73,11 +73,26 @@ struct FlashFwdSm90Tunables {
   // 64K-register file): the producer keeps the minimum that its loop needs.
   ATTUNE_HOST_DEVICE static constexpr int consumer_registers(int consumers) { return consumers == 3 ? 160 : 240; }
   ATTUNE_HOST_DEVICE static constexpr int producer_registers(int consumers) { return consumers == 3 ? 32 : 24; }
-  // Register model of a consumer thread (checked by the NVRTC sweep,
-  // docs/kernels.md): O and S accumulators one each per float, P one per
-  // two keys, and about 24 for addresses, row state and the loop.
-  ATTUNE_HOST_DEVICE static constexpr int consumer_registers_needed(int head_dim, int block_n) {
-    return head_dim / 2 + block_n / 2 + block_n / 4 + 24;
+  // Register model of a consumer thread, fitted to ptxas (NVRTC 13.0; the
+  // measurements are in docs/kernels.md): O and S accumulators one register
+  // per float, P packed where S was, plus P's registers again while the
+  // overlap keeps the previous tile's P in flight, plus what ptxas keeps
+  // besides at each budget (8 at 168, 40 at 255 registers; at 128, 0 for
+  // d64 and 16 above).
+  // ptxas allocates the whole kernel within the launch bound's share of the
+  // register file (255 at 256 threads, 168 at 384, 128 at 512), whatever
+  // setmaxnreg gives the consumers later: that share is the budget. Three
+  // consumers spill past 128-key tiles whatever the model says, and one
+  // consumer at d256 spills in the TMA-store epilogue (8 bytes).
+  ATTUNE_HOST_DEVICE static constexpr int register_budget(int consumers) {
+    const int share = 65536 / (128 * (1 + consumers)) / 8 * 8;
+    return share > 255 ? 255 : share;
+  }
+  ATTUNE_HOST_DEVICE static constexpr int consumer_registers_needed(int head_dim, int block_n, int overlap,
+                                                                    int consumers) {
+    const int budget = register_budget(consumers);
+    const int besides = budget >= 255 ? 40 : budget >= 168 ? 8 : head_dim > 64 ? 16 : 0;
+    return head_dim / 2 + block_n / 2 + (overlap != 0 ? block_n / 4 : 0) + besides;
   }
 
   ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int block_m, int /*block_n*/, int /*stages*/,
@@ -98,7 +113,8 @@ struct FlashFwdSm90Tunables {
            block_n >= 16 && block_n <= 256 && stages >= 2 && stages <= 3 && (pingpong == 0 || consumers == 2) &&
            (overlap == 0 || overlap == 1) && (rescale_after == 0 || overlap == 1) &&
            (tma_store == 0 || tma_store == 1) &&
-           consumer_registers_needed(head_dim, block_n) <= consumer_registers(consumers);
+           (consumers < 3 || block_n <= 128) && (tma_store == 0 || head_dim < 256 || consumers > 1) &&
+           consumer_registers_needed(head_dim, block_n, overlap, consumers) <= register_budget(consumers);
   }
 };
 

@@ -43,17 +43,25 @@ Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, cons
     const int bucket = FlashFwdSm90Shape::of(hopper.front()).head_dim;
     const bool d64 = bucket <= 64;
     const bool d128 = bucket <= 128 && !d64;
-    const FlashFwdSm90Shape wanted{.head_dim = bucket,
-                                   .block_m = d64 ? 192 : 128,
-                                   .block_n = d64    ? 128
-                                              : d128 ? (hints.masked ? 128 : 176)
-                                                     : 80,
-                                   .stages = 2,
-                                   .pingpong = d64 ? 0 : 1,
-                                   .overlap = 1,
-                                   .rescale_after = 0,
-                                   .tma_store = 1};
-    return nearest_variant(hopper, wanted.values());
+    FlashFwdSm90Shape wanted{.head_dim = bucket,
+                             .block_m = d64 ? 192 : 128,
+                             .block_n = d64    ? 128
+                                        : d128 ? (hints.masked ? 128 : 176)
+                                               : 80,
+                             .stages = 2,
+                             .pingpong = d64 ? 0 : 1,
+                             .overlap = 1,
+                             .rescale_after = 0,
+                             .tma_store = 1};
+    // Where the register model leaves that tile out, the next smaller key
+    // tile with the same schedule; then the nearest listed variant.
+    const FlashFwdSm90Shape first = wanted;
+    for (; wanted.block_n >= 64; wanted.block_n -= 16) {
+      const auto exact =
+          std::find_if(hopper.begin(), hopper.end(), [&](const Variant& v) { return v.values == wanted.values(); });
+      if (exact != hopper.end()) return *exact;
+    }
+    return nearest_variant(hopper, first.values());
   }
   // FlashAttention-2's usual shape: 4 warps of 16 rows each, one warp per
   // row block, a 2-deep pipeline, wider key tiles for small head dims.

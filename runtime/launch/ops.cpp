@@ -75,7 +75,10 @@ Variant portable_forward_variant(const Variant& sm90) {
 
 ForwardKernels load_forward(LaunchBackend& backend, const Variant& variant, DType dtype, Compile compile) {
   if (variant.kernel != nullptr && variant.kernel->id == KernelId::kFlashFwdSm90) {
-    return {backend.load(variant, dtype, compile), backend.load(portable_forward_variant(variant), dtype, compile)};
+    return {backend.load(variant, dtype, compile),
+            [&backend, portable = portable_forward_variant(variant), dtype, compile] {
+              return backend.load(portable, dtype, compile);
+            }};
   }
   require_kernel(variant, KernelId::kFlashFwd);
   return {backend.load(variant, dtype, compile), {}};
@@ -128,11 +131,12 @@ void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const 
       launch(call, kernels.main, flash_fwd_sm90_launch(p, main), flash_fwd_sm90_params(p, b, metadata, main, encode));
       return;
     }
-    if (kernels.fallback.variant.kernel == nullptr) {
+    if (!kernels.fallback) {
       throw InvalidArgument("variant " + main.id() + ": cannot run this call (" + unfit +
                             "); expected a flash_fwd variant, or kernels loaded with load_forward");
     }
-    launch(call, kernels.fallback, flash_fwd_launch(p, kernels.fallback.variant), flash_fwd_params(p, b, metadata));
+    const LoadedKernel fallback = kernels.fallback();
+    launch(call, fallback, flash_fwd_launch(p, fallback.variant), flash_fwd_params(p, b, metadata));
     return;
   }
   launch(call, kernels.main, flash_fwd_launch(p, main), flash_fwd_params(p, b, metadata));

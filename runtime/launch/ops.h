@@ -10,6 +10,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <span>
 
 #include "core/problem.h"
@@ -20,8 +21,11 @@ namespace attune {
 
 // The loaded kernels of one call of each operation.
 struct ForwardKernels {
-  LoadedKernel main;      // flash_fwd or flash_fwd_sm90
-  LoadedKernel fallback;  // with flash_fwd_sm90: the flash_fwd variant for calls TMA cannot map
+  LoadedKernel main;  // flash_fwd or flash_fwd_sm90
+  // With flash_fwd_sm90: loads (on the first call that needs it, with the
+  // compile permission load_forward had) the flash_fwd variant that runs
+  // calls TMA cannot map. Empty otherwise.
+  std::function<LoadedKernel()> fallback;
 };
 struct DecodeKernels {
   LoadedKernel main;     // flash_decode

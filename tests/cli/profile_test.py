@@ -69,8 +69,10 @@ def main():
                          "profile %s: every field" % vid)
             tile = p["per_key_tile"]
             checks.check(all(k in tile for k in ("mma", "smem_wavefronts", "smem_wavefronts_ideal", "ex2", "barriers",
-                                                 "global_bytes")) and tile["mma"] > 0 and tile["ex2"] > 0,
-                         "profile %s: per key tile mma %s, ex2 %s" % (vid, tile.get("mma"), tile.get("ex2")))
+                                                 "global_bytes")) and (tile["mma"] > 0 or tile.get("wgmma", 0) > 0)
+                         and tile["ex2"] > 0,
+                         "profile %s: per key tile mma %s, wgmma %s, ex2 %s" % (
+                             vid, tile.get("mma"), tile.get("wgmma"), tile.get("ex2")))
             checks.check(tile["smem_wavefronts"] <= 1.05 * tile["smem_wavefronts_ideal"],
                          "profile %s: main-loop shared wavefronts %s for an ideal of %s" % (
                              vid, tile["smem_wavefronts"], tile["smem_wavefronts_ideal"]))
@@ -90,9 +92,10 @@ def main():
             want = count_sass(sass)
             got = p["sass"]
             same = all(got.get(op, 0) == want.get(op, 0) for op in set(want) | set(got))
-            checks.check(same and want["HMMA"] > 0,
-                         "profile %s: SASS counts equal nvdisasm's (HMMA %d, LDSM %d, MUFU.EX2 %d)" % (
-                             vid, want["HMMA"], want["LDSM"], want["MUFU.EX2"]))
+            # mma.sync (HMMA), or wgmma (HGMMA) for the Hopper family.
+            checks.check(same and (want["HMMA"] > 0 or want["HGMMA"] > 0),
+                         "profile %s: SASS counts equal nvdisasm's (HMMA %d, HGMMA %d, LDSM %d, MUFU.EX2 %d)" % (
+                             vid, want["HMMA"], want["HGMMA"], want["LDSM"], want["MUFU.EX2"]))
             checks.check("sm_90a" in open(os.path.join(out, "kernel.ptx")).read(), "dump %s: PTX for sm_90a" % vid)
         text = run("variants", "profile", ids[0], "--arch", "sm_90a")
         checks.check(text.returncode == 0 and "bound:" in text.stdout and "per key tile" in text.stdout,

@@ -83,7 +83,8 @@ INSTANTIATE_TEST_SUITE_P(Variants, CoveringSetTest, ::testing::ValuesIn(covering
 
 TEST(FlashFwdEmuTest, APagedCacheNeedsAVariantCompiledWithPaging) {
   const testing::Inputs paged = paged_chunks(DType::kBF16, 64);
-  const Variant plain = heuristic_variant("fwd", DType::kBF16, 64, 56, require_arch("sm_90a"));
+  const Variant plain =
+      heuristic_variant("fwd", DType::kBF16, 64, 56, require_arch("sm_90a"), 0, {.portable_only = true});
   try {
     testing::run_on_emulator(paged, plain);
     FAIL() << plain.id() << " ran a paged cache";

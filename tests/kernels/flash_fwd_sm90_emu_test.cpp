@@ -84,7 +84,7 @@ TEST(FlashFwdSm90EmuTest, HeuristicChoicesMatchReference) {
 }
 
 // Q, K or V off 16-byte alignment (or rows TMA cannot step) runs on
-// flash_fwd, loaded beside the sm90 variant, with the same result.
+// flash_fwd, loaded when first needed, with the same result.
 TEST(FlashFwdSm90EmuTest, CallsTmaCannotMapFallBackToFlashFwd) {
   const Variant v = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1");
   const testing::Inputs contiguous =

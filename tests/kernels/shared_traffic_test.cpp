@@ -67,7 +67,8 @@ TEST(SharedTrafficPlantedTest, TheUnswizzledLayoutIsReportedAtFourTimesTheIdealO
 // unswizzled layout (the goal; numbers in docs/perf/layouts.md).
 TEST(SharedTrafficPlantedTest, TheSwizzledLayoutAtLeastDoublesTheBoundOfTheHeuristicD128Forward) {
   const profile::ArchRates rates = profile::arch_rates("sm_90a");
-  const Variant heuristic = heuristic_variant("fwd", DType::kBF16, 128, 128, require_arch("sm_90a"));
+  const Variant heuristic =
+      heuristic_variant("fwd", DType::kBF16, 128, 128, require_arch("sm_90a"), 0, {.portable_only = true});
   ASSERT_EQ(heuristic.id(), "flash_fwd/d128.bm64.bn32.wm4.wn1.st2.qr1");  // the shape run_unswizzled runs
   const profile::Bound after =
       profile::bound_of(profile::emulate_per_key_tile(heuristic, DType::kBF16), rates, rates.sm_count, rates.clock_ghz);

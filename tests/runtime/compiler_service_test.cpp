@@ -27,7 +27,9 @@ class CompilerServiceTest : public ::testing::Test {
   fs::path dir_;
 };
 
-const Variant kVariant = heuristic_variant("fwd", DType::kBF16, 64, 64, require_arch("sm_90a"));
+// The portable family: these tests compile it for sm_80 too.
+const Variant kVariant =
+    heuristic_variant("fwd", DType::kBF16, 64, 64, require_arch("sm_90a"), 0, {.portable_only = true});
 
 TEST_F(CompilerServiceTest, ConcurrentRequestsShareOneCompile) {
   KernelCache cache({.directory = dir_});

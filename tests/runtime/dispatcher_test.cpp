@@ -48,7 +48,11 @@ TEST(DispatcherTest, HeuristicWithoutDatabase) {
   const DispatchChoice& choice = dispatcher.choose(problem(100, 100));
   EXPECT_EQ(choice.rule, DispatchRule::kHeuristic);
   EXPECT_EQ(choice.variant, heuristic_variant("fwd", DType::kBF16, 64, 64, kArch));
-  EXPECT_EQ(choice.detail, "no tuning database");
+  // It says which forward family and why (flash_fwd_sm90 on sm_90a).
+  EXPECT_EQ(choice.detail, "no tuning database; flash_fwd_sm90: TMA, wgmma and warp specialization on sm_90a");
+  const Dispatcher ampere("gpu-b", require_arch("sm_80"), nullptr);
+  EXPECT_EQ(ampere.resolve(problem(100, 100)).detail,
+            "no tuning database; flash_fwd: flash_fwd_sm90 needs sm_90a, the device is sm_80");
 }
 
 TEST(DispatcherTest, TunedThenNearestThenHeuristic) {
@@ -136,7 +140,7 @@ TEST(DispatcherTest, DecodeKeysTheCacheAndCarriesTheSplitCount) {
   const DispatchChoice fallback = dispatcher.resolve(Op::kDecode, decode_problem(20000));
   EXPECT_EQ(fallback.rule, DispatchRule::kHeuristic);
   EXPECT_GE(fallback.splits, 1);
-  for (const char* why : {"not a flash_decode variant", "no split count", "splits: got 999"}) {
+  for (const char* why : {"not a variant of a decode kernel", "no split count", "splits: got 999"}) {
     EXPECT_NE(fallback.detail.find(why), std::string::npos) << why << " in " << fallback.detail;
   }
   // The forward never sees decode rows.
