@@ -62,6 +62,7 @@ std::string raw_string(const std::string& text) {
 // shape the code's arrays only.
 std::vector<bool> runtime_tunables(const KernelInfo& k) {
   std::vector<bool> out;
+  out.reserve(k.tunables.size());
   for (const TunableInfo& t : k.tunables) {
     out.push_back(std::find(k.emulated_at_run_time.begin(), k.emulated_at_run_time.end(), t.name) !=
                   k.emulated_at_run_time.end());

@@ -221,10 +221,12 @@ class TemplateVisitor : public RecursiveASTVisitor<TemplateVisitor> {
               std::any_of(kernel.tunable_fields.begin(), kernel.tunable_fields.end(),
                           [&](const TunableField& f) { return f.kernel == kernel.name && f.tunable == name; });
           if (!carried || name == kernel.tunables.front().name) {
-            error(names->getLocation(), struct_name + "::kEmulatedAtRunTime names " + name +
-                                            ", which must be a tunable other than the first carried by a field of " +
-                                            kernel.params_type + " (ATTUNE_TUNABLE_OF(" + kernel.name + ", " + name +
-                                            "))");
+            std::string what = struct_name + "::kEmulatedAtRunTime names ";
+            what += name;
+            what += ", which must be a tunable other than the first carried by a field of ";
+            what += kernel.params_type;
+            what += " (ATTUNE_TUNABLE_OF(" + kernel.name + ", " + name + "))";
+            error(names->getLocation(), what);
           }
         }
       }

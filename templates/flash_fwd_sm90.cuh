@@ -112,8 +112,8 @@ struct FlashFwdSm90Tunables {
     return head_dim % 64 == 0 && block_m % 64 == 0 && consumers >= 1 && consumers <= 3 && block_n % 16 == 0 &&
            block_n >= 16 && block_n <= 256 && stages >= 2 && stages <= 3 && (pingpong == 0 || consumers == 2) &&
            (overlap == 0 || overlap == 1) && (rescale_after == 0 || overlap == 1) &&
-           (tma_store == 0 || tma_store == 1) &&
-           (consumers < 3 || block_n <= 128) && (tma_store == 0 || head_dim < 256 || consumers > 1) &&
+           (tma_store == 0 || tma_store == 1) && (consumers < 3 || block_n <= 128) &&
+           (tma_store == 0 || head_dim < 256 || consumers > 1) &&
            consumer_registers_needed(head_dim, block_n, overlap, consumers) <= register_budget(consumers);
   }
 };

@@ -75,10 +75,8 @@ Variant portable_forward_variant(const Variant& sm90) {
 
 ForwardKernels load_forward(LaunchBackend& backend, const Variant& variant, DType dtype, Compile compile) {
   if (variant.kernel != nullptr && variant.kernel->id == KernelId::kFlashFwdSm90) {
-    return {backend.load(variant, dtype, compile),
-            [&backend, portable = portable_forward_variant(variant), dtype, compile] {
-              return backend.load(portable, dtype, compile);
-            }};
+    return {backend.load(variant, dtype, compile), [&backend, portable = portable_forward_variant(variant), dtype,
+                                                    compile] { return backend.load(portable, dtype, compile); }};
   }
   require_kernel(variant, KernelId::kFlashFwd);
   return {backend.load(variant, dtype, compile), {}};
