@@ -4,7 +4,7 @@
 #
 #   tools/gpu_rehearsal.sh BUNDLE
 #
-#   1. size under 48 MiB; every ELF file needs only libc, libm, libstdc++,
+#   1. size under 56 MiB (the device tool carries 64 MiB; the Hopper family grew the library past 48); every ELF file needs only libc, libm, libstdc++,
 #      libgcc_s and the dynamic loader (libcuda and NVRTC are dlopened), and
 #      its RUNPATH is $ORIGIN-relative; no file holds a path of this machine's
 #      source or build tree;
@@ -27,8 +27,8 @@ fail() {
 
 # 1. Static facts.
 size_kib=$(du -sk "$bundle" | cut -f1)
-[ "$size_kib" -lt $((48 * 1024)) ] || fail "the bundle is $((size_kib / 1024)) MiB; expected under 48 MiB"
-echo "rehearsal: size $((size_kib / 1024)) MiB (limit 48)"
+[ "$size_kib" -lt $((56 * 1024)) ] || fail "the bundle is $((size_kib / 1024)) MiB; expected under 56 MiB"
+echo "rehearsal: size $((size_kib / 1024)) MiB (limit 56)"
 allowed='^(libc\.so\.6|libm\.so\.6|libstdc\+\+\.so\.6|libgcc_s\.so\.1|ld-linux-x86-64\.so\.2)$'
 elves=0
 while IFS= read -r -d '' f; do
