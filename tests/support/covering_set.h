@@ -18,12 +18,14 @@
 
 namespace attune::testing {
 
-// Of one kernel family (flash_fwd_sm90 as well as the op's portable kernel).
-inline std::vector<Variant> covering_set_of(const KernelSpec& kernel, const ArchLimits& arch) {
+// Of one kernel family (flash_fwd_sm90 as well as the op's portable kernel);
+// `bucket` > 0: of that head-dim bucket only.
+inline std::vector<Variant> covering_set_of(const KernelSpec& kernel, const ArchLimits& arch, int bucket = 0) {
   const std::string_view op = op_of(kernel);
   const bool partitions = kernel.id == KernelId::kFlashFwd;
   std::vector<Variant> candidates;
   for (int d : kernel.tunables.front().values) {
+    if (bucket > 0 && d != bucket) continue;
     for (Variant& v : enumerate_variants(op, DType::kBF16, d, d, arch)) {
       if (v.kernel == &kernel) candidates.push_back(std::move(v));
     }
