@@ -27,7 +27,10 @@ FlashFwdParams flash_fwd_params(const AttentionProblem& p, const AttentionBuffer
 }
 
 LaunchConfig flash_fwd_launch(const AttentionProblem& p, const Variant& variant) {
-  const std::int64_t block_m = FlashFwdShape::of(variant).block_m;
+  return query_block_launch(p, variant, FlashFwdShape::of(variant).block_m);
+}
+
+LaunchConfig query_block_launch(const AttentionProblem& p, const Variant& variant, std::int64_t block_m) {
   const std::int64_t blocks = (p.max_seqlen_q() + block_m - 1) / block_m;
   return {.grid = {static_cast<i32>(std::max<std::int64_t>(blocks, 1)), static_cast<i32>(p.heads_q),
                    static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},

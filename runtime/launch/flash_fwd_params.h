@@ -19,5 +19,7 @@ FlashFwdParams flash_fwd_params(const AttentionProblem& problem, const Attention
 // Grid (query blocks, Hq, B), block and dynamic shared memory of a
 // flash_fwd variant.
 LaunchConfig flash_fwd_launch(const AttentionProblem& problem, const Variant& variant);
+// The same grid for any forward family whose blocks own `block_m` query rows.
+LaunchConfig query_block_launch(const AttentionProblem& problem, const Variant& variant, std::int64_t block_m);
 
 }  // namespace attune

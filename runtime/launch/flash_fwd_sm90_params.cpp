@@ -96,12 +96,7 @@ FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& p,
 }
 
 LaunchConfig flash_fwd_sm90_launch(const AttentionProblem& p, const Variant& variant) {
-  const std::int64_t block_m = FlashFwdSm90Shape::of(variant).block_m;
-  const std::int64_t blocks = (p.max_seqlen_q() + block_m - 1) / block_m;
-  return {.grid = {static_cast<i32>(std::max<std::int64_t>(blocks, 1)), static_cast<i32>(p.heads_q),
-                   static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
-          .block = {variant.threads(), 1, 1},
-          .dynamic_shared_bytes = variant.shared_bytes()};
+  return query_block_launch(p, variant, FlashFwdSm90Shape::of(variant).block_m);
 }
 
 }  // namespace attune
