@@ -7,16 +7,15 @@
 
 #include <dlfcn.h>
 
-#include <cstring>
-
 namespace attune {
 
 template <typename Fn>
 bool resolve_symbol(void* library, const char* symbol, Fn& fn) {
   void* address = dlsym(library, symbol);
   if (address == nullptr) return false;
-  static_assert(sizeof(Fn) == sizeof(void*));
-  std::memcpy(&fn, &address, sizeof fn);  // POSIX: data and function pointers share one representation
+  // POSIX: data and function pointers share one representation (C++
+  // leaves this cast conditionally supported; every POSIX compiler has it).
+  fn = reinterpret_cast<Fn>(address);
   return true;
 }
 

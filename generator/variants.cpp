@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/problem.h"
+#include "generated/kernel_shapes.h"
 
 namespace attune {
 
@@ -295,6 +296,18 @@ Variant nearest_variant(const std::vector<Variant>& candidates, const std::vecto
   };
   return *std::min_element(candidates.begin(), candidates.end(),
                            [&](const Variant& a, const Variant& b) { return distance(a) < distance(b); });
+}
+
+Variant flash_attention2_forward(const std::vector<Variant>& candidates) {
+  const int bucket = FlashFwdShape::of(candidates.front()).head_dim;
+  const FlashFwdShape wanted{.head_dim = bucket,
+                             .block_m = 64,
+                             .block_n = bucket <= 64 ? 64 : 32,
+                             .warps_m = 4,
+                             .warps_n = 1,
+                             .stages = 2,
+                             .q_regs = 1};
+  return nearest_variant(candidates, wanted.values());
 }
 
 }  // namespace attune

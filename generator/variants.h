@@ -124,4 +124,11 @@ void check_variant_fits(const Variant& variant, int dk, int dv, const ArchLimits
 // places (the first such in the list); candidates must not be empty.
 Variant nearest_variant(const std::vector<Variant>& candidates, const std::vector<int>& wanted);
 
+// FlashAttention-2's usual forward shape, the portable family's default: 4
+// warps of 16 query rows each, one warp per row block, a 2-deep pipeline, Q
+// kept in registers, 64-key tiles at head dims up to 64 and 32 above. Of
+// `candidates` (flash_fwd variants of one head-dim bucket, not empty), the
+// nearest to it.
+Variant flash_attention2_forward(const std::vector<Variant>& candidates);
+
 }  // namespace attune

@@ -18,11 +18,17 @@ mapfile -t units < <(printf '%s\n' "${sources[@]}" | grep '\.cpp$' | grep -v '^t
   case "$f" in cli/* | generator/template_analysis.cpp | generator/attune_gen.cpp) weight=$((weight + 1000000)) ;; esac
   echo "$weight $f"
 done | sort -rn | cut -d' ' -f2)
-echo "lint: clang-tidy-16 on ${#units[@]} translation units"
+# The pinned clang-tidy tools/setup.sh unpacks (CLANG_TIDY overrides it).
+clang_tidy="${CLANG_TIDY:-${XDG_CACHE_HOME:-$HOME/.cache}/attune/tools/clang-tidy-21.1.6/bin/clang-tidy}"
+if [ ! -x "$clang_tidy" ] && ! command -v "$clang_tidy" >/dev/null 2>&1; then
+  echo "lint: no clang-tidy at $clang_tidy; run tools/setup.sh (or set CLANG_TIDY)" >&2
+  exit 1
+fi
+echo "lint: $("$clang_tidy" --version | grep -o 'LLVM version [0-9.]*') clang-tidy on ${#units[@]} translation units"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-printf '%s\n' "${units[@]}" | xargs -P "$(nproc)" -n 1 clang-tidy-16 --quiet --extra-arg=-Wno-unknown-warning-option -p "$build_dir" >"$log" 2>&1 || status=$?
+printf '%s\n' "${units[@]}" | xargs -P "$(nproc)" -n 1 "$clang_tidy" --quiet --extra-arg=-Wno-unknown-warning-option -p "$build_dir" >"$log" 2>&1 || status=$?
 grep -v "warnings generated" "$log" || true
 if [ "$status" -ne 0 ]; then
   echo "lint: clang-tidy found problems (see above)" >&2

@@ -63,18 +63,7 @@ Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, cons
     }
     return nearest_variant(hopper, first.values());
   }
-  // FlashAttention-2's usual shape: 4 warps of 16 rows each, one warp per
-  // row block, a 2-deep pipeline, wider key tiles for small head dims.
-  const int bucket = FlashFwdShape::of(candidates.front()).head_dim;
-  // Q stays in registers where the budget allows (nearest_variant falls back).
-  const FlashFwdShape wanted{.head_dim = bucket,
-                             .block_m = 64,
-                             .block_n = bucket <= 64 ? 64 : 32,
-                             .warps_m = 4,
-                             .warps_n = 1,
-                             .stages = 2,
-                             .q_regs = 1};
-  return nearest_variant(candidates, wanted.values());
+  return flash_attention2_forward(candidates);
 }
 
 Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic,

@@ -62,15 +62,7 @@ void launch(LaunchBackend::Call& call, const LoadedKernel& kernel, const LaunchC
 // head-dim bucket, or the valid variant nearest it.
 Variant portable_forward_variant(const Variant& sm90) {
   const int bucket = FlashFwdSm90Shape::of(sm90).head_dim;
-  const FlashFwdShape wanted{.head_dim = bucket,
-                             .block_m = 64,
-                             .block_n = bucket <= 64 ? 64 : 32,
-                             .warps_m = 4,
-                             .warps_n = 1,
-                             .stages = 2,
-                             .q_regs = 1};
-  return nearest_variant(enumerate_variants("fwd", DType::kBF16, bucket, bucket, require_arch("sm_80")),
-                         wanted.values());
+  return flash_attention2_forward(enumerate_variants("fwd", DType::kBF16, bucket, bucket, require_arch("sm_80")));
 }
 
 ForwardKernels load_forward(LaunchBackend& backend, const Variant& variant, DType dtype, Compile compile) {

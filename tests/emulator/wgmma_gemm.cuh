@@ -39,7 +39,7 @@ ATTUNE_HOST_DEVICE constexpr u32 gemm_region_bytes(i32 rows, sm90::Swizzle s, bo
   } else if (!mn_major) {
     bytes = static_cast<u32>(rows) * span;
   } else {
-    bytes = static_cast<u32>((rows + span / 2 - 1) / (span / 2)) * 16 * span;  // atoms of span / 2 elements x 16 K-rows
+    bytes = (rows + span / 2 - 1) / (span / 2) * 16 * span;  // atoms of span / 2 elements x 16 K-rows
   }
   return (bytes + 1023) / 1024 * 1024;
 }

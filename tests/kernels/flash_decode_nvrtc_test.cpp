@@ -1,6 +1,6 @@
-// Every split-KV decode variant enumerated for fp16 and bf16 at Dk = Dv in
-// {64, 128}, and the combine kernel, compiles with NVRTC for sm_80 and
-// sm_90a; registers and spills are reported. (Every head dim is compiled by
+// The split-KV decode variants at Dk = Dv in {64, 128}, fp16 and bf16, and
+// the combine kernel compile with NVRTC for sm_80 and sm_90a without spills
+// (a covering set of each bucket; every variant with ATTUNE_DECODE_SWEEP=all). (Every head dim is compiled by
 // `attune variants list --op decode --compile`, logged in
 // docs/perf/flash_decode_resources.md.)
 #include <gtest/gtest.h>

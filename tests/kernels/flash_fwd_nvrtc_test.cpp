@@ -1,14 +1,12 @@
-// Every variant enumerated for fp16 and bf16 at Dk = Dv in {64, 128} compiles
-// with NVRTC for sm_80 and sm_90a; registers and spills are reported, and a
-// spilling variant is marked as such.
+// The forward's variants at Dk = Dv in {64, 128}, fp16 and bf16, compile with
+// NVRTC for sm_80 and sm_90a without spills: a covering set of each bucket,
+// every variant with ATTUNE_FWD_SWEEP=all (tests/support/nvrtc_sweep.h).
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 
 #include "generator/variants.h"
 #include "runtime/jit/nvrtc_compiler.h"
-#include "tests/support/covering_set.h"
 #include "tests/support/nvrtc_sweep.h"
 
 namespace attune {
@@ -18,23 +16,7 @@ using Case = testing::NvrtcCase;
 
 class FlashFwdNvrtcTest : public ::testing::TestWithParam<Case> {};
 
-// A covering set of the case's bucket (every value of every tunable and
-// every warp partition): the full sweep of every variant took about five
-// minutes of CI and passed with 0 spills (docs/perf/resources.md);
-// ATTUNE_FWD_SWEEP=all runs it again.
-TEST_P(FlashFwdNvrtcTest, EveryVariantCompiles) {
-  const Case& c = GetParam();
-  const char* all = std::getenv("ATTUNE_FWD_SWEEP");
-  if (all != nullptr && std::string(all) == "all") {
-    testing::sweep_op(c, "fwd");
-    return;
-  }
-  const std::vector<Variant> set = testing::covering_set_of(kernel_for_op("fwd"), *parse_arch(c.arch), c.head_dim);
-  ASSERT_FALSE(set.empty());
-  const testing::SweepSummary summary = testing::compile_sweep(set, c.dtype, c.arch, "flash_fwd.cu");
-  EXPECT_EQ(summary.compiled, static_cast<int>(set.size()));
-  EXPECT_EQ(summary.spilling, 0) << c.arch << " d" << c.head_dim;
-}
+TEST_P(FlashFwdNvrtcTest, EveryVariantCompiles) { testing::sweep_op(GetParam(), "fwd"); }
 
 INSTANTIATE_TEST_SUITE_P(Fwd, FlashFwdNvrtcTest, testing::nvrtc_cases(), testing::nvrtc_case_name);
 

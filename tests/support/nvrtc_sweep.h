@@ -7,14 +7,18 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
+#include <cstdlib>
 #include <iostream>
 #include <ostream>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "generator/variants.h"
 #include "runtime/jit/nvrtc_compiler.h"
+#include "tests/support/covering_set.h"
 
 namespace attune::testing {
 
@@ -83,16 +87,30 @@ inline auto nvrtc_cases() {
                            NvrtcCase{DType::kBF16, 64, "sm_90a"}, NvrtcCase{DType::kF16, 128, "sm_90a"});
 }
 
-// The sweep of one case: every variant of `op` (plus `extra`, e.g. the
-// kernels every call of the op also runs), each compiled without spills, the
-// counts recorded as test properties.
+// The sweep of one case: a covering set of the op's portable family in the
+// case's head-dim bucket (every value of every tunable, and for the forward
+// every warp partition), or every variant of it when ATTUNE_<OP>_SWEEP=all
+// (ATTUNE_FWD_SWEEP, ATTUNE_BWD_SWEEP, ATTUNE_DECODE_SWEEP), plus `extra`
+// (e.g. the kernels every call of the op also runs). Each compiles without
+// spills; the counts are recorded as test properties. The full sweeps took
+// about twelve minutes of CI's two cores and passed with 0 spills
+// (docs/perf/resources.md); the covering sets take about one.
 inline void sweep_op(const NvrtcCase& c, std::string_view op, std::vector<Variant> extra = {}) {
-  std::vector<Variant> variants = enumerate_variants(op, c.dtype, c.head_dim, c.head_dim, *parse_arch(c.arch));
-  // The op's portable family (flash_fwd_sm90 has its own sweep).
-  std::erase_if(variants, [&](const Variant& v) { return v.kernel != &kernel_for_op(op); });
+  std::string variable = "ATTUNE_" + std::string(op) + "_SWEEP";
+  std::transform(variable.begin(), variable.end(), variable.begin(), [](unsigned char ch) { return std::toupper(ch); });
+  const char* all = std::getenv(variable.c_str());
+  const KernelSpec& kernel = kernel_for_op(op);
+  std::vector<Variant> variants;
+  if (all != nullptr && std::string_view(all) == "all") {
+    variants = enumerate_variants(op, c.dtype, c.head_dim, c.head_dim, *parse_arch(c.arch));
+    // The op's portable family (flash_fwd_sm90 has its own sweep).
+    std::erase_if(variants, [&](const Variant& v) { return v.kernel != &kernel; });
+  } else {
+    variants = covering_set_of(kernel, *parse_arch(c.arch), c.head_dim);
+  }
   ASSERT_FALSE(variants.empty());
   variants.insert(variants.end(), extra.begin(), extra.end());
-  const std::string program = std::string(kernel_for_op(op).name) + ".cu";
+  const std::string program = std::string(kernel.name) + ".cu";
   const SweepSummary summary = compile_sweep(variants, c.dtype, c.arch, program.c_str());
   EXPECT_EQ(summary.compiled, static_cast<int>(variants.size()));
   // No variant of head dims 64 and 128 spills (the tile layout's addresses
