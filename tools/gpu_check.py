@@ -319,7 +319,6 @@ def transposed(x):
 def stage_forward(args):
     import torch
     import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
     a, dev, st = cuda_stage(args, "forward", "Forward")
     t = transposed
     st.text("Correctness: relative error of O against fp32 SDPA, next to bf16 SDPA's own.", "",
@@ -384,14 +383,7 @@ def stage_forward(args):
                     best = min(best, (ms, vid))
                 except RuntimeError as e:
                     swept[vid] = str(e)
-            sdpa = {}
-            for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-                try:
-                    with sdpa_kernel([backend]):
-                        sdpa[name], _ = median_ms(lambda q, k, v: F.scaled_dot_product_attention(
-                            t(q), t(k), t(v), is_causal=causal), sets)
-                except RuntimeError:
-                    sdpa[name] = float("nan")
+            sdpa = sdpa_ms(sets, causal)
             finite = [x for x in sdpa.values() if math.isfinite(x)]
             best_sdpa = min(finite) if finite else float("nan")
             ratio = best_sdpa / best[0] if finite else float("nan")
@@ -407,14 +399,27 @@ def stage_forward(args):
     return 0 if st.record["ok"] else 1
 
 
+def sdpa_ms(sets, causal):
+    """Median ms of PyTorch's SDPA on `sets` (attune's [B, S, H, D] tensors),
+    with its flash and its cuDNN backend each; NaN where one cannot run."""
+    import torch.nn.functional as F
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    out = {}
+    for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            with sdpa_kernel([backend]):
+                out[name], _ = median_ms(lambda q, k, v: F.scaled_dot_product_attention(
+                    transposed(q), transposed(k), transposed(v), is_causal=causal), sets)
+        except RuntimeError:
+            out[name] = float("nan")
+    return out
+
+
 def hopper_timing(args, a, st, dev, run, gemm):
     """The Hopper family (flash_fwd_sm90) in the same run as SDPA and the
     FlashAttention-2-style flash_fwd: its heuristic variant and the best of a
     small sweep, d64/d128/d256, causal and not, bf16 and fp16, B 4, H 16, S 4096."""
     import torch
-    import torch.nn.functional as F
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-    t = transposed
     st.text("", "Hopper family: flash_fwd_sm90 (heuristic, and the best of a sweep of %d), against "
             "FlashAttention-2-style flash_fwd and SDPA (flash, cuDNN); B 4, H 16, S 4096; median ms of 20." %
             args.sweep, "",
@@ -453,14 +458,7 @@ def hopper_timing(args, a, st, dev, run, gemm):
                     if math.isfinite(ms):
                         best = min(best, (ms, vid))
                 fa2_ms = timed(fa2) if fa2 else float("nan")
-                sdpa = {}
-                for name, backend in (("flash", SDPBackend.FLASH_ATTENTION), ("cudnn", SDPBackend.CUDNN_ATTENTION)):
-                    try:
-                        with sdpa_kernel([backend]):
-                            sdpa[name], _ = median_ms(lambda q, k, v: F.scaled_dot_product_attention(
-                                t(q), t(k), t(v), is_causal=causal), sets)
-                    except RuntimeError:
-                        sdpa[name] = float("nan")
+                sdpa = sdpa_ms(sets, causal)
                 finite = [x for x in sdpa.values() if math.isfinite(x)]
                 ratio = min(finite) / best[0] if finite else float("nan")
                 share = 100 * tflops(fl, best[0]) / gemm if gemm else float("nan")

@@ -4,11 +4,12 @@
 // of a few microseconds, paid per map per call otherwise).
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstring>
 #include <functional>
 #include <mutex>
-#include <string>
+#include <string_view>
 #include <unordered_map>
 
 #include "core/tensor_map.h"
@@ -21,9 +22,10 @@ class TensorMapCache {
   // reuses a handful; a sweep over many shapes must not grow without end).
   static constexpr std::size_t kCapacity = 1024;
 
-  // The map of `spec`, encoded by `encode` on first sight.
+  // The map of `spec`, encoded by `encode` on first sight. A hit allocates
+  // nothing: the key is the spec's fields in a fixed array.
   TensorMap get(const TensorMapSpec& spec, const std::function<TensorMap(const TensorMapSpec&)>& encode) {
-    const std::string key = key_of(spec);
+    const Key key = key_of(spec);
     std::lock_guard lock(mutex_);
     if (auto it = maps_.find(key); it != maps_.end()) return it->second;
     TensorMap map = encode(spec);  // throws before anything is stored
@@ -40,10 +42,16 @@ class TensorMapCache {
   }
 
  private:
-  static std::string key_of(const TensorMapSpec& s) {
-    std::string key(sizeof(s.address) + sizeof(s.dims) + sizeof(s.strides) + sizeof(s.box) + sizeof(s.element_strides) +
-                        3 * sizeof(int),
-                    '\0');
+  static constexpr std::size_t kKeyBytes = sizeof(TensorMapSpec::address) + sizeof(TensorMapSpec::dims) +
+                                           sizeof(TensorMapSpec::strides) + sizeof(TensorMapSpec::box) +
+                                           sizeof(TensorMapSpec::element_strides) + 3 * sizeof(int);
+  using Key = std::array<char, kKeyBytes>;
+  struct KeyHash {
+    std::size_t operator()(const Key& k) const { return std::hash<std::string_view>{}({k.data(), k.size()}); }
+  };
+
+  static Key key_of(const TensorMapSpec& s) {
+    Key key{};
     char* at = key.data();
     const auto put = [&](const void* data, std::size_t bytes) {
       std::memcpy(at, data, bytes);
@@ -60,7 +68,7 @@ class TensorMapCache {
   }
 
   mutable std::mutex mutex_;
-  std::unordered_map<std::string, TensorMap> maps_;
+  std::unordered_map<Key, TensorMap, KeyHash> maps_;
   std::size_t encodes_ = 0;
 };
 

@@ -22,23 +22,9 @@ namespace attune {
 
 namespace {
 
-void check_inputs(const Variant& variant, const testing::Inputs& in, const std::string& name) {
-  const ReferenceOutput want = reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data());
-  const ReferenceOutput naive = naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data());
-  ReferenceOutput got;
-  try {
-    got = testing::run_on_emulator(in, variant);
-  } catch (const Error& e) {
-    ADD_FAILURE() << variant.id() << " on " << name << ": " << e.what();
-    return;
-  }
-  std::string why;
-  EXPECT_TRUE(within_accuracy_rule(got, want, naive, 2.0, &why)) << variant.id() << " on " << name << ": " << why;
-}
-
 void check_families(const Variant& variant, const std::vector<testing::Family>& families) {
   for (const testing::Family& family : families) {
-    check_inputs(variant, testing::make_inputs(family), family.name);
+    testing::expect_forward_matches_reference(variant, testing::make_inputs(family), family.name);
   }
 }
 
@@ -76,7 +62,8 @@ TEST_P(CoveringSetTest, MatchesReferenceOnSeedAndOddLengthFamilies) {
   check_families(variant, testing::odd_length_families(dtype, d, d - 8));
   // The same kernel reading a paged cache through its block table.
   const testing::Inputs paged = paged_chunks(dtype, d);
-  check_inputs(with_problem_features(variant, paged.problem), paged, "chunks over a paged cache");
+  testing::expect_forward_matches_reference(with_problem_features(variant, paged.problem), paged,
+                                            "chunks over a paged cache");
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, CoveringSetTest, ::testing::ValuesIn(covering_set()), testing::variant_test_name);

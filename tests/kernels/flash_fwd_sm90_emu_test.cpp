@@ -26,25 +26,11 @@ namespace {
 
 const KernelSpec& sm90() { return *find_kernel_spec("flash_fwd_sm90"); }
 
-void check_inputs(const Variant& variant, const testing::Inputs& in, const std::string& name) {
-  const ReferenceOutput want = reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data());
-  const ReferenceOutput naive = naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data());
-  ReferenceOutput got;
-  try {
-    got = testing::run_on_emulator(in, variant);
-  } catch (const Error& e) {
-    ADD_FAILURE() << variant.id() << " on " << name << ": " << e.what();
-    return;
-  }
-  std::string why;
-  EXPECT_TRUE(within_accuracy_rule(got, want, naive, 2.0, &why)) << variant.id() << " on " << name << ": " << why;
-}
-
 void check_families(const Variant& variant, const std::vector<testing::Family>& families) {
   for (const testing::Family& family : families) {
     const testing::Inputs in = testing::with_tma_strides(testing::make_inputs(family));
     ASSERT_EQ(sm90_unfit_reason(in.problem), "") << family.name;  // the kernel itself runs, not the fallback
-    check_inputs(variant, in, family.name);
+    testing::expect_forward_matches_reference(variant, in, family.name);
   }
 }
 
@@ -90,7 +76,7 @@ TEST(FlashFwdSm90EmuTest, CallsTmaCannotMapFallBackToFlashFwd) {
   const testing::Inputs contiguous =
       testing::make_inputs(testing::seed_families(DType::kBF16)[1]);  // d 5: rows 5 apart
   EXPECT_NE(sm90_unfit_reason(contiguous.problem), "");
-  check_inputs(v, contiguous, "square_causal, contiguous");
+  testing::expect_forward_matches_reference(v, contiguous, "square_causal, contiguous");
 }
 
 // The tensor maps of a call are built from its pointers and strides each

@@ -43,18 +43,8 @@ std::vector<Variant> sweep_set() {
 
 TEST(FlashFwdSm90NvrtcTest, CompilesWithoutSpillsToWgmmaAndTma) {
   const std::vector<Variant> set = sweep_set();
-  std::vector<CompileResult> results(set.size());
-  std::atomic<std::size_t> next{0};
-  std::vector<std::thread> workers;
-  for (int w = 0; w < 2; ++w) {
-    workers.emplace_back([&] {
-      for (std::size_t i = next++; i < set.size(); i = next++) {
-        const DType dtype = i % 2 == 0 ? DType::kBF16 : DType::kF16;
-        results[i] = compile_with_nvrtc(sm90().source, "flash_fwd_sm90.cu", set[i].name_expression(dtype), "sm_90a");
-      }
-    });
-  }
-  for (std::thread& t : workers) t.join();
+  const std::vector<CompileResult> results = testing::compile_all(
+      set, [](std::size_t i) { return i % 2 == 0 ? DType::kBF16 : DType::kF16; }, "sm_90a", "flash_fwd_sm90.cu");
   std::string no_sass;
   for (std::size_t i = 0; i < set.size(); ++i) {
     const CompileResult& r = results[i];

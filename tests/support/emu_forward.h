@@ -1,11 +1,17 @@
 // Runs a forward- or decode-kernel variant on the emulator for a family's
-// inputs and returns its outputs in the reference's layout.
+// inputs and returns its outputs in the reference's layout; checks a forward
+// variant against the fp64 reference.
 #pragma once
+
+#include <gtest/gtest.h>
 
 #include <cstdint>
 #include <limits>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
+#include "reference/accuracy.h"
 #include "reference/reference.h"
 #include "runtime/launch/emu_backend.h"
 #include "tests/support/families.h"
@@ -32,6 +38,23 @@ inline ReferenceOutput run_on_emulator(const Inputs& in, const Variant& variant,
   for (std::size_t i = 0; i < o.size(); ++i) out.o[i] = bits_to_float(p.dtype, o[i]);
   out.lse.assign(lse.begin(), lse.end());
   return out;
+}
+
+// A forward variant's outputs on `in` are within the forward's accuracy rule
+// of the fp64 reference (a failure names the variant and `name`); a launch
+// that throws is a failure too.
+inline void expect_forward_matches_reference(const Variant& variant, const Inputs& in, const std::string& name) {
+  const ReferenceOutput want = reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data());
+  const ReferenceOutput naive = naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data());
+  ReferenceOutput got;
+  try {
+    got = run_on_emulator(in, variant);
+  } catch (const Error& e) {
+    ADD_FAILURE() << variant.id() << " on " << name << ": " << e.what();
+    return;
+  }
+  std::string why;
+  EXPECT_TRUE(within_accuracy_rule(got, want, naive, 2.0, &why)) << variant.id() << " on " << name << ": " << why;
 }
 
 }  // namespace attune::testing

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cctype>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <ostream>
 #include <string>
@@ -29,20 +30,30 @@ struct SweepSummary {
   std::vector<int> spill_bytes;  // per variant, in order; -1 where it failed to compile
 };
 
-inline SweepSummary compile_sweep(const std::vector<Variant>& variants, DType dtype, const char* arch,
-                                  const char* program_name) {
+// Each variant compiled (on two threads: CI has two cores), variant i in
+// dtype_of(i); the results in the variants' order.
+inline std::vector<CompileResult> compile_all(const std::vector<Variant>& variants,
+                                              const std::function<DType(std::size_t)>& dtype_of, const char* arch,
+                                              const char* program_name) {
   std::vector<CompileResult> results(variants.size());
   std::atomic<std::size_t> next{0};
   std::vector<std::thread> workers;
   for (int w = 0; w < 2; ++w) {
     workers.emplace_back([&] {
       for (std::size_t i = next++; i < variants.size(); i = next++) {
-        results[i] =
-            compile_with_nvrtc(variants[i].kernel->source, program_name, variants[i].name_expression(dtype), arch);
+        results[i] = compile_with_nvrtc(variants[i].kernel->source, program_name,
+                                        variants[i].name_expression(dtype_of(i)), arch);
       }
     });
   }
   for (std::thread& t : workers) t.join();
+  return results;
+}
+
+inline SweepSummary compile_sweep(const std::vector<Variant>& variants, DType dtype, const char* arch,
+                                  const char* program_name) {
+  const std::vector<CompileResult> results = compile_all(
+      variants, [dtype](std::size_t) { return dtype; }, arch, program_name);
   SweepSummary summary;
   summary.spill_bytes.assign(variants.size(), -1);
   for (std::size_t i = 0; i < variants.size(); ++i) {
