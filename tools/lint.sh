@@ -19,6 +19,10 @@ mapfile -t units < <(printf '%s\n' "${sources[@]}" | grep '\.cpp$' | grep -v '^t
   echo "$weight $f"
 done | sort -rn | cut -d' ' -f2)
 # The pinned clang-tidy tools/setup.sh unpacks (CLANG_TIDY overrides it).
+# Deprecations stay warnings: clang 21 flags libstdc++ 12's own use of
+# get_temporary_buffer (std::stable_sort) inside a system header, which the
+# CI build's -Werror would make an error; GCC's -Werror build still fails on
+# a deprecated call in attune's code.
 clang_tidy="${CLANG_TIDY:-${XDG_CACHE_HOME:-$HOME/.cache}/attune/tools/clang-tidy-21.1.6/bin/clang-tidy}"
 if [ ! -x "$clang_tidy" ] && ! command -v "$clang_tidy" >/dev/null 2>&1; then
   echo "lint: no clang-tidy at $clang_tidy; run tools/setup.sh (or set CLANG_TIDY)" >&2
@@ -28,7 +32,7 @@ echo "lint: $("$clang_tidy" --version | grep -o 'LLVM version [0-9.]*') clang-ti
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 status=0
-printf '%s\n' "${units[@]}" | xargs -P "$(nproc)" -n 1 "$clang_tidy" --quiet --extra-arg=-Wno-unknown-warning-option -p "$build_dir" >"$log" 2>&1 || status=$?
+printf '%s\n' "${units[@]}" | xargs -P "$(nproc)" -n 1 "$clang_tidy" --quiet --extra-arg=-Wno-unknown-warning-option --extra-arg=-Wno-error=deprecated-declarations -p "$build_dir" >"$log" 2>&1 || status=$?
 grep -v "warnings generated" "$log" || true
 if [ "$status" -ne 0 ]; then
   echo "lint: clang-tidy found problems (see above)" >&2
