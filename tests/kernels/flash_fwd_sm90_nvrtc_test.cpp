@@ -24,16 +24,8 @@ const KernelSpec& sm90() { return *find_kernel_spec("flash_fwd_sm90"); }
 std::vector<Variant> sweep_set() {
   const ArchLimits arch = require_arch("sm_90a");
   const char* all = std::getenv("ATTUNE_SM90_SWEEP");
-  std::vector<Variant> set;
-  if (all != nullptr && std::string(all) == "all") {
-    for (int d : sm90().tunables.front().values) {
-      for (Variant& v : enumerate_variants("fwd", DType::kBF16, d, d, arch)) {
-        if (v.kernel == &sm90()) set.push_back(std::move(v));
-      }
-    }
-    return set;
-  }
-  set = testing::covering_set_of(sm90(), arch);
+  if (all != nullptr && std::string(all) == "all") return testing::family_variants(sm90(), arch);
+  std::vector<Variant> set = testing::covering_set_of(sm90(), arch);
   for (int d : sm90().tunables.front().values) {
     const Variant h = heuristic_variant("fwd", DType::kBF16, d, d, arch);
     if (std::find(set.begin(), set.end(), h) == set.end()) set.push_back(h);

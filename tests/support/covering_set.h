@@ -18,18 +18,25 @@
 
 namespace attune::testing {
 
-// Of one kernel family (flash_fwd_sm90 as well as the op's portable kernel);
-// `bucket` > 0: of that head-dim bucket only.
-inline std::vector<Variant> covering_set_of(const KernelSpec& kernel, const ArchLimits& arch, int bucket = 0) {
-  const std::string_view op = op_of(kernel);
-  const bool partitions = kernel.id == KernelId::kFlashFwd;
-  std::vector<Variant> candidates;
+// Every enumerated variant of one kernel family (flash_fwd_sm90 as well as
+// the op's portable kernel) at Dk = Dv; `bucket` > 0: of that head-dim
+// bucket only.
+inline std::vector<Variant> family_variants(const KernelSpec& kernel, const ArchLimits& arch, int bucket = 0,
+                                            DType dtype = DType::kBF16) {
+  std::vector<Variant> out;
   for (int d : kernel.tunables.front().values) {
     if (bucket > 0 && d != bucket) continue;
-    for (Variant& v : enumerate_variants(op, DType::kBF16, d, d, arch)) {
-      if (v.kernel == &kernel) candidates.push_back(std::move(v));
+    for (Variant& v : enumerate_variants(op_of(kernel), dtype, d, d, arch)) {
+      if (v.kernel == &kernel) out.push_back(std::move(v));
     }
   }
+  return out;
+}
+
+// Of one kernel family; `bucket` > 0: of that head-dim bucket only.
+inline std::vector<Variant> covering_set_of(const KernelSpec& kernel, const ArchLimits& arch, int bucket = 0) {
+  const bool partitions = kernel.id == KernelId::kFlashFwd;
+  const std::vector<Variant> candidates = family_variants(kernel, arch, bucket);
   const auto features = [&](const Variant& v) {
     std::set<std::string> f;
     for (std::size_t i = 0; i < v.values.size(); ++i) {

@@ -113,9 +113,8 @@ inline void sweep_op(const NvrtcCase& c, std::string_view op, std::vector<Varian
   const KernelSpec& kernel = kernel_for_op(op);
   std::vector<Variant> variants;
   if (all != nullptr && std::string_view(all) == "all") {
-    variants = enumerate_variants(op, c.dtype, c.head_dim, c.head_dim, *parse_arch(c.arch));
     // The op's portable family (flash_fwd_sm90 has its own sweep).
-    std::erase_if(variants, [&](const Variant& v) { return v.kernel != &kernel; });
+    variants = family_variants(kernel, *parse_arch(c.arch), c.head_dim, c.dtype);
   } else {
     variants = covering_set_of(kernel, *parse_arch(c.arch), c.head_dim);
   }
