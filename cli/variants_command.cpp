@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <thread>
 #include <vector>
@@ -10,6 +12,8 @@
 #include "cli/problem_flags.h"
 #include "core/error.h"
 #include "generator/variants.h"
+#include "runtime/jit/compiler_service.h"
+#include "runtime/jit/kernel_cache.h"
 #include "runtime/jit/nvrtc_compiler.h"
 #include "runtime/jit/nvrtc_library.h"
 
@@ -45,7 +49,14 @@ VariantsCommands add_variants_command(CLI::App& app, VariantsOptions& o) {
   dump->add_option("--arch", o.arch, "GPU architecture: " + known_archs())->capture_default_str();
   dump->add_option("--dtype", o.dtype, "Storage dtype: fp16 or bf16")->capture_default_str();
   dump->add_option("--out", o.out, "Directory to write into (created)")->required();
-  return {list, profile, dump};
+  CLI::App* compile = variants->add_subcommand(
+      "compile", "Compile variants into the kernel cache ahead of their first launch, in parallel");
+  compile->add_option("ids", o.ids, "Variant ids, each optionally with @fp16 or @bf16 (default: --dtype)");
+  compile->add_option("--from", o.from, "A file of such ids, one per line ('#' starts a comment)");
+  compile->add_option("--arch", o.arch, "GPU architecture: " + known_archs())->capture_default_str();
+  compile->add_option("--dtype", o.dtype, "Storage dtype of ids without @: fp16 or bf16")->capture_default_str();
+  compile->add_option("--jobs", o.jobs, "Parallel compiles (default: one per core)")->check(CLI::Range(0, 256));
+  return {list, profile, dump, compile};
 }
 
 void run_variants_list(const VariantsOptions& o) {
@@ -92,6 +103,70 @@ void run_variants_list(const VariantsOptions& o) {
   std::printf("%zu variants of %s for %s, Dk %d, Dv %d on %s (NVRTC %s): %d failed, %d spill\n", variants.size(),
               o.op.c_str(), std::string(to_string(*dtype)).c_str(), o.dk, o.dv, arch.name.c_str(),
               nvrtc_version().c_str(), failed, spilling);
+  if (failed > 0) throw Error(std::to_string(failed) + " variant(s) failed to compile (logs above)");
+}
+
+namespace {
+
+// "flash_fwd/d64...@fp16" -> the request; the dtype defaults to `dtype`.
+CompileRequest compile_request(const std::string& text, DType dtype, const std::string& arch) {
+  std::string id = text;
+  if (const std::size_t at = text.rfind('@'); at != std::string::npos) {
+    id = text.substr(0, at);
+    const auto parsed = parse_dtype(text.substr(at + 1));
+    if (!parsed) throw InvalidArgument(text + ": got dtype '" + text.substr(at + 1) + "'; expected fp16 or bf16");
+    dtype = *parsed;
+  }
+  return CompileRequest{.variant = parse_variant_id(id), .dtype = dtype, .arch = arch};
+}
+
+}  // namespace
+
+void run_variants_compile(const VariantsOptions& o) {
+  const auto dtype = parse_dtype(o.dtype);
+  if (!dtype) throw InvalidArgument("--dtype: got '" + o.dtype + "'; expected fp16 or bf16");
+  const ArchLimits arch = require_arch(o.arch);
+  std::vector<std::string> texts = o.ids;
+  if (!o.from.empty()) {
+    std::ifstream in(o.from);
+    if (!in) throw IoError("--from " + o.from + ": cannot be read");
+    for (std::string line; std::getline(in, line);) {
+      line = line.substr(0, line.find('#'));
+      line.erase(0, line.find_first_not_of(" \t"));
+      line.erase(line.find_last_not_of(" \t\r") + 1);
+      if (!line.empty()) texts.push_back(line);
+    }
+  }
+  if (texts.empty()) throw InvalidArgument("variants compile: no variant ids (give ids or --from FILE)");
+  std::vector<CompileRequest> requests;
+  for (const std::string& text : texts) requests.push_back(compile_request(text, *dtype, arch.name));
+  nvrtc::library();  // no NVRTC: one line here, before any worker starts
+  KernelCache cache({.directory = KernelCache::default_directory()});
+  const unsigned jobs = o.jobs > 0 ? static_cast<unsigned>(o.jobs) : std::max(1U, std::thread::hardware_concurrency());
+  const auto start = std::chrono::steady_clock::now();
+  int failed = 0;
+  int compiled = 0;
+  {
+    CompilerService service(&cache, jobs);
+    std::vector<std::shared_future<CompilerService::Result>> futures;
+    for (const CompileRequest& r : requests) futures.push_back(service.compile(r));
+    for (std::size_t i = 0; i < requests.size(); ++i) {
+      const CompiledKernel& k = *futures[i].get();
+      const char* status = !k.ok ? "FAILED" : k.from_cache ? "cached" : "compiled";
+      failed += k.ok ? 0 : 1;
+      compiled += k.ok && !k.from_cache ? 1 : 0;
+      std::printf("%-60s %-5s %9d %11d %8.2f  %s\n", requests[i].variant.id().c_str(),
+                  std::string(to_string(requests[i].dtype)).c_str(), k.registers, k.spill_bytes, k.compile_seconds,
+                  status);
+      std::fflush(stdout);
+      if (!k.ok) std::fprintf(stderr, "%s: %s\n", requests[i].variant.id().c_str(), k.log.c_str());
+    }
+  }
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::printf("%zu variants for %s into %s: %d compiled, %zu cached, %d failed in %.1f s (%u jobs, NVRTC %s)\n",
+              requests.size(), arch.name.c_str(), cache.directory().string().c_str(), compiled,
+              requests.size() - static_cast<std::size_t>(compiled + failed), failed, seconds, jobs,
+              nvrtc_version().c_str());
   if (failed > 0) throw Error(std::to_string(failed) + " variant(s) failed to compile (logs above)");
 }
 

@@ -5,6 +5,7 @@
 
 #include <CLI/CLI.hpp>
 #include <string>
+#include <vector>
 
 namespace attune::cli {
 
@@ -20,14 +21,17 @@ struct VariantsOptions {
   int dv = 0;
   std::string arch = "sm_90a";
   bool compile = false;
-  int jobs = 0;           // 0: one per core
-  std::string modifiers;  // list: the score modifiers compiled in (none, softcap+sinks, ...)
+  int jobs = 0;                  // 0: one per core
+  std::string modifiers;         // list: the score modifiers compiled in (none, softcap+sinks, ...)
+  std::vector<std::string> ids;  // compile: variant ids, each optionally "@fp16" / "@bf16"
+  std::string from;              // compile: a file of ids, one per line ('#' comments)
 };
 
 struct VariantsCommands {
   CLI::App* list;
   CLI::App* profile;
   CLI::App* dump;
+  CLI::App* compile;
 };
 
 // Registers `variants list|profile|dump` on `app`.
@@ -39,5 +43,10 @@ void run_variants_list(const VariantsOptions& options);
 void run_variants_profile(const VariantsOptions& options);
 // `attune variants dump ID --arch A --out DIR`: source, PTX, cubin, ptxas log.
 void run_variants_dump(const VariantsOptions& options);
+// `attune variants compile ID[@DTYPE]... [--from FILE] --arch A`: compiles
+// into the kernel cache ($ATTUNE_CACHE_DIR or the default), in parallel, so
+// later launches load without compiling (a GPU run compiles everything
+// before its first launch). One line per variant; fails when any failed.
+void run_variants_compile(const VariantsOptions& options);
 
 }  // namespace attune::cli

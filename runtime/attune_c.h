@@ -241,6 +241,12 @@ attune_status attune_reference_backward(const attune_problem* problem, const dou
 /* The message of the last failure on this thread ("" if none). */
 const char* attune_last_error(void);
 
+/* With $ATTUNE_WAIT_BOUND_MS set, kernels give up an mbarrier wait after
+ * that many ms and trap; this is what the first one wrote (block, thread,
+ * barrier, parity, the barrier's word), as one line, readable after the
+ * context is lost; "" when none gave up. */
+const char* attune_wait_report(void);
+
 /* NOLINTEND(modernize-use-using,readability-identifier-naming) */
 
 #ifdef __cplusplus

@@ -388,4 +388,10 @@ attune_status attune_merge_states(attune_runtime* runtime, attune_dtype dtype, i
 
 const char* attune_last_error(void) { return g_last_error.c_str(); }
 
+const char* attune_wait_report(void) {
+  thread_local std::string report;
+  report = attune::cuda::wait_report();
+  return report.c_str();
+}
+
 }  // extern "C"

@@ -12,7 +12,8 @@
 #      PATH=/usr/bin:/bin`, from another working directory, in a private mount
 #      namespace where the CUDA toolkit, the source tree and the build tree
 #      are hidden (empty tmpfs mounted over them): `attune doctor`,
-#      `gpu_check.py --selftest-emu`, `attune attention` on the emu and
+#      `gpu_check/main.py selftest-emu` (the working tree's tools travel beside
+#      the bundle, copied here), `attune attention` on the emu and
 #      reference backends pass, a compile fails with one line naming where
 #      NVRTC was looked for, and an NVRTC laid out as pip installs it
 #      (site-packages/nvidia/cu13/lib) is found through $ATTUNE_PYTHON_SITE
@@ -59,6 +60,11 @@ echo "rehearsal: no file holds ${build_dirs[*]}"
 work="$(mktemp -d /tmp/attune-rehearsal.XXXXXX)"
 trap 'rm -rf "$work"' EXIT
 cp -a "$bundle" "$work/bundle"
+# What travels beside the bundle from the working tree: the check's Python.
+mkdir -p "$work/tree/tools" "$work/tree/python"
+cp -r "$root/tools/gpu_check" "$work/tree/tools/"
+cp -r "$root/python/attune" "$work/tree/python/"
+find "$work/tree" -name __pycache__ -prune -exec rm -rf {} +
 # A stand-in driver (tests/fake_driver), so --backend cuda gets as far as
 # compiling: the NVRTC line is what must come back.
 fake=""
@@ -80,6 +86,7 @@ b="$1"
 cd "$2"
 site="$3"
 fake="$4"
+tree="$5"
 echo "inside: $(pwd), PATH=$PATH, $(env | wc -l) environment variables"
 for d in /usr/local/cuda /usr/local/cuda-*; do
   [ -e "$d/lib64" ] && { echo "inside: FAIL: $d/lib64 is still visible"; exit 1; }
@@ -100,7 +107,7 @@ echo "inside: ldd of every binary: only the bundle and the allow-list"
 "$b/bin/attune" doctor >doctor.txt
 cat doctor.txt
 grep -q '^nvrtc: *none' doctor.txt || { echo "inside: FAIL: doctor found an NVRTC with the toolkit hidden"; exit 1; }
-python3 "$b/tools/gpu_check.py" --bundle "$b" --selftest-emu
+python3 "$tree/tools/gpu_check/main.py" selftest-emu --lib "$b/lib/libattune.so"
 python3 - <<'PY'
 import numpy as np
 rng = np.random.default_rng(1)
@@ -166,5 +173,5 @@ if ! unshare --mount --propagation private true 2>/dev/null; then
   fail "unshare --mount is not permitted here (needed to hide the toolkit and the source tree; run as root)"
 fi
 unshare --mount --propagation private bash -c "$mounts exec env -i PATH=/usr/bin:/bin HOME='$work/home' \
-  bash '$work/inside.sh' '$work/bundle' '$work/cwd' '$site' '$fake'"
+  bash '$work/inside.sh' '$work/bundle' '$work/cwd' '$site' '$fake' '$work/tree'"
 echo "rehearsal: ok"

@@ -102,6 +102,7 @@ _SIGNATURES = {
     "attune_abi_version": (ctypes.c_int, []),
     "attune_version": (ctypes.c_char_p, []),
     "attune_last_error": (ctypes.c_char_p, []),
+    "attune_wait_report": (ctypes.c_char_p, []),
     "attune_problem_init": (None, [ctypes.POINTER(Problem)]),
     "attune_runtime_options_init": (None, [ctypes.POINTER(RuntimeOptions)]),
     "attune_runtime_create_with": (ctypes.c_int, [ctypes.POINTER(RuntimeOptions), ctypes.POINTER(_P)]),

@@ -7,6 +7,7 @@
 #include <array>
 #include <atomic>
 #include <bit>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -15,7 +16,9 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/device_checks.h"
 #include "core/dl_symbol.h"
+#include "templates/primitives/wait_report.h"
 
 namespace attune::cuda {
 
@@ -87,6 +90,10 @@ struct Api {
   decltype(&::cuEventDestroy) event_destroy = nullptr;
   decltype(&::cuKernelGetParamInfo) kernel_get_param_info = nullptr;      // optional: drivers from 12.4 on
   decltype(&::cuTensorMapEncodeTiled) tensor_map_encode_tiled = nullptr;  // optional: drivers from 12.0 on
+  // Optional: bounded waits' reports (core/device_checks.h), drivers from 12.0 on.
+  decltype(&::cuLibraryGetGlobal) library_get_global = nullptr;
+  decltype(&::cuMemHostAlloc) mem_host_alloc = nullptr;
+  decltype(&::cuMemHostGetDevicePointer) mem_host_get_device_pointer = nullptr;
   int version = 0;
 };
 
@@ -113,6 +120,9 @@ static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuKernelSetAttribute)) == "cuKer
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamCreate)) == "cuStreamCreate");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamDestroy)) == "cuStreamDestroy_v2");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuDevicePrimaryCtxRetain)) == "cuDevicePrimaryCtxRetain");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuLibraryGetGlobal)) == "cuLibraryGetGlobal");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuMemHostAlloc)) == "cuMemHostAlloc");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuMemHostGetDevicePointer)) == "cuMemHostGetDevicePointer_v2");
 #undef ATTUNE_SYMBOL_OF
 #undef ATTUNE_STRINGIFY
 
@@ -211,6 +221,9 @@ std::string load_api(const std::string& path, const std::string& shown, Api& api
   }
   resolve_symbol(api.library, "cuKernelGetParamInfo", api.kernel_get_param_info);
   resolve_symbol(api.library, "cuTensorMapEncodeTiled", api.tensor_map_encode_tiled);
+  resolve_symbol(api.library, "cuLibraryGetGlobal", api.library_get_global);
+  resolve_symbol(api.library, "cuMemHostAlloc", api.mem_host_alloc);
+  resolve_symbol(api.library, "cuMemHostGetDevicePointer_v2", api.mem_host_get_device_pointer);
 
   std::string failure;
   if (!missing.empty()) {
@@ -247,12 +260,43 @@ bool is_sticky_error(int code) {
   return std::find(kStickyErrors.begin(), kStickyErrors.end(), code) != kStickyErrors.end();
 }
 
+namespace {}  // namespace
+
+std::string describe_wait_report(const WaitReport* report) {
+  if (report == nullptr) return {};
+  const volatile WaitReport* r = report;  // written by a kernel behind the compiler's back
+  if (r->magic != kWaitReportMagic) return {};
+  char text[320];
+  const unsigned thread = r->thread;
+  const unsigned long long word = r->state;
+  std::snprintf(text, sizeof(text),
+                "mbarrier wait gave up after %.1f ms (bound %u ms): block (%u, %u, %u), thread %u (warp %u, lane %u), "
+                "barrier at shared 0x%x, waiting for parity %u, barrier word 0x%016llx",
+                static_cast<double>(r->waited_ns) * 1e-6, static_cast<unsigned>(r->bound_ms),
+                static_cast<unsigned>(r->block[0]), static_cast<unsigned>(r->block[1]),
+                static_cast<unsigned>(r->block[2]), thread, thread / 32, thread % 32, static_cast<unsigned>(r->barrier),
+                static_cast<unsigned>(r->parity), word);
+  return text;
+}
+
 namespace {
+
+// The host-mapped report of bounded waits (core/device_checks.h): allocated
+// when the first kernel compiled with the bound is looked up, never freed
+// (kernels of every context may write it until the process ends).
+std::atomic<WaitReport*> g_wait_report{nullptr};
 
 std::string cuda_error_message(int code, const std::string& operation) {
   std::string message = operation + " failed: " + error_name(code);
   if (const std::string description = describe(code); !description.empty()) message += " (" + description + ")";
-  if (is_sticky_error(code)) message += "; the CUDA context is now unusable: restart the process";
+  if (is_sticky_error(code)) {
+    // A trap after a bounded wait gave up: say which barrier it waited on.
+    if (const std::string report = describe_wait_report(g_wait_report.load(std::memory_order_acquire));
+        !report.empty()) {
+      message += "; " + report;
+    }
+    message += "; the CUDA context is now unusable: restart the process";
+  }
   return one_line(message);
 }
 
@@ -354,6 +398,39 @@ struct Driver::Impl {
 
   void make_current(int device) { make_current(primary_context(device)); }
 
+  // Points the module global of a kernel compiled with a wait bound at the
+  // host-mapped report (in the current context); a module without the
+  // global, or a driver without the entry points, keeps waits unreported
+  // (they still trap).
+  void install_wait_report(CUlibrary library, const std::string& kernel) {
+    if (api.library_get_global == nullptr || api.mem_host_alloc == nullptr ||
+        api.mem_host_get_device_pointer == nullptr) {
+      return;
+    }
+    CUdeviceptr global = 0;
+    std::size_t bytes = 0;
+    if (api.library_get_global(&global, &bytes, library, "attune_wait_report") != CUDA_SUCCESS ||
+        bytes != sizeof(void*)) {
+      return;
+    }
+    WaitReport* host = g_wait_report.load(std::memory_order_acquire);
+    if (host == nullptr) {
+      void* memory = nullptr;
+      check(api.mem_host_alloc(&memory, sizeof(WaitReport), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+            "cuMemHostAlloc(wait report)");
+      std::memset(memory, 0, sizeof(WaitReport));
+      WaitReport* expected = nullptr;
+      if (g_wait_report.compare_exchange_strong(expected, static_cast<WaitReport*>(memory))) {
+        host = static_cast<WaitReport*>(memory);
+      } else {
+        host = expected;  // another thread won; its memory serves (ours stays pinned, unused)
+      }
+    }
+    CUdeviceptr mapped = 0;
+    check(api.mem_host_get_device_pointer(&mapped, host, 0), "cuMemHostGetDevicePointer(wait report)");
+    check(api.memcpy_htod(global, &mapped, sizeof(mapped)), "cuMemcpyHtoD(attune_wait_report of " + kernel + ")");
+  }
+
   // The context of `stream`; for the null stream the current one, or device
   // 0's primary context when the thread has none.
   void make_current_for(CUstream stream) {
@@ -429,6 +506,8 @@ int Driver::version() const { return impl_->api.version; }
 
 const CudaError* Driver::lost_context() const { return g_lost.load(std::memory_order_acquire); }
 
+std::string wait_report() { return describe_wait_report(g_wait_report.load(std::memory_order_acquire)); }
+
 void Driver::check_usable() const { check_context(); }
 
 std::vector<DeviceInfo> Driver::devices() const {
@@ -486,6 +565,7 @@ Driver::Function Driver::function(Module module, const std::string& lowered_name
   impl_->make_current(module.device);
   CUfunction loaded = nullptr;
   check(api.kernel_get_function(&loaded, kernel), "cuKernelGetFunction(" + lowered_name + ")");
+  if (wait_bound_ms() > 0) impl_->install_wait_report(static_cast<CUlibrary>(module.handle), lowered_name);
   Function function{kernel, module.device, 0};
   if (api.kernel_get_param_info != nullptr) {
     std::size_t offset = 0;

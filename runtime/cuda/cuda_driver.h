@@ -24,6 +24,7 @@
 #include "core/error.h"
 #include "core/tensor_map.h"
 #include "emulator/launch.h"
+#include "templates/primitives/wait_report.h"
 
 namespace attune::cuda {
 
@@ -55,6 +56,15 @@ class CudaError : public Error {
 // "CUDA_ERROR_ILLEGAL_ADDRESS" for 700: the driver's cuGetErrorName once it
 // is loaded, else "CUDA error N" (errors only come from a loaded driver).
 std::string error_name(int code);
+
+// One line for a WaitReport a kernel wrote ("" when null or incomplete).
+std::string describe_wait_report(const WaitReport* report);
+
+// What a kernel compiled with a wait bound (core/device_checks.h) wrote when
+// it gave up waiting on an mbarrier, as one line; "" when none has. Host
+// memory only: readable after the context is lost, and never loads the
+// driver (the sticky error's message carries it too).
+std::string wait_report();
 
 // True for the codes after which the context is unusable (illegal address,
 // launch failure, device assert, ECC uncorrectable, ...).

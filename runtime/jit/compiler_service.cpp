@@ -2,6 +2,7 @@
 
 #include <cstring>
 
+#include "core/device_checks.h"
 #include "core/error.h"
 #include "runtime/jit/nvrtc_compiler.h"
 #include "runtime/jit/nvrtc_library.h"
@@ -10,8 +11,15 @@ namespace attune {
 
 namespace {
 
-// The options compile_with_nvrtc passes, part of the cache key.
+// The options compile_with_nvrtc passes, part of the cache key, with the
+// device checks the environment asks for (core/device_checks.h).
 constexpr const char* kCompileOptions = "--std=c++20 --ptxas-options=-v";
+
+std::string compile_options() {
+  std::string options = kCompileOptions;
+  for (const std::string& option : device_check_options()) options += " " + option;
+  return options;
+}
 
 // Appends `bytes` at `at` and returns the position after them.
 char* put(char* at, const void* bytes, std::size_t size) {
@@ -78,7 +86,7 @@ CacheKey CompilerService::cache_key(const CompileRequest& r) {
                   .dtype = std::string(to_string(r.dtype)),
                   .arch = r.arch,
                   .nvrtc_version = nvrtc_version(),
-                  .options = kCompileOptions};
+                  .options = compile_options()};
 }
 
 void CompilerService::worker() {
@@ -110,7 +118,7 @@ CompilerService::Result CompilerService::build(const CompileRequest& r, const Ca
     ++stats_.compiles;
   }
   const CompileResult nvrtc = compile_with_nvrtc(r.variant.kernel->source, std::string(r.variant.kernel->name) + ".cu",
-                                                 r.variant.name_expression(r.dtype), r.arch);
+                                                 r.variant.name_expression(r.dtype), r.arch, device_check_options());
   CompiledKernel kernel{.ok = nvrtc.ok,
                         .log = nvrtc.log,
                         .lowered_name = nvrtc.lowered_name,

@@ -19,10 +19,15 @@
 //   elect_one() -> bool                                 // elect.sync: one lane of the warp
 //   tma::load<2..5>(smem, const TensorMap*, bar, coords...), tma::store<2..5>(const TensorMap*, smem, coords...),
 //   tma::commit(), tma::wait_read<N>(), tma::prefetch(const TensorMap*)
+//
+// Built with -DATTUNE_WAIT_BOUND_MS=N, mbarrier::wait gives up after N ms:
+// it writes a WaitReport (wait_report.h) through `attune_wait_report` and
+// traps, so a hang becomes a failed launch that names its barrier.
 #pragma once
 
 #include "templates/primitives/cuda.h"
 #include "templates/primitives/hopper_layout.h"
+#include "templates/primitives/wait_report.h"
 
 // attune-gen only reads the templates (for sm_80): no code is generated.
 #if defined(__CUDA_ARCH__) && !defined(__CUDA_ARCH_FEAT_SM90_ALL) && !defined(ATTUNE_GEN)
@@ -267,6 +272,12 @@
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)); \
   }
 
+#if defined(ATTUNE_WAIT_BOUND_MS)
+// Where a bounded wait reports (host-mapped memory; null: trap without a report).
+extern "C" __device__ attune::WaitReport* attune_wait_report;
+__device__ attune::WaitReport* attune_wait_report = nullptr;
+#endif
+
 namespace attune::dev {
 
 namespace warpgroup {
@@ -380,9 +391,47 @@ ATTUNE_DEVICE bool try_wait(u64* bar, u32 parity) {
                : "memory");
   return done != 0;
 }
+#if defined(ATTUNE_WAIT_BOUND_MS)
+ATTUNE_DEVICE u64 global_ns() {
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
+  return t;
+}
+// The first thread to give up fills the report; every one traps.
+__device__ __noinline__ void give_up(u64* bar, u32 parity, u64 waited_ns) {
+  WaitReport* r = attune_wait_report;
+  if (r != nullptr && atomicCAS(&r->claimed, 0U, 1U) == 0U) {
+    u64 state;
+    asm volatile("ld.volatile.shared.b64 %0, [%1];\n" : "=l"(state) : "r"(shared_address(bar)));
+    volatile WaitReport* v = r;
+    v->block[0] = blockIdx.x;
+    v->block[1] = blockIdx.y;
+    v->block[2] = blockIdx.z;
+    v->thread = static_cast<u32>(linear_thread());
+    v->barrier = shared_address(bar);
+    v->parity = parity;
+    v->state = state;
+    v->waited_ns = waited_ns;
+    v->bound_ms = ATTUNE_WAIT_BOUND_MS;
+    __threadfence_system();
+    v->magic = kWaitReportMagic;
+    __threadfence_system();
+  }
+  asm volatile("trap;\n");
+}
+#endif
 ATTUNE_DEVICE void wait(u64* bar, u32 parity) {
+#if defined(ATTUNE_WAIT_BOUND_MS)
+  if (try_wait(bar, parity)) return;
+  const u64 start = global_ns();
+  while (!try_wait(bar, parity)) {
+    const u64 waited = global_ns() - start;
+    if (waited > static_cast<u64>(ATTUNE_WAIT_BOUND_MS) * 1000000ULL) give_up(bar, parity, waited);
+  }
+#else
   while (!try_wait(bar, parity)) {
   }
+#endif
 }
 ATTUNE_DEVICE void invalidate(u64* bar) {
   asm volatile("mbarrier.inval.shared::cta.b64 [%0];\n" ::"r"(shared_address(bar)) : "memory");

@@ -231,6 +231,44 @@ template __global__ void tma_gemm<Fp16, 256, sm90::Swizzle::k32B, 2>(const __gri
   }
 }
 
+// A bounded wait (-DATTUNE_WAIT_BOUND_MS, core/device_checks.h) compiles for
+// sm_90a into a timed spin that traps, with the global the runtime points at
+// host-mapped memory; without the define the spin is the plain one and
+// neither the trap nor the global exists.
+TEST(HopperNvrtcTest, ABoundedWaitTrapsAndExportsItsReportSlot) {
+  const std::string source = R"cuda(
+#include "templates/primitives/hopper.h"
+namespace attune {
+ATTUNE_KERNEL void waits(u32 parity, u32* out) {
+  __shared__ u64 bar;
+  if (dev::linear_thread() == 0) dev::mbarrier::init(&bar, 1);
+  dev::block::sync();
+  dev::mbarrier::wait(&bar, parity);
+  out[dev::linear_thread()] = 1;
+}
+}  // namespace attune
+)cuda";
+  std::vector<std::string> bounded = include_source_dir();
+  bounded.push_back("-DATTUNE_WAIT_BOUND_MS=50");
+  const CompileResult with = compile_with_nvrtc(source, "waits.cu", "attune::waits", "sm_90a", bounded);
+  ASSERT_TRUE(with.ok) << with.log;
+  const CompileResult without = compile_with_nvrtc(source, "waits.cu", "attune::waits", "sm_90a", include_source_dir());
+  ASSERT_TRUE(without.ok) << without.log;
+  const auto holds = [](const std::vector<char>& cubin, std::string_view text) {
+    return std::string_view(cubin.data(), cubin.size()).find(text) != std::string_view::npos;
+  };
+  EXPECT_TRUE(holds(with.cubin, "attune_wait_report")) << "the report slot is not a symbol of the cubin";
+  EXPECT_FALSE(holds(without.cubin, "attune_wait_report"));
+  profile::SassMix bounded_mix;
+  profile::SassMix plain_mix;
+  if (const std::string why = sass_mix(with, &bounded_mix); !why.empty()) GTEST_SKIP() << why;
+  ASSERT_EQ(sass_mix(without, &plain_mix), "");
+  const auto count = [](const profile::SassMix& mix, const char* op) { return mix.contains(op) ? mix.at(op) : 0; };
+  EXPECT_GE(count(bounded_mix, "BPT"), 1) << "no trap in the bounded wait";
+  EXPECT_EQ(count(plain_mix, "BPT"), 0) << "a trap in the plain wait";
+  EXPECT_GE(count(bounded_mix, "SYNCS"), 1);
+}
+
 TEST(HopperNvrtcTest, Sm80BuildsCannotIncludeTheHopperPrimitives) {
   const CompileResult r =
       compile_with_nvrtc(kIgnoredSetmaxnreg, "uncapped.cu", "attune::uncapped", "sm_80", include_source_dir());

@@ -1,6 +1,6 @@
 // What the emulator's planted-bug tests share: the line a "planted:" or role
 // mark sits on, the check that a fault holds a report of a kind at that line
-// saying something, and 16-bit element bits and values for the GEMM tests.
+// saying something (and, from element_bits.h, 16-bit element bits and values).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "emulator/report.h"
+#include "tests/emulator/element_bits.h"
 
 namespace attune::testing {
 
@@ -43,16 +44,6 @@ inline void expect_reported(const emu::KernelFault& fault, emu::BugKind kind, co
   EXPECT_TRUE(found) << "expected " << emu::to_string(kind) << " at " << site << " saying '" << says << "'; got:\n"
                      << fault.what();
   std::cout << fault.reports().front().to_string() << "\n";
-}
-
-template <class D>
-u16 bits_of(float x) {
-  return std::is_same_v<D, Bf16> ? float_to_bfloat16_bits(x) : float_to_half_bits(x);
-}
-template <class D>
-double value_of(u16 bits) {
-  return std::is_same_v<D, Bf16> ? static_cast<double>(std::bit_cast<float>(static_cast<u32>(bits) << 16))
-                                 : static_cast<double>(half_bits_to_float(bits));
 }
 
 }  // namespace attune::testing

@@ -10,6 +10,9 @@
 //   ATTUNE_FAKE_CUDA_DEVICE=NAME,MAJOR,MINOR,SMS
 //   attune_fake_count(NAME), attune_fake_total(), attune_fake_reset(), attune_fake_fail(NAME, N, CODE),
 //   attune_fake_set_capturing(0|1), attune_fake_last_launch(...)
+//   attune_fake_wait_report_global(): where the last library's
+//     "attune_wait_report" global lives (each library has one, 8 bytes, that
+//     cuLibraryGetGlobal finds), for a test to act as a kernel writing it
 // A sticky code (illegal address, launch failure, ...) poisons the fake
 // context: every later call returns it, as the real driver does. Contexts
 // are checked as the driver checks them: a kernel launches into its
@@ -53,6 +56,8 @@ struct State {
   unsigned last_grid[3] = {0, 0, 0};
   unsigned last_block[3] = {0, 0, 0};
   unsigned last_shared = 0;
+  std::map<CUlibrary, void*> wait_report_globals;  // each library's 8-byte global
+  void* last_wait_report_global = nullptr;
   FILE* log = nullptr;
   bool configured = false;
 };
@@ -211,6 +216,12 @@ void attune_fake_set_capturing(int capturing) {
   s.capturing = capturing;
 }
 
+void* attune_fake_wait_report_global() {
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  return s.last_wait_report_global;
+}
+
 void attune_fake_last_launch(unsigned* grid, unsigned* block, unsigned* shared) {
   State& s = state();
   const std::lock_guard<std::mutex> lock(s.mutex);
@@ -305,6 +316,19 @@ CUresult cuLibraryLoadData(CUlibrary* library, const void*, CUjit_option*, void*
   return record("cuLibraryLoadData");
 }
 CUresult cuLibraryUnload(CUlibrary) { return record("cuLibraryUnload"); }
+CUresult cuLibraryGetGlobal(CUdeviceptr* ptr, size_t* bytes, CUlibrary library, const char* name) {
+  const CUresult r = record("cuLibraryGetGlobal", name);
+  if (r != CUDA_SUCCESS) return r;
+  if (std::strcmp(name, "attune_wait_report") != 0) return CUDA_ERROR_NOT_FOUND;
+  State& s = state();
+  const std::lock_guard<std::mutex> lock(s.mutex);
+  void*& global = s.wait_report_globals[library];
+  if (global == nullptr) global = std::calloc(1, 8);  // lives as long as the process, like the library's
+  s.last_wait_report_global = global;
+  *ptr = reinterpret_cast<CUdeviceptr>(global);
+  *bytes = 8;
+  return CUDA_SUCCESS;
+}
 CUresult cuLibraryGetKernel(CUkernel* kernel, CUlibrary, const char* name) {
   *kernel = next_handle<CUkernel>();
   return record("cuLibraryGetKernel", name);
@@ -385,6 +409,17 @@ CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
   const CUresult r = record("cuMemcpyDtoH_v2", std::to_string(bytes));
   if (r == CUDA_SUCCESS) std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);
   return r;
+}
+// Host memory is device memory here, mapped or not.
+CUresult cuMemHostAlloc(void** ptr, size_t bytes, unsigned flags) {
+  const CUresult r = record("cuMemHostAlloc", std::to_string(bytes) + " flags " + std::to_string(flags));
+  if (r != CUDA_SUCCESS) return r;
+  *ptr = std::calloc(1, bytes);
+  return *ptr != nullptr ? CUDA_SUCCESS : CUDA_ERROR_OUT_OF_MEMORY;
+}
+CUresult cuMemHostGetDevicePointer_v2(CUdeviceptr* ptr, void* host, unsigned) {
+  *ptr = reinterpret_cast<CUdeviceptr>(host);
+  return record("cuMemHostGetDevicePointer_v2");
 }
 CUresult cuPointerGetAttribute(void* data, CUpointer_attribute, CUdeviceptr) {
   *static_cast<int*>(data) = 0;

@@ -24,6 +24,7 @@
 #include "generator/variants.h"
 #include "runtime/jit/nvrtc_compiler.h"
 #include "runtime/runtime.h"
+#include "tests/support/env_guard.h"
 #include "tests/support/fake_driver.h"
 
 namespace attune::cuda {
@@ -507,6 +508,61 @@ TEST_F(LostContextTest, TheRuntimeFailsFastBeforeCompiling) {
   EXPECT_TRUE(std::filesystem::is_empty(cache)) << "the runtime compiled before failing";
   EXPECT_EQ(fake_.count("cuLibraryLoadData"), 1);  // launch_failing's own
   std::filesystem::remove_all(cache);
+}
+
+// A kernel compiled with a wait bound (ATTUNE_WAIT_BOUND_MS) reports through
+// the module global "attune_wait_report", which the driver points at
+// host-mapped memory when it looks the kernel up; the fake stands in for the
+// kernel by writing the report there, then the launch's sync fails sticky.
+TEST_F(LostContextTest, AWaitThatGaveUpIsNamedInTheStickyErrorAndByWaitReport) {
+  const testing::EnvGuard bound({"ATTUNE_WAIT_BOUND_MS"});
+  testing::EnvGuard::set("ATTUNE_WAIT_BOUND_MS", "50");
+  Driver& driver = Driver::get();
+  EXPECT_EQ(wait_report(), "");
+  const std::vector<char> image(16, 'x');
+  const Driver::Function function = driver.function(driver.load_module(0, image), "kernel");
+  ASSERT_EQ(fake_.count("cuLibraryGetGlobal"), 1);
+  auto* global = static_cast<WaitReport**>(fake_.wait_report_global());
+  ASSERT_NE(global, nullptr);
+  WaitReport* report = *global;
+  ASSERT_NE(report, nullptr) << "the global was not pointed at the report";
+  EXPECT_EQ(report->magic, 0U);
+  EXPECT_EQ(wait_report(), "") << "an empty report is no report";
+  // What give_up() in hopper_cuda.h writes.
+  report->claimed = 1;
+  report->block[0] = 3;
+  report->block[1] = 1;
+  report->thread = 130;
+  report->barrier = 0x400;
+  report->parity = 1;
+  report->state = 0x8000000000010001ULL;
+  report->waited_ns = 50'100'000;
+  report->bound_ms = 50;
+  report->magic = kWaitReportMagic;
+  driver.launch(function, {.grid = {1, 1, 1}, .block = {32, 1, 1}}, nullptr, 0, nullptr);
+  fake_.fail("cuStreamSynchronize", 1, CUDA_ERROR_LAUNCH_FAILED);
+  try {
+    driver.synchronize(nullptr);
+    ADD_FAILURE() << "the injected failure was not thrown";
+  } catch (const CudaError& e) {
+    const std::string what = e.what();
+    for (const char* part : {"CUDA_ERROR_LAUNCH_FAILED", "mbarrier wait gave up after 50.1 ms (bound 50 ms)",
+                             "block (3, 1, 0)", "thread 130 (warp 4, lane 2)", "barrier at shared 0x400",
+                             "waiting for parity 1", "0x8000000000010001", "restart the process"}) {
+      EXPECT_NE(what.find(part), std::string::npos) << "no '" << part << "' in: " << what;
+    }
+  }
+  EXPECT_NE(wait_report().find("block (3, 1, 0)"), std::string::npos) << wait_report();
+}
+
+TEST_F(LostContextTest, WithoutAWaitBoundNoGlobalIsLookedUp) {
+  const testing::EnvGuard bound({"ATTUNE_WAIT_BOUND_MS"});
+  testing::EnvGuard::set("ATTUNE_WAIT_BOUND_MS", std::nullopt);
+  Driver& driver = Driver::get();
+  const std::vector<char> image(16, 'x');
+  driver.function(driver.load_module(0, image), "kernel");
+  EXPECT_EQ(fake_.count("cuLibraryGetGlobal"), 0);
+  EXPECT_EQ(fake_.count("cuMemHostAlloc"), 0);
 }
 
 // TMA tensor maps come from the driver's cuTensorMapEncodeTiled, after the

@@ -1,0 +1,68 @@
+"""What the forward steps of a run will launch, for tools/gpu_bundle.sh to
+compile ahead into the bundle's kernel cache:
+
+  BUNDLE/kernels.bounded.txt  smoke, sm90 and sweep checks (built with the wait bound)
+  BUNDLE/kernels.txt          the timed variants (production builds)
+
+Each line is "ID@DTYPE" for `attune variants compile --from`. The
+dispatcher's choices come from attune's own explain on an sm_90a device (the
+recording fake driver stands in for it here: run with ATTUNE_LIBCUDA set),
+so the list follows the heuristic as it changes.
+"""
+import os
+
+import binding
+import plan
+
+
+def _meta(torch, case):
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16}[case["dtype"]]
+    dv = case.get("dv", case["d"])
+    if case.get("cu_q"):
+        shapes = [(case["cu_q"][-1], case["hq"], case["d"]), (case["cu_k"][-1], case["hkv"], case["d"]),
+                  (case["cu_k"][-1], case["hkv"], dv)]
+    else:
+        shapes = [(case["b"], case["sq"], case["hq"], case["d"]), (case["b"], case["sk"], case["hkv"], case["d"]),
+                  (case["b"], case["sk"], case["hkv"], dv)]
+    return [torch.empty(s, dtype=dt, device="meta") for s in shapes]
+
+
+def dispatched(rt, torch, case):
+    q, k, v = _meta(torch, case)
+    mask = case["mask"] if case["mask"] != "varlen" else "none"
+    prob = binding.Problem(q, k, v, mask, case.get("cu_q"), case.get("cu_k"))
+    return rt.explain(prob).split()[0]
+
+
+def write(args):
+    import torch
+    rt = binding.Runtime("cuda")  # explain only: nothing is compiled or launched
+    bounded, production = [], []
+
+    def add(where, vid, dtype):
+        item = "%s@%s" % (vid, dtype)
+        if vid and item not in where:
+            where.append(item)
+
+    d = 64
+    fa2_64 = plan.fa2_style(plan.listed(args.attune, d, "sm_90a", "flash_fwd"), d)
+    smoke = dict(b=1, sq=64, sk=64, hq=2, hkv=2, d=d, dtype="bf16", mask="causal")
+    add(bounded, fa2_64, "bf16")
+    add(bounded, dispatched(rt, torch, smoke), "bf16")
+    for job in plan.sm90_check_jobs(args.dry_run):
+        add(bounded, dispatched(rt, torch, job["case"]), job["case"]["dtype"])
+    ids = plan.sweep_ids(args.attune, args.dry_run, args.sweep)
+    for job in plan.sweep_check_jobs(ids, args.dry_run):
+        add(bounded, job["variant"], job["case"]["dtype"])
+    for d, (sm90_ids, fa2) in ids.items():
+        for dtype in (("bf16",) if args.dry_run else plan.DTYPES):
+            for causal in (False, True):
+                add(production, dispatched(rt, torch, plan.timing_case(d, dtype, causal, args.dry_run)), dtype)
+            for vid in sm90_ids + [fa2]:
+                add(production, vid, dtype)
+    for name, items in (("kernels.bounded.txt", bounded), ("kernels.txt", production)):
+        with open(os.path.join(args.bundle, name), "w") as f:
+            f.write("# compiled ahead by tools/gpu_bundle.sh (tools/gpu_check/kernels.py)\n")
+            f.write("\n".join(items) + "\n")
+        print("%s: %d kernels" % (name, len(items)))
+    return 0

@@ -1,0 +1,444 @@
+"""The isolated worker: runs a list of kernel jobs in this process, one after
+another, and says what it is doing before every launch.
+
+    main.py worker --jobs JOBS.json --results RESULTS.jsonl --first N [--dry-run]
+
+RESULTS gets one JSON line per event, flushed before the next step:
+{"job": i, "event": "start"}, then {"job": i, "event": "partial", ...} for
+each measured piece, then {"job": i, "event": "done", "result": {...}} or
+{"job": i, "event": "error", "message": ..., "sticky": bool}. The parent
+(isolate.py) names the job in flight when this process hangs or dies, kills
+it, and starts a new worker after it. After a CUDA error the context may be
+lost, so the worker records it and exits (status 3) instead of going on.
+
+Jobs (built by plan.py): fwd_check (one variant on one case against the
+fp64 oracle, with diagnostics and the emulator's output on failure),
+fwd_time (variants, SDPA flash and cuDNN on the same inputs), decode, bwd.
+Planted faults for the rehearsal: ATTUNE_GPU_CHECK_PLANT="hang@NAME,sticky@NAME".
+"""
+import json
+import math
+import os
+import statistics
+import sys
+import time
+import traceback
+
+import binding
+import checks
+
+STICKY_EXIT = 3
+
+
+class Context:
+    """What every job needs: torch, the device, attune's runtimes."""
+
+    def __init__(self, dry, work):
+        import torch
+        self.torch = torch
+        self.dry = dry
+        self.work = work
+        self.dev = torch.device("cpu" if dry else "cuda")
+        self.backend = "emu" if dry else "cuda"
+        self._rt = None
+        self._emu = None
+
+    @property
+    def rt(self):
+        if self._rt is None:
+            self._rt = binding.Runtime(self.backend)
+        return self._rt
+
+    @property
+    def emu(self):
+        if self._emu is None:
+            self._emu = self.rt if self.dry else binding.Runtime("emu")
+        return self._emu
+
+    def stream(self):
+        if self.dry:
+            return None
+        import ctypes
+        return ctypes.c_void_p(self.torch.cuda.current_stream().cuda_stream)
+
+    def sync(self):
+        if not self.dry:
+            self.torch.cuda.synchronize()
+
+    def sm_clock_mhz(self):
+        if self.dry:
+            return None
+        try:
+            import pynvml
+            pynvml.nvmlInit()
+            h = pynvml.nvmlDeviceGetHandleByIndex(self.torch.cuda.current_device())
+            return pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
+        except Exception:  # noqa: BLE001 - the clock is context, not a result
+            return None
+
+
+def dtype_of(torch, name):
+    return {"bf16": torch.bfloat16, "fp16": torch.float16}[name]
+
+
+# ----------------------------------------------------------------- inputs
+
+def make_case(ctx, case, seed):
+    """Q, K, V and the problem of a case: {"b","sq","sk","hq","hkv","d","dv","mask","dtype","cu_q","cu_k"}."""
+    torch = ctx.torch
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    dt = dtype_of(torch, case["dtype"])
+    dv = case.get("dv", case["d"])
+    if case.get("cu_q"):
+        tq, tk = case["cu_q"][-1], case["cu_k"][-1]
+        shapes = [(tq, case["hq"], case["d"]), (tk, case["hkv"], case["d"]), (tk, case["hkv"], dv)]
+    else:
+        shapes = [(case["b"], case["sq"], case["hq"], case["d"]), (case["b"], case["sk"], case["hkv"], case["d"]),
+                  (case["b"], case["sk"], case["hkv"], dv)]
+    q, k, v = (torch.randn(s, generator=g).to(dt).to(ctx.dev) for s in shapes)
+    mask = case["mask"] if case["mask"] != "varlen" else "none"
+    prob = binding.Problem(q, k, v, mask, case.get("cu_q"), case.get("cu_k"))
+    return q, k, v, prob
+
+
+def outputs(ctx, q, v, prob):
+    """O and LSE filled with NaN, so an element no one writes fails the check."""
+    torch = ctx.torch
+    o = torch.full(q.shape[:-1] + (v.shape[-1],), float("nan"), dtype=q.dtype, device=ctx.dev)
+    p = prob.c
+    lse_shape = (p.heads_q, p.seqlen_q) if p.cu_seqlens_q else (p.batch, p.heads_q, p.seqlen_q)
+    lse = torch.full(lse_shape, float("nan"), dtype=torch.float32, device=ctx.dev)
+    return o, lse
+
+
+def oracle(ctx, q, k, v, case):
+    """(fp64 reference, naive storage-dtype attention), both (O, LSE)."""
+    mask = "causal" if case["mask"] == "causal" else "none"
+    scale = 1.0 / math.sqrt(case["d"])
+    ref = checks.attention(q, k, v, mask, scale, case.get("cu_q"), case.get("cu_k"))
+    naive = checks.attention(q, k, v, mask, scale, case.get("cu_q"), case.get("cu_k"), storage=q.dtype)
+    return ref, naive
+
+
+# ----------------------------------------------------------------- jobs
+
+def job_fwd_check(ctx, job, emit):
+    """One variant (or the dispatcher's choice) on one case: NaN-filled
+    outputs, the accuracy rule, diagnostics, and on failure the emulator on
+    the same inputs."""
+    case = job["case"]
+    q, k, v, prob = make_case(ctx, case, job.get("seed", 1))
+    variant = job.get("variant") or ctx.rt.explain(prob).split()[0]
+    emit({"variant": variant, "shape": prob.describe()})
+    o, lse = outputs(ctx, q, v, prob)
+    ctx.rt.forward(prob, q, k, v, o, lse, variant, ctx.stream())
+    ctx.sync()
+    ref, naive = oracle(ctx, q, k, v, case)
+    ok, text, numbers = checks.within_rule((o, lse), ref, naive)
+    result = {"variant": variant, "shape": prob.describe(), "ok": ok, "text": text, **numbers}
+    if ok:
+        return result
+    record, lines = checks.diagnose(o, ref[0], numbers["o_limit"], packed=bool(case.get("cu_q")))
+    result["diagnosis"] = record
+    result["diagnosis_lines"] = lines
+    stem = os.path.join(ctx.work, "npy", job["name"].replace("/", "_"))
+    small = o.numel() <= job.get("save_limit", 1 << 20)
+    if small:
+        os.makedirs(os.path.dirname(stem), exist_ok=True)
+        import numpy as np
+        for name, t in (("o_gpu", o), ("lse_gpu", lse), ("o_ref", ref[0]), ("lse_ref", ref[1]),
+                        ("q", q), ("k", k), ("v", v)):
+            np.save("%s.%s.npy" % (stem, name), t.detach().float().cpu().numpy())
+        result["npy"] = os.path.basename(stem) + ".*.npy"
+    if job.get("emulate", True) and not ctx.dry and small:
+        emit({"emulating": variant})
+        cpu = [x.cpu() for x in (q, k, v)]
+        eprob = binding.Problem(*cpu, prob_mask(case), case.get("cu_q"), case.get("cu_k"))
+        eo, else_ = outputs_cpu(ctx, cpu[0], cpu[2], eprob)
+        try:
+            ctx.emu.forward(eprob, *cpu, eo, else_, variant)
+            ref_cpu = tuple(x.cpu() for x in ref)
+            naive_cpu = tuple(x.cpu() for x in naive)
+            emu_ok, emu_text, _ = checks.within_rule((eo, else_), ref_cpu, naive_cpu)
+            same = (eo.float() - o.cpu().float()).abs().nan_to_num(nan=math.inf).max().item()
+            gpu_vs_emu = same <= numbers["o_limit"]
+            result["emulator"] = {"ok": emu_ok, "text": emu_text, "max_gpu_minus_emu": same}
+            import numpy as np
+            np.save("%s.o_emu.npy" % stem, eo.float().numpy())
+        except Exception as e:  # noqa: BLE001 - the emulator's own report (a KernelFault) is the answer
+            emu_ok, gpu_vs_emu = False, False
+            result["emulator"] = {"ok": False, "text": "emulator: " + str(e)[:600]}
+        result["verdict"] = checks.verdict(False, emu_ok, gpu_vs_emu)
+    else:
+        result["verdict"] = checks.verdict(False, None, None)
+    return result
+
+
+def prob_mask(case):
+    return case["mask"] if case["mask"] != "varlen" else "none"
+
+
+def outputs_cpu(ctx, q, v, prob):
+    torch = ctx.torch
+    o = torch.full(q.shape[:-1] + (v.shape[-1],), float("nan"), dtype=q.dtype)
+    p = prob.c
+    lse_shape = (p.heads_q, p.seqlen_q) if p.cu_seqlens_q else (p.batch, p.heads_q, p.seqlen_q)
+    return o, torch.full(lse_shape, float("nan"), dtype=torch.float32)
+
+
+def time_launches(ctx, launch, sets, launches, reps):
+    """Per-launch ms: median and spread (max - min) of `reps` timings of
+    `launches` back-to-back launches between one pair of events, inputs
+    rotated among `sets`."""
+    torch = ctx.torch
+    for i in range(1 if ctx.dry else 2):
+        launch(*sets[i % len(sets)])
+    ctx.sync()
+    times = []
+    for _ in range(reps):
+        if ctx.dry:
+            start = time.perf_counter()
+            for i in range(launches):
+                launch(*sets[i % len(sets)])
+            times.append((time.perf_counter() - start) * 1e3 / launches)
+            continue
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for i in range(launches):
+            launch(*sets[i % len(sets)])
+        b.record()
+        b.synchronize()
+        times.append(a.elapsed_time(b) / launches)
+    return statistics.median(times), max(times) - min(times)
+
+
+def fwd_flops(case):
+    b, s, h, d = case["b"], case["sq"], case["hq"], case["d"]
+    pairs = s * (s + 1) // 2 if case["mask"] == "causal" else s * case["sk"]
+    return 4.0 * b * h * d * pairs
+
+
+def tflops(fl, ms):
+    return fl / (ms * 1e-3) / 1e12 if ms and math.isfinite(ms) and ms > 0 else float("nan")
+
+
+def sdpa_launch(ctx, causal, backend):
+    import torch.nn.functional as F
+    from torch.nn.attention import sdpa_kernel
+
+    def launch(q, k, v):
+        with sdpa_kernel([backend]):
+            return F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                                  is_causal=causal)
+    return launch
+
+
+def job_fwd_time(ctx, job, emit):
+    """attune variants (each on its own plan), SDPA flash and cuDNN on the
+    same 4 input sets; per-launch median ms of back-to-back launches."""
+    torch = ctx.torch
+    from torch.nn.attention import SDPBackend
+    case = job["case"]
+    sets = []
+    for i in range(job.get("sets", 4)):
+        q, k, v, prob = make_case(ctx, case, 100 + i)
+        sets.append((q, k, v))
+    o = torch.empty_like(sets[0][0])
+    lse = torch.empty(case["b"], case["hq"], case["sq"], dtype=torch.float32, device=ctx.dev)
+    fl = fwd_flops(case)
+    heuristic = ctx.rt.explain(prob).split()[0]
+    rows = {}
+    launches, reps = job.get("launches", 10), job.get("reps", 10)
+    for name in [None] + job["variants"]:
+        label = name or "heuristic"
+        try:
+            plan = ctx.rt.plan(prob, "fwd", name)
+            stream = ctx.stream()
+            ms, spread = time_launches(ctx, lambda q, k, v: plan.run(stream, q=q, k=k, v=v, o=o, lse=lse), sets,
+                                       launches, reps)
+            row = {"variant": name or heuristic, "ms": ms, "spread_ms": spread, "tflops": tflops(fl, ms)}
+        except Exception as e:  # noqa: BLE001 - recorded with the variant; a CUDA error ends the worker below
+            if is_cuda_error(e):
+                raise
+            row = {"variant": name or heuristic, "error": str(e)[:400]}
+        rows[label] = row
+        emit({"timed": label, **row})
+    for label, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            ms, spread = time_launches(ctx, sdpa_launch(ctx, case["mask"] == "causal", backend), sets, launches, reps)
+            rows[label] = {"ms": ms, "spread_ms": spread, "tflops": tflops(fl, ms)}
+        except RuntimeError as e:
+            if is_cuda_error(e):
+                raise
+            rows[label] = {"error": str(e)[:200]}
+        emit({"timed": label, **rows[label]})
+    return {"case": case, "heuristic": heuristic, "flops": fl, "rows": rows, "sm_clock_mhz": ctx.sm_clock_mhz()}
+
+
+def job_decode(ctx, job, emit):
+    """Split-KV decode on a long contiguous cache: correctness, then per-launch
+    time for several split counts (plans, one workspace each, replayed)."""
+    torch = ctx.torch
+    case = job["case"]
+    b, cache, hq, hkv, d = case["b"], case["sk"], case["hq"], case["hkv"], case["d"]
+    g = torch.Generator(device="cpu").manual_seed(7)
+    dt = dtype_of(torch, case["dtype"])
+    sets = [tuple(torch.randn(s, generator=g).to(dt).to(ctx.dev) for s in
+                  ((b, 1, hq, d), (b, cache, hkv, d), (b, cache, hkv, d))) for _ in range(job.get("sets", 2))]
+    q, k, v = sets[0]
+    prob = binding.Problem(q, k, v, "none")
+    o, lse = outputs(ctx, q, v, prob)
+    plan0 = ctx.rt.plan(prob, "decode")
+    plan0.run(ctx.stream(), q=q, k=k, v=v, o=o, lse=lse)
+    ctx.sync()
+    ref, naive = oracle(ctx, q, k, v, dict(case, mask="none", sq=1))
+    ok, text, numbers = checks.within_rule((o, lse), ref, naive)
+    emit({"correct": ok, "text": text, "plan": plan0.description})
+    kv_bytes = 2 * b * cache * hkv * d * q.element_size()
+    rows = []
+    for splits in job["splits"]:
+        try:
+            plan = ctx.rt.plan(prob, "decode", splits=splits)
+            stream = ctx.stream()
+            ms, spread = time_launches(ctx, lambda q, k, v: plan.run(stream, q=q, k=k, v=v, o=o, lse=lse), sets,
+                                       job.get("launches", 20), job.get("reps", 10))
+            row = {"splits": splits, "plan": plan.description, "ms": ms, "spread_ms": spread,
+                   "bytes_per_s": kv_bytes / (ms * 1e-3)}
+        except Exception as e:  # noqa: BLE001
+            if is_cuda_error(e):
+                raise
+            row = {"splits": splits, "error": str(e)[:300]}
+        rows.append(row)
+        emit({"timed": splits, **row})
+    return {"case": case, "ok": ok, "text": text, "plan": plan0.description, "kv_bytes": kv_bytes, "rows": rows,
+            **numbers, "sm_clock_mhz": ctx.sm_clock_mhz()}
+
+
+def job_bwd(ctx, job, emit):
+    """Gradients against fp32 autograd of the fp64 oracle's formula (a
+    correctness case), or per-launch time of plans (deterministic or not)
+    against SDPA flash's backward (a timing case)."""
+    torch = ctx.torch
+    case = job["case"]
+    q, k, v, prob = make_case(ctx, case, 11)
+    g = torch.Generator(device="cpu").manual_seed(12)
+    d_o = torch.randn(q.shape, generator=g).to(q.dtype).to(ctx.dev)
+    o, lse = outputs(ctx, q, v, prob)
+    ctx.rt.forward(prob, q, k, v, o, lse, None, ctx.stream())
+    grads = [torch.full_like(x, float("nan")) for x in (q, k, v)]
+    bwd = ctx.rt.plan(prob, "bwd")
+    stream = ctx.stream()
+
+    def run(plan):
+        plan.run(stream, q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, dq=grads[0], dk=grads[1], dv=grads[2])
+
+    run(bwd)
+    ctx.sync()
+    if job.get("check", True):
+        causal = case["mask"] == "causal"
+        qf, kf, vf = (x.double().detach().requires_grad_() for x in (q, k, v))
+        out = torch.nn.functional.scaled_dot_product_attention(
+            qf.transpose(1, 2), kf.transpose(1, 2), vf.transpose(1, 2), is_causal=causal)
+        out.backward(d_o.double().transpose(1, 2))
+        errs = [((gr.double() - w.grad).norm() / w.grad.norm()).item() for gr, w in zip(grads, (qf, kf, vf))]
+        ok = all(math.isfinite(e) and e <= 2e-2 for e in errs)
+        result = {"case": case, "ok": ok, "errors": dict(zip(("dq", "dk", "dv"), errs)), "plan": bwd.description}
+        emit(result)
+        if not job.get("time", False):
+            return result
+    else:
+        result = {"case": case, "plan": bwd.description}
+    from torch.nn.attention import SDPBackend
+    fl = 2.5 * fwd_flops(case)
+    launches, reps = job.get("launches", 5), job.get("reps", 7)
+    ms, spread = time_launches(ctx, lambda: run(bwd), [()], launches, reps)
+    det = ctx.rt.plan(prob, "bwd", deterministic=True)
+    det_ms, det_spread = time_launches(ctx, lambda: run(det), [()], launches, reps)
+    result.update({"ms": ms, "spread_ms": spread, "tflops": tflops(fl, ms), "deterministic_ms": det_ms,
+                   "deterministic_plan": det.description})
+    emit({"timed": "attune", "ms": ms, "deterministic_ms": det_ms})
+    try:
+        from torch.nn.attention import sdpa_kernel
+        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+            qs, ks, vs = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+            out = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=case["mask"] == "causal")
+            dot = d_o.transpose(1, 2)
+            sdpa_ms, _ = time_launches(ctx, lambda: torch.autograd.grad(out, (qs, ks, vs), dot, retain_graph=True),
+                                       [()], launches, reps)
+    except RuntimeError as e:
+        if is_cuda_error(e):
+            raise
+        sdpa_ms = float("nan")
+    result.update({"sdpa_flash_ms": sdpa_ms, "sdpa_tflops": tflops(fl, sdpa_ms), "sm_clock_mhz": ctx.sm_clock_mhz()})
+    return result
+
+
+JOBS = {"fwd_check": job_fwd_check, "fwd_time": job_fwd_time, "decode": job_decode, "bwd": job_bwd}
+
+
+def is_cuda_error(e):
+    """A CUDA error (attune's or torch's): the context may be lost."""
+    if isinstance(e, binding.CudaError):
+        return True
+    text = str(e)
+    return "CUDA error" in text or "CUDA_ERROR" in text or "cudaError" in text
+
+
+def planted(name):
+    """The planted fault for job `name` (rehearsal only): "hang", "sticky" or None."""
+    for item in os.environ.get("ATTUNE_GPU_CHECK_PLANT", "").split(","):
+        if "@" in item:
+            kind, target = item.split("@", 1)
+            if target == name:
+                return kind
+    return None
+
+
+def plant_sticky(ctx, job):
+    """A sticky fault through the real error path: a launch on the recording
+    fake driver that fails with CUDA_ERROR_ILLEGAL_ADDRESS."""
+    os.environ["ATTUNE_FAKE_CUDA_FAIL"] = "cuLaunchKernel:1:700"
+    rt = binding.Runtime("cuda")
+    q, k, v, prob = make_case(ctx, job["case"], 1)
+    o, lse = outputs_cpu(ctx, q, v, prob)
+    rt.forward(prob, q, k, v, o, lse, job.get("variant"))
+    raise AssertionError("the planted sticky fault did not fail")
+
+
+def main(args):
+    with open(args.jobs) as f:
+        jobs = json.load(f)
+    ctx = Context(args.dry_run, args.work)
+    out = open(args.results, "a", buffering=1)
+
+    def write(record):
+        out.write(json.dumps(record, default=str) + "\n")
+        out.flush()
+        os.fsync(out.fileno())
+
+    for i in range(args.first, len(jobs)):
+        job = jobs[i]
+        write({"job": i, "event": "start", "name": job["name"], "t": time.time()})
+        try:
+            plant = planted(job["name"])
+            if plant == "hang":
+                while True:  # a kernel that never returns
+                    time.sleep(1)
+            if plant == "sticky":
+                plant_sticky(ctx, job)
+            result = JOBS[job["kind"]](ctx, job, lambda piece: write({"job": i, "event": "partial", **piece}))
+            write({"job": i, "event": "done", "result": result})
+        except Exception as e:  # noqa: BLE001 - every failure is recorded with its job
+            sticky = is_cuda_error(e)
+            report = binding.wait_report() if sticky else ""
+            write({"job": i, "event": "error", "message": str(e)[:2000], "type": type(e).__name__,
+                   "sticky": sticky, "wait_report": report, "traceback": traceback.format_exc()[-1500:]})
+            if sticky:
+                out.close()
+                os._exit(STICKY_EXIT)  # the context may be lost: a new worker goes on
+    out.close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit("run through main.py worker")
