@@ -50,10 +50,13 @@ def tgz_names(path):
 def step_table(report):
     """{step: status} from report.md's step table."""
     out = {}
-    for line in report.splitlines():
+    lines = report.splitlines()
+    start = lines.index("| step | status | seconds | limit |") + 2
+    for line in lines[start:]:
         m = re.match(r"\| (\w+) \| ([^|]+) \| [^|]* \| [^|]* \|$", line)
-        if m and m.group(1) not in ("step",):
-            out[m.group(1)] = m.group(2).strip()
+        if not m:
+            break
+        out[m.group(1)] = m.group(2).strip()
     return out
 
 

@@ -17,6 +17,7 @@ import sys
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+STICKY_EXIT = 3  # worker.py: a CUDA error recorded, the worker leaves on purpose
 
 
 def run_jobs(jobs, work, name, job_limit, deadline, dry_run=False, on_event=None, env=None):
@@ -97,7 +98,7 @@ def run_jobs(jobs, work, name, job_limit, deadline, dry_run=False, on_event=None
             if on_event:
                 on_event(current, {"job": current, "event": status, "message": why})
             first = current + 1
-        elif rc not in (0, None) and done_through + 1 < len(jobs) and results[done_through + 1] is None \
+        elif rc not in (0, None, STICKY_EXIT) and done_through + 1 < len(jobs) and results[done_through + 1] is None \
                 and not killed:
             # Died between jobs (at start-up, say): count it against the next one.
             nxt = done_through + 1
