@@ -4,7 +4,8 @@
 #
 #   tools/gpu_rehearsal.sh BUNDLE
 #
-#   1. size under 56 MiB (the device tool carries 64 MiB; the Hopper family grew the library past 48); every ELF file needs only libc, libm, libstdc++,
+#   1. size under 80 MiB unpacked (it travels xz-compressed, about 6 MiB;
+#      gpu_bundle.sh checks what travels); every ELF file needs only libc, libm, libstdc++,
 #      libgcc_s and the dynamic loader (libcuda and NVRTC are dlopened), and
 #      its RUNPATH is $ORIGIN-relative; no file holds a path of this machine's
 #      source or build tree;
@@ -28,8 +29,8 @@ fail() {
 
 # 1. Static facts.
 size_kib=$(du -sk "$bundle" | cut -f1)
-[ "$size_kib" -lt $((56 * 1024)) ] || fail "the bundle is $((size_kib / 1024)) MiB; expected under 56 MiB"
-echo "rehearsal: size $((size_kib / 1024)) MiB (limit 56)"
+[ "$size_kib" -lt $((80 * 1024)) ] || fail "the bundle is $((size_kib / 1024)) MiB unpacked; expected under 80 MiB"
+echo "rehearsal: size $((size_kib / 1024)) MiB unpacked (limit 80; it travels xz-compressed, gpu_bundle.sh checks that)"
 allowed='^(libc\.so\.6|libm\.so\.6|libstdc\+\+\.so\.6|libgcc_s\.so\.1|ld-linux-x86-64\.so\.2)$'
 elves=0
 while IFS= read -r -d '' f; do

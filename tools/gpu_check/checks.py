@@ -140,7 +140,6 @@ def diagnose(o, want_o, limit, packed=False):
     worst = err.view(-1)[flat].item()
     rows_bad = (err > limit).any(dim=-1)  # [B, S, H]
     # One (row, column) plane per (batch, head): rows of the sequence, columns of D.
-    plane = err.permute(0, 2, 1, 3).reshape(b * h * s, d) if b * h > 1 else err.reshape(s, d)
     per_plane = err.permute(0, 2, 1, 3)  # [B, H, S, D]
     blocks = torch.stack([_blocks(per_plane[i, j], 64, 16) for i in range(b) for j in range(h)]).amax(0)
     # 8 x 8 groups of a 64 x 64 tile, folded over every tile of every (batch, head).
@@ -148,7 +147,6 @@ def diagnose(o, want_o, limit, packed=False):
     folded = torch.zeros(b, h, pad_s, pad_d, dtype=err.dtype, device=err.device)
     folded[:, :, :s, :d] = torch.nan_to_num(per_plane, posinf=1e300)
     groups = folded.view(b, h, pad_s // 64, 8, 8, pad_d // 64, 8, 8).amax(dim=(0, 1, 2, 4, 5, 7))
-    del plane
     record = {
         "nan": nan, "inf": inf, "worst": worst, "worst_at": {"batch": wb, "row": wr, "head": wh, "column": wc},
         "got": of[wb, wr, wh, wc].item(), "want": want[wb, wr, wh, wc].item(),

@@ -65,7 +65,7 @@ def setup_env(args):
         import site
         os.environ["ATTUNE_PYTHON_SITE"] = ":".join(site.getsitepackages() + sys.path)
     if args.job_limit is None:
-        args.job_limit = 120.0 if args.dry_run else 45.0
+        args.job_limit = 120.0 if args.dry_run else 20.0
     if args.time_limit is None:
         args.time_limit = 120.0 if args.dry_run else 60.0
 

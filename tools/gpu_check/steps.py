@@ -375,8 +375,8 @@ def step_forward(args):
             for causal in (False, True):
                 jobs.append({"name": "time.d%d.%s.%s" % (d, dtype, "causal" if causal else "full"),
                              "kind": "fwd_time", "case": plan.timing_case(d, dtype, causal, args.dry_run),
-                             "variants": chosen, "fa2": fa2, "launches": 1 if args.dry_run else 10,
-                             "reps": 1 if args.dry_run else 10, "sets": 1 if args.dry_run else 4})
+                             "variants": chosen, "fa2": fa2, "launches": 1 if args.dry_run else 8,
+                             "reps": 1 if args.dry_run else 7, "sets": 1 if args.dry_run else 4})
     st.text("B %s, H %s, S %s; per-launch median ms of %s back-to-back launches between two events, %s times, "
             "inputs rotated among %s sets; only variants that passed the sweep check are timed. %% of GEMM: best "
             "attune against the bf16 GEMM ceiling (%s)." % (
