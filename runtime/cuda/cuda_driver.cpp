@@ -285,6 +285,7 @@ namespace {
 // when the first kernel compiled with the bound is looked up, never freed
 // (kernels of every context may write it until the process ends).
 std::atomic<WaitReport*> g_wait_report{nullptr};
+std::atomic<int> g_wait_report_installs{0};  // modules whose global points at it
 
 std::string cuda_error_message(int code, const std::string& operation) {
   std::string message = operation + " failed: " + error_name(code);
@@ -429,6 +430,7 @@ struct Driver::Impl {
     CUdeviceptr mapped = 0;
     check(api.mem_host_get_device_pointer(&mapped, host, 0), "cuMemHostGetDevicePointer(wait report)");
     check(api.memcpy_htod(global, &mapped, sizeof(mapped)), "cuMemcpyHtoD(attune_wait_report of " + kernel + ")");
+    g_wait_report_installs.fetch_add(1, std::memory_order_relaxed);
   }
 
   // The context of `stream`; for the null stream the current one, or device
@@ -507,6 +509,8 @@ int Driver::version() const { return impl_->api.version; }
 const CudaError* Driver::lost_context() const { return g_lost.load(std::memory_order_acquire); }
 
 std::string wait_report() { return describe_wait_report(g_wait_report.load(std::memory_order_acquire)); }
+
+int wait_report_installs() { return g_wait_report_installs.load(std::memory_order_relaxed); }
 
 void Driver::check_usable() const { check_context(); }
 

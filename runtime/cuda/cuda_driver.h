@@ -65,6 +65,10 @@ std::string describe_wait_report(const WaitReport* report);
 // memory only: readable after the context is lost, and never loads the
 // driver (the sticky error's message carries it too).
 std::string wait_report();
+// How many loaded modules had their report slot pointed at that memory (a
+// wait that trapped with no report in a module that was never counted here
+// had no slot: the driver lacks the entry points, or the global was not found).
+int wait_report_installs();
 
 // True for the codes after which the context is unusable (illegal address,
 // launch failure, device assert, ECC uncorrectable, ...).

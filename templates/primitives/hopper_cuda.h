@@ -276,6 +276,9 @@
 // Where a bounded wait reports (host-mapped memory; null: trap without a report).
 extern "C" __device__ attune::WaitReport* attune_wait_report;
 __device__ attune::WaitReport* attune_wait_report = nullptr;
+// Which thread reports: claimed in device memory (an atomic on host-mapped
+// memory needs PCIe atomics, which a machine may not have).
+__device__ attune::u32 attune_wait_claimed = 0;
 #endif
 
 namespace attune::dev {
@@ -400,22 +403,28 @@ ATTUNE_DEVICE u64 global_ns() {
 // The first thread to give up fills the report; every one traps.
 __device__ __noinline__ void give_up(u64* bar, u32 parity, u64 waited_ns) {
   WaitReport* r = attune_wait_report;
-  if (r != nullptr && atomicCAS(&r->claimed, 0U, 1U) == 0U) {
-    u64 state;
-    asm volatile("ld.volatile.shared.b64 %0, [%1];\n" : "=l"(state) : "r"(shared_address(bar)));
+  if (r != nullptr && atomicCAS(&attune_wait_claimed, 0U, 1U) == 0U) {
     volatile WaitReport* v = r;
+    v->claimed = 1;
     v->block[0] = blockIdx.x;
     v->block[1] = blockIdx.y;
     v->block[2] = blockIdx.z;
     v->thread = static_cast<u32>(linear_thread());
     v->barrier = shared_address(bar);
     v->parity = parity;
-    v->state = state;
     v->waited_ns = waited_ns;
     v->bound_ms = ATTUNE_WAIT_BOUND_MS;
     __threadfence_system();
     v->magic = kWaitReportMagic;
     __threadfence_system();
+    // Read back over the bus, so the stores have landed before the trap;
+    // the barrier's own word last (an ordinary load of an mbarrier).
+    if (v->magic == kWaitReportMagic) {
+      u64 state;
+      asm volatile("ld.volatile.shared.b64 %0, [%1];\n" : "=l"(state) : "r"(shared_address(bar)));
+      v->state = state;
+      __threadfence_system();
+    }
   }
   asm volatile("trap;\n");
 }
