@@ -48,7 +48,7 @@ def common(ap):
                     help="mbarrier waits of checked sm90 kernels give up after this (ATTUNE_WAIT_BOUND_MS)")
     ap.add_argument("--job-limit", type=float, default=None, help="seconds one correctness job may take")
     ap.add_argument("--time-limit", type=float, default=None, help="seconds one timing job may take")
-    ap.add_argument("--sweep", type=int, default=5, help="flash_fwd_sm90 variants timed per head dim")
+    ap.add_argument("--sweep", type=int, default=8, help="flash_fwd_sm90 variants timed per head dim")
 
 
 def setup_env(args):
