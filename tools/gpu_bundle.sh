@@ -65,8 +65,8 @@ cmake --install "$build" --prefix "$out" --strip --component gpu_tests >/dev/nul
 cat >"$out/tests/gpu_tests.list" <<'EOF'
 # program            gtest filter             seconds
 cuda_driver_test     CudaDriverGpuTest.*      20
-forward_gpu_test     *                        40
-decode_gpu_test      *                        30
+forward_gpu_test     ForwardGpuTest.Dispatched*  20
+decode_gpu_test      *                        40
 EOF
 commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 dirty="$(git -C "$root" status --porcelain 2>/dev/null | grep -q . && echo " (with uncommitted changes)" || true)"

@@ -269,13 +269,14 @@ std::string describe_wait_report(const WaitReport* report) {
   char text[320];
   const unsigned thread = r->thread;
   const unsigned long long word = r->state;
+  const auto done = [&](unsigned bit) { return (word >> bit) & 1ULL ? "complete" : "not complete"; };
   std::snprintf(text, sizeof(text),
                 "mbarrier wait gave up after %.1f ms (bound %u ms): block (%u, %u, %u), thread %u (warp %u, lane %u), "
-                "barrier at shared 0x%x, waiting for parity %u, barrier word 0x%016llx",
+                "barrier at shared 0x%x, waiting for parity %u; then parity 0 %s, parity 1 %s",
                 static_cast<double>(r->waited_ns) * 1e-6, static_cast<unsigned>(r->bound_ms),
                 static_cast<unsigned>(r->block[0]), static_cast<unsigned>(r->block[1]),
                 static_cast<unsigned>(r->block[2]), thread, thread / 32, thread % 32, static_cast<unsigned>(r->barrier),
-                static_cast<unsigned>(r->parity), word);
+                static_cast<unsigned>(r->parity), done(0), done(1));
   return text;
 }
 
@@ -511,6 +512,10 @@ const CudaError* Driver::lost_context() const { return g_lost.load(std::memory_o
 std::string wait_report() { return describe_wait_report(g_wait_report.load(std::memory_order_acquire)); }
 
 int wait_report_installs() { return g_wait_report_installs.load(std::memory_order_relaxed); }
+
+void reset_wait_report() {
+  if (WaitReport* r = g_wait_report.load(std::memory_order_acquire)) std::memset(r, 0, sizeof(WaitReport));
+}
 
 void Driver::check_usable() const { check_context(); }
 

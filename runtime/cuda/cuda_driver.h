@@ -69,6 +69,8 @@ std::string wait_report();
 // wait that trapped with no report in a module that was never counted here
 // had no slot: the driver lacks the entry points, or the global was not found).
 int wait_report_installs();
+// Clears the report (a test that wrote one on purpose, before the next).
+void reset_wait_report();
 
 // True for the codes after which the context is unusable (illegal address,
 // launch failure, device assert, ECC uncorrectable, ...).

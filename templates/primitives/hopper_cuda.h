@@ -401,6 +401,16 @@ ATTUNE_DEVICE u64 global_ns() {
   return t;
 }
 // The first thread to give up fills the report; every one traps.
+// Whether the phase of this parity has completed, without waiting.
+ATTUNE_DEVICE bool test_wait(u64* bar, u32 parity) {
+  u32 done;
+  asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
+               : "=r"(done)
+               : "r"(shared_address(bar)), "r"(parity)
+               : "memory");
+  return done != 0;
+}
+// The first thread to give up fills the report; every one traps.
 __device__ __noinline__ void give_up(u64* bar, u32 parity, u64 waited_ns) {
   WaitReport* r = attune_wait_report;
   if (r != nullptr && atomicCAS(&attune_wait_claimed, 0U, 1U) == 0U) {
@@ -412,21 +422,18 @@ __device__ __noinline__ void give_up(u64* bar, u32 parity, u64 waited_ns) {
     v->thread = static_cast<u32>(linear_thread());
     v->barrier = shared_address(bar);
     v->parity = parity;
+    // Which parities have completed now: bit 0 parity 0, bit 1 parity 1.
+    v->state = (test_wait(bar, 0) ? 1ULL : 0ULL) | (test_wait(bar, 1) ? 2ULL : 0ULL);
     v->waited_ns = waited_ns;
     v->bound_ms = ATTUNE_WAIT_BOUND_MS;
     __threadfence_system();
     v->magic = kWaitReportMagic;
     __threadfence_system();
-    // Read back over the bus, so the stores have landed before the trap;
-    // the barrier's own word last (an ordinary load of an mbarrier).
-    if (v->magic == kWaitReportMagic) {
-      u64 state;
-      asm volatile("ld.volatile.shared.b64 %0, [%1];\n" : "=l"(state) : "r"(shared_address(bar)));
-      v->state = state;
-      __threadfence_system();
+    // Read back over the bus, so the stores have landed before the trap.
+    while (v->magic != kWaitReportMagic) {
     }
   }
-  asm volatile("trap;\n");
+  asm volatile("trap;\n" ::: "memory");
 }
 #endif
 ATTUNE_DEVICE void wait(u64* bar, u32 parity) {

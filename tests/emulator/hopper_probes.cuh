@@ -10,6 +10,8 @@
 //                   same tile stored back by TMA into a second tensor
 //   wait_forever    a wait on a phase that never completes (the bounded
 //                   wait's trap and report)
+//   write_report    (GPU, wait-bound builds) a report written through the
+//                   slot without a trap: the path from kernel to host alone
 #pragma once
 
 #include "templates/primitives/hopper.h"
@@ -131,5 +133,29 @@ ATTUNE_KERNEL void wait_forever(WaitForeverParams p) {
   dev::mbarrier::wait(bar, 0);
   dev::store_global(p.out + (t), static_cast<u32>(1));
 }
+
+#if defined(ATTUNE_CUDA) && defined(ATTUNE_WAIT_BOUND_MS)
+// out[0]: 1 when the kernel sees the slot the runtime installed.
+template <i32 kUnused>
+ATTUNE_KERNEL void write_report(WaitForeverParams p) {
+  WaitReport* r = attune_wait_report;
+  if (dev::linear_thread() == 0) {
+    dev::store_global(p.out, r != nullptr ? 1U : 0U);
+    if (r != nullptr) {
+      volatile WaitReport* v = r;
+      v->block[0] = 7;
+      v->thread = 33;
+      v->barrier = 0x400;
+      v->parity = 1;
+      v->state = 1;
+      v->waited_ns = 1000000;
+      v->bound_ms = ATTUNE_WAIT_BOUND_MS;
+      __threadfence_system();
+      v->magic = kWaitReportMagic;
+      __threadfence_system();
+    }
+  }
+}
+#endif
 
 }  // namespace attune::test_kernels

@@ -362,6 +362,29 @@ TEST(HopperGpuTest, WarpSpecializedTmaGemmMatchesTheEmulator) {
 
 // -- the bounded wait (loses the context: its own process) ------------------------------
 
+// The report's path alone, kernel to host, with no trap: does the kernel see
+// the slot the runtime installed, and do its stores reach the host?
+TEST(HopperWaitBoundGpuTest, AReportWrittenThroughTheSlotReachesTheHost) {
+  if (const std::string why = gpu_unavailable(); !why.empty()) GTEST_SKIP() << "GPU: " << why;
+  const char* bound = std::getenv("ATTUNE_WAIT_BOUND_MS");
+  if (bound == nullptr || std::atoi(bound) <= 0)
+    GTEST_SKIP() << "ATTUNE_WAIT_BOUND_MS is not set (tools/gpu_check sets it)";
+  const auto f =
+      load_kernel("tests/emulator/hopper_probes.cuh", "template __global__ void write_report<0>(WaitForeverParams);",
+                  "attune::test_kernels::write_report<0>", {std::string("-DATTUNE_WAIT_BOUND_MS=") + bound});
+  Driver& driver = Driver::get();
+  u32 seen = 7;
+  DeviceBuffers d(driver, {{&seen, 4}});
+  launch_on_gpu(f, LaunchConfig{{1, 1, 1}, {32, 1, 1}, 0}, test_kernels::WaitForeverParams{static_cast<u32*>(d.at(0))});
+  driver.copy_to_host(&seen, d.at(0), 4);
+  std::cout << "GPU: the kernel saw the slot: " << seen << "; installs " << cuda::wait_report_installs()
+            << "; report: " << cuda::wait_report() << "\n";
+  EXPECT_EQ(seen, 1U) << "the kernel's attune_wait_report is null: the slot was not installed in its module";
+  EXPECT_NE(cuda::wait_report().find("block (7, 0, 0), thread 33"), std::string::npos) << cuda::wait_report();
+  cuda::reset_wait_report();
+  EXPECT_EQ(cuda::wait_report(), "");
+}
+
 TEST(HopperWaitBoundGpuTest, AWaitThatNeverCompletesTrapsAndNamesItsBarrier) {
   // The emulator finds the same hang at once, as a deadlock.
   {
