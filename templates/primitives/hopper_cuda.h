@@ -429,9 +429,10 @@ __device__ __noinline__ void give_up(u64* bar, u32 parity, u64 waited_ns) {
     __threadfence_system();
     v->magic = kWaitReportMagic;
     __threadfence_system();
-    // Read back over the bus, so the stores have landed before the trap.
-    while (v->magic != kWaitReportMagic) {
-    }
+    // Read back over the bus before the trap (a spin here makes ptxas fail
+    // the 240-register consumer regions of some variants: C7600).
+    const u32 landed = v->magic;
+    asm volatile("" ::"r"(landed) : "memory");
   }
   asm volatile("trap;\n" ::: "memory");
 }
