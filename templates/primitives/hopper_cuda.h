@@ -21,8 +21,9 @@
 //   tma::commit(), tma::wait_read<N>(), tma::prefetch(const TensorMap*)
 //
 // Built with -DATTUNE_WAIT_BOUND_MS=N, mbarrier::wait gives up after N ms:
-// it writes a WaitReport (wait_report.h) through `attune_wait_report` and
-// traps, so a hang becomes a failed launch that names its barrier.
+// the first thread to give up writes a WaitReport (wait_report.h) through
+// `attune_wait_report` and traps, so a hang becomes a failed launch that
+// names its barrier.
 #pragma once
 
 #include "templates/primitives/cuda.h"
@@ -400,7 +401,6 @@ ATTUNE_DEVICE u64 global_ns() {
   asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
   return t;
 }
-// The first thread to give up fills the report; every one traps.
 // Whether the phase of this parity has completed, without waiting.
 ATTUNE_DEVICE bool test_wait(u64* bar, u32 parity) {
   u32 done;
@@ -410,10 +410,13 @@ ATTUNE_DEVICE bool test_wait(u64* bar, u32 parity) {
                : "memory");
   return done != 0;
 }
-// The first thread to give up fills the report; every one traps.
+// The first thread to give up fills the report and traps; the others go on
+// waiting (a trap ends the whole grid, so one of theirs could cut the
+// report's stores short). Without a slot every thread traps at once.
 __device__ __noinline__ void give_up(u64* bar, u32 parity, u64 waited_ns) {
   WaitReport* r = attune_wait_report;
-  if (r != nullptr && atomicCAS(&attune_wait_claimed, 0U, 1U) == 0U) {
+  if (r != nullptr) {
+    if (atomicCAS(&attune_wait_claimed, 0U, 1U) != 0U) return;
     volatile WaitReport* v = r;
     v->claimed = 1;
     v->block[0] = blockIdx.x;

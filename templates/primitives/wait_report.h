@@ -4,7 +4,8 @@
 // $ATTUNE_WAIT_BOUND_MS is set) stop waiting on an mbarrier after N ms: the
 // first thread to give up writes one WaitReport into host-mapped memory (the
 // module global `attune_wait_report` points at it; the cuda backend sets it
-// when it looks a kernel up), makes it visible to the host, and traps. The
+// when it looks a kernel up), makes it visible to the host, and traps (the
+// others keep waiting, so no other trap cuts its stores short). The
 // host reads the report after the launch has failed, so a wrong parity or a
 // lost arrival costs one bounded launch and names its barrier, instead of a
 // GPU that never answers. Plain data, shared by the kernel and the host.

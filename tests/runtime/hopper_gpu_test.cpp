@@ -416,7 +416,7 @@ TEST(HopperWaitBoundGpuTest, AWaitThatNeverCompletesTrapsAndNamesItsBarrier) {
     const std::string what = e.what();
     std::cout << "GPU: " << what << "\n";
     std::cout << "GPU: report slots installed in " << cuda::wait_report_installs() << " module(s)\n";
-    EXPECT_EQ(cuda::wait_report_installs(), 1) << "the kernel's report slot was not set";
+    EXPECT_GE(cuda::wait_report_installs(), 1) << "the kernel's report slot was not set";
     EXPECT_TRUE(e.sticky()) << what;
     EXPECT_NE(what.find("mbarrier wait gave up"), std::string::npos) << what;
     EXPECT_NE(what.find("waiting for parity 0"), std::string::npos) << what;
