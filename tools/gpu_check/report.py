@@ -10,16 +10,10 @@ import os
 import tarfile
 import time
 
+from records import atomic_write, load
+
 TGZ_BUDGET = 12 << 20  # bytes of files in run.tgz (the device tool returns 16 MiB per file)
 LOG_CAP = 256 << 10    # the tail of each log
-
-
-def _load(work, name):
-    try:
-        with open(os.path.join(work, name + ".json")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def _read(path):
@@ -28,16 +22,6 @@ def _read(path):
             return f.read()
     except OSError:
         return ""
-
-
-def _atomic(path, data):
-    tmp = os.path.join(os.path.dirname(path), "." + os.path.basename(path) + ".tmp")
-    mode = "wb" if isinstance(data, bytes) else "w"
-    with open(tmp, mode) as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 def _f(x, fmt="%.0f"):
@@ -49,18 +33,18 @@ def summary_lines(run):
     table first, then decode, backward and python."""
     work = run["work"]
     out = []
-    facts = (_load(work, "facts") or {}).get("facts", {})
+    facts = (load(work, "facts") or {}).get("facts", {})
     out.append("device:   %s, cc %s, %s SMs, SM clock %s (max %s), driver %s, torch %s" % (
         facts.get("device_name", "?"), facts.get("compute_capability", "?"), facts.get("sm_count", "?"),
         facts.get("sm_clock", "?"), facts.get("max_sm_clock", "?"), facts.get("driver", "?"), facts.get("torch", "?")))
-    c = _load(work, "ceilings") or {}
+    c = load(work, "ceilings") or {}
     if c.get("copy_bytes_per_s"):
         out.append("ceilings: copy %.0f GB/s, bf16 GEMM %.0f TFLOP/s" % (c["copy_bytes_per_s"] / 1e9,
                                                                         c["gemm_bf16_tflops"]))
     for s in run["steps"]:
         out.append("step %-10s %s" % (s["name"], s.get("status", "not run")))
     for name, label in (("smoke", "smoke"), ("sm90", "sm90 check"), ("sweep", "sweep check")):
-        rec = _load(work, name)
+        rec = load(work, name)
         if not rec:
             continue
         rows = rec.get("rows", [])
@@ -73,11 +57,11 @@ def summary_lines(run):
                                           (" [" + verdict.split(" (")[0] + "]") if verdict else ""))
         if len(bad) > 12:
             out.append("  ... and %d more (report.md)" % (len(bad) - 12))
-    prim = _load(work, "primitives")
+    prim = load(work, "primitives")
     if prim:
         for r in prim.get("rows", []):
             out.append("primitive  %s %s" % (r.get("name", r.get("check", "?")), r.get("status", "?")))
-    fwd = _load(work, "forward")
+    fwd = load(work, "forward")
     if fwd:
         for r in fwd.get("rows", []):
             if "best_tflops" in r:
@@ -88,7 +72,7 @@ def summary_lines(run):
                                           _f(r["gemm_share"])))
             elif r.get("status"):
                 out.append("forward %s %s" % (r["name"], r["status"].upper()))
-    dec = _load(work, "decode")
+    dec = load(work, "decode")
     if dec:
         for r in dec.get("rows", []):
             if r.get("kind") == "correctness":
@@ -96,7 +80,7 @@ def summary_lines(run):
             elif "ms" in r and r.get("splits") == 0:
                 out.append("decode   built-in splits: %.4f ms, %.0f GB/s, %s%% of copy" % (
                     r["ms"], r["bytes_per_s"] / 1e9, _f(r.get("copy_share"))))
-    bwd = _load(work, "backward")
+    bwd = load(work, "backward")
     if bwd:
         for r in bwd.get("rows", []):
             if "errors" in r:
@@ -104,11 +88,11 @@ def summary_lines(run):
             elif "tflops" in r:
                 out.append("backward %s %s TFLOP/s, SDPA/attune %s" % (r["name"], _f(r["tflops"]),
                                                                        _f(r["sdpa_flash_ms"] / r["ms"], "%.2f")))
-    py = _load(work, "python")
+    py = load(work, "python")
     if py:
         for r in py.get("rows", []):
             out.append("python   %s: %s" % (r["check"], "ok" if r["ok"] else "FAIL"))
-    tests = _load(work, "tests")
+    tests = load(work, "tests")
     if tests:
         for r in tests.get("rows", []):
             out.append("tests    %s: %s" % (r.get("program"), r.get("status")))
@@ -139,11 +123,11 @@ def write(run, final=False):
         if "status" in s:
             lines += ["", "_Step %s: %s in %s s (limit %s s)._" % (s["name"], s["status"], _f(s.get("seconds")),
                                                                    _f(s.get("limit")))]
-    _atomic(os.path.join(out, "report.md"), "\n".join(lines) + "\n")
-    _atomic(os.path.join(out, "summary.txt"), "\n".join(summary) + "\n")
+    atomic_write(os.path.join(out, "report.md"), "\n".join(lines) + "\n")
+    atomic_write(os.path.join(out, "summary.txt"), "\n".join(summary) + "\n")
     with open(os.path.join(work, "run.json"), "w") as f:
         json.dump({k: v for k, v in run.items() if k != "procs"}, f, indent=1, default=str)
-    _atomic(os.path.join(out, "run.tgz"), _tgz(work))
+    atomic_write(os.path.join(out, "run.tgz"), _tgz(work))
 
 
 def _tgz(work):

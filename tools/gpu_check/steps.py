@@ -12,6 +12,7 @@ import time
 
 import isolate
 import plan
+from records import atomic_write, load
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
@@ -41,27 +42,12 @@ class Step:
             self.record["notes"].append(why)
 
     def flush(self):
-        _atomic_write(os.path.join(self.args.work, self.name + ".json"), json.dumps(self.record, indent=1,
+        atomic_write(os.path.join(self.args.work, self.name + ".json"), json.dumps(self.record, indent=1,
                                                                                       default=str))
-        _atomic_write(os.path.join(self.args.work, self.name + ".md"), "\n".join(self.lines) + "\n")
+        atomic_write(os.path.join(self.args.work, self.name + ".md"), "\n".join(self.lines) + "\n")
 
     def done(self):
         return 0 if self.record["ok"] else 1
-
-
-def _atomic_write(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
-def load(work, name):
-    try:
-        with open(os.path.join(work, name + ".json")) as f:
-            return json.load(f)
-    except (OSError, ValueError):
-        return None
 
 
 def worker_env(args, bounded):

@@ -101,13 +101,15 @@ def make_case(ctx, case, seed):
     return q, k, v, prob
 
 
-def outputs(ctx, q, v, prob):
-    """O and LSE filled with NaN, so an element no one writes fails the check."""
+def outputs(ctx, q, v, prob, device=None):
+    """O and LSE filled with NaN, so an element no one writes fails the check
+    (on ctx's device, or `device`)."""
     torch = ctx.torch
-    o = torch.full(q.shape[:-1] + (v.shape[-1],), float("nan"), dtype=q.dtype, device=ctx.dev)
+    device = device or ctx.dev
+    o = torch.full(q.shape[:-1] + (v.shape[-1],), float("nan"), dtype=q.dtype, device=device)
     p = prob.c
     lse_shape = (p.heads_q, p.seqlen_q) if p.cu_seqlens_q else (p.batch, p.heads_q, p.seqlen_q)
-    lse = torch.full(lse_shape, float("nan"), dtype=torch.float32, device=ctx.dev)
+    lse = torch.full(lse_shape, float("nan"), dtype=torch.float32, device=device)
     return o, lse
 
 
@@ -154,7 +156,7 @@ def job_fwd_check(ctx, job, emit):
         emit({"emulating": variant})
         cpu = [x.cpu() for x in (q, k, v)]
         eprob = binding.Problem(*cpu, prob_mask(case), case.get("cu_q"), case.get("cu_k"))
-        eo, else_ = outputs_cpu(ctx, cpu[0], cpu[2], eprob)
+        eo, else_ = outputs(ctx, cpu[0], cpu[2], eprob, "cpu")
         try:
             ctx.emu.forward(eprob, *cpu, eo, else_, variant)
             ref_cpu = tuple(x.cpu() for x in ref)
@@ -176,14 +178,6 @@ def job_fwd_check(ctx, job, emit):
 
 def prob_mask(case):
     return case["mask"] if case["mask"] != "varlen" else "none"
-
-
-def outputs_cpu(ctx, q, v, prob):
-    torch = ctx.torch
-    o = torch.full(q.shape[:-1] + (v.shape[-1],), float("nan"), dtype=q.dtype)
-    p = prob.c
-    lse_shape = (p.heads_q, p.seqlen_q) if p.cu_seqlens_q else (p.batch, p.heads_q, p.seqlen_q)
-    return o, torch.full(lse_shape, float("nan"), dtype=torch.float32)
 
 
 def time_launches(ctx, launch, sets, launches, reps):
@@ -400,7 +394,7 @@ def plant_sticky(ctx, job):
     os.environ["ATTUNE_FAKE_CUDA_FAIL"] = "cuLaunchKernel:1:700"
     rt = binding.Runtime("cuda")
     q, k, v, prob = make_case(ctx, job["case"], 1)
-    o, lse = outputs_cpu(ctx, q, v, prob)
+    o, lse = outputs(ctx, q, v, prob, "cpu")
     rt.forward(prob, q, k, v, o, lse, job.get("variant"))
     raise AssertionError("the planted sticky fault did not fail")
 
