@@ -35,6 +35,8 @@ class Arrays:
 
     def gather_pages(self, cache, block_table, page_size): ...  # [B, max_pages * page_size, H, D]
 
+    def host(self, x): ...  # x as a NumPy array when it lives in host memory, else None (no copy from a GPU)
+
 
 def _lengths(arrays, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None, block_table=None, max_seqlen_q=0,
              max_seqlen_k=0):
@@ -78,11 +80,14 @@ def _bounds(lengths, s):
 class _Entry:
     """What repeated calls of one shape reuse: the plan, the output layouts
     and the recorded problem, so a call with the same shapes, strides,
-    dtypes and devices skips every check the first one made."""
-    __slots__ = ("plan", "o_shape", "lse_shape", "problem")
+    dtypes and devices skips every check the first one made (but the
+    contents of a block table, checked at every run where they are on the
+    host: pages is (page_size, num_pages) of a paged cache, else None)."""
+    __slots__ = ("plan", "o_shape", "lse_shape", "problem", "pages")
 
-    def __init__(self, plan, o_shape, lse_shape, problem):
+    def __init__(self, plan, o_shape, lse_shape, problem, pages=None):
         self.plan, self.o_shape, self.lse_shape, self.problem = plan, o_shape, lse_shape, problem
+        self.pages = pages
 
 
 _entries = {}  # fast key -> _Entry
@@ -116,7 +121,7 @@ def forward(arrays, q, k, v, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seql
     key = engine.problem_key(qv.dtype, s, spec, qv, kv, vv, o_strides, lse_strides, lengths, lengths.any())
     op = native.OP_DECODE if decode else native.OP_FORWARD
     plan = engine.plan_for(backend, device, key, op, lengths, splits=num_splits, alibi=alibi_slopes is not None)
-    entry = _Entry(plan, o_shape, lse_shape, problem)
+    entry = _Entry(plan, o_shape, lse_shape, problem, (s.page_size, s.num_pages) if s.page_size else None)
     if fast is not None:
         _entries[fast] = entry
     converted = tuple(arrays.int32(x) if x is not None else None for x in lengths_in)
@@ -129,6 +134,14 @@ def forward(arrays, q, k, v, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seql
 def _run(arrays, entry, q, k, v, lengths, alibi_slopes):
     """One run of a prepared call: outputs allocated by the caller's
     library, then the plan's launches on the current stream."""
+    if entry.pages is not None:
+        table = arrays.host(lengths[3])
+        if table is not None:  # lengths in GPU memory: the kernels clamp them
+            lens = arrays.host(lengths[2]) if lengths[2] is not None else None
+            # flash-attn's name for the lengths: cache_seqlens, or the
+            # differences of cu_seqlens_k (varlen over pages).
+            named = "cache_seqlens" if lengths[1] is None else "seqlens_k (from cu_seqlens_k)"
+            engine.check_pages(lens, table, *entry.pages, names=(named, "block_table"))
     if _record.active():
         _record.add(entry.problem)
     ptr = arrays.ptr

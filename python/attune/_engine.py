@@ -228,6 +228,36 @@ def shape_of(q, k, v, lengths):
     return s
 
 
+def check_pages(lengths, table, page_size, num_pages, names=("cache_seqlens", "block_table")):
+    """Refuses, on the host, a call that would read outside its block table
+    or the page pool: each sequence's length must fit its row (max_pages x
+    page_size keys) and every page it uses must be in [0, num_pages).
+    lengths: int32 [B] or None (every row full); table: int32 [B, max_pages];
+    both host arrays (NumPy). A GPU would read another sequence's keys, or
+    past the pool, without an error; the kernels also clamp what device
+    lengths ask for."""
+    import numpy as np
+
+    table = np.asarray(table)
+    batch, max_pages = table.shape
+    capacity = max_pages * page_size
+    lens = np.full(batch, capacity, dtype=np.int64) if lengths is None else np.asarray(lengths, dtype=np.int64)
+    _require(lens.shape == (batch,), f"{names[0]}: got shape {list(lens.shape)}; expected [{batch}] (one per "
+                                     f"row of {names[1]})")
+    bad = np.nonzero((lens < 0) | (lens > capacity))[0]
+    if bad.size:
+        b = int(bad[0])
+        raise InvalidArgument(f"{names[0]}[{b}] = {int(lens[b])} exceeds the capacity addressable by {names[1]} "
+                              f"({max_pages} pages x page_size {page_size} = {capacity} keys)"
+                              if lens[b] > capacity else f"{names[0]}[{b}] = {int(lens[b])}; expected >= 0")
+    used = np.arange(max_pages)[None, :] < ((lens + page_size - 1) // page_size)[:, None]
+    outside = used & ((table < 0) | (table >= num_pages))
+    if outside.any():
+        b, i = (int(x) for x in np.argwhere(outside)[0])
+        raise InvalidArgument(f"{names[1]}[{b}, {i}] = {int(table[b, i])}: outside the page pool (expected a page "
+                              f"index in [0, {num_pages}); sequence {b} uses {int(used[b].sum())} pages)")
+
+
 def _strides3(t, packed):
     """[batch, seq, head] strides in elements (packed: batch stride 0)."""
     if packed:

@@ -44,6 +44,9 @@ class NumpyArrays(calls.Arrays):
     def stream(self, like):
         return None
 
+    def host(self, x):
+        return np.asarray(x)
+
     def gather_pages(self, cache, block_table, page_size):
         pages = cache[np.asarray(block_table, dtype=np.int64)]
         b, p = block_table.shape

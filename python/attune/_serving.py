@@ -80,6 +80,7 @@ class BatchDecode:
         self._out_shape = (rows, hq, dv) if packed else (s.batch, rows, hq, dv)
         self._lse_shape = (hq, rows) if packed else (s.batch, hq, rows)
         self._dtype, self._packed = dtype, packed
+        self._pages = (s.batch, s.max_pages, s.page_size, s.num_pages)
         need = self._plan.workspace_bytes
         if need and (self._workspace is None or self._workspace.numel() * self._workspace.element_size() < need):
             self._workspace = torch.empty(need, dtype=torch.uint8, device=device)
@@ -114,6 +115,16 @@ class BatchDecode:
                         ("cu_seqlens_q", cu_seqlens_q)):
             if t is not None and (t.dtype != torch.int32 or not t.is_contiguous()):
                 raise InvalidArgument(f"{name}: got {t.dtype}; expected contiguous int32")
+        batch_size, max_pages, page_size, num_pages = self._pages
+        rows = batch_size if batch is None else int(batch)
+        if block_table.dim() != 2 or block_table.shape[1] != max_pages or block_table.shape[0] < rows:
+            raise InvalidArgument(f"block_table: got {list(block_table.shape)}; expected [{rows}, {max_pages}] "
+                                  "(the run's sequences x the planned max_pages)")
+        if cache_seqlens.dim() != 1 or cache_seqlens.shape[0] < rows:
+            raise InvalidArgument(f"cache_seqlens: got {list(cache_seqlens.shape)}; expected [{rows}]")
+        if block_table.device.type == "cpu" and cache_seqlens.device.type == "cpu":
+            # Host lengths are checked here; lengths in GPU memory are clamped by the kernels.
+            engine.check_pages(cache_seqlens[:rows].numpy(), block_table[:rows].numpy(), page_size, num_pages)
         if out is None:
             out = torch.empty(self._out_shape, dtype=self._dtype, device=q.device)
         lengths = engine.Lengths(

@@ -82,6 +82,11 @@ class TorchArrays(calls.Arrays):
             return None
         return _raw_stream(like.get_device())
 
+    def host(self, x):
+        if not isinstance(x, torch.Tensor):
+            return x
+        return x.numpy() if x.device.type == "cpu" else None
+
     def gather_pages(self, cache, block_table, page_size):
         pages = cache[block_table.long()]  # [B, max_pages, page_size, H, D]
         b, p = block_table.shape

@@ -180,3 +180,46 @@ def test_the_rule_catches_a_wrong_answer():
     out = attune.flash_attn_func(q, k, v, causal=True)
     with pytest.raises(AssertionError):
         assert_accurate(out, reference(q, k, v)[0], naive(q, k, v), "planted")
+
+
+def _paged_case():
+    """Two sequences over a pool of 8 pages of 16 keys, 3 pages per table
+    row; row 1 uses 2 pages, so its last entry (-1) is never read."""
+    q = randn(2, 1, 2, 32, seed=30)
+    kc, vc = randn(8, 16, 1, 32, seed=31), randn(8, 16, 1, 32, seed=32)
+    table = torch.tensor([[0, 1, 2], [3, 4, -1]], dtype=torch.int32)
+    lens = torch.tensor([40, 20], dtype=torch.int32)
+    return q, kc, vc, table, lens
+
+
+@pytest.mark.parametrize("fault", ["length past the row", "page past the pool", "negative page"])
+@pytest.mark.parametrize("path", ["flash_attn_with_kvcache", "flash_attn_varlen_func", "BatchDecode"])
+def test_a_paged_call_outside_its_block_table_is_refused_on_the_host(fault, path):
+    q, kc, vc, table, lens = _paged_case()
+
+    def call():
+        if path == "flash_attn_with_kvcache":
+            return attune.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, block_table=table, causal=True)
+        if path == "flash_attn_varlen_func":
+            cu_q = torch.tensor([0, 1, 2], dtype=torch.int32)
+            cu_k = torch.cat([torch.zeros(1, dtype=torch.int32), lens.cumsum(0).to(torch.int32)])
+            return attune.flash_attn_varlen_func(q.reshape(2, 2, 32), kc, vc, cu_q, cu_k, 1, 48, causal=True,
+                                                 block_table=table)
+        dec = attune.BatchDecode().plan(batch_size=2, num_qo_heads=2, num_kv_heads=1, head_dim=32, page_size=16,
+                                        max_pages=3, num_pages=8, dtype=q.dtype)
+        return dec.run(q, kc, vc, table, lens)
+
+    call()  # within bounds: accepted (the unused -1 is never read)
+    if fault == "length past the row":
+        lens[1] = 49
+        says = r"cache_seqlens\[1\] = 49 exceeds the capacity addressable by block_table \(3 pages x page_size 16"
+        if path == "flash_attn_varlen_func":
+            says = says.replace("cache_seqlens", "(cache_)?seqlens(_k)?")
+    elif fault == "page past the pool":
+        table[0, 2] = 8
+        says = r"block_table\[0, 2\] = 8: outside the page pool \(expected a page index in \[0, 8\)"
+    else:
+        lens[1] = 33  # now row 1 reads its third page, the -1
+        says = r"block_table\[1, 2\] = -1: outside the page pool"
+    with pytest.raises(attune.InvalidArgument, match=says):
+        call()

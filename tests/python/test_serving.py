@@ -112,3 +112,39 @@ def test_a_sticky_cuda_error_is_a_cuda_error_with_sticky():
     first, second = r.stdout.strip().splitlines()
     assert first.startswith("True |") and "CUDA_ERROR_ILLEGAL_ADDRESS" in first
     assert second == first, "every later call fails with the first sticky error"
+
+
+@pytest.mark.skipif(not FAKE, reason="ATTUNE_FAKE_LIBCUDA names no fake driver")
+def test_a_call_past_its_block_table_launches_nothing():
+    # Host lengths are checked before any launch, on every paged path.
+    r = _run_on_fake("""
+        import ctypes, os, torch, attune
+        fake = ctypes.CDLL(os.environ["ATTUNE_LIBCUDA"])
+        fake.attune_fake_count.restype = ctypes.c_long
+        q = torch.zeros(2, 1, 2, 64, dtype=torch.bfloat16)
+        kc = torch.zeros(8, 16, 1, 64, dtype=torch.bfloat16)
+        table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32)
+        lens = torch.tensor([40, 20], dtype=torch.int32)
+        attune.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=lens, block_table=table)
+        dec = attune.BatchDecode().plan(batch_size=2, num_qo_heads=2, num_kv_heads=1, head_dim=64, page_size=16,
+                                        max_pages=3, num_pages=8)
+        dec.run(q, kc, kc, table, lens)
+        launches = fake.attune_fake_count(b"cuLaunchKernel")
+        refused = 0
+        for bad_lens, bad_table in ((torch.tensor([40, 49], dtype=torch.int32), table),
+                                    (lens, torch.tensor([[0, 1, 9], [3, 4, 5]], dtype=torch.int32))):
+            for call in (lambda: attune.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=bad_lens,
+                                                                block_table=bad_table),
+                         lambda: dec.run(q, kc, kc, bad_table, bad_lens)):
+                try:
+                    call()
+                except attune.InvalidArgument as e:
+                    refused += 1
+                    print(e)
+        print(refused, fake.attune_fake_count(b"cuLaunchKernel") - launches)
+    """)
+    assert r.returncode == 0, r.stderr
+    *messages, last = r.stdout.strip().splitlines()
+    refused, launched = map(int, last.split())
+    assert refused == 4 and launched == 0, r.stdout
+    assert all("block_table" in m for m in messages), messages
