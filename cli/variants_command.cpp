@@ -139,6 +139,7 @@ void run_variants_compile(const VariantsOptions& o) {
   }
   if (texts.empty()) throw InvalidArgument("variants compile: no variant ids (give ids or --from FILE)");
   std::vector<CompileRequest> requests;
+  requests.reserve(texts.size());
   for (const std::string& text : texts) requests.push_back(compile_request(text, *dtype, arch.name));
   nvrtc::library();  // no NVRTC: one line here, before any worker starts
   KernelCache cache({.directory = KernelCache::default_directory()});
@@ -149,6 +150,7 @@ void run_variants_compile(const VariantsOptions& o) {
   {
     CompilerService service(&cache, jobs);
     std::vector<std::shared_future<CompilerService::Result>> futures;
+    futures.reserve(requests.size());
     for (const CompileRequest& r : requests) futures.push_back(service.compile(r));
     for (std::size_t i = 0; i < requests.size(); ++i) {
       const CompiledKernel& k = *futures[i].get();
