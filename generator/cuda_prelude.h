@@ -15,6 +15,7 @@
 #define __shared__ __attribute__((shared))
 #define __constant__ __attribute__((constant))
 #define __forceinline__ __inline__ __attribute__((always_inline))
+#define __noinline__ __attribute__((noinline))
 #define __align__(n) __attribute__((aligned(n)))
 #define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
 #define __grid_constant__  // clang 16 does not know it; NVRTC checks it
@@ -28,6 +29,8 @@ extern const __device__ __attune_uint3 blockDim;
 extern const __device__ __attune_uint3 gridDim;
 
 __device__ void __syncthreads();
+__device__ void __threadfence_system();
+__device__ unsigned atomicMax(unsigned* address, unsigned value);
 __device__ float __int_as_float(int);
 __device__ float __uint_as_float(unsigned);
 __device__ unsigned long long __cvta_generic_to_shared(const void*);

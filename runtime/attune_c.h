@@ -247,6 +247,16 @@ const char* attune_last_error(void);
  * context is lost; "" when none gave up. */
 const char* attune_wait_report(void);
 
+/* Runs that read lengths and block tables from device memory (plans with
+ * device lengths, CUDA graph replays) cannot be checked on the host: a
+ * kernel given a length past its block-table row (or Sk), or a page outside
+ * the pool, clamps it (nothing outside the pool or the table is read) and
+ * records the first such event. This is it, as one line ("" when none since
+ * the last clear; valid until the next call on this thread); a report means
+ * some run's output is wrong. clear != 0 clears it after reading. Host
+ * memory only: read it once the runs are complete. */
+const char* attune_bounds_report(int clear);
+
 /* NOLINTEND(modernize-use-using,readability-identifier-naming) */
 
 #ifdef __cplusplus

@@ -388,6 +388,13 @@ attune_status attune_merge_states(attune_runtime* runtime, attune_dtype dtype, i
 
 const char* attune_last_error(void) { return g_last_error.c_str(); }
 
+const char* attune_bounds_report(int clear) {
+  thread_local std::string report;
+  report = attune::bounds_report();
+  if (clear != 0) attune::clear_bounds_report();
+  return report.c_str();
+}
+
 const char* attune_wait_report(void) {
   thread_local std::string report;
   report = attune::cuda::wait_report();

@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "core/error.h"
+#include "emulator/bounds_report.h"
 #include "generated/kernel_shapes.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/dispatch/heuristics.h"
@@ -18,6 +19,18 @@
 namespace attune {
 
 std::string_view to_string(Backend backend) { return backend == Backend::kCuda ? "cuda" : "emu"; }
+
+std::string bounds_report() {
+  std::string gpu = cuda::bounds_report();
+  std::string emulated = emu::bounds_report();
+  if (!gpu.empty() && !emulated.empty()) return "on the GPU, " + gpu + "; on the emulator, " + emulated;
+  return gpu.empty() ? emulated : gpu;
+}
+
+void clear_bounds_report() {
+  cuda::clear_bounds_report();
+  emu::clear_bounds_report();
+}
 
 std::optional<Backend> parse_backend(std::string_view name) {
   if (name == "cuda") return Backend::kCuda;

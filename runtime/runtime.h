@@ -29,6 +29,20 @@ enum class Backend : std::uint8_t { kCuda, kEmu };
 std::string_view to_string(Backend backend);  // "cuda", "emu"
 std::optional<Backend> parse_backend(std::string_view name);
 
+// Lengths and block tables read from device memory (plans with device
+// lengths, graph replays) cannot be checked on the host: a kernel given a
+// length past its block-table row (or Sk), or a page outside the pool,
+// clamps it (it never reads outside the pool or the table) and reports the
+// first such event here, GPU kernels and the emulator alike. One line
+// ("" when none since the last clear); a report means some run's output is
+// wrong. Host memory only: after the runs are complete, no sync needed.
+//
+//   runtime.run(plan, buffers, metadata, workspace, stream);   // ... many steps
+//   if (const std::string why = attune::bounds_report(); !why.empty()) { ... }
+std::string bounds_report();
+// Clears it: the next event is reported again.
+void clear_bounds_report();
+
 // The emulator's device key: its timings and tuned results never mix with a GPU's.
 inline constexpr const char* kEmulatorDeviceKey = "attune-emulator/cpu";
 // The architecture whose limits and heuristic the emulator backend follows.

@@ -38,6 +38,7 @@ struct FlashDecodeParams {
   const i32* block_table;    // [B, block_table_stride] page of each page_size keys; null: contiguous
   i32 block_table_stride;
   i32 page_size;
+  i32 num_pages;  // the pool's pages (paged): an entry outside is read as page 0, and reported
   i32 batch;
   i32 seqlen_q;
   i32 max_seqlen_q;  // query rows per sequence the grid covers: Sq, or the packed rows' bound
@@ -110,14 +111,11 @@ ATTUNE_DEVICE RowPlace place(i64 row, i32 slot, i32 group) {
 }
 
 // Element offset of key `key` of sequence `batch`, KV head `kv_head`, in a
-// contiguous or paged cache: KeyPages' rule (flash_tile.cuh) over this
-// struct's own fields, written out so decode's code stays as it was.
+// contiguous or paged cache: KeyPages' rule (flash_tile.cuh).
 ATTUNE_DEVICE i64 key_offset(const FlashDecodeParams& p, i64 batch_stride, i64 row_stride, i64 head_stride, i32 batch,
                              i32 kv_head, i64 key) {
-  const i64 head = kv_head * head_stride;
-  if (p.block_table == nullptr) return batch * batch_stride + key * row_stride + head;
-  const i32 page = dev::load_global(p.block_table + static_cast<i64>(batch) * p.block_table_stride + key / p.page_size);
-  return page * batch_stride + (key % p.page_size) * row_stride + head;
+  const KeyPages pages{p.block_table, p.block_table_stride, p.page_size, p.num_pages};
+  return pages.key_offset(batch_stride, row_stride, kv_head * head_stride, batch, key);
 }
 
 }  // namespace decode_detail
@@ -149,7 +147,9 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
   const i64 rows = q_len * pack;
   const i64 row0 = static_cast<i64>(m_block) * kBlockM;
   if (row0 >= rows) return;  // a shorter sequence than the grid's: the whole block leaves together
-  const i64 k_len = p.cache_seqlens != nullptr ? dev::load_global(p.cache_seqlens + batch) : p.seqlen_k;
+  const i64 k_len = p.cache_seqlens != nullptr
+                        ? clamp_key_length(dev::load_global(p.cache_seqlens + batch), p.seqlen_k, batch)
+                        : p.seqlen_k;
   const i64 last_row = row0 + kBlockM - 1 < rows - 1 ? row0 + kBlockM - 1 : rows - 1;
 
   // This split's share of the cache, in whole tiles, cut to what the rows

@@ -99,7 +99,7 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
     k_begin = dev::load_global(p.cu_seqlens_k + batch);
     k_len = dev::load_global(p.cu_seqlens_k + batch + 1) - k_begin;
   }
-  if (p.seqlens_k != nullptr) k_len = dev::load_global(p.seqlens_k + batch);
+  if (p.seqlens_k != nullptr) k_len = clamp_key_length(dev::load_global(p.seqlens_k + batch), k_len, batch);
   const i64 row0 = static_cast<i64>(m_block) * Config::kBlockM;
   if (row0 >= q_len) return;  // the whole block leaves together
   const i64 last_row = row0 + Config::kBlockM - 1 < q_len - 1 ? row0 + Config::kBlockM - 1 : q_len - 1;

@@ -206,7 +206,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     k_begin = dev::load_global(f.cu_seqlens_k + batch);
     k_len = dev::load_global(f.cu_seqlens_k + batch + 1) - k_begin;
   }
-  if (f.seqlens_k != nullptr) k_len = dev::load_global(f.seqlens_k + batch);
+  if (f.seqlens_k != nullptr) k_len = clamp_key_length(dev::load_global(f.seqlens_k + batch), k_len, batch);
   const i64 row0 = static_cast<i64>(m_block) * block_m;
   if (row0 >= q_len) return;  // the whole block leaves together
   const i64 last_row = row0 + block_m - 1 < q_len - 1 ? row0 + block_m - 1 : q_len - 1;

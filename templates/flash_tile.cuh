@@ -76,14 +76,33 @@ struct KeyPages {
   const i32* block_table;  // null: a contiguous [B, Sk, Hkv, D] cache
   i32 block_table_stride;  // the table's columns (max pages)
   i32 page_size;
+  i32 num_pages;  // the pool's pages: an entry outside [0, num_pages) is read as page 0, and reported
 
   // Element offset of key `key` of sequence `batch` at head offset `head`.
+  // A table in device memory may hold anything: a page outside the pool is
+  // never read (bounds_report.h); keys stay within the row by the length
+  // clamp (clamp_key_length).
   ATTUNE_DEVICE i64 key_offset(i64 batch_stride, i64 row_stride, i64 head, i32 batch, i64 key) const {
     if (block_table == nullptr) return batch * batch_stride + key * row_stride + head;
-    const i32 page = dev::load_global(block_table + static_cast<i64>(batch) * block_table_stride + key / page_size);
+    const i64 column = key / page_size;
+    i32 page = dev::load_global(block_table + static_cast<i64>(batch) * block_table_stride + column);
+    if (page < 0 || page >= num_pages) {
+      dev::report_bounds(kBoundsPage, batch, static_cast<i32>(column), page, num_pages);
+      page = 0;
+    }
     return page * batch_stride + (key % page_size) * row_stride + head;
   }
 };
+
+// A sequence's key count read from device memory (seqlens_k, a cache's
+// lengths), cut to the `capacity` keys it owns (its block-table row, Sk, or
+// its packed keys): a longer one would read past them. A cut is reported
+// (bounds_report.h).
+ATTUNE_DEVICE i64 clamp_key_length(i64 length, i64 capacity, i32 batch) {
+  if (length >= 0 && length <= capacity) return length;
+  dev::report_bounds(kBoundsLength, batch, -1, static_cast<i32>(length), static_cast<i32>(capacity));
+  return length < 0 ? 0 : capacity;
+}
 
 namespace flash_detail {
 

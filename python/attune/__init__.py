@@ -14,7 +14,7 @@ from . import db
 from ._engine import reset, set_tuning_db
 from ._errors import CudaError, Error, InvalidArgument, IoError, KernelFault, Unavailable
 from ._interface import (flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, merge_states, sdpa)
-from ._native import cli_path, library_path
+from ._native import bounds_report, check_bounds, cli_path, library_path
 from ._record import record
 from ._serving import BatchDecode
 from ._tuning import Choice, explain, tune
@@ -32,5 +32,5 @@ __all__ = [
     "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "sdpa", "merge_states",
     "BatchDecode", "explain", "record", "tune", "db", "Choice", "reset", "set_tuning_db",
     "Error", "InvalidArgument", "KernelFault", "CudaError", "Unavailable", "IoError",
-    "library_path", "cli_path", "__version__",
+    "bounds_report", "check_bounds", "library_path", "cli_path", "__version__",
 ]

@@ -103,6 +103,7 @@ _SIGNATURES = {
     "attune_version": (ctypes.c_char_p, []),
     "attune_last_error": (ctypes.c_char_p, []),
     "attune_wait_report": (ctypes.c_char_p, []),
+    "attune_bounds_report": (ctypes.c_char_p, [ctypes.c_int]),
     "attune_problem_init": (None, [ctypes.POINTER(Problem)]),
     "attune_runtime_options_init": (None, [ctypes.POINTER(RuntimeOptions)]),
     "attune_runtime_create_with": (ctypes.c_int, [ctypes.POINTER(RuntimeOptions), ctypes.POINTER(_P)]),
@@ -171,3 +172,19 @@ def checked_text(text):
 
 def version():
     return lib().attune_version().decode()
+
+
+def bounds_report(clear=False):
+    """What a kernel clamped of the lengths and block tables it read from
+    device memory (runtime/attune_c.h: attune_bounds_report), or ""."""
+    return lib().attune_bounds_report(1 if clear else 0).decode("utf-8", "replace")
+
+
+def check_bounds():
+    """Raises InvalidArgument when a run since the last check was given a
+    length past its block-table row or a page outside the pool (its output
+    is wrong; the kernel read nothing outside), and clears the report."""
+    report = bounds_report(clear=True)
+    if report:
+        from ._errors import InvalidArgument
+        raise InvalidArgument(report)

@@ -86,6 +86,20 @@ class BatchDecode:
             self._workspace = torch.empty(need, dtype=torch.uint8, device=device)
         return self
 
+    def check_bounds(self, synchronize=True):
+        """After runs with lengths in GPU memory: raises InvalidArgument when
+        one of them was given a cache length past its block-table row or a
+        page outside the pool (the kernels clamp them, so nothing outside the
+        pool is read, but that run's output is wrong), and clears the
+        report. synchronize waits for the current stream first, so the runs
+        launched so far are counted."""
+        import torch
+
+        from . import _native
+        if synchronize and self._device is not None and torch.device(self._device).type == "cuda":
+            torch.cuda.current_stream(self._device).synchronize()
+        _native.check_bounds()
+
     @property
     def description(self):
         """What the plan runs: kernel, variant, splits, workspace, and why."""

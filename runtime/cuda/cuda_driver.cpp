@@ -16,8 +16,10 @@
 #include <type_traits>
 #include <utility>
 
+#include "core/bounds_text.h"
 #include "core/device_checks.h"
 #include "core/dl_symbol.h"
+#include "templates/primitives/bounds_report.h"
 #include "templates/primitives/wait_report.h"
 
 namespace attune::cuda {
@@ -287,6 +289,8 @@ namespace {
 // (kernels of every context may write it until the process ends).
 std::atomic<WaitReport*> g_wait_report{nullptr};
 std::atomic<int> g_wait_report_installs{0};  // modules whose global points at it
+// The host-mapped report of clamped lengths and pages (bounds_report.h).
+std::atomic<BoundsReport*> g_bounds_report{nullptr};
 
 std::string cuda_error_message(int code, const std::string& operation) {
   std::string message = operation + " failed: " + error_name(code);
@@ -400,38 +404,40 @@ struct Driver::Impl {
 
   void make_current(int device) { make_current(primary_context(device)); }
 
-  // Points the module global of a kernel compiled with a wait bound at the
-  // host-mapped report (in the current context); a module without the
-  // global, or a driver without the entry points, keeps waits unreported
-  // (they still trap).
-  void install_wait_report(CUlibrary library, const std::string& kernel) {
+  // Points a module's report slot (a global pointer named `symbol`) at the
+  // process's host-mapped report `slot` (allocated on first need), in the
+  // current context. False when the module has no such global or the driver
+  // lacks the entry points: the kernel then reports nothing (a bounded wait
+  // still traps, a clamp still clamps).
+  template <class Report>
+  bool install_slot(CUlibrary library, const std::string& kernel, const char* symbol, std::atomic<Report*>& slot) {
     if (api.library_get_global == nullptr || api.mem_host_alloc == nullptr ||
         api.mem_host_get_device_pointer == nullptr) {
-      return;
+      return false;
     }
     CUdeviceptr global = 0;
     std::size_t bytes = 0;
-    if (api.library_get_global(&global, &bytes, library, "attune_wait_report") != CUDA_SUCCESS ||
-        bytes != sizeof(void*)) {
-      return;
+    if (api.library_get_global(&global, &bytes, library, symbol) != CUDA_SUCCESS || bytes != sizeof(void*)) {
+      return false;
     }
-    WaitReport* host = g_wait_report.load(std::memory_order_acquire);
+    Report* host = slot.load(std::memory_order_acquire);
     if (host == nullptr) {
       void* memory = nullptr;
-      check(api.mem_host_alloc(&memory, sizeof(WaitReport), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
-            "cuMemHostAlloc(wait report)");
-      std::memset(memory, 0, sizeof(WaitReport));
-      WaitReport* expected = nullptr;
-      if (g_wait_report.compare_exchange_strong(expected, static_cast<WaitReport*>(memory))) {
-        host = static_cast<WaitReport*>(memory);
+      check(api.mem_host_alloc(&memory, sizeof(Report), CU_MEMHOSTALLOC_PORTABLE | CU_MEMHOSTALLOC_DEVICEMAP),
+            std::string("cuMemHostAlloc(") + symbol + ")");
+      std::memset(memory, 0, sizeof(Report));
+      Report* expected = nullptr;
+      if (slot.compare_exchange_strong(expected, static_cast<Report*>(memory))) {
+        host = static_cast<Report*>(memory);
       } else {
         host = expected;  // another thread won; its memory serves (ours stays pinned, unused)
       }
     }
     CUdeviceptr mapped = 0;
-    check(api.mem_host_get_device_pointer(&mapped, host, 0), "cuMemHostGetDevicePointer(wait report)");
-    check(api.memcpy_htod(global, &mapped, sizeof(mapped)), "cuMemcpyHtoD(attune_wait_report of " + kernel + ")");
-    g_wait_report_installs.fetch_add(1, std::memory_order_relaxed);
+    check(api.mem_host_get_device_pointer(&mapped, host, 0), std::string("cuMemHostGetDevicePointer(") + symbol + ")");
+    check(api.memcpy_htod(global, &mapped, sizeof(mapped)),
+          "cuMemcpyHtoD(" + std::string(symbol) + " of " + kernel + ")");
+    return true;
   }
 
   // The context of `stream`; for the null stream the current one, or device
@@ -513,6 +519,22 @@ std::string wait_report() { return describe_wait_report(g_wait_report.load(std::
 
 int wait_report_installs() { return g_wait_report_installs.load(std::memory_order_relaxed); }
 
+std::string bounds_report() {
+  const BoundsReport* r = g_bounds_report.load(std::memory_order_acquire);
+  if (r == nullptr) return {};
+  BoundsReport copy;
+  std::memcpy(&copy, const_cast<const BoundsReport*>(r), sizeof(copy));
+  return copy.magic == kBoundsReportMagic ? describe_bounds_report(copy) : std::string();
+}
+
+void clear_bounds_report() {
+  if (BoundsReport* r = g_bounds_report.load(std::memory_order_acquire)) {
+    volatile BoundsReport* v = r;
+    v->magic = 0;
+    v->generation = v->generation + 1;  // kernels report again, once
+  }
+}
+
 void reset_wait_report() {
   if (WaitReport* r = g_wait_report.load(std::memory_order_acquire)) std::memset(r, 0, sizeof(WaitReport));
 }
@@ -574,7 +596,11 @@ Driver::Function Driver::function(Module module, const std::string& lowered_name
   impl_->make_current(module.device);
   CUfunction loaded = nullptr;
   check(api.kernel_get_function(&loaded, kernel), "cuKernelGetFunction(" + lowered_name + ")");
-  if (wait_bound_ms() > 0) impl_->install_wait_report(static_cast<CUlibrary>(module.handle), lowered_name);
+  const auto library = static_cast<CUlibrary>(module.handle);
+  impl_->install_slot(library, lowered_name, "attune_bounds_report", g_bounds_report);
+  if (wait_bound_ms() > 0 && impl_->install_slot(library, lowered_name, "attune_wait_report", g_wait_report)) {
+    g_wait_report_installs.fetch_add(1, std::memory_order_relaxed);
+  }
   Function function{kernel, module.device, 0};
   if (api.kernel_get_param_info != nullptr) {
     std::size_t offset = 0;

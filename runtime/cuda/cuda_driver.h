@@ -72,6 +72,14 @@ int wait_report_installs();
 // Clears the report (a test that wrote one on purpose, before the next).
 void reset_wait_report();
 
+// What a GPU kernel wrote when it clamped a length or page index read from
+// device memory (templates/primitives/bounds_report.h), as one line; "" when
+// none since the last clear. Host memory: no sync (a run's report is there
+// once the run is complete). Never loads the driver.
+std::string bounds_report();
+// Clears it: kernels report the next event again.
+void clear_bounds_report();
+
 // True for the codes after which the context is unusable (illegal address,
 // launch failure, device assert, ECC uncorrectable, ...).
 bool is_sticky_error(int code);

@@ -69,6 +69,7 @@ FlashDecodeParams flash_decode_params(const AttentionProblem& p, const Attention
   k.block_table = p.is_paged() ? metadata.block_table : nullptr;
   k.block_table_stride = static_cast<i32>(p.max_pages());
   k.page_size = static_cast<i32>(p.page_size);
+  k.num_pages = static_cast<i32>(p.num_pages);
   k.batch = static_cast<i32>(p.batch);
   set_problem_fields(k, p);
   k.max_seqlen_q = static_cast<i32>(p.max_seqlen_q());

@@ -16,7 +16,8 @@ FlashFwdParams flash_fwd_params(const AttentionProblem& p, const AttentionBuffer
   set_problem_fields(k, p);
   k.mods = score_mod_params(p, b.sinks, b.alibi_slopes);
   if (p.is_paged()) {
-    k.pages = {metadata.block_table, static_cast<i32>(p.max_pages()), static_cast<i32>(p.page_size)};
+    k.pages = {metadata.block_table, static_cast<i32>(p.max_pages()), static_cast<i32>(p.page_size),
+               static_cast<i32>(p.num_pages)};
   }
   const bool packed_keys = p.has_packed_keys();
   k.vectorized = rows_aligned(b.q, p.q_strides, p.is_packed()) && rows_aligned(b.k, p.k_strides, packed_keys) &&

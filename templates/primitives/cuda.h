@@ -2,10 +2,19 @@
 // sm_80 and later. Included only when compiling device code.
 #pragma once
 
+#include "templates/primitives/bounds_report.h"
 #include "templates/primitives/config.h"
 
 // The one dynamic shared-memory array of every kernel.
 extern __shared__ __align__(16) unsigned char attune_dynamic_shared[];
+
+// Where a kernel reports a length or page index it clamped (bounds_report.h):
+// host-mapped memory the runtime installs at lookup; null: nothing reported.
+extern "C" __device__ attune::BoundsReport* attune_bounds_report;
+__device__ attune::BoundsReport* attune_bounds_report = nullptr;
+// The last generation a thread of this module reported for (device memory:
+// an atomic on host-mapped memory needs PCIe atomics).
+__device__ attune::u32 attune_bounds_claimed = 0;
 
 namespace attune::dev {
 
@@ -208,5 +217,22 @@ ATTUNE_DEVICE void wait() {
 }
 
 }  // namespace cp_async
+
+// Records that a kernel clamped a length or page it read from device memory
+// (bounds_report.h): the first thread of each generation writes the report.
+__device__ __noinline__ void report_bounds(u32 kind, i32 batch, i32 index, i32 value, i32 limit) {
+  volatile BoundsReport* r = attune_bounds_report;
+  if (r == nullptr) return;
+  const u32 generation = r->generation + 1;
+  if (atomicMax(&attune_bounds_claimed, generation) >= generation) return;
+  r->kind = kind;
+  r->batch = batch;
+  r->index = index;
+  r->value = value;
+  r->limit = limit;
+  __threadfence_system();
+  r->magic = kBoundsReportMagic;
+  __threadfence_system();
+}
 
 }  // namespace attune::dev

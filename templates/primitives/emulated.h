@@ -9,6 +9,7 @@
 #include <source_location>
 #include <type_traits>
 
+#include "templates/primitives/bounds_report.h"
 #include "templates/primitives/config.h"
 
 namespace attune::emu::hooks {
@@ -42,6 +43,8 @@ float tanh_approx(float value);
 // (hopper_emulated.h): the value was read before the wait that covers it.
 inline constexpr u32 kInFlightPoison = 0x7FBADBADU;
 void in_flight_value_stored(const Where& where);
+// A length or page index a kernel clamped (bounds_report.h; emulator/bounds_report.h).
+void report_bounds(u32 kind, i32 batch, i32 index, i32 value, i32 limit);
 
 }  // namespace attune::emu::hooks
 
@@ -186,5 +189,9 @@ void wait(const Where& where = Where::current()) {
   emu::hooks::cp_async_wait(N, where);
 }
 }  // namespace cp_async
+
+inline void report_bounds(u32 kind, i32 batch, i32 index, i32 value, i32 limit) {
+  emu::hooks::report_bounds(kind, batch, index, value, limit);
+}
 
 }  // namespace attune::dev

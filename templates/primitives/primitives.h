@@ -32,6 +32,7 @@
 //   warp::ldmatrix_x1/x2/x4(u32 r[N], const void* row), and *_trans   (.m8n8.shared.b16)
 //   cp_async::copy16(void* shared_dst, const void* global_src, i32 src_bytes);  // zero-fills past src_bytes
 //   cp_async::commit();  cp_async::wait<N>();          // cp.async.commit_group / wait_group N
+//   report_bounds(kind, batch, index, value, limit);   // a clamped length or page (bounds_report.h)
 #pragma once
 
 #include "templates/primitives/config.h"

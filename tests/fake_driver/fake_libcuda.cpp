@@ -10,9 +10,10 @@
 //   ATTUNE_FAKE_CUDA_DEVICE=NAME,MAJOR,MINOR,SMS
 //   attune_fake_count(NAME), attune_fake_total(), attune_fake_reset(), attune_fake_fail(NAME, N, CODE),
 //   attune_fake_set_capturing(0|1), attune_fake_last_launch(...)
-//   attune_fake_wait_report_global(): where the last library's
-//     "attune_wait_report" global lives (each library has one, 8 bytes, that
-//     cuLibraryGetGlobal finds), for a test to act as a kernel writing it
+//   attune_fake_global(NAME): where the last library's global NAME lives
+//     ("attune_wait_report" or "attune_bounds_report": each library has
+//     them, 8 bytes each, as cuLibraryGetGlobal finds them), for a test to
+//     act as a kernel writing through it
 // A sticky code (illegal address, launch failure, ...) poisons the fake
 // context: every later call returns it, as the real driver does. Contexts
 // are checked as the driver checks them: a kernel launches into its
@@ -56,8 +57,8 @@ struct State {
   unsigned last_grid[3] = {0, 0, 0};
   unsigned last_block[3] = {0, 0, 0};
   unsigned last_shared = 0;
-  std::map<CUlibrary, void*> wait_report_globals;  // each library's 8-byte global
-  void* last_wait_report_global = nullptr;
+  std::map<std::pair<CUlibrary, std::string>, void*> globals;  // each library's 8-byte report slots
+  std::map<std::string, void*> last_global;
   FILE* log = nullptr;
   bool configured = false;
 };
@@ -216,10 +217,11 @@ void attune_fake_set_capturing(int capturing) {
   s.capturing = capturing;
 }
 
-void* attune_fake_wait_report_global() {
+void* attune_fake_global(const char* name) {
   State& s = state();
   const std::lock_guard<std::mutex> lock(s.mutex);
-  return s.last_wait_report_global;
+  const auto it = s.last_global.find(name);
+  return it == s.last_global.end() ? nullptr : it->second;
 }
 
 void attune_fake_last_launch(unsigned* grid, unsigned* block, unsigned* shared) {
@@ -319,12 +321,14 @@ CUresult cuLibraryUnload(CUlibrary) { return record("cuLibraryUnload"); }
 CUresult cuLibraryGetGlobal(CUdeviceptr* ptr, size_t* bytes, CUlibrary library, const char* name) {
   const CUresult r = record("cuLibraryGetGlobal", name);
   if (r != CUDA_SUCCESS) return r;
-  if (std::strcmp(name, "attune_wait_report") != 0) return CUDA_ERROR_NOT_FOUND;
+  if (std::strcmp(name, "attune_wait_report") != 0 && std::strcmp(name, "attune_bounds_report") != 0) {
+    return CUDA_ERROR_NOT_FOUND;
+  }
   State& s = state();
   const std::lock_guard<std::mutex> lock(s.mutex);
-  void*& global = s.wait_report_globals[library];
+  void*& global = s.globals[{library, name}];
   if (global == nullptr) global = std::calloc(1, 8);  // lives as long as the process, like the library's
-  s.last_wait_report_global = global;
+  s.last_global[name] = global;
   *ptr = reinterpret_cast<CUdeviceptr>(global);
   *bytes = 8;
   return CUDA_SUCCESS;

@@ -24,6 +24,7 @@
 #include "generator/variants.h"
 #include "runtime/jit/nvrtc_compiler.h"
 #include "runtime/runtime.h"
+#include "templates/primitives/bounds_report.h"
 #include "tests/support/env_guard.h"
 #include "tests/support/fake_driver.h"
 
@@ -528,8 +529,8 @@ TEST_F(LostContextTest, AWaitThatGaveUpIsNamedInTheStickyErrorAndByWaitReport) {
   EXPECT_EQ(wait_report(), "");
   const std::vector<char> image(16, 'x');
   const Driver::Function function = driver.function(driver.load_module(0, image), "kernel");
-  ASSERT_EQ(fake_.count("cuLibraryGetGlobal"), 1);
-  auto* global = static_cast<WaitReport**>(fake_.wait_report_global());
+  ASSERT_EQ(fake_.count("cuLibraryGetGlobal"), 2) << "the bounds report's slot, then the wait report's";
+  auto* global = static_cast<WaitReport**>(fake_.global("attune_wait_report"));
   ASSERT_NE(global, nullptr);
   WaitReport* report = *global;
   ASSERT_NE(report, nullptr) << "the global was not pointed at the report";
@@ -563,14 +564,43 @@ TEST_F(LostContextTest, AWaitThatGaveUpIsNamedInTheStickyErrorAndByWaitReport) {
   EXPECT_NE(wait_report().find("block (3, 1, 0)"), std::string::npos) << wait_report();
 }
 
-TEST_F(LostContextTest, WithoutAWaitBoundNoGlobalIsLookedUp) {
+TEST_F(LostContextTest, WithoutAWaitBoundOnlyTheBoundsReportIsInstalled) {
   const testing::EnvGuard bound({"ATTUNE_WAIT_BOUND_MS"});
   testing::EnvGuard::set("ATTUNE_WAIT_BOUND_MS", std::nullopt);
   Driver& driver = Driver::get();
   const std::vector<char> image(16, 'x');
   driver.function(driver.load_module(0, image), "kernel");
-  EXPECT_EQ(fake_.count("cuLibraryGetGlobal"), 0);
-  EXPECT_EQ(fake_.count("cuMemHostAlloc"), 0);
+  EXPECT_EQ(fake_.count("cuLibraryGetGlobal"), 1) << "the bounds report's slot only";
+  EXPECT_EQ(fake_.global("attune_wait_report"), nullptr);
+  EXPECT_NE(fake_.global("attune_bounds_report"), nullptr);
+}
+
+// A kernel that clamps a length or page it read from device memory writes a
+// BoundsReport through the slot (templates/primitives/cuda.h); the fake
+// stands in for it. The host reads it without a sync, and a clear starts a
+// new generation (the kernel's claim compares against it).
+TEST_F(LostContextTest, AClampedPageReachesBoundsReportUntilCleared) {
+  Driver& driver = Driver::get();
+  const std::vector<char> image(16, 'x');
+  driver.function(driver.load_module(0, image), "kernel");
+  auto* global = static_cast<BoundsReport**>(fake_.global("attune_bounds_report"));
+  ASSERT_NE(global, nullptr);
+  BoundsReport* report = *global;
+  ASSERT_NE(report, nullptr) << "the slot was not pointed at the report";
+  EXPECT_EQ(bounds_report(), "");
+  const u32 generation = report->generation;
+  report->kind = kBoundsPage;
+  report->batch = 1;
+  report->index = 2;
+  report->value = 48;
+  report->limit = 8;
+  report->magic = kBoundsReportMagic;
+  EXPECT_EQ(bounds_report(),
+            "a run read block_table[1, 2] = 48, outside the page pool of 8 pages: the kernel read page 0 instead, so "
+            "that run's output is wrong");
+  clear_bounds_report();
+  EXPECT_EQ(bounds_report(), "");
+  EXPECT_EQ(report->generation, generation + 1);
 }
 
 // TMA tensor maps come from the driver's cuTensorMapEncodeTiled, after the

@@ -35,8 +35,9 @@ class FakeDriver {
     fn<void (*)(const char*, long, int)>("attune_fake_fail")(call, nth, code);
   }
   void set_capturing(bool capturing) const { fn<void (*)(int)>("attune_fake_set_capturing")(capturing ? 1 : 0); }
-  // The 8-byte "attune_wait_report" global of the library last asked for it.
-  void* wait_report_global() const { return fn<void* (*)()>("attune_fake_wait_report_global")(); }
+  // The 8-byte global `name` ("attune_wait_report", "attune_bounds_report")
+  // of the library last asked for it.
+  void* global(const char* name) const { return fn<void* (*)(const char*)>("attune_fake_global")(name); }
   // The grid, block and dynamic shared bytes of the last cuLaunchKernel.
   void last_launch(unsigned* grid, unsigned* block, unsigned* shared) const {
     fn<void (*)(unsigned*, unsigned*, unsigned*)>("attune_fake_last_launch")(grid, block, shared);
