@@ -113,7 +113,9 @@ ATTUNE_DEVICE Sequence sequence(const FlashBwdParams& p, i32 batch) {
     s.k_len = s.k_capacity;
     s.row_base = s.q_begin;
   }
-  if (p.seqlens_k != nullptr) s.k_len = clamp_key_length(dev::load_global(p.seqlens_k + batch), s.k_capacity, batch);
+  if (p.seqlens_k != nullptr) {
+    s.k_len = clamp_key_length_quietly(dev::load_global(p.seqlens_k + batch), static_cast<i32>(s.k_capacity));
+  }
   return s;
 }
 

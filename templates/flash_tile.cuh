@@ -103,6 +103,11 @@ ATTUNE_DEVICE i64 clamp_key_length(i64 length, i64 capacity, i32 batch) {
   dev::report_bounds(kBoundsLength, batch, -1, static_cast<i32>(length), static_cast<i32>(capacity));
   return length < 0 ? 0 : capacity;
 }
+// The cut past the capacity alone, without the report, for a kernel whose
+// register budget has no room for more (the backward: its forward reports
+// the same lengths; a negative length leaves it no key tile to read).
+// (In 32 bits: the 64-bit form spills 12 bytes in flash_bwd d192 on sm_80.)
+ATTUNE_DEVICE i32 clamp_key_length_quietly(i32 length, i32 capacity) { return length < capacity ? length : capacity; }
 
 namespace flash_detail {
 

@@ -10,7 +10,7 @@
 #   --deadline S     seconds for everything (default 420); steps that no longer fit are skipped
 #   --only a,b / --skip a,b   steps to run or leave out (facts compile smoke primitives sm90 sweep
 #                             ceilings forward decode backward python tests)
-#   --plant KIND@JOB the rehearsal's planted faults: hang@JOB, sticky@JOB (JOB as the report names it)
+#   --plant KIND@JOB the rehearsal's planted faults: hang@JOB, sticky@JOB, wrong@JOB (JOB as the report names it)
 #
 # It refuses a bundle built from other sources than this tree's templates/,
 # tools/ and python/attune/ (the hash in BUNDLE), with the command to rebuild.

@@ -523,7 +523,7 @@ std::string bounds_report() {
   const BoundsReport* r = g_bounds_report.load(std::memory_order_acquire);
   if (r == nullptr) return {};
   BoundsReport copy;
-  std::memcpy(&copy, const_cast<const BoundsReport*>(r), sizeof(copy));
+  std::memcpy(&copy, r, sizeof(copy));
   return copy.magic == kBoundsReportMagic ? describe_bounds_report(copy) : std::string();
 }
 

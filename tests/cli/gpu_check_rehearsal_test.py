@@ -5,7 +5,10 @@ step on the emulator and the recording fake driver, tiny shapes, short limits.
 1. A run with a planted hanging kernel and a planted sticky fault (in two
    flash_fwd_sm90 correctness jobs): the run goes on, names both culprits
    with their variant and case, later jobs and later steps still run and
-   report, and DIR holds report.md, summary.txt and run.tgz.
+   report, and DIR holds report.md, summary.txt and run.tgz. A third job's
+   output is planted wrong (one 8 x 8 group per tile): the report locates it
+   (worst element, the group map), compares with the emulator ("GPU !=
+   emulator") and keeps the arrays in run.tgz.
 2. A run killed with SIGKILL (its whole process group) at a random moment:
    DIR/report.md is readable and run.tgz opens, holding the record of every
    step the report says finished, and nothing of the run is left running.
@@ -26,6 +29,7 @@ import time
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 HANG = "sm90.d64.bf16.causal.small"
 STICKY = "sm90.d64.fp16.none.small"
+WRONG = "sm90.d64.fp16.varlen.small"
 failures = []
 
 
@@ -64,7 +68,7 @@ def planted_run(bundle, tmp):
     out = os.path.join(tmp, "planted")
     cmd, env = gpu_check(bundle, out)
     cmd[3:3] = ["--deadline", "400", "--job-limit", "25", "--plant", "hang@" + HANG, "--plant", "sticky@" + STICKY,
-                "--work", os.path.join(tmp, "planted-work")]
+                "--plant", "wrong@" + WRONG, "--work", os.path.join(tmp, "planted-work")]
     start = time.time()
     r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
     took = time.time() - start
@@ -90,8 +94,19 @@ def planted_run(bundle, tmp):
     sm90 = json.load(open(os.path.join(tmp, "planted-work", "sm90.json")))
     status = {r["name"]: r["status"] for r in sm90["results"]}
     check(status.get(HANG) == "hung" and status.get(STICKY) == "error", "culprits recorded: %s" % status)
-    after = [n for n in status if n not in (HANG, STICKY)]
+    check(status.get(WRONG) == "failed", "the planted wrong output failed its check: %s" % status.get(WRONG))
+    after = [n for n in status if n not in (HANG, STICKY, WRONG)]
     check(after and all(status[n] == "ok" for n in after), "every other sm90 job passed: %s" % status)
+    wrong_block = report[report.find("**" + WRONG + "**"):][:4000]
+    check("GPU != emulator (model bug" in wrong_block, "the wrong output is compared with the emulator's")
+    check("worst |err|" in wrong_block and "per 8 x 8 group" in wrong_block, "and located: worst element, group map")
+    groups = json.load(open(os.path.join(tmp, "planted-work", "sm90.json")))
+    diag = next(r for r in groups["results"] if r["name"] == WRONG)["result"]["diagnosis"]
+    grid = diag["group_8x8_max"]
+    check(grid[1][2] > 0.5 and all(grid[i][j] < 0.1 for i in range(8) for j in range(8) if (i, j) != (1, 2)),
+          "the 8 x 8 group map points at the planted group (row group 1, column group 2)")
+    check(any(n.startswith("run/npy/" + WRONG) for n in tgz_names(os.path.join(out, "run.tgz"))),
+          "run.tgz holds the wrong case's arrays")
     check(HANG in r.stdout and STICKY in r.stdout, "both culprits are on stdout (one line each)")
     check("run/sm90.json" in tgz_names(os.path.join(out, "run.tgz")), "run.tgz holds the sm90 record")
     summary = open(os.path.join(out, "summary.txt")).read()

@@ -14,7 +14,9 @@ lost, so the worker records it and exits (status 3) instead of going on.
 Jobs (built by plan.py): fwd_check (one variant on one case against the
 fp64 oracle, with diagnostics and the emulator's output on failure),
 fwd_time (variants, SDPA flash and cuDNN on the same inputs), decode, bwd.
-Planted faults for the rehearsal: ATTUNE_GPU_CHECK_PLANT="hang@NAME,sticky@NAME".
+Planted faults for the rehearsal: ATTUNE_GPU_CHECK_PLANT="hang@NAME,sticky@NAME,wrong@NAME"
+(a job that never returns, a sticky CUDA error through the fake driver, an
+output with one 8 x 8 group per tile off by 1).
 """
 import json
 import math
@@ -135,6 +137,12 @@ def job_fwd_check(ctx, job, emit):
     o, lse = outputs(ctx, q, v, prob)
     ctx.rt.forward(prob, q, k, v, o, lse, variant, ctx.stream())
     ctx.sync()
+    if job.get("planted") == "wrong":
+        # The rehearsal's wrong kernel: one 8 x 8 group of each 64 x 64 tile
+        # off by 1 (rows 8-15, columns 16-23), as a fragment-layout bug would be.
+        view = o if o.dim() == 4 else o.unsqueeze(0)
+        for r0 in range(8, view.shape[1], 64):
+            view[:, r0:r0 + 8, :, 16:24] += 1
     ref, naive = oracle(ctx, q, k, v, case)
     ok, text, numbers = checks.within_rule((o, lse), ref, naive)
     result = {"variant": variant, "shape": prob.describe(), "ok": ok, "text": text, **numbers}
@@ -152,7 +160,9 @@ def job_fwd_check(ctx, job, emit):
                         ("q", q), ("k", k), ("v", v)):
             np.save("%s.%s.npy" % (stem, name), t.detach().float().cpu().numpy())
         result["npy"] = os.path.basename(stem) + ".*.npy"
-    if job.get("emulate", True) and not ctx.dry and small:
+    # On a GPU the emulator runs the same inputs; in the rehearsal only for a
+    # planted wrong result (the emulator is the "GPU" there).
+    if job.get("emulate", True) and small and (not ctx.dry or job.get("planted") == "wrong"):
         emit({"emulating": variant})
         cpu = [x.cpu() for x in (q, k, v)]
         eprob = binding.Problem(*cpu, prob_mask(case), case.get("cu_q"), case.get("cu_k"))
@@ -420,6 +430,8 @@ def main(args):
                     time.sleep(1)
             if plant == "sticky":
                 plant_sticky(ctx, job)
+            if plant == "wrong":
+                job = dict(job, planted="wrong")
             result = JOBS[job["kind"]](ctx, job, lambda piece: write({"job": i, "event": "partial", **piece}))
             write({"job": i, "event": "done", "result": result})
         except Exception as e:  # noqa: BLE001 - every failure is recorded with its job
