@@ -28,9 +28,12 @@ def _scale(softmax_scale, head_dim):
     return float(softmax_scale) if softmax_scale is not None else 1.0 / math.sqrt(head_dim)
 
 
-def _check_window(window_size):
+def _window(window_size):
+    """window_size as two Python ints: a tensor, or a tuple of 0-d tensors,
+    hashes by identity and would add a mask-cache entry per call."""
     if len(window_size) != 2:
         raise InvalidArgument(f"window_size: got {window_size!r}; expected (left, right)")
+    return int(window_size[0]), int(window_size[1])
 
 
 def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, deterministic, cu_seqlens_q=None,
@@ -56,15 +59,15 @@ def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, determin
                        bool(deterministic))
 
 
-_masks = {}  # (causal, window_size, top_left) -> (mask, window): the same few on every call
+_masks = {}  # (causal, (left, right) as ints, top_left) -> (mask, window): the same few on every call
 
 
 def _mask(causal, window_size, top_left):
-    key = (bool(causal), tuple(window_size), top_left)
+    window = _window(window_size)
+    key = (bool(causal), window, top_left)
     found = _masks.get(key)
     if found is None:
-        _check_window(window_size)
-        found = _masks[key] = engine.mask_of(causal, window_size, top_left=top_left)
+        found = _masks[key] = engine.mask_of(causal, window, top_left=top_left)
     return found
 
 

@@ -3,7 +3,8 @@ run attune's kernels on the emulator and must meet FlashAttention's accuracy
 rule against an independent fp64 attention; float32/float64 run the fp64
 reference. The families follow the CLI tests': causal and not, GQA,
 Dk != Dv, windows, Sq > Sk (empty rows), varlen with empty sequences, KV
-caches contiguous and paged, softcap and ALiBi."""
+caches contiguous and paged, softcap and ALiBi; then flash-attn's
+conventions (window_size as a tensor)."""
 import math
 
 import pytest
@@ -223,3 +224,18 @@ def test_a_paged_call_outside_its_block_table_is_refused_on_the_host(fault, path
         says = r"block_table\[1, 2\] = -1: outside the page pool"
     with pytest.raises(attune.InvalidArgument, match=says):
         call()
+
+
+# -- flash-attn's conventions ------------------------------------------------------------
+
+def test_window_size_tensors_do_not_grow_the_mask_cache():
+    from attune import _interface
+
+    q, k = randn(1, 4, 1, 8, dtype=torch.float32, seed=49), randn(1, 4, 1, 8, dtype=torch.float32, seed=50)
+    want = attune.flash_attn_func(q, k, k, window_size=(2, 0))
+    size = len(_interface._masks)
+    for i in range(10000):  # a fresh tensor each call, as a model that keeps its window in a buffer passes it
+        window = torch.tensor([2, 0]) if i % 2 else (torch.tensor(2), torch.tensor(0))
+        out = attune.flash_attn_func(q, k, k, window_size=window)
+    assert len(_interface._masks) == size
+    assert torch.equal(out, want)
