@@ -36,16 +36,41 @@ def _window(window_size):
     return int(window_size[0]), int(window_size[1])
 
 
+def contiguous_rows(q, k, v, copy_kv=True):
+    """(q, k, v, copies): each input whose last dimension is strided copied
+    contiguous, as flash-attn's maybe_contiguous copies it, since the kernels
+    read a head's row with stride 1; copies names each copy and why
+    (attune.explain reports them). copy_kv False leaves k and v to be
+    refused: flash-attn refuses a KV cache with a strided last dimension
+    rather than copy the whole cache on every decode step."""
+    inputs, copies = [q, k, v], []
+    for i, name in enumerate(("q", "k", "v") if copy_kv else ("q",)):
+        x = inputs[i]
+        numpy = _is_numpy(x)
+        stride = x.strides[-1] // x.itemsize if numpy else x.stride(-1)
+        if stride == 1:
+            continue
+        if numpy:
+            import numpy as np
+            inputs[i] = np.ascontiguousarray(x)
+        else:
+            inputs[i] = x.contiguous()
+        copies.append(f"{name}: last dimension stride {stride}, copied contiguous (the kernels read each head's "
+                      "row with stride 1)")
+    return (*inputs, tuple(copies))
+
+
 def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, deterministic, cu_seqlens_q=None,
          cu_seqlens_k=None, seqlens_k=None, block_table=None, max_seqlen_q=0, max_seqlen_k=0, num_splits=0,
-         top_left=False):
+         top_left=False, copy_kv=True):
     """num_splits: 0 the forward; -1 decode with the built-in split count;
-    N > 0 decode with N splits."""
+    N > 0 decode with N splits. copy_kv: see contiguous_rows."""
     mask, window = _mask(causal, window_size, top_left)
     softcap = float(softcap or 0.0)
     if softcap < 0:
         raise InvalidArgument(f"softcap: got {softcap}; expected >= 0 (0: off)")
     if _is_numpy(q):
+        q, k, v, _ = contiguous_rows(q, k, v, copy_kv)
         from . import _numpy
         spec = engine.Spec(scale=scale, mask=mask, window=window, softcap=softcap,
                            alibi_per_batch=alibi_slopes is not None and alibi_slopes.ndim == 2,
@@ -54,6 +79,8 @@ def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, determin
                              seqlens_k=seqlens_k, block_table=block_table, max_seqlen_q=max_seqlen_q,
                              max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, num_splits=max(num_splits, 0),
                              decode=num_splits != 0)
+    if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):  # cheaper than stride(-1) x 3
+        q, k, v, _ = contiguous_rows(q, k, v, copy_kv)
     return _torch_module().call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, int(max_seqlen_q),
                        int(max_seqlen_k), scale, mask, window[0], window[1], softcap, alibi_slopes, int(num_splits),
                        bool(deterministic))
@@ -131,7 +158,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     block_table int32 [B, max_pages]; cache_seqlens (int32 [B], or one int)
     the keys in use per sequence. num_splits 0: attune's choice (tuned, or
     enough to fill the GPU). Returns out, or (out, softmax_lse) with
-    return_softmax_lse."""
+    return_softmax_lse. q may have a strided last dimension (copied, as
+    flash-attn does); the caches may not (refused, as flash-attn does)."""
     if k is not None or v is not None:
         _unsupported("k, v (appending new keys and values into the cache)",
                      "write them into k_cache and v_cache first, then pass cache_seqlens")
@@ -158,7 +186,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     out, lse = _run(q, k_cache, v_cache, scale=_scale(softmax_scale, q.shape[-1]), causal=causal,
                     window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, deterministic=False,
                     seqlens_k=cache_seqlens, block_table=block_table, max_seqlen_k=max_k,
-                    num_splits=_splits(num_splits, block_table))
+                    num_splits=_splits(num_splits, block_table), copy_kv=False)
     return (out, lse) if return_softmax_lse else out
 
 

@@ -10,10 +10,12 @@ from collections import namedtuple
 
 from . import _calls as calls
 from . import _engine as engine
+from . import _interface as interface
 from . import _native as native
 from ._errors import InvalidArgument
 
-Choice = namedtuple("Choice", "variant rule detail")
+# copies: the inputs the call copies before the kernels read them, each with why
+Choice = namedtuple("Choice", "variant rule detail copies", defaults=((),))
 
 
 def _arrays(x):
@@ -27,12 +29,15 @@ def _arrays(x):
 def explain(q, k, v, *, causal=False, window_size=(-1, -1), softmax_scale=None, softcap=0.0, op="fwd",
             cu_seqlens_q=None, cu_seqlens_k=None, cache_seqlens=None, block_table=None, max_seqlen_q=0,
             max_seqlen_k=0, num_splits=0, deterministic=False):
-    """Choice(variant, rule, detail): the variant a call with these
-    arguments runs on its device and the rule that chose it ("tuned",
-    "nearest-tuned", "heuristic"). op: "fwd", "decode" (a KV cache) or
-    "bwd". Length arrays are read, so they must be on the CPU."""
+    """Choice(variant, rule, detail, copies): the variant a call with these
+    arguments runs on its device, the rule that chose it ("tuned",
+    "nearest-tuned", "heuristic"), and the inputs the call copies first
+    (a strided last dimension), each with why. op: "fwd", "decode" (a KV
+    cache) or "bwd". Length arrays are read, so they must be on the CPU."""
     if op not in ("fwd", "decode", "bwd"):
         raise InvalidArgument(f"op: got {op!r}; expected fwd, decode or bwd")
+    # The same copies the call makes, so the plan explained is the one it runs.
+    q, k, v, copies = interface.contiguous_rows(q, k, v, copy_kv=op != "decode")
     mask, window = engine.mask_of(causal, window_size)
     spec = engine.Spec(scale=engine.default_scale(q.shape[-1]) if softmax_scale is None else float(softmax_scale),
                        mask=mask, window=window, softcap=float(softcap))
@@ -41,7 +46,7 @@ def explain(q, k, v, *, causal=False, window_size=(-1, -1), softmax_scale=None, 
                                           block_table=block_table, max_seqlen_q=max_seqlen_q,
                                           max_seqlen_k=max_seqlen_k, num_splits=num_splits,
                                           deterministic=deterministic)
-    return Choice(variant, rule, detail)
+    return Choice(variant, rule, detail, copies)
 
 
 def _pow2(n):

@@ -4,7 +4,7 @@ rule against an independent fp64 attention; float32/float64 run the fp64
 reference. The families follow the CLI tests': causal and not, GQA,
 Dk != Dv, windows, Sq > Sk (empty rows), varlen with empty sequences, KV
 caches contiguous and paged, softcap and ALiBi; then flash-attn's
-conventions (window_size as a tensor)."""
+conventions (strided last dimensions copied)."""
 import math
 
 import pytest
@@ -227,6 +227,27 @@ def test_a_paged_call_outside_its_block_table_is_refused_on_the_host(fault, path
 
 
 # -- flash-attn's conventions ------------------------------------------------------------
+
+def test_a_strided_last_dimension_is_copied_as_flash_attn_does_and_explain_names_the_copy():
+    q = randn(1, 24, 64, 2, seed=46).transpose(-1, -2)  # [1, 24, 2, 64], last-dimension stride 2
+    k, v = randn(1, 24, 2, 64, seed=47), randn(1, 24, 2, 64, seed=48)
+    assert q.stride(-1) == 2
+    assert torch.equal(attune.flash_attn_func(q, k, v, causal=True),
+                       attune.flash_attn_func(q.contiguous(), k, v, causal=True))
+    choice = attune.explain(q, k, v, causal=True)
+    assert choice.copies == ("q: last dimension stride 2, copied contiguous (the kernels read each head's row "
+                             "with stride 1)",), choice
+    assert choice.variant == attune.explain(q.contiguous(), k, v, causal=True).variant
+    assert attune.explain(q.contiguous(), k, v, causal=True).copies == ()
+    # A KV cache is refused, not copied on every step, as flash-attn refuses it; its q is copied.
+    kt = k.transpose(-1, -2).contiguous().transpose(-1, -2)
+    with pytest.raises(attune.InvalidArgument, match="k: the last dimension has stride 2"):
+        attune.flash_attn_with_kvcache(q[:, :1].contiguous(), kt, v, cache_seqlens=24)
+    assert torch.equal(attune.flash_attn_with_kvcache(q[:, :1], k, v, cache_seqlens=24),
+                       attune.flash_attn_with_kvcache(q[:, :1].contiguous(), k, v, cache_seqlens=24))
+    assert attune.explain(q[:, :1], k, v, op="decode", cache_seqlens=torch.tensor([24], dtype=torch.int32)) \
+        .copies[0].startswith("q: last dimension stride 2")
+
 
 def test_window_size_tensors_do_not_grow_the_mask_cache():
     from attune import _interface
