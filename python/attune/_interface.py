@@ -109,8 +109,29 @@ def _torch_module():
     return _torch_mod
 
 
-def _returned(out, lse, return_attn_probs):
-    return (out, lse, None) if return_attn_probs else out
+def _flash_attn_lse(lse):
+    """flash-attn 2's LSE of a row that sees no key, +inf, where attune's
+    own interfaces write -inf (the identity of merge_states). A new tensor,
+    not a fill in place: autograd saved the op's LSE for the backward, which
+    reads attune's convention."""
+    if _is_numpy(lse):
+        import numpy as np
+        lse[lse == -np.inf] = np.inf  # nothing else holds a NumPy call's LSE
+        return lse
+    return lse.masked_fill(lse == -math.inf, math.inf)
+
+
+def _returned(q, out, lse, return_attn_probs):
+    """flash-attn's returns: out, or (out, softmax_lse, S_dmask), where
+    S_dmask is the empty tensor flash-attn returns without dropout."""
+    if not return_attn_probs:
+        return out
+    if _is_numpy(q):
+        import numpy as np
+        probs = np.empty(0, dtype=q.dtype)
+    else:
+        probs = q.new_empty(0)
+    return out, _flash_attn_lse(lse), probs
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
@@ -119,13 +140,14 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     multiple of Hkv; v's head dim may differ), as flash-attn's: causal is
     aligned bottom-right, window_size (left, right) with -1 unbounded,
     softmax_scale defaults to 1/sqrt(D). Returns out [B, Sq, Hq, Dv], or
-    (out, softmax_lse [B, Hq, Sq] float32, None) with return_attn_probs
-    (attune never returns the probabilities)."""
+    (out, softmax_lse [B, Hq, Sq] float32, an empty tensor) with
+    return_attn_probs (attune never returns the probabilities; a row that
+    sees no key has LSE +inf, as in flash-attn)."""
     if dropout_p:
         _unsupported("dropout_p", f"got {dropout_p}; attune computes attention without dropout")
     out, lse = _run(q, k, v, scale=_scale(softmax_scale, q.shape[-1]), causal=causal, window_size=window_size,
                     softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic)
-    return _returned(out, lse, return_attn_probs)
+    return _returned(q, out, lse, return_attn_probs)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -135,7 +157,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     int32 [B + 1] offsets, max_seqlen the longest sequence (a bound the plan
     is made for). With block_table, k and v are page pools [pages,
     page_size, Hkv, D] and cu_seqlens_k counts each sequence's cached keys.
-    Returns out [Tq, Hq, Dv], or (out, softmax_lse [Hq, Tq], None)."""
+    Returns out [Tq, Hq, Dv], or (out, softmax_lse [Hq, Tq], an empty
+    tensor)."""
     if dropout_p:
         _unsupported("dropout_p", f"got {dropout_p}; attune computes attention without dropout")
     seqlens_k = None
@@ -146,7 +169,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                     softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqlens_k=seqlens_k,
                     block_table=block_table, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
-    return _returned(out, lse, return_attn_probs)
+    return _returned(q, out, lse, return_attn_probs)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
@@ -187,7 +210,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                     window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, deterministic=False,
                     seqlens_k=cache_seqlens, block_table=block_table, max_seqlen_k=max_k,
                     num_splits=_splits(num_splits, block_table), copy_kv=False)
-    return (out, lse) if return_softmax_lse else out
+    return (out, _flash_attn_lse(lse)) if return_softmax_lse else out
 
 
 def _splits(num_splits, block_table):
@@ -222,8 +245,10 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
 
 def merge_states(outs, lses):
     """The merge of partial results over disjoint keys: outs [T, H, D] and
-    lses [H, T] (float32, natural log; -inf: an empty partial, skipped), as
-    flash_attn_varlen_func returns them; returns (out, lse)."""
+    lses [H, T] (float32, natural log; -inf, or flash-attn's +inf: an empty
+    partial, skipped), as flash_attn_varlen_func returns them; returns
+    (out, lse), the LSE of a row without keys in any partial -inf (attune's
+    convention)."""
     import torch
 
     if len(outs) != len(lses) or not outs:
@@ -238,7 +263,10 @@ def merge_states(outs, lses):
         raise InvalidArgument(f"merge_states: dtype {view.dtype}; expected float16 or bfloat16")
     rows, heads, dim = o0.shape
     outs = [o.contiguous() for o in outs]
-    lses = [l.to(torch.float32).contiguous() for l in lses]
+    # An empty partial may come with flash-attn's +inf (the flash-attn
+    # functions' LSE): it is merged as attune's -inf, skipped.
+    lses = [l.to(torch.float32) for l in lses]
+    lses = [l.masked_fill(l == math.inf, -math.inf).contiguous() for l in lses]
     out = torch.empty_like(outs[0])
     lse = torch.empty((heads, rows), dtype=torch.float32, device=o0.device)
     import ctypes

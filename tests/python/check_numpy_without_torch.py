@@ -66,6 +66,9 @@ def main():
     err = np.abs(out16.astype(np.float64) - reference(q16, k16, v16, True)).max()
     check(out16.dtype == np.float16 and lse.shape == (2, 4, 21) and err < 5e-3,
           f"float16 arrays: the kernels on the emulator (max error {err:.2e})")
+    _, lse, _ = attune.flash_attn_func(q, k[:, :5], v[:, :5], causal=True, return_attn_probs=True)
+    check((lse[:, :, :16] == np.inf).all() and np.isfinite(lse[:, :, 16:]).all(),
+          "rows without keys: flash-attn's LSE, +inf")
     lens = np.array([30, 11], dtype=np.int32)
     dec = attune.flash_attn_with_kvcache(q16[:, :1], k16, v16, cache_seqlens=lens, causal=True, num_splits=2)
     err = np.abs(dec.astype(np.float64) - reference(q16[:, :1], k16, v16, True, lens)).max()

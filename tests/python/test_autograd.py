@@ -2,7 +2,10 @@
 forward and backward) over dense, varlen, GQA, Dk != Dv, both causal
 alignments with empty rows, windows and padding; and the emulator's
 bfloat16/float16 gradients (the backward kernel) against the fp64
-reference's, with the accuracy rule."""
+reference's, with the accuracy rule; rows without keys too (their
+returned LSE is flash-attn's +inf)."""
+import math
+
 import pytest
 import torch
 
@@ -87,3 +90,22 @@ def test_deterministic_backward_is_bitwise_repeatable():
         grads.append(torch.autograd.grad(out.float().sum(), (q, k, v)))
     for a, b in zip(*grads):
         assert torch.equal(a, b)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_kernel_backward_through_rows_without_keys(dtype):
+    # Sq > Sk, causal bottom-right: the first 16 rows see no key. The caller
+    # gets flash-attn's LSE (+inf) there; the backward reads the -inf it saved.
+    q = randn(1, 40, 2, 64, dtype=dtype, requires_grad=True, seed=20)
+    k = randn(1, 24, 2, 64, dtype=dtype, requires_grad=True, seed=21)
+    v = randn(1, 24, 2, 64, dtype=dtype, requires_grad=True, seed=22)
+    out, lse, _ = attune.flash_attn_func(q, k, v, causal=True, return_attn_probs=True)
+    assert (lse[:, :, :16] == math.inf).all() and torch.isfinite(lse[:, :, 16:]).all()
+    got, dout = _grads(out, q, k, v, seed=23)
+    ref_out, _ = reference(q, k, v, causal=True)
+    want = torch.autograd.grad(ref_out, (q, k, v), dout.double())
+    naive_out, _ = reference(q, k, v, causal=True, dtype=dtype)
+    naive_grads = torch.autograd.grad(naive_out, (q, k, v), dout)
+    for name, g, w, n in zip(("dq", "dk", "dv"), got, want, naive_grads):
+        assert_accurate(g, w, n, name)
+    assert (got[0][:, :16] == 0).all(), "rows without keys have no gradient"

@@ -4,7 +4,8 @@ rule against an independent fp64 attention; float32/float64 run the fp64
 reference. The families follow the CLI tests': causal and not, GQA,
 Dk != Dv, windows, Sq > Sk (empty rows), varlen with empty sequences, KV
 caches contiguous and paged, softcap and ALiBi; then flash-attn's
-conventions (strided last dimensions copied)."""
+conventions (LSE +inf for a row without keys, an empty tensor for the
+probabilities, strided last dimensions copied)."""
 import math
 
 import pytest
@@ -29,13 +30,14 @@ def test_flash_attn_func_matches_the_reference(dtype, case):
     window = case.get("window", (-1, -1))
     out, lse, probs = attune.flash_attn_func(q, k, v, causal=case["causal"], window_size=window,
                                              return_attn_probs=True)
-    assert probs is None
+    assert probs.shape == (0,) and probs.device == q.device, "flash-attn's S_dmask without dropout: empty"
     assert out.shape == (case["b"], case["sq"], case["hq"], case["dv"]) and out.dtype == dtype
     assert lse.shape == (case["b"], case["hq"], case["sq"]) and lse.dtype == torch.float32
     want, want_lse = reference(q, k, v, causal=case["causal"], window=window)
     assert_accurate(out, want, naive(q, k, v, causal=case["causal"], window=window), str(case))
     finite = torch.isfinite(want_lse)
-    assert torch.equal(torch.isfinite(lse), finite), "rows without keys: LSE = -inf exactly there"
+    assert torch.equal(torch.isfinite(lse), finite), "rows without keys: LSE = +inf exactly there"
+    assert (lse[~finite] == math.inf).all(), "flash-attn's LSE of a row without keys"
     assert max_error(lse[finite], want_lse[finite]) < 2e-2
     assert (out[~finite.transpose(1, 2)] == 0).all(), "rows without keys are 0"
 
@@ -68,7 +70,7 @@ def test_varlen_with_empty_sequences_and_softmax_lse_layout():
     kw = dict(causal=True, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
     want, want_lse = reference(q, k, v, **kw)
     assert_accurate(out, want, naive(q, k, v, **kw), "varlen")
-    assert (out[7:30] == 0).all() and torch.isinf(lse[:, 7:30]).all(), "the sequence without keys"
+    assert (out[7:30] == 0).all() and (lse[:, 7:30] == math.inf).all(), "the sequence without keys"
 
 
 def test_sdpa_takes_bhsd_with_top_left_causal():
@@ -227,6 +229,32 @@ def test_a_paged_call_outside_its_block_table_is_refused_on_the_host(fault, path
 
 
 # -- flash-attn's conventions ------------------------------------------------------------
+
+def test_rows_without_keys_return_flash_attns_lse_and_merge_states_skips_them():
+    # varlen: the second key sequence is empty, so its 7 query rows see no key
+    q, k, v = randn(20, 2, 64, seed=43), randn(30, 2, 64, seed=44), randn(30, 2, 64, seed=45)
+    cu_q = torch.tensor([0, 13, 20], dtype=torch.int32)
+    cu_k = torch.tensor([0, 30, 30], dtype=torch.int32)
+    out, lse, _ = attune.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 13, 30, return_attn_probs=True)
+    assert (lse[:, 13:] == math.inf).all() and torch.isfinite(lse[:, :13]).all()
+    # the KV cache's decode: a sequence with no cached keys
+    lens = torch.tensor([0, 11], dtype=torch.int32)
+    _, dec_lse = attune.flash_attn_with_kvcache(q[:4].reshape(2, 1, 4, 64), k[:24].reshape(2, 12, 2, 64),
+                                                v[:24].reshape(2, 12, 2, 64), cache_seqlens=lens,
+                                                return_softmax_lse=True)
+    assert (dec_lse[0] == math.inf).all() and torch.isfinite(dec_lse[1]).all()
+    # merge_states takes either convention for an empty partial and returns attune's (-inf)
+    cu_one = torch.tensor([0, 20], dtype=torch.int32)
+    full, full_lse, _ = attune.flash_attn_varlen_func(q, k, v, cu_one, torch.tensor([0, 30], dtype=torch.int32),
+                                                      20, 30, return_attn_probs=True)
+    none, none_lse, _ = attune.flash_attn_varlen_func(q, k[:1], v[:1], cu_one, torch.tensor([0, 0], dtype=torch.int32),
+                                                      20, 1, return_attn_probs=True)
+    assert (none == 0).all() and (none_lse == math.inf).all()
+    merged, merged_lse = attune.merge_states([full, none], [full_lse, none_lse])
+    assert max_error(merged, full) < 1e-2 and max_error(merged_lse, full_lse) < 1e-4
+    empty, empty_lse = attune.merge_states([none, none], [none_lse, -none_lse])
+    assert (empty == 0).all() and (empty_lse == -math.inf).all()
+
 
 def test_a_strided_last_dimension_is_copied_as_flash_attn_does_and_explain_names_the_copy():
     q = randn(1, 24, 64, 2, seed=46).transpose(-1, -2)  # [1, 24, 2, 64], last-dimension stride 2
