@@ -13,7 +13,9 @@ arrays (forward only). docs/python.md has the details.
 from . import db
 from ._engine import reset, set_tuning_db
 from ._errors import CudaError, Error, InvalidArgument, IoError, KernelFault, Unavailable
-from ._interface import (flash_attn_func, flash_attn_varlen_func, flash_attn_with_kvcache, merge_states, sdpa)
+from ._interface import (flash_attn_func, flash_attn_kvpacked_func, flash_attn_qkvpacked_func, flash_attn_varlen_func,
+                         flash_attn_varlen_kvpacked_func, flash_attn_varlen_qkvpacked_func, flash_attn_with_kvcache,
+                         merge_states, sdpa)
 from ._native import bounds_report, check_bounds, cli_path, library_path
 from ._record import record
 from ._serving import BatchDecode
@@ -29,7 +31,9 @@ else:
     from . import _torch  # noqa: F401
 
 __all__ = [
-    "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "sdpa", "merge_states",
+    "flash_attn_func", "flash_attn_varlen_func", "flash_attn_with_kvcache", "flash_attn_qkvpacked_func",
+    "flash_attn_kvpacked_func", "flash_attn_varlen_qkvpacked_func", "flash_attn_varlen_kvpacked_func", "sdpa",
+    "merge_states",
     "BatchDecode", "explain", "record", "tune", "db", "Choice", "reset", "set_tuning_db",
     "Error", "InvalidArgument", "KernelFault", "CudaError", "Unavailable", "IoError",
     "bounds_report", "check_bounds", "library_path", "cli_path", "__version__",

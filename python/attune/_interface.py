@@ -1,5 +1,6 @@
 """The functions users call: flash-attn's names, arguments and return
-values, SDPA's, and the plan/run pair of a serving step.
+values (its packed variants too), SDPA's, and the plan/run pair of a
+serving step.
 
     from attune import flash_attn_func          # was: from flash_attn import flash_attn_func
     out = flash_attn_func(q, k, v, causal=True)  # [B, S, H, D]
@@ -170,6 +171,65 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqlens_k=seqlens_k,
                     block_table=block_table, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
     return _returned(q, out, lse, return_attn_probs)
+
+
+def _unpacked(x, axis, count, name, layout):
+    """The `count` parts of a packed array along `axis`, as views: the
+    forward takes any batch, sequence and head strides, so nothing is
+    copied. torch's unbind, whose gradient stacks the parts' gradients back
+    into one tensor packed like x. The backward copies the views contiguous
+    (its gradients are written laid out like q, k and v), where flash-attn
+    writes into the packed gradient; attune.explain(op="bwd") names those
+    copies."""
+    if x.ndim != axis + 3 or x.shape[axis] != count:
+        raise InvalidArgument(f"{name}: got shape {list(x.shape)}; expected {layout}")
+    if _is_numpy(x):
+        return tuple(x[(slice(None),) * axis + (i,)] for i in range(count))
+    return x.unbind(axis)
+
+
+def flash_attn_qkvpacked_func(qkv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                              softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn_func over one packed qkv [B, S, 3, H, D] (self-attention,
+    as many key heads as query heads); the gradient comes back packed like
+    qkv. Returns out [B, S, H, D], or (out, softmax_lse, an empty tensor)."""
+    q, k, v = _unpacked(qkv, 2, 3, "qkv", "[batch, seqlen, 3, heads, head_dim]")
+    return flash_attn_func(q, k, v, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                           window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                           deterministic=deterministic, return_attn_probs=return_attn_probs)
+
+
+def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1),
+                             softcap=0.0, alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn_func with k and v packed in kv [B, Sk, 2, Hkv, D] (Hq a
+    multiple of Hkv); the gradient of kv comes back packed like it."""
+    k, v = _unpacked(kv, 2, 2, "kv", "[batch, seqlen_k, 2, heads_k, head_dim]")
+    return flash_attn_func(q, k, v, dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                           window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                           deterministic=deterministic, return_attn_probs=return_attn_probs)
+
+
+def flash_attn_varlen_qkvpacked_func(qkv, cu_seqlens, max_seqlen, dropout_p=0.0, softmax_scale=None, causal=False,
+                                     window_size=(-1, -1), softcap=0.0, alibi_slopes=None, deterministic=False,
+                                     return_attn_probs=False):
+    """flash_attn_varlen_func over one packed qkv [T, 3, H, D], the same
+    cu_seqlens and max_seqlen for queries and keys."""
+    q, k, v = _unpacked(qkv, 1, 3, "qkv", "[total, 3, heads, head_dim]")
+    return flash_attn_varlen_func(q, k, v, cu_seqlens, cu_seqlens, max_seqlen, max_seqlen, dropout_p=dropout_p,
+                                  softmax_scale=softmax_scale, causal=causal, window_size=window_size,
+                                  softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
+                                  return_attn_probs=return_attn_probs)
+
+
+def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
+                                    softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
+                                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+    """flash_attn_varlen_func with k and v packed in kv [Tk, 2, Hkv, D]."""
+    k, v = _unpacked(kv, 1, 2, "kv", "[total_k, 2, heads_k, head_dim]")
+    return flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
+                                  dropout_p=dropout_p, softmax_scale=softmax_scale, causal=causal,
+                                  window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes,
+                                  deterministic=deterministic, return_attn_probs=return_attn_probs)
 
 
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,

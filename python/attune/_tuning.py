@@ -32,12 +32,16 @@ def explain(q, k, v, *, causal=False, window_size=(-1, -1), softmax_scale=None, 
     """Choice(variant, rule, detail, copies): the variant a call with these
     arguments runs on its device, the rule that chose it ("tuned",
     "nearest-tuned", "heuristic"), and the inputs the call copies first
-    (a strided last dimension), each with why. op: "fwd", "decode" (a KV
-    cache) or "bwd". Length arrays are read, so they must be on the CPU."""
+    (a strided last dimension; for the backward, any input that is not
+    contiguous), each with why. op: "fwd", "decode" (a KV cache) or "bwd".
+    Length arrays are read, so they must be on the CPU."""
     if op not in ("fwd", "decode", "bwd"):
         raise InvalidArgument(f"op: got {op!r}; expected fwd, decode or bwd")
     # The same copies the call makes, so the plan explained is the one it runs.
     q, k, v, copies = interface.contiguous_rows(q, k, v, copy_kv=op != "decode")
+    if op == "bwd":
+        q, k, v, more = _contiguous_for_backward(q, k, v)
+        copies += more
     mask, window = engine.mask_of(causal, window_size)
     spec = engine.Spec(scale=engine.default_scale(q.shape[-1]) if softmax_scale is None else float(softmax_scale),
                        mask=mask, window=window, softcap=float(softcap))
@@ -47,6 +51,29 @@ def explain(q, k, v, *, causal=False, window_size=(-1, -1), softmax_scale=None, 
                                           max_seqlen_k=max_seqlen_k, num_splits=num_splits,
                                           deterministic=deterministic)
     return Choice(variant, rule, detail, copies)
+
+
+def _contiguous_for_backward(q, k, v):
+    """What attune::bwd does to its inputs (the packed functions' views, for
+    one): the backward writes each gradient laid out like its input, and
+    the gradients are contiguous tensors."""
+    inputs, copies = [q, k, v], []
+    for i, name in enumerate(("q", "k", "v")):
+        x = inputs[i]
+        if type(x).__module__ == "numpy":
+            import numpy as np
+            if x.flags.c_contiguous:
+                continue
+            strides = [s // x.itemsize for s in x.strides]
+            inputs[i] = np.ascontiguousarray(x)
+        else:
+            if x.is_contiguous():
+                continue
+            strides = list(x.stride())
+            inputs[i] = x.contiguous()
+        copies.append(f"{name}: strides {strides}, copied contiguous for the backward (its gradient is written "
+                      "laid out like it)")
+    return (*inputs, tuple(copies))
 
 
 def _pow2(n):

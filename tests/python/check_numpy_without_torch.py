@@ -66,6 +66,11 @@ def main():
     err = np.abs(out16.astype(np.float64) - reference(q16, k16, v16, True)).max()
     check(out16.dtype == np.float16 and lse.shape == (2, 4, 21) and err < 5e-3,
           f"float16 arrays: the kernels on the emulator (max error {err:.2e})")
+    qkv = np.stack([q16[:, :, :2], q16[:, ::-1, 2:], k16[:, :21]], axis=2)  # [2, 21, 3, 2, 64]
+    out, lse, probs = attune.flash_attn_qkvpacked_func(qkv, causal=True, return_attn_probs=True)
+    want = attune.flash_attn_func(*(np.ascontiguousarray(qkv[:, :, i]) for i in range(3)), causal=True)
+    check(np.array_equal(out, want) and probs.shape == (0,),
+          "flash_attn_qkvpacked_func: the unpacked function's output, an empty array for the probabilities")
     _, lse, _ = attune.flash_attn_func(q, k[:, :5], v[:, :5], causal=True, return_attn_probs=True)
     check((lse[:, :, :16] == np.inf).all() and np.isfinite(lse[:, :, 16:]).all(),
           "rows without keys: flash-attn's LSE, +inf")

@@ -2,8 +2,8 @@
 forward and backward) over dense, varlen, GQA, Dk != Dv, both causal
 alignments with empty rows, windows and padding; and the emulator's
 bfloat16/float16 gradients (the backward kernel) against the fp64
-reference's, with the accuracy rule; rows without keys too (their
-returned LSE is flash-attn's +inf)."""
+reference's, with the accuracy rule. flash-attn's packed functions and
+rows without keys (whose returned LSE is flash-attn's +inf) too."""
 import math
 
 import pytest
@@ -49,6 +49,17 @@ def test_gradcheck_softcap_and_alibi():
     slopes = torch.tensor([0.3, 0.1])
     fn = lambda q, k, v: attune.flash_attn_func(q, k, v, softcap=2.0, alibi_slopes=slopes)  # noqa: E731
     assert torch.autograd.gradcheck(fn, (q, k, v))
+
+
+def test_gradcheck_packed_functions():
+    # The gradient of a packed input comes back packed: unbind's gradient stacks the parts'.
+    qkv = f64(1, 5, 3, 2, 8, seed=30)
+    assert torch.autograd.gradcheck(lambda qkv: attune.flash_attn_qkvpacked_func(qkv, causal=True), (qkv,))
+    cu_q = torch.tensor([0, 3, 3, 7], dtype=torch.int32)
+    cu_k = torch.tensor([0, 4, 6, 6], dtype=torch.int32)  # the last sequence has no keys
+    q, kv = f64(7, 2, 8, seed=31), f64(6, 2, 1, 8, seed=32)  # GQA
+    fn = lambda q, kv: attune.flash_attn_varlen_kvpacked_func(q, kv, cu_q, cu_k, 4, 4, causal=True)  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (q, kv))
 
 
 def _grads(out, *inputs, seed):

@@ -3,11 +3,12 @@ run attune's kernels on the emulator and must meet FlashAttention's accuracy
 rule against an independent fp64 attention; float32/float64 run the fp64
 reference. The families follow the CLI tests': causal and not, GQA,
 Dk != Dv, windows, Sq > Sk (empty rows), varlen with empty sequences, KV
-caches contiguous and paged, softcap and ALiBi; then flash-attn's
-conventions (LSE +inf for a row without keys, an empty tensor for the
-probabilities, strided last dimensions copied)."""
+caches contiguous and paged, softcap and ALiBi; then flash-attn's packed
+functions and its conventions (LSE +inf for a row without keys, an empty
+tensor for the probabilities, strided last dimensions copied)."""
 import math
 
+import numpy as np
 import pytest
 import torch
 
@@ -228,6 +229,82 @@ def test_a_paged_call_outside_its_block_table_is_refused_on_the_host(fault, path
         call()
 
 
+# -- flash-attn's packed functions -----------------------------------------------------
+
+PACKED = {  # name: (q's shape, or None where q is packed too; the packed shape; the axis of the parts)
+    "qkvpacked": (None, (2, 24, 3, 2, 64), 2),
+    "kvpacked": ((2, 20, 4, 64), (2, 28, 2, 1, 64), 2),  # GQA: 4 query heads over one KV head
+    "varlen_qkvpacked": (None, (32, 3, 2, 64), 1),
+    "varlen_kvpacked": ((32, 4, 64), (40, 2, 2, 64), 1),  # GQA
+}
+CU_Q = torch.tensor([0, 13, 32], dtype=torch.int32)  # longest 19
+CU_K = torch.tensor([0, 18, 40], dtype=torch.int32)  # longest 22
+
+
+def _packed_call(name, q, packed, causal):
+    kw = dict(causal=causal, deterministic=True, return_attn_probs=True)
+    if name == "qkvpacked":
+        return attune.flash_attn_qkvpacked_func(packed, **kw)
+    if name == "kvpacked":
+        return attune.flash_attn_kvpacked_func(q, packed, **kw)
+    if name == "varlen_qkvpacked":
+        return attune.flash_attn_varlen_qkvpacked_func(packed, CU_Q, 19, **kw)
+    return attune.flash_attn_varlen_kvpacked_func(q, packed, CU_Q, CU_K, 19, 22, **kw)
+
+
+def _unpacked_call(name, q, k, v, causal):
+    kw = dict(causal=causal, deterministic=True, return_attn_probs=True)
+    if name == "varlen_qkvpacked":
+        return attune.flash_attn_varlen_func(q, k, v, CU_Q, CU_Q, 19, 19, **kw)
+    if name == "varlen_kvpacked":
+        return attune.flash_attn_varlen_func(q, k, v, CU_Q, CU_K, 19, 22, **kw)
+    return attune.flash_attn_func(q, k, v, **kw)
+
+
+@pytest.mark.parametrize("name, causal, dtype", [
+    ("qkvpacked", True, torch.bfloat16),
+    ("kvpacked", False, torch.float16),
+    ("varlen_qkvpacked", False, torch.float16),
+    ("varlen_kvpacked", True, torch.bfloat16),
+])
+def test_packed_functions_match_the_unpacked_ones_forward_and_backward(name, causal, dtype):
+    q_shape, packed_shape, axis = PACKED[name]
+    packed = randn(*packed_shape, dtype=dtype, requires_grad=True, seed=40)
+    q = randn(*q_shape, dtype=dtype, requires_grad=True, seed=41) if q_shape else None
+    out, lse, probs = _packed_call(name, q, packed, causal)
+    # The same inputs unpacked into contiguous leaves: the function the packed one must equal.
+    parts = [x.detach().contiguous().requires_grad_() for x in packed.unbind(axis)]
+    plain = ([q.detach().clone().requires_grad_()] if q is not None else []) + parts
+    want_out, want_lse, _ = _unpacked_call(name, *plain, causal)
+    varlen = dict(cu_seqlens_q=CU_Q, cu_seqlens_k=CU_Q if name == "varlen_qkvpacked" else CU_K) \
+        if name.startswith("varlen") else {}
+    assert_accurate(out, reference(*plain, causal=causal, **varlen)[0], naive(*plain, causal=causal, **varlen), name)
+    assert torch.equal(out, want_out) and torch.equal(lse, want_lse) and probs.shape == (0,)
+
+    dout = randn(*out.shape, dtype=dtype, seed=42)
+    got = torch.autograd.grad(out, [q, packed] if q is not None else [packed], dout)
+    want = torch.autograd.grad(want_out, plain, dout)
+    dpacked = got[-1]
+    assert dpacked.shape == packed.shape, "the gradient comes back packed like the input"
+    assert torch.equal(dpacked, torch.stack(want[-len(parts):], axis))
+    if q is not None:
+        assert torch.equal(got[0], want[0])
+    # The forward reads the views as they are; the backward copies them (named by explain).
+    copies = attune.explain(*(x.detach() for x in ((q,) if q is not None else ()) + packed.unbind(axis)),
+                            causal=causal, op="bwd", cu_seqlens_q=varlen.get("cu_seqlens_q"),
+                            cu_seqlens_k=varlen.get("cu_seqlens_k")).copies
+    assert len(copies) == len(parts) and all("copied contiguous for the backward" in c for c in copies), copies
+    assert attune.explain(*plain, causal=causal, cu_seqlens_q=varlen.get("cu_seqlens_q"),
+                          cu_seqlens_k=varlen.get("cu_seqlens_k")).copies == ()
+
+
+def test_packed_functions_refuse_a_wrong_packing():
+    with pytest.raises(attune.InvalidArgument, match=r"qkv: got shape \[1, 8, 2, 2, 64\]; expected \[batch, seqlen, 3"):
+        attune.flash_attn_qkvpacked_func(randn(1, 8, 2, 2, 64))
+    with pytest.raises(attune.InvalidArgument, match=r"kv: got shape \[8, 3, 2, 64\]; expected \[total_k, 2"):
+        attune.flash_attn_varlen_kvpacked_func(randn(8, 2, 64), randn(8, 3, 2, 64), CU_Q, CU_Q, 8, 8)
+
+
 # -- flash-attn's conventions ------------------------------------------------------------
 
 def test_rows_without_keys_return_flash_attns_lse_and_merge_states_skips_them():
@@ -288,3 +365,22 @@ def test_window_size_tensors_do_not_grow_the_mask_cache():
         out = attune.flash_attn_func(q, k, k, window_size=window)
     assert len(_interface._masks) == size
     assert torch.equal(out, want)
+
+
+def test_numpy_arrays_take_the_packed_functions_and_flash_attns_returns():
+    rng = np.random.default_rng(0)
+    qkv = rng.standard_normal((1, 16, 3, 2, 64)).astype(np.float16)  # the emulator, on strided views
+    out, lse, probs = attune.flash_attn_qkvpacked_func(qkv, causal=True, return_attn_probs=True)
+    parts = [np.ascontiguousarray(qkv[:, :, i]) for i in range(3)]
+    want, want_lse, _ = attune.flash_attn_func(*parts, causal=True, return_attn_probs=True)
+    assert np.array_equal(out, want) and np.array_equal(lse, want_lse)
+    assert isinstance(probs, np.ndarray) and probs.shape == (0,) and probs.dtype == np.float16
+    q, kv = rng.standard_normal((9, 2, 16)), rng.standard_normal((6, 2, 1, 16))  # float64: the reference
+    cu_q, cu_k = np.array([0, 9], dtype=np.int32), np.array([0, 6], dtype=np.int32)
+    out, lse, _ = attune.flash_attn_varlen_kvpacked_func(q, kv, cu_q, cu_k, 9, 6, causal=True, return_attn_probs=True)
+    want = attune.flash_attn_varlen_func(q, kv[:, 0], kv[:, 1], cu_q, cu_k, 9, 6, causal=True)
+    assert np.array_equal(out, want)
+    assert (lse[:, :3] == np.inf).all() and np.isfinite(lse[:, 3:]).all(), "9 rows over 6 keys: 3 see none"
+    strided = np.ascontiguousarray(q.swapaxes(-1, -2)).swapaxes(-1, -2)
+    assert np.array_equal(attune.flash_attn_varlen_func(strided, kv[:, 0], kv[:, 1], cu_q, cu_k, 9, 6, causal=True),
+                          want)
