@@ -730,6 +730,10 @@ void validate_buffers(const AttentionProblem& p, const BackwardBuffers& buffers)
   }
 }
 
+int64_t tensor_extent(const TensorStrides& strides, int64_t batches, int64_t rows, int64_t heads, int64_t dim) {
+  return extent(strides, batches, rows, heads, dim);
+}
+
 int64_t q_extent(const AttentionProblem& p) {
   return extent(p.q_strides, batches_of(p), p.seqlen_q, p.heads_q, p.head_dim_k);
 }

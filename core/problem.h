@@ -326,6 +326,9 @@ void check_modifier_values(const AttentionProblem& problem, const ModifierTensor
 // Elements of the ALiBi slopes tensor: Hq, or B x Hq (0 without ALiBi).
 int64_t alibi_extent(const AttentionProblem& problem);
 
+// Elements a [batches, rows, heads, dim] tensor with these strides spans
+// (highest offset + 1; InvalidArgument on int64 overflow; 0 when empty).
+int64_t tensor_extent(const TensorStrides& strides, int64_t batches, int64_t rows, int64_t heads, int64_t dim);
 // Elements spanned by each tensor (highest offset + 1; 0 when empty).
 int64_t q_extent(const AttentionProblem& problem);
 int64_t k_extent(const AttentionProblem& problem);

@@ -193,6 +193,48 @@ attune_status attune_merge_states(attune_runtime* runtime, attune_dtype dtype, i
                                   int64_t head_dim, int count, const void* const* o, const float* const* lse,
                                   void* out_o, float* out_lse, void* stream);
 
+/* -- Appending a step's keys and values to a KV cache (flash-attn's
+ * flash_attn_with_kvcache(k=, v=, rotary_cos=, rotary_sin=) before its
+ * attention): new key t of sequence b goes to position cache_seqlens[b] + t
+ * of its row, contiguous [cache_batch, seqlen_cache, heads_kv, D] or paged
+ * (page_size > 0: pools [num_pages, page_size, heads_kv, D], block_table
+ * [batch, max_pages]); seqlens_out[b] = cache_seqlens[b] + seqlen_new. With
+ * rotary_dim > 0 the stored keys are rotated (cos and sin contiguous
+ * [seqlen_ro, rotary_dim / 2], pairs (2j, 2j+1) when interleaved, else (j,
+ * j + rotary_dim / 2)), and with seqlen_q > 0 Q is rotated into q_rot: row i
+ * at cache_seqlens[b] + i when q_per_row (causal or local attention), else
+ * every row at cache_seqlens[b]. Strides are [batch, seq, head] in elements
+ * (the batch stride of a pool is its page stride). One launch; all pointers
+ * in backend memory. Attention then runs over q_rot (or q) with seqlens_out
+ * as the cache lengths. */
+typedef struct {
+  attune_dtype dtype;
+  int64_t batch, seqlen_new, heads_kv, head_dim_k, head_dim_v;
+  int64_t k_new_strides[3], v_new_strides[3];
+  int64_t cache_batch, seqlen_cache;       /* a contiguous cache */
+  int64_t page_size, num_pages, max_pages; /* a paged one (page_size 0: contiguous) */
+  int64_t k_cache_strides[3], v_cache_strides[3];
+  int64_t rotary_dim, seqlen_ro; /* rotary_dim 0: no rotary */
+  int rotary_interleaved;
+  int64_t seqlen_q, heads_q; /* seqlen_q 0: Q is not rotated */
+  int64_t q_strides[3], q_rot_strides[3];
+  int q_per_row;
+} attune_append_problem;
+
+typedef struct {
+  const void *k_new, *v_new;
+  void *k_cache, *v_cache;
+  const void* q;
+  void* q_rot;
+  const void *rotary_cos, *rotary_sin;
+  const int32_t* cache_seqlens;
+  int32_t* seqlens_out;
+  const int32_t* block_table;
+} attune_append_buffers;
+
+attune_status attune_append_kv(attune_runtime* runtime, const attune_append_problem* problem,
+                               const attune_append_buffers* buffers, void* stream);
+
 /* O (and LSE when lse is not NULL). Pointers are device memory (cuda) or
  * host memory (emu); stream is a CUstream or NULL. */
 attune_status attune_forward(attune_runtime* runtime, const attune_problem* problem, const void* q, const void* k,

@@ -386,6 +386,61 @@ attune_status attune_merge_states(attune_runtime* runtime, attune_dtype dtype, i
   });
 }
 
+attune_status attune_append_kv(attune_runtime* runtime, const attune_append_problem* problem,
+                               const attune_append_buffers* buffers, void* stream) {
+  return guarded([&] {
+    attune::Runtime& rt = runtime_of(runtime);
+    if (problem == nullptr || buffers == nullptr) {
+      throw attune::InvalidArgument("append: got a NULL problem or buffers; expected both");
+    }
+    const attune_append_problem& c = *problem;
+    int type = 0;
+    std::memcpy(&type, &c.dtype, sizeof type);
+    if (type != ATTUNE_DTYPE_FP16 && type != ATTUNE_DTYPE_BF16) {
+      throw attune::InvalidArgument("dtype: got " + std::to_string(type) +
+                                    "; expected ATTUNE_DTYPE_FP16 or ATTUNE_DTYPE_BF16");
+    }
+    const auto strides = [](const int64_t (&s)[3]) { return attune::TensorStrides{s[0], s[1], s[2]}; };
+    const attune::AppendProblem p{.dtype = type == ATTUNE_DTYPE_FP16 ? attune::DType::kF16 : attune::DType::kBF16,
+                                  .batch = c.batch,
+                                  .seqlen_new = c.seqlen_new,
+                                  .heads_kv = c.heads_kv,
+                                  .head_dim_k = c.head_dim_k,
+                                  .head_dim_v = c.head_dim_v,
+                                  .k_new_strides = strides(c.k_new_strides),
+                                  .v_new_strides = strides(c.v_new_strides),
+                                  .cache_batch = c.cache_batch,
+                                  .seqlen_cache = c.seqlen_cache,
+                                  .page_size = c.page_size,
+                                  .num_pages = c.num_pages,
+                                  .max_pages = c.max_pages,
+                                  .k_cache_strides = strides(c.k_cache_strides),
+                                  .v_cache_strides = strides(c.v_cache_strides),
+                                  .rotary_dim = c.rotary_dim,
+                                  .seqlen_ro = c.seqlen_ro,
+                                  .rotary_interleaved = c.rotary_interleaved != 0,
+                                  .seqlen_q = c.seqlen_q,
+                                  .heads_q = c.heads_q,
+                                  .q_strides = strides(c.q_strides),
+                                  .q_rot_strides = strides(c.q_rot_strides),
+                                  .q_per_row = c.q_per_row != 0};
+    const attune_append_buffers& b = *buffers;
+    rt.append_kv(p,
+                 {.k_new = b.k_new,
+                  .v_new = b.v_new,
+                  .k_cache = b.k_cache,
+                  .v_cache = b.v_cache,
+                  .q = b.q,
+                  .q_rot = b.q_rot,
+                  .rotary_cos = b.rotary_cos,
+                  .rotary_sin = b.rotary_sin,
+                  .cache_seqlens = b.cache_seqlens,
+                  .seqlens_out = b.seqlens_out,
+                  .block_table = b.block_table},
+                 stream);
+  });
+}
+
 const char* attune_last_error(void) { return g_last_error.c_str(); }
 
 const char* attune_bounds_report(int clear) {

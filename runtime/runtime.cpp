@@ -13,6 +13,7 @@
 #include "runtime/launch/cuda_backend.h"
 #include "runtime/launch/emu_backend.h"
 #include "runtime/launch/flash_decode_params.h"
+#include "runtime/launch/kv_append_params.h"
 #include "runtime/launch/merge_states_params.h"
 #include "runtime/launch/ops.h"
 
@@ -413,6 +414,17 @@ void Runtime::merge_states(const MergeProblem& problem, std::span<const void* co
   const LoadedKernel kernel =
       load_merge(*impl_->backend, problem.dtype, capturing ? Compile::kRefused : Compile::kAllowed);
   launch_merge(*impl_->backend->begin(stream), problem, kernel, o, lse, out_o, out_lse);
+}
+
+void Runtime::append_kv(const AppendProblem& problem, const AppendBuffers& buffers, void* stream) {
+  validate(problem, buffers);
+  const CallScope scope(impl_->options.backend);
+  impl_->check_usable();
+  const bool capturing = impl_->cuda() && !impl_->backend->loaded(kv_append_variant(), problem.dtype) &&
+                         cuda::Driver::get().is_capturing(stream);
+  const LoadedKernel kernel =
+      load_append(*impl_->backend, problem.dtype, capturing ? Compile::kRefused : Compile::kAllowed);
+  launch_append(*impl_->backend->begin(stream), problem, kernel, buffers);
 }
 
 void Runtime::forward(const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream) {

@@ -19,6 +19,7 @@
 #include <span>
 #include <string>
 
+#include "core/append_problem.h"
 #include "core/problem.h"
 #include "runtime/dispatch/dispatcher.h"
 #include "runtime/plan.h"
@@ -117,6 +118,17 @@ class Runtime {
   // pointers, with nothing launched.
   void merge_states(const MergeProblem& problem, std::span<const void* const> o, std::span<const float* const> lse,
                     void* out_o, float* out_lse, void* stream = nullptr);
+
+  // Appends a step's new keys and values to a KV cache, rotating them and Q
+  // when the problem has a rotary table (AppendProblem,
+  // core/append_problem.h): one launch on `stream`, nothing allocated or
+  // copied, then attention runs over buffers.q_rot (or Q) with
+  // buffers.seqlens_out as the cache lengths. A length in device memory
+  // that puts a key past its row writes nothing there and is reported
+  // (bounds_report), as the attention reports it. Compiles on the first
+  // call (never while `stream` is capturing). InvalidArgument for bad sizes
+  // or pointers, with nothing launched.
+  void append_kv(const AppendProblem& problem, const AppendBuffers& buffers, void* stream = nullptr);
 
   // The calls below are plan + run in one, for host length arrays: they
   // plan (a memo hit after the first call), copy the arrays to the device

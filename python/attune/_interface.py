@@ -237,21 +237,25 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
                             rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
     """Decode against a KV cache: q [B, Sq, Hq, D]; k_cache and v_cache
-    [B, Smax, Hkv, D], or page pools [pages, page_size, Hkv, D] with
+    [B_cache, Smax, Hkv, D], or page pools [pages, page_size, Hkv, D] with
     block_table int32 [B, max_pages]; cache_seqlens (int32 [B], or one int)
     the keys in use per sequence. num_splits 0: attune's choice (tuned, or
     enough to fill the GPU). Returns out, or (out, softmax_lse) with
     return_softmax_lse. q may have a strided last dimension (copied, as
-    flash-attn does); the caches may not (refused, as flash-attn does)."""
-    if k is not None or v is not None:
-        _unsupported("k, v (appending new keys and values into the cache)",
-                     "write them into k_cache and v_cache first, then pass cache_seqlens")
-    if rotary_cos is not None or rotary_sin is not None:
-        _unsupported("rotary_cos, rotary_sin (rotary embedding)", "apply it to q and the cache before the call")
-    if cache_batch_idx is not None:
-        _unsupported("cache_batch_idx")
-    if cache_leftpad is not None:
-        _unsupported("cache_leftpad")
+    flash-attn does); the caches may not (refused, as flash-attn does).
+
+    As flash-attn's: k and v [B, Snew, Hkv, D] are written into the cache in
+    place at cache_seqlens (which the caller then advances), rotated first
+    with rotary_cos and rotary_sin [seqlen_ro, rotary_dim / 2] (interleaved
+    pairs or halves), q rotated at the same positions (row by row when
+    causal or local); cache_batch_idx [B] picks each sequence's cache row
+    and cache_leftpad [B] its first key (contiguous caches only)."""
+    appending = k is not None or v is not None
+    if appending or rotary_cos is not None or rotary_sin is not None or cache_batch_idx is not None or \
+            cache_leftpad is not None:
+        from . import _append
+        _append.check_arguments(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                                cache_leftpad, block_table)
     batch = q.shape[0]
     if cache_seqlens is None:
         smax = k_cache.shape[1] * (block_table.shape[1] if block_table is not None else 1)
@@ -265,12 +269,37 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         else:
             import torch
             cache_seqlens = torch.tensor(cache_seqlens, dtype=torch.int32, device=q.device)
+    if appending or cache_batch_idx is not None or cache_leftpad is not None:
+        q, k_cache, v_cache, cache_seqlens, block_table = _with_cache_step(
+            q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
+            block_table, rotary_interleaved, q_per_row=bool(causal) or tuple(_window(window_size)) != (-1, -1))
     max_k = k_cache.shape[1] * block_table.shape[1] if block_table is not None else k_cache.shape[1]
     out, lse = _run(q, k_cache, v_cache, scale=_scale(softmax_scale, q.shape[-1]), causal=causal,
                     window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, deterministic=False,
                     seqlens_k=cache_seqlens, block_table=block_table, max_seqlen_k=max_k,
                     num_splits=_splits(num_splits, block_table), copy_kv=False)
     return (out, _flash_attn_lse(lse)) if return_softmax_lse else out
+
+
+def _with_cache_step(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
+                     cache_leftpad, block_table, rotary_interleaved, q_per_row):
+    """The append (kv_append, one launch) and the cache as the attention
+    then reads it: (q, k_cache, v_cache, cache_seqlens, block_table)."""
+    from . import _append
+    if _is_numpy(q):
+        from . import _numpy
+        arrays = _numpy.ARRAYS
+    else:
+        arrays = _torch_module().ARRAYS
+    step = _append.cache_views(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table)
+    q_att, lengths = q, step.lengths
+    if k is not None:
+        k, v = _append.contiguous_last(k), _append.contiguous_last(v)
+        q_att, lengths = _append.append(arrays, q, k_cache, v_cache, k, v, step.lengths, step.append_table,
+                                        rotary_cos, rotary_sin, rotary_interleaved, q_per_row)
+    if step.pad is not None:
+        lengths = lengths - step.pad
+    return q_att, step.k_cache, step.v_cache, lengths, step.table
 
 
 def _splits(num_splits, block_table):

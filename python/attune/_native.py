@@ -93,6 +93,29 @@ class Metadata(ctypes.Structure):
                 ("seqlens_k", ctypes.c_void_p), ("block_table", ctypes.c_void_p), ("batch", ctypes.c_int64)]
 
 
+class AppendProblem(ctypes.Structure):
+    _fields_ = [
+        ("dtype", ctypes.c_int),
+        ("batch", ctypes.c_int64), ("seqlen_new", ctypes.c_int64), ("heads_kv", ctypes.c_int64),
+        ("head_dim_k", ctypes.c_int64), ("head_dim_v", ctypes.c_int64),
+        ("k_new_strides", Strides), ("v_new_strides", Strides),
+        ("cache_batch", ctypes.c_int64), ("seqlen_cache", ctypes.c_int64),
+        ("page_size", ctypes.c_int64), ("num_pages", ctypes.c_int64), ("max_pages", ctypes.c_int64),
+        ("k_cache_strides", Strides), ("v_cache_strides", Strides),
+        ("rotary_dim", ctypes.c_int64), ("seqlen_ro", ctypes.c_int64),
+        ("rotary_interleaved", ctypes.c_int),
+        ("seqlen_q", ctypes.c_int64), ("heads_q", ctypes.c_int64),
+        ("q_strides", Strides), ("q_rot_strides", Strides),
+        ("q_per_row", ctypes.c_int),
+    ]
+
+
+class AppendBuffers(ctypes.Structure):
+    _fields_ = [(name, ctypes.c_void_p) for name in
+                ("k_new", "v_new", "k_cache", "v_cache", "q", "q_rot", "rotary_cos", "rotary_sin", "cache_seqlens",
+                 "seqlens_out", "block_table")]
+
+
 DTYPE_FP16, DTYPE_BF16 = 0, 1
 MASK_NONE, MASK_CAUSAL_BOTTOM_RIGHT, MASK_CAUSAL_TOP_LEFT, MASK_SLIDING_WINDOW = 0, 1, 2, 3
 OP_FORWARD, OP_DECODE, OP_BACKWARD = 0, 1, 2
@@ -124,6 +147,7 @@ _SIGNATURES = {
     "attune_plan_destroy": (None, [_P]),
     "attune_merge_states": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
                                            ctypes.c_int, ctypes.POINTER(_P), ctypes.POINTER(_P), _P, _P, _P]),
+    "attune_append_kv": (ctypes.c_int, [_P, ctypes.POINTER(AppendProblem), ctypes.POINTER(AppendBuffers), _P]),
     "attune_explain": (ctypes.c_char_p, [_P, ctypes.POINTER(Problem)]),
     "attune_explain_decode": (ctypes.c_char_p, [_P, ctypes.POINTER(Problem), ctypes.c_int]),
     "attune_explain_backward": (ctypes.c_char_p, [_P, ctypes.POINTER(Problem), ctypes.c_int]),

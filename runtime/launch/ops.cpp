@@ -9,6 +9,7 @@
 #include "runtime/launch/flash_decode_params.h"
 #include "runtime/launch/flash_fwd_params.h"
 #include "runtime/launch/flash_fwd_sm90_params.h"
+#include "runtime/launch/kv_append_params.h"
 #include "runtime/launch/merge_states_params.h"
 
 namespace attune {
@@ -97,6 +98,10 @@ BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DT
 
 LoadedKernel load_merge(LaunchBackend& backend, DType dtype, Compile compile) {
   return backend.load(merge_states_variant(), dtype, compile);
+}
+
+LoadedKernel load_append(LaunchBackend& backend, DType dtype, Compile compile) {
+  return backend.load(kv_append_variant(), dtype, compile);
 }
 
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels) {
@@ -197,6 +202,28 @@ void launch_merge(LaunchBackend::Call& call, const MergeProblem& p, const Loaded
   describe(call, "merged O", out_o, elements, 2);
   describe(call, "merged LSE", out_lse, p.rows * p.heads, sizeof(float));
   launch(call, kernel, merge_states_launch(p), merge_states_params(p, o, lse, out_o, out_lse));
+}
+
+void launch_append(LaunchBackend::Call& call, const AppendProblem& p, const LoadedKernel& kernel,
+                   const AppendBuffers& b) {
+  require_kernel(kernel.variant, KernelId::kKvAppend);
+  if (p.batch == 0 || (p.seqlen_new == 0 && p.seqlen_q == 0)) return;
+  describe(call, "k (new keys)", b.k_new, k_new_extent(p), 2);
+  describe(call, "v (new values)", b.v_new, v_new_extent(p), 2);
+  describe(call, "k_cache", b.k_cache, k_cache_extent(p), 2);
+  describe(call, "v_cache", b.v_cache, v_cache_extent(p), 2);
+  if (p.seqlen_q != 0) {
+    describe(call, "q", b.q, q_source_extent(p), 2);
+    describe(call, "q (rotated)", b.q_rot, q_rot_extent(p), 2);
+  }
+  if (p.rotary_dim != 0) {
+    describe(call, "rotary_cos", b.rotary_cos, p.seqlen_ro * (p.rotary_dim / 2), 2);
+    describe(call, "rotary_sin", b.rotary_sin, p.seqlen_ro * (p.rotary_dim / 2), 2);
+  }
+  describe(call, "cache_seqlens", b.cache_seqlens, p.batch, sizeof(std::int32_t));
+  describe(call, "cache_seqlens (after the append)", b.seqlens_out, p.batch, sizeof(std::int32_t));
+  if (p.is_paged()) describe(call, "block_table", b.block_table, p.batch * p.max_pages, sizeof(std::int32_t));
+  launch(call, kernel, kv_append_launch(p), kv_append_params(p, b));
 }
 
 CallMemory::CallMemory(LaunchBackend& backend, const AttentionProblem& problem, std::size_t workspace_bytes,

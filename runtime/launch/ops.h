@@ -13,6 +13,7 @@
 #include <functional>
 #include <span>
 
+#include "core/append_problem.h"
 #include "core/problem.h"
 #include "runtime/launch/backend.h"
 #include "runtime/launch/kernel_params.h"
@@ -53,6 +54,8 @@ BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DT
 
 // The merge_states kernel (a merge of partial results).
 LoadedKernel load_merge(LaunchBackend& backend, DType dtype, Compile compile = Compile::kAllowed);
+// The kv_append kernel (new keys and values into a cache, with rotary).
+LoadedKernel load_append(LaunchBackend& backend, DType dtype, Compile compile = Compile::kAllowed);
 
 // Bytes of fp32 workspace a call needs (0: none).
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels);
@@ -70,6 +73,9 @@ void launch_backward(LaunchBackend::Call& call, const AttentionProblem& problem,
 // A validated merge (merge_states_params.h): one launch.
 void launch_merge(LaunchBackend::Call& call, const MergeProblem& problem, const LoadedKernel& kernel,
                   std::span<const void* const> o, std::span<const float* const> lse, void* out_o, float* out_lse);
+// A validated append (core/append_problem.h): one launch.
+void launch_append(LaunchBackend::Call& call, const AppendProblem& problem, const LoadedKernel& kernel,
+                   const AppendBuffers& buffers);
 
 // A call's host metadata and workspace in backend memory: on the emulator
 // the problem's own arrays and a NaN-filled workspace; on cuda device copies

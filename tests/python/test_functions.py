@@ -108,7 +108,7 @@ def test_kvcache_contiguous_and_paged_with_splits(paged):
         out, lse = attune.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens, block_table=table, causal=True,
                                                   num_splits=splits, return_softmax_lse=True)
         assert_accurate(out, want, base, f"paged={paged} splits={splits}")
-    with pytest.raises(NotImplementedError, match="appending"):
+    with pytest.raises(attune.InvalidArgument, match="cache_seqlens: got None with k and v"):
         attune.flash_attn_with_kvcache(q, kc, vc, k=q, v=q, block_table=table)
 
 
@@ -174,7 +174,7 @@ def test_bad_inputs_say_what_was_wrong():
     with pytest.raises(attune.InvalidArgument, match="expected float16 or bfloat16"):
         from attune import _engine
         _engine.backend_of(_engine.View(0, (1,), (1,), "fp32", "cuda", 0))
-    with pytest.raises(NotImplementedError, match="rotary"):
+    with pytest.raises(attune.InvalidArgument, match="rotary_cos, rotary_sin: got only one"):
         attune.flash_attn_with_kvcache(q, k, k, rotary_cos=q)
 
 

@@ -248,6 +248,61 @@ TEST(CApiTest, MergeStatesOfOnePartialIsThatPartial) {
 // The default runtime dispatches from the tuning database `attune tune`
 // writes (the CLI's default path, here $ATTUNE_TUNING_DB), and explains
 // decode and backward choices too; tuning_db "" turns it off.
+// The append's device-side bounds (lengths the host never saw): a key past
+// its row and a page outside the pool are never written; the page is
+// reported. The lengths after the append are written for every sequence.
+TEST(CApiTest, AppendWritesNewKeysAndNeverPastARowOrThePool) {
+  attune_runtime* rt = nullptr;
+  ASSERT_EQ(attune_runtime_create("emu", 0, &rt), ATTUNE_OK) << attune_last_error();
+  constexpr int64_t kBatch = 3, kPage = 4, kPages = 4, kDim = 16, kNew = 2;
+  attune_append_problem p{};
+  p.dtype = ATTUNE_DTYPE_BF16;
+  p.batch = kBatch;
+  p.seqlen_new = kNew;
+  p.heads_kv = 1;
+  p.head_dim_k = p.head_dim_v = kDim;
+  for (int64_t* s : {p.k_new_strides, p.v_new_strides}) {
+    s[0] = kNew * kDim, s[1] = kDim, s[2] = kDim;
+  }
+  p.page_size = kPage;
+  p.num_pages = kPages;
+  p.max_pages = 2;
+  for (int64_t* s : {p.k_cache_strides, p.v_cache_strides}) {
+    s[0] = kPage * kDim, s[1] = kDim, s[2] = kDim;
+  }
+  std::vector<std::uint16_t> k_new(kBatch * kNew * kDim), v_new(k_new.size());
+  for (std::size_t i = 0; i < k_new.size(); ++i) {
+    k_new[i] = float_to_bfloat16_bits(static_cast<float>(i + 1));
+    v_new[i] = float_to_bfloat16_bits(-static_cast<float>(i + 1));
+  }
+  std::vector<std::uint16_t> k_cache(kPages * kPage * kDim, 0), v_cache(k_cache.size(), 0);
+  // Sequence 0 appends at 3..4 (pages 0 and 1); sequence 1 at 7..8, past its
+  // 8 keys for key 8; sequence 2 at 4..5, on a page outside the pool.
+  const std::vector<std::int32_t> lens = {3, 7, 4}, table = {0, 1, 2, 3, 3, 9};
+  std::vector<std::int32_t> after(kBatch, -1);
+  const attune_append_buffers b{k_new.data(), v_new.data(),  k_cache.data(), v_cache.data(), nullptr, nullptr,
+                                nullptr,      nullptr,       lens.data(),    after.data(),   table.data()};
+  attune_bounds_report(1);
+  ASSERT_EQ(attune_append_kv(rt, &p, &b, nullptr), ATTUNE_OK) << attune_last_error();
+  EXPECT_EQ(after, (std::vector<std::int32_t>{5, 9, 6}));
+  const auto key = [&](int page, int row) { return bfloat16_bits_to_float(k_cache[(page * kPage + row) * kDim]); };
+  const auto new_key = [&](int seq, int t) { return static_cast<float>((seq * kNew + t) * kDim + 1); };
+  EXPECT_EQ(key(0, 3), new_key(0, 0));
+  EXPECT_EQ(key(1, 0), new_key(0, 1));
+  EXPECT_EQ(key(3, 3), new_key(1, 0));  // position 7: the last of its row
+  int written = 0;
+  for (std::uint16_t bits : k_cache) written += bits != 0 ? 1 : 0;
+  EXPECT_EQ(written, 3 * kDim) << "only the three keys inside their rows and the pool are written";
+  EXPECT_NE(std::string(attune_bounds_report(1)).find("block_table[2, 1] = 9"), std::string::npos);
+
+  p.rotary_dim = 24;  // not a multiple of 16
+  EXPECT_EQ(attune_append_kv(rt, &p, &b, nullptr), ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attune_last_error()).find("append rotary dim (2 x rotary_cos.shape[1]): got 24"),
+            std::string::npos)
+      << attune_last_error();
+  attune_runtime_destroy(rt);
+}
+
 TEST(CApiTest, TheDefaultRuntimeUsesTheTuningDatabaseTheCliWrote) {
   const std::string db = ::testing::TempDir() + "attune_c_api_tuned_" + std::to_string(::getpid()) + ".db";
   std::remove(db.c_str());
