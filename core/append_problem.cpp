@@ -69,9 +69,6 @@ void validate(const AppendProblem& p, const AppendBuffers& b) {
       reject("rotary table rows (rotary_cos.shape[0])", str(p.seqlen_ro),
              "at least " + str(p.capacity()) + ", the keys a cache row holds");
     }
-    if (b.rotary_cos == nullptr || b.rotary_sin == nullptr) {
-      reject("rotary tables", "a null cos or sin", "both rotary_cos and rotary_sin [seqlen_ro, rotary_dim / 2]");
-    }
   }
   if (p.seqlen_q != 0) {
     if (p.rotary_dim == 0) reject("query rotation", "no rotary table", "rotary_dim > 0 to rotate Q");
@@ -80,9 +77,16 @@ void validate(const AppendProblem& p, const AppendBuffers& b) {
     if (p.heads_q % p.heads_kv != 0) {
       reject("query heads", str(p.heads_q), "a multiple of the " + str(p.heads_kv) + " KV heads");
     }
-    if (b.q == nullptr || b.q_rot == nullptr) reject("query rotation", "a null q or q_rot", "both set");
   }
-  if (p.batch == 0 || p.seqlen_new == 0) return;
+  // Pointers: an empty append (a plan loading its kernel) needs none.
+  if (p.batch == 0) return;
+  if (p.rotary_dim != 0 && (b.rotary_cos == nullptr || b.rotary_sin == nullptr)) {
+    reject("rotary tables", "a null cos or sin", "both rotary_cos and rotary_sin [seqlen_ro, rotary_dim / 2]");
+  }
+  if (p.seqlen_q != 0 && (b.q == nullptr || b.q_rot == nullptr)) {
+    reject("query rotation", "a null q or q_rot", "both set");
+  }
+  if (p.seqlen_new == 0) return;
   if (b.k_new == nullptr || b.v_new == nullptr) reject("new keys and values", "a null k or v", "both set");
   if (b.k_cache == nullptr || b.v_cache == nullptr) reject("cache", "a null k_cache or v_cache", "both set");
   if (b.cache_seqlens == nullptr) reject("cache_seqlens", "null", "[B] int32, the keys each sequence holds");

@@ -226,6 +226,8 @@ def append(arrays, q, k_cache, v_cache, k, v, lengths, table, rotary_cos, rotary
                              ptr(table32) if paged else None)
     rt = engine.runtime(backend, device)
     native.check(native.lib().attune_append_kv(rt.handle, ctypes.byref(p), ctypes.byref(b), arrays.stream(q)))
+    if _host(lengths) is not None:  # the same values, without reading back what the kernel wrote
+        lengths_out = lengths + s_new
     return (q_rot if rotary else q), lengths_out
 
 

@@ -10,7 +10,14 @@ while the lengths and block table change in place.
              num_pages=pool_pages, dtype=torch.bfloat16)
     for layer in layers:
         out = dec.run(q, k_pool[layer], v_pool[layer], block_table, cache_seqlens)
+
+A plan with append_kv=True also writes each step's new keys and values into
+the pages first (flash_attn_with_kvcache's k=, v=, with rotary when planned
+with rotary_dim): run(..., k=k_new, v=v_new, rotary_cos=cos, rotary_sin=sin)
+launches kv_append, then the attention over the lengths after the append.
 """
+import ctypes
+
 from . import _engine as engine
 from . import _native as native
 from ._errors import InvalidArgument
@@ -29,14 +36,23 @@ class BatchDecode:
 
     def plan(self, *, batch_size, num_qo_heads, num_kv_heads, head_dim, page_size, max_pages, num_pages,
              dtype=None, head_dim_v=None, max_seqlen_q=1, total_q=None, max_seqlen_k=None, causal=True,
-             window_size=(-1, -1), softmax_scale=None, softcap=0.0, num_splits=0, split_size=0):
+             window_size=(-1, -1), softmax_scale=None, softcap=0.0, num_splits=0, split_size=0, append_kv=False,
+             rotary_dim=0, rotary_interleaved=True, seqlen_ro=None):
         """Plans runs over q [batch_size, max_seqlen_q, Hq, D] (or, with
         total_q, packed [total_q, Hq, D] and cu_seqlens_q), page pools
         [num_pages, page_size, Hkv, D] and block tables [batch_size,
         max_pages]; max_seqlen_k bounds the cache lengths (default: all
         pages). A run may use fewer sequences. num_splits or split_size (keys
         per split, batch invariant) choose the decode kernel's splits;
-        otherwise attune decides (tuned or built in)."""
+        otherwise attune decides (tuned or built in).
+
+        append_kv: each run appends max_seqlen_q new keys and values per
+        sequence at its cache_seqlens before the attention (dense queries
+        only); rotary_dim > 0 rotates them and q (rotary tables
+        [seqlen_ro, rotary_dim / 2], seqlen_ro default max_pages x
+        page_size; rows rotated one position each when causal or local).
+        The buffers the append writes (q rotated, the lengths after it) are
+        allocated here, so runs still only launch."""
         import torch
 
         dtype = dtype or torch.bfloat16
@@ -81,6 +97,14 @@ class BatchDecode:
         self._lse_shape = (hq, rows) if packed else (s.batch, hq, rows)
         self._dtype, self._packed = dtype, packed
         self._pages = (s.batch, s.max_pages, s.page_size, s.num_pages)
+        self._append = None
+        if append_kv:
+            if packed:
+                raise InvalidArgument("append_kv: got a packed plan (total_q); expected dense queries [batch_size, "
+                                      "max_seqlen_q, Hq, D], each step appending max_seqlen_q keys per sequence")
+            self._append = _AppendPlan(self._plan.runtime, names[dtype], s, rows, int(rotary_dim),
+                                       bool(rotary_interleaved), seqlen_ro, q_per_row=bool(causal) or
+                                       tuple(window) != (-1, -1), device=device, dtype=dtype)
         need = self._plan.workspace_bytes
         if need and (self._workspace is None or self._workspace.numel() * self._workspace.element_size() < need):
             self._workspace = torch.empty(need, dtype=torch.uint8, device=device)
@@ -106,13 +130,16 @@ class BatchDecode:
         return self._plan.description if self._plan else "not planned"
 
     def run(self, q, k_cache, v_cache, block_table, cache_seqlens, cu_seqlens_q=None, out=None, lse=None,
-            batch=None):
+            batch=None, k=None, v=None, rotary_cos=None, rotary_sin=None):
         """Launches the plan on the current stream: out [shape of q with
         head_dim_v] (written into `out` when given), and softmax_lse into
         `lse` when given. block_table int32 [batch_size, max_pages],
         cache_seqlens int32 [batch_size], cu_seqlens_q int32 [batch_size + 1]
         (packed plans), all on the plan's device; batch: the sequences of
-        this run (default: the plan's)."""
+        this run (default: the plan's). A plan with append_kv takes k and v
+        [batch_size, max_seqlen_q, Hkv, D] (and the rotary tables when
+        planned with rotary_dim) and appends them first; cache_seqlens stays
+        as given (the caller advances it)."""
         import torch
 
         if self._plan is None:
@@ -136,9 +163,17 @@ class BatchDecode:
                                   "(the run's sequences x the planned max_pages)")
         if cache_seqlens.dim() != 1 or cache_seqlens.shape[0] < rows:
             raise InvalidArgument(f"cache_seqlens: got {list(cache_seqlens.shape)}; expected [{rows}]")
+        if (k is not None or v is not None) and self._append is None:
+            raise InvalidArgument("k, v: got new keys for a plan without append_kv; expected plan(append_kv=True)")
+        appended = self._append.new_keys if self._append is not None else 0
         if block_table.device.type == "cpu" and cache_seqlens.device.type == "cpu":
             # Host lengths are checked here; lengths in GPU memory are clamped by the kernels.
-            engine.check_pages(cache_seqlens[:rows].numpy(), block_table[:rows].numpy(), page_size, num_pages)
+            engine.check_pages(cache_seqlens[:rows].numpy() + appended, block_table[:rows].numpy(), page_size,
+                               num_pages, names=("cache_seqlens + new keys" if appended else "cache_seqlens",
+                                                 "block_table"))
+        if self._append is not None:
+            q, cache_seqlens = self._append.run(q, k_cache, v_cache, k, v, block_table, cache_seqlens, rotary_cos,
+                                                rotary_sin, rows)
         if out is None:
             out = torch.empty(self._out_shape, dtype=self._dtype, device=q.device)
         lengths = engine.Lengths(
@@ -153,3 +188,74 @@ class BatchDecode:
         workspace = self._workspace.data_ptr() if self._plan.workspace_bytes else None
         self._plan.run(buffers, lengths, workspace, stream, batch=-1 if batch is None else int(batch))
         return out
+
+
+class _AppendPlan:
+    """The kv_append launch of a BatchDecode plan: its problem fixed at plan
+    time, its outputs (q rotated, the lengths after the append) allocated
+    once, the kernel loaded (an empty append), so runs only launch."""
+
+    def __init__(self, runtime, dtype_name, s, rows, rotary_dim, interleaved, seqlen_ro, q_per_row, device, dtype):
+        import torch
+
+        hq, hkv, dk, dv = s.heads_q, s.heads_kv, s.head_dim_k, s.head_dim_v
+        page = s.page_size
+        self.new_keys, self.rotary = rows, rotary_dim > 0
+        p = native.AppendProblem()
+        p.dtype = native.DTYPE_FP16 if dtype_name == "fp16" else native.DTYPE_BF16
+        p.batch, p.seqlen_new, p.heads_kv, p.head_dim_k, p.head_dim_v = s.batch, rows, hkv, dk, dv
+        p.k_new_strides[:] = (rows * hkv * dk, hkv * dk, dk)
+        p.v_new_strides[:] = (rows * hkv * dv, hkv * dv, dv)
+        p.page_size, p.num_pages, p.max_pages = page, s.num_pages, s.max_pages
+        p.k_cache_strides[:] = (page * hkv * dk, hkv * dk, dk)
+        p.v_cache_strides[:] = (page * hkv * dv, hkv * dv, dv)
+        self.lengths = torch.empty(s.batch, dtype=torch.int32, device=device)
+        self.q_rot = None
+        self.table_shape = None
+        if self.rotary:
+            p.rotary_dim, p.rotary_interleaved = rotary_dim, int(interleaved)
+            p.seqlen_ro = int(seqlen_ro) if seqlen_ro is not None else s.max_pages * page
+            p.seqlen_q, p.heads_q, p.q_per_row = rows, hq, int(q_per_row)
+            p.q_strides[:] = p.q_rot_strides[:] = (rows * hq * dk, hq * dk, dk)
+            self.q_rot = torch.empty(s.batch, rows, hq, dk, dtype=dtype, device=device)
+            self.table_shape = (p.seqlen_ro, rotary_dim // 2)
+        self.kv_shapes = ((s.batch, rows, hkv, dk), (s.batch, rows, hkv, dv))
+        self.dtype, self.runtime, self.problem = dtype, runtime, p
+        # An empty append validates the problem and loads the kernel now.
+        empty = native.AppendProblem.from_buffer_copy(p)
+        empty.batch = 0
+        self._launch(empty, native.AppendBuffers(), None)
+
+    def _launch(self, problem, buffers, stream):
+        native.check(native.lib().attune_append_kv(self.runtime.handle, ctypes.byref(problem), ctypes.byref(buffers),
+                                                   stream))
+
+    def run(self, q, k_cache, v_cache, k, v, block_table, cache_seqlens, cos, sin, rows):
+        """Launches the append; returns (q for the attention, its lengths)."""
+        if k is None or v is None:
+            raise InvalidArgument("k, v: got None; expected the step's new keys and values (planned append_kv)")
+        for name, t, shape in (("k", k, self.kv_shapes[0]), ("v", v, self.kv_shapes[1])):
+            if tuple(t.shape) != shape or t.dtype != self.dtype or not t.is_contiguous():
+                raise InvalidArgument(f"{name}: got {list(t.shape)} {t.dtype}; expected a contiguous {list(shape)} "
+                                      f"{self.dtype} (as planned)")
+        if self.rotary:
+            for name, t in (("rotary_cos", cos), ("rotary_sin", sin)):
+                if t is None or tuple(t.shape) != self.table_shape or t.dtype != self.dtype or \
+                        not t.is_contiguous():
+                    got = "None" if t is None else f"{list(t.shape)} {t.dtype}"
+                    raise InvalidArgument(f"{name}: got {got}; expected a contiguous {list(self.table_shape)} "
+                                          f"{self.dtype} (as planned with rotary_dim)")
+        elif cos is not None or sin is not None:
+            raise InvalidArgument("rotary_cos, rotary_sin: got tables for a plan without rotary_dim; expected "
+                                  "plan(rotary_dim=...)")
+        problem = self.problem
+        if rows != problem.batch:
+            problem = native.AppendProblem.from_buffer_copy(self.problem)
+            problem.batch = rows
+        ptr = (lambda t: t.data_ptr() if t is not None else None)
+        buffers = native.AppendBuffers(k.data_ptr(), v.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(),
+                                       q.data_ptr() if self.rotary else None, ptr(self.q_rot), ptr(cos), ptr(sin),
+                                       cache_seqlens.data_ptr(), self.lengths.data_ptr(), block_table.data_ptr())
+        from . import _torch
+        self._launch(problem, buffers, _torch.ARRAYS.stream(q))
+        return (self.q_rot if self.rotary else q), self.lengths

@@ -127,3 +127,27 @@ def assert_accurate(got, want, naive_out, what="", floor=None):
 def randn(*shape, dtype=torch.bfloat16, requires_grad=False, seed=None):
     g = torch.Generator().manual_seed(seed if seed is not None else hash(shape) % 10000)
     return torch.randn(*shape, generator=g, dtype=torch.float32).to(dtype).requires_grad_(requires_grad)
+
+
+def rope(x, cos, sin, positions, interleaved):
+    """x [B, S, H, D] rotated at positions [B, S] (fp64), in flash-attn's
+    rotate-half formulation (a different code path from attune's pairs)."""
+    ro = 2 * cos.shape[1]
+    c, s = cos.double()[positions.long()], sin.double()[positions.long()]  # [B, S, ro/2]
+    if interleaved:
+        c, s = c.repeat_interleave(2, -1), s.repeat_interleave(2, -1)
+    else:
+        c, s = torch.cat([c, c], -1), torch.cat([s, s], -1)
+    x = x.double()
+    head = x[..., :ro]
+    if interleaved:
+        turned = torch.stack((-head[..., 1::2], head[..., ::2]), -1).flatten(-2)
+    else:
+        turned = torch.cat((-head[..., ro // 2:], head[..., :ro // 2]), -1)
+    return torch.cat((head * c[:, :, None] + turned * s[:, :, None], x[..., ro:]), -1)
+
+
+def tables(seqlen_ro, rotary_dim, dtype=torch.bfloat16):
+    angle = torch.rand(seqlen_ro, rotary_dim // 2, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
+    angle = angle * 6.2831853
+    return angle.cos().to(dtype), angle.sin().to(dtype)

@@ -9,31 +9,7 @@ import pytest
 import torch
 
 import attune
-from conftest import assert_accurate, attention_one, randn
-
-
-def rope(x, cos, sin, positions, interleaved):
-    """x [B, S, H, D] rotated at positions [B, S] (fp64), in flash-attn's
-    rotate-half formulation (a different code path from attune's pairs)."""
-    ro = 2 * cos.shape[1]
-    c, s = cos.double()[positions.long()], sin.double()[positions.long()]  # [B, S, ro/2]
-    if interleaved:
-        c, s = c.repeat_interleave(2, -1), s.repeat_interleave(2, -1)
-    else:
-        c, s = torch.cat([c, c], -1), torch.cat([s, s], -1)
-    x = x.double()
-    head = x[..., :ro]
-    if interleaved:
-        turned = torch.stack((-head[..., 1::2], head[..., ::2]), -1).flatten(-2)
-    else:
-        turned = torch.cat((-head[..., ro // 2:], head[..., :ro // 2]), -1)
-    return torch.cat((head * c[:, :, None] + turned * s[:, :, None], x[..., ro:]), -1)
-
-
-def tables(seqlen_ro, rotary_dim, dtype=torch.bfloat16):
-    angle = torch.rand(seqlen_ro, rotary_dim // 2, generator=torch.Generator().manual_seed(7), dtype=torch.float64)
-    angle = angle * 6.2831853
-    return angle.cos().to(dtype), angle.sin().to(dtype)
+from conftest import assert_accurate, attention_one, randn, rope, tables
 
 
 def expected(q_rot, k_rows, v_rows, pads, ends, causal):

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import attune
-from conftest import assert_accurate, naive, randn, reference
+from conftest import assert_accurate, naive, randn, reference, rope, tables
 
 FAKE = os.environ.get("ATTUNE_FAKE_LIBCUDA", "")
 
@@ -60,6 +60,34 @@ def test_batch_decode_packed_queries_with_a_chunk():
     out = dec.run(q, kc, vc, table, torch.tensor(lens, dtype=torch.int32), cu_seqlens_q=cu)
     kw = dict(causal=True, cu_seqlens_q=cu, seqlens_k=lens)
     assert_accurate(out, reference(q, k, v, **kw)[0], naive(q, k, v, **kw), "packed")
+
+
+def test_batch_decode_appends_and_rotates_each_step():
+    b, smax, hq, hkv, d, page = 2, 64, 4, 2, 64, 16
+    k, v = randn(b, smax, hkv, d, seed=6), randn(b, smax, hkv, d, seed=7)
+    kc, vc, table = paged_cache(k, v, page)
+    cos, sin = tables(smax, 32)
+    dec = attune.BatchDecode().plan(batch_size=b, num_qo_heads=hq, num_kv_heads=hkv, head_dim=d, page_size=page,
+                                    max_pages=smax // page, num_pages=kc.shape[0], append_kv=True, rotary_dim=32,
+                                    rotary_interleaved=False, num_splits=2)
+    lens = torch.tensor([15, 40], dtype=torch.int32)
+    for step in range(2):  # the first step crosses a page boundary for sequence 0
+        q, k_new, v_new = randn(b, 1, hq, d, seed=20 + step), randn(b, 1, hkv, d, seed=30 + step), randn(
+            b, 1, hkv, d, seed=40 + step)
+        out = dec.run(q, kc, vc, table, lens, k=k_new, v=v_new, rotary_cos=cos, rotary_sin=sin)
+        pos = lens[:, None].long()
+        k_ro = rope(k_new, cos, sin, pos, False).to(torch.bfloat16)
+        q_ro = rope(q, cos, sin, pos, False).to(torch.bfloat16)
+        for i in range(b):  # the oracle's own cache, appended the same way
+            k[i, lens[i]], v[i, lens[i]] = k_ro[i, 0], v_new[i, 0]
+        lens = lens + 1
+        kw = dict(causal=True, seqlens_k=lens.tolist())
+        assert_accurate(out, reference(q_ro, k, v, **kw)[0], naive(q_ro, k, v, **kw), f"append step {step}")
+    with pytest.raises(attune.InvalidArgument, match="rotary_cos: got None"):
+        dec.run(q, kc, vc, table, lens, k=k_new, v=v_new)
+    with pytest.raises(attune.InvalidArgument, match="cache_seqlens \\+ new keys"):
+        dec.run(q, kc, vc, table, torch.tensor([5, 64], dtype=torch.int32), k=k_new, v=v_new, rotary_cos=cos,
+                rotary_sin=sin)
 
 
 def _run_on_fake(code, extra_env=None):
@@ -148,3 +176,42 @@ def test_a_call_past_its_block_table_launches_nothing():
     refused, launched = map(int, last.split())
     assert refused == 4 and launched == 0, r.stdout
     assert all("block_table" in m for m in messages), messages
+
+
+@pytest.mark.skipif(not FAKE, reason="ATTUNE_FAKE_LIBCUDA names no fake driver")
+def test_an_appending_step_is_two_launches_and_nothing_else():
+    # flash-attn appends inside its attention kernel; attune launches the
+    # small kv_append kernel first: two launches per step, no allocation, copy
+    # or synchronization in a planned run, the first one included (plan()
+    # loads both kernels).
+    r = _run_on_fake("""
+        import ctypes, os, torch, attune
+        fake = ctypes.CDLL(os.environ["ATTUNE_LIBCUDA"])
+        fake.attune_fake_count.restype = ctypes.c_long
+        fake.attune_fake_total.restype = ctypes.c_long
+        count = lambda name: fake.attune_fake_count(name.encode())
+        q = torch.zeros(2, 1, 4, 64, dtype=torch.bfloat16)
+        kc = torch.zeros(8, 16, 2, 64, dtype=torch.bfloat16)
+        new = torch.zeros(2, 1, 2, 64, dtype=torch.bfloat16)
+        cos = torch.ones(48, 16, dtype=torch.bfloat16)
+        dec = attune.BatchDecode().plan(batch_size=2, num_qo_heads=4, num_kv_heads=2, head_dim=64, page_size=16,
+                                        max_pages=3, num_pages=8, num_splits=1, append_kv=True, rotary_dim=32)
+        table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32)
+        lens = torch.tensor([20, 7], dtype=torch.int32)
+        total, launches, queries = fake.attune_fake_total(), count("cuLaunchKernel"), count("cuCtxGetCurrent")
+        for _ in range(5):
+            dec.run(q, kc, kc, table, lens, k=new, v=new, rotary_cos=cos, rotary_sin=cos)
+        runs = (fake.attune_fake_total() - total, count("cuLaunchKernel") - launches,
+                count("cuCtxGetCurrent") - queries)
+        attune.flash_attn_with_kvcache(q, kc, kc, k=new, v=new, cache_seqlens=lens, block_table=table,
+                                       rotary_cos=cos, rotary_sin=cos, num_splits=1)
+        launches = count("cuLaunchKernel")
+        attune.flash_attn_with_kvcache(q, kc, kc, k=new, v=new, cache_seqlens=lens, block_table=table,
+                                       rotary_cos=cos, rotary_sin=cos, num_splits=1)
+        print(*runs, count("cuLaunchKernel") - launches)
+    """)
+    assert r.returncode == 0, r.stderr
+    calls, launches, queries, call_launches = map(int, r.stdout.split())
+    assert launches == 10 and calls == launches + queries, (
+        f"5 planned steps: {launches} launches, {calls} driver calls ({queries} context queries of the null stream)")
+    assert call_launches == 2, f"flash_attn_with_kvcache with k and v: {call_launches} launches; expected 2"
