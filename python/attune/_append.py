@@ -162,9 +162,12 @@ def check_room(lengths, s_new, table, page_size, num_pages, capacity):
     host = _host(lengths)
     if host is None:
         return
+    where = (f"the capacity addressable by block_table ({table.shape[1]} pages x page_size {page_size} = "
+             f"{capacity} keys)" if table is not None and page_size != capacity else
+             f"the capacity of the cache row (Smax = {capacity} keys)")
     for b, n in enumerate(host):
         _require(0 <= n and n + s_new <= capacity, f"cache_seqlens[{b}] + seqlen_new = {int(n)} + {s_new} = "
-                 f"{int(n) + s_new}: exceeds the capacity {capacity} of the cache row (keys it can hold)")
+                 f"{int(n) + s_new} exceeds {where}")
     if table is not None:
         engine.check_pages(host + s_new, _host(table), page_size, num_pages,
                            names=("cache_seqlens + seqlen_new", "block_table"))

@@ -144,7 +144,9 @@ def test_a_sticky_cuda_error_is_a_cuda_error_with_sticky():
 
 @pytest.mark.skipif(not FAKE, reason="ATTUNE_FAKE_LIBCUDA names no fake driver")
 def test_a_call_past_its_block_table_launches_nothing():
-    # Host lengths are checked before any launch, on every paged path.
+    # Host lengths are checked before any launch, on every paged path:
+    # flash_attn_with_kvcache (attending, appending), varlen over pages,
+    # BatchDecode (attending, appending).
     r = _run_on_fake("""
         import ctypes, os, torch, attune
         fake = ctypes.CDLL(os.environ["ATTUNE_LIBCUDA"])
@@ -157,13 +159,23 @@ def test_a_call_past_its_block_table_launches_nothing():
         dec = attune.BatchDecode().plan(batch_size=2, num_qo_heads=2, num_kv_heads=1, head_dim=64, page_size=16,
                                         max_pages=3, num_pages=8)
         dec.run(q, kc, kc, table, lens)
+        new = torch.zeros(2, 1, 1, 64, dtype=torch.bfloat16)
+        appending = attune.BatchDecode().plan(batch_size=2, num_qo_heads=2, num_kv_heads=1, head_dim=64,
+                                              page_size=16, max_pages=3, num_pages=8, append_kv=True)
+        cu_q = torch.tensor([0, 1, 2], dtype=torch.int32)
         launches = fake.attune_fake_count(b"cuLaunchKernel")
         refused = 0
         for bad_lens, bad_table in ((torch.tensor([40, 49], dtype=torch.int32), table),
                                     (lens, torch.tensor([[0, 1, 9], [3, 4, 5]], dtype=torch.int32))):
+            cu_k = torch.cat([torch.zeros(1, dtype=torch.int32), bad_lens.cumsum(0, dtype=torch.int32)])
             for call in (lambda: attune.flash_attn_with_kvcache(q, kc, kc, cache_seqlens=bad_lens,
                                                                 block_table=bad_table),
-                         lambda: dec.run(q, kc, kc, bad_table, bad_lens)):
+                         lambda: attune.flash_attn_with_kvcache(q, kc, kc, k=new, v=new, cache_seqlens=bad_lens,
+                                                                block_table=bad_table),
+                         lambda: attune.flash_attn_varlen_func(q[:, 0], kc, kc, cu_q, cu_k, 1, 48,
+                                                               block_table=bad_table),
+                         lambda: dec.run(q, kc, kc, bad_table, bad_lens),
+                         lambda: appending.run(q, kc, kc, bad_table, bad_lens, k=new, v=new)):
                 try:
                     call()
                 except attune.InvalidArgument as e:
@@ -174,7 +186,7 @@ def test_a_call_past_its_block_table_launches_nothing():
     assert r.returncode == 0, r.stderr
     *messages, last = r.stdout.strip().splitlines()
     refused, launched = map(int, last.split())
-    assert refused == 4 and launched == 0, r.stdout
+    assert refused == 10 and launched == 0, r.stdout
     assert all("block_table" in m for m in messages), messages
 
 
