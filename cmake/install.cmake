@@ -30,6 +30,7 @@ set(ATTUNE_INSTALL_CMAKEDIR ${CMAKE_INSTALL_LIBDIR}/cmake/attune)
 # installed at the paths they are included by, so they need no change. A
 # header missing here fails the install.consumer test.
 set(ATTUNE_PUBLIC_HEADERS
+    core/append_problem.h
     core/dtype.h
     core/error.h
     core/problem.h

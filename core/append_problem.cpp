@@ -39,9 +39,9 @@ void validate(const AppendProblem& p, const AppendBuffers& b) {
   if (p.head_dim_v < 1 || p.head_dim_v > kMaxHeadDim) {
     reject("value head dim", str(p.head_dim_v), "1.." + str(kMaxHeadDim));
   }
-  for (const auto& [s, name] : {std::pair{&p.k_new_strides, "k"}, std::pair{&p.v_new_strides, "v"},
-                                std::pair{&p.k_cache_strides, "k_cache"}, std::pair{&p.v_cache_strides, "v_cache"},
-                                std::pair{&p.q_strides, "q"}, std::pair{&p.q_rot_strides, "q_rot"}}) {
+  for (const auto& [s, name] :
+       {std::pair{&p.k_new_strides, "k"}, std::pair{&p.v_new_strides, "v"}, std::pair{&p.k_cache_strides, "k_cache"},
+        std::pair{&p.v_cache_strides, "v_cache"}, std::pair{&p.q_strides, "q"}, std::pair{&p.q_rot_strides, "q_rot"}}) {
     check_strides(*s, name);
   }
   if (p.is_paged()) {

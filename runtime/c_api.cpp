@@ -400,7 +400,7 @@ attune_status attune_append_kv(attune_runtime* runtime, const attune_append_prob
       throw attune::InvalidArgument("dtype: got " + std::to_string(type) +
                                     "; expected ATTUNE_DTYPE_FP16 or ATTUNE_DTYPE_BF16");
     }
-    const auto strides = [](const int64_t (&s)[3]) { return attune::TensorStrides{s[0], s[1], s[2]}; };
+    const auto strides = [](const int64_t(&s)[3]) { return attune::TensorStrides{s[0], s[1], s[2]}; };
     const attune::AppendProblem p{.dtype = type == ATTUNE_DTYPE_FP16 ? attune::DType::kF16 : attune::DType::kBF16,
                                   .batch = c.batch,
                                   .seqlen_new = c.seqlen_new,

@@ -125,10 +125,13 @@ ATTUNE_KERNEL void kv_append(KvAppendParams p) {
     }
     const u16* k_from = p.k_new + batch * p.kn_batch_stride + t * p.kn_row_stride + head * p.kn_head_stride;
     const u16* v_from = p.v_new + batch * p.vn_batch_stride + t * p.vn_row_stride + head * p.vn_head_stride;
-    u16* k_to = p.k_cache + p.pages.key_offset(p.k_batch_stride, p.k_row_stride, head * p.k_head_stride, batch, position);
-    u16* v_to = p.v_cache + p.pages.key_offset(p.v_batch_stride, p.v_row_stride, head * p.v_head_stride, batch, position);
+    u16* k_to =
+        p.k_cache + p.pages.key_offset(p.k_batch_stride, p.k_row_stride, head * p.k_head_stride, batch, position);
+    u16* v_to =
+        p.v_cache + p.pages.key_offset(p.v_batch_stride, p.v_row_stride, head * p.v_head_stride, batch, position);
     append_detail::rotate_row<D>(p, k_from, k_to, p.head_dim_k, append_detail::table_row(position, p.seqlen_ro));
-    for (i32 col = lane; col < p.head_dim_v; col += kWarpSize) dev::store_global(v_to + col, dev::load_global(v_from + col));
+    for (i32 col = lane; col < p.head_dim_v; col += kWarpSize)
+      dev::store_global(v_to + col, dev::load_global(v_from + col));
     return;
   }
 

@@ -280,8 +280,8 @@ TEST(CApiTest, AppendWritesNewKeysAndNeverPastARowOrThePool) {
   // 8 keys for key 8; sequence 2 at 4..5, on a page outside the pool.
   const std::vector<std::int32_t> lens = {3, 7, 4}, table = {0, 1, 2, 3, 3, 9};
   std::vector<std::int32_t> after(kBatch, -1);
-  const attune_append_buffers b{k_new.data(), v_new.data(),  k_cache.data(), v_cache.data(), nullptr, nullptr,
-                                nullptr,      nullptr,       lens.data(),    after.data(),   table.data()};
+  const attune_append_buffers b{k_new.data(), v_new.data(), k_cache.data(), v_cache.data(), nullptr,     nullptr,
+                                nullptr,      nullptr,      lens.data(),    after.data(),   table.data()};
   attune_bounds_report(1);
   ASSERT_EQ(attune_append_kv(rt, &p, &b, nullptr), ATTUNE_OK) << attune_last_error();
   EXPECT_EQ(after, (std::vector<std::int32_t>{5, 9, 6}));
