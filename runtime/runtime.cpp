@@ -226,6 +226,16 @@ struct Runtime::Impl {
     check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), arch);
   }
 
+  // The kernel of a one-kernel call (merge_states, append_kv), compiled on
+  // its first call unless `stream` is capturing. Only a kernel still to
+  // compile asks whether the stream is capturing: a repeated call launches
+  // and makes no other driver call.
+  LoadedKernel load_single(const Variant& variant, DType dtype, void* stream) {
+    check_usable();
+    const bool capturing = cuda() && !backend->loaded(variant, dtype) && cuda::Driver::get().is_capturing(stream);
+    return backend->load(variant, dtype, capturing ? Compile::kRefused : Compile::kAllowed);
+  }
+
   // After a sticky CUDA error every call fails at once with its message,
   // before compiling anything.
   void check_usable() const {
@@ -406,24 +416,14 @@ void Runtime::merge_states(const MergeProblem& problem, std::span<const void* co
                            std::span<const float* const> lse, void* out_o, float* out_lse, void* stream) {
   validate(problem, o, lse, out_o);
   const CallScope scope(impl_->options.backend);
-  impl_->check_usable();
-  // Only a kernel still to compile asks whether the stream is capturing:
-  // a repeated merge launches and makes no other driver call.
-  const bool capturing = impl_->cuda() && !impl_->backend->loaded(merge_states_variant(), problem.dtype) &&
-                         cuda::Driver::get().is_capturing(stream);
-  const LoadedKernel kernel =
-      load_merge(*impl_->backend, problem.dtype, capturing ? Compile::kRefused : Compile::kAllowed);
+  const LoadedKernel kernel = impl_->load_single(merge_states_variant(), problem.dtype, stream);
   launch_merge(*impl_->backend->begin(stream), problem, kernel, o, lse, out_o, out_lse);
 }
 
 void Runtime::append_kv(const AppendProblem& problem, const AppendBuffers& buffers, void* stream) {
   validate(problem, buffers);
   const CallScope scope(impl_->options.backend);
-  impl_->check_usable();
-  const bool capturing = impl_->cuda() && !impl_->backend->loaded(kv_append_variant(), problem.dtype) &&
-                         cuda::Driver::get().is_capturing(stream);
-  const LoadedKernel kernel =
-      load_append(*impl_->backend, problem.dtype, capturing ? Compile::kRefused : Compile::kAllowed);
+  const LoadedKernel kernel = impl_->load_single(kv_append_variant(), problem.dtype, stream);
   launch_append(*impl_->backend->begin(stream), problem, kernel, buffers);
 }
 

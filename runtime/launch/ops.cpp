@@ -96,14 +96,6 @@ BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DT
   return k;
 }
 
-LoadedKernel load_merge(LaunchBackend& backend, DType dtype, Compile compile) {
-  return backend.load(merge_states_variant(), dtype, compile);
-}
-
-LoadedKernel load_append(LaunchBackend& backend, DType dtype, Compile compile) {
-  return backend.load(kv_append_variant(), dtype, compile);
-}
-
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels) {
   return bytes(decode_workspace_floats(problem, kernels.splits), sizeof(float));
 }

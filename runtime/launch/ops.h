@@ -52,10 +52,6 @@ DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int sp
 BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype, bool sinks = false,
                               Compile compile = Compile::kAllowed);
 
-// The merge_states kernel (a merge of partial results).
-LoadedKernel load_merge(LaunchBackend& backend, DType dtype, Compile compile = Compile::kAllowed);
-// The kv_append kernel (new keys and values into a cache, with rotary).
-LoadedKernel load_append(LaunchBackend& backend, DType dtype, Compile compile = Compile::kAllowed);
 
 // Bytes of fp32 workspace a call needs (0: none).
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels);
