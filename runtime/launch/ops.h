@@ -52,7 +52,6 @@ DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int sp
 BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype, bool sinks = false,
                               Compile compile = Compile::kAllowed);
 
-
 // Bytes of fp32 workspace a call needs (0: none).
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels);
 std::size_t backward_workspace_bytes(const AttentionProblem& problem, const BackwardKernels& kernels);
