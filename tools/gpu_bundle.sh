@@ -66,7 +66,7 @@ cat >"$out/tests/gpu_tests.list" <<'EOF'
 # program            gtest filter             seconds
 cuda_driver_test     CudaDriverGpuTest.*      20
 forward_gpu_test     ForwardGpuTest.Dispatched*  20
-decode_gpu_test      DecodeGpuTest.CoveringSet:DecodeGpuTest.DeviceLengths* 30
+decode_gpu_test      DecodeGpuTest.CoveringSet:DecodeGpuTest.DeviceLengths*:DecodeGpuTest.AppendKv* 30
 EOF
 commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
 dirty="$(git -C "$root" status --porcelain 2>/dev/null | grep -q . && echo " (with uncommitted changes)" || true)"

@@ -6,11 +6,14 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include "core/append_problem.h"
+#include "core/dtype.h"
 #include "reference/accuracy.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/runtime.h"
@@ -119,6 +122,106 @@ TEST_F(DecodeGpuTest, DeviceLengthsPastTheRowAndPagesOutsideThePoolAreClampedAnd
               report.find("block_table[2, 0] = " + std::to_string(p.num_pages + 3)) != std::string::npos)
       << report;
   clear_bounds_report();
+}
+
+// kv_append on the GPU writes what the emulator writes: a paged cache
+// (new keys crossing a page boundary, and one past its row: never written),
+// rotary in both pair orders, Q rotated row by row, the lengths after the
+// append. The rotation may round differently where the GPU fuses a
+// multiply-add (one bf16 ulp); everything else is bit for bit.
+TEST_F(DecodeGpuTest, AppendKvWritesWhatTheEmulatorWrites) {
+  constexpr int64_t kBatch = 2, kNew = 3, kHkv = 2, kHq = 8, kDim = 128, kPage = 16, kMaxPages = 4, kPool = 9;
+  constexpr int64_t kRotary = 64;
+  const auto strides = [](int64_t rows, int64_t heads, int64_t dim) {
+    return TensorStrides{rows * heads * dim, heads * dim, dim};
+  };
+  std::uint32_t state = 12345;
+  const auto random_bits = [&](int64_t n) {
+    std::vector<std::uint16_t> v(static_cast<std::size_t>(n));
+    for (std::uint16_t& x : v) {
+      state = state * 1664525U + 1013904223U;
+      x = float_to_bfloat16_bits(static_cast<float>(static_cast<int>(state >> 9) % 2001 - 1000) / 500.0F);
+    }
+    return v;
+  };
+  const std::vector<std::int32_t> lens = {14, 62};  // sequence 1's third key is past its 64
+  const std::vector<std::int32_t> table = {8, 0, 1, 2, 3, 4, 5, 6};
+  for (bool interleaved : {false, true}) {
+    const AppendProblem p{.dtype = DType::kBF16,
+                          .batch = kBatch,
+                          .seqlen_new = kNew,
+                          .heads_kv = kHkv,
+                          .head_dim_k = kDim,
+                          .head_dim_v = kDim,
+                          .k_new_strides = strides(kNew, kHkv, kDim),
+                          .v_new_strides = strides(kNew, kHkv, kDim),
+                          .page_size = kPage,
+                          .num_pages = kPool,
+                          .max_pages = kMaxPages,
+                          .k_cache_strides = strides(kPage, kHkv, kDim),
+                          .v_cache_strides = strides(kPage, kHkv, kDim),
+                          .rotary_dim = kRotary,
+                          .seqlen_ro = kPage * kMaxPages,
+                          .rotary_interleaved = interleaved,
+                          .seqlen_q = kNew,
+                          .heads_q = kHq,
+                          .q_strides = strides(kNew, kHq, kDim),
+                          .q_rot_strides = strides(kNew, kHq, kDim),
+                          .q_per_row = true};
+    const std::vector<std::uint16_t> k_new = random_bits(kBatch * kNew * kHkv * kDim);
+    const std::vector<std::uint16_t> v_new = random_bits(kBatch * kNew * kHkv * kDim);
+    const std::vector<std::uint16_t> q = random_bits(kBatch * kNew * kHq * kDim);
+    const std::vector<std::uint16_t> cos = random_bits(p.seqlen_ro * kRotary / 2);
+    const std::vector<std::uint16_t> sin = random_bits(p.seqlen_ro * kRotary / 2);
+    const std::vector<std::uint16_t> cache = random_bits(kPool * kPage * kHkv * kDim);
+
+    // The emulator: host memory.
+    std::vector<std::uint16_t> emu_k = cache, emu_v = cache, emu_q(q.size());
+    std::vector<std::int32_t> emu_lens(kBatch, -1);
+    Runtime emulator({.backend = Backend::kEmu});
+    emulator.append_kv(p, {k_new.data(), v_new.data(), emu_k.data(), emu_v.data(), q.data(), emu_q.data(), cos.data(),
+                           sin.data(), lens.data(), emu_lens.data(), table.data()});
+
+    cuda::Driver& driver = cuda::Driver::get();
+    cuda::DeviceBuffers d(driver, {{k_new.data(), k_new.size() * 2},
+                                   {v_new.data(), v_new.size() * 2},
+                                   {cache.data(), cache.size() * 2},
+                                   {cache.data(), cache.size() * 2},
+                                   {q.data(), q.size() * 2},
+                                   {nullptr, q.size() * 2},
+                                   {cos.data(), cos.size() * 2},
+                                   {sin.data(), sin.size() * 2},
+                                   {lens.data(), lens.size() * 4},
+                                   {nullptr, lens.size() * 4},
+                                   {table.data(), table.size() * 4}});
+    runtime_->append_kv(p, {d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), d.at(5), d.at(6), d.at(7),
+                            static_cast<const std::int32_t*>(d.at(8)), static_cast<std::int32_t*>(d.at(9)),
+                            static_cast<const std::int32_t*>(d.at(10))});
+    driver.synchronize(nullptr);
+    std::vector<std::uint16_t> gpu_k(cache.size()), gpu_v(cache.size()), gpu_q(q.size());
+    std::vector<std::int32_t> gpu_lens(kBatch);
+    driver.copy_to_host(gpu_k.data(), d.at(2), gpu_k.size() * 2);
+    driver.copy_to_host(gpu_v.data(), d.at(3), gpu_v.size() * 2);
+    driver.copy_to_host(gpu_q.data(), d.at(5), gpu_q.size() * 2);
+    driver.copy_to_host(gpu_lens.data(), d.at(9), gpu_lens.size() * 4);
+
+    const std::string what = interleaved ? "interleaved" : "halves";
+    EXPECT_EQ(gpu_lens, (std::vector<std::int32_t>{17, 65})) << what;
+    EXPECT_EQ(gpu_lens, emu_lens) << what;
+    EXPECT_EQ(gpu_v, emu_v) << what << ": V is copied, bit for bit";
+    const auto within_an_ulp = [&](const std::vector<std::uint16_t>& a, const std::vector<std::uint16_t>& b,
+                                   const char* name) {
+      int off = 0;
+      for (std::size_t i = 0; i < a.size(); ++i) {
+        const float x = bfloat16_bits_to_float(a[i]), y = bfloat16_bits_to_float(b[i]);
+        if (std::fabs(x - y) > std::ldexp(std::fmax(std::fabs(x), std::fabs(y)), -7)) ++off;
+      }
+      EXPECT_EQ(off, 0) << what << ": " << off << " elements of " << name << " differ by more than one ulp";
+    };
+    within_an_ulp(gpu_k, emu_k, "the key cache");
+    within_an_ulp(gpu_q, emu_q, "the rotated q");
+    EXPECT_NE(gpu_k, cache) << what << ": the append wrote nothing";
+  }
 }
 
 }  // namespace
