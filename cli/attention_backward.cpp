@@ -77,9 +77,7 @@ struct Gradients {
 Gradients from_bits(DType dtype, const std::array<std::vector<std::uint16_t>, 3>& bits) {
   Gradients g;
   std::vector<float>* out[] = {&g.dq, &g.dk, &g.dv};
-  for (std::size_t t = 0; t < 3; ++t) {
-    for (std::uint16_t b : bits[t]) out[t]->push_back(bits_to_float(dtype, b));
-  }
+  for (std::size_t t = 0; t < 3; ++t) *out[t] = widen_bits<float>(dtype, bits[t]);
   return g;
 }
 
@@ -179,10 +177,7 @@ void run_backward(const AttentionOptions& o, std::optional<Backend> backend, con
   if (!o.out_path.empty()) {
     std::vector<int64_t> o_shape = shapes[0];
     o_shape.back() = p.head_dim_v;
-    std::vector<float> values;
-    values.reserve(fwd.o.size());
-    for (std::uint16_t bits : fwd.o) values.push_back(bits_to_float(p.dtype, bits));
-    npy::write(o.out_path, o_shape, values);
+    npy::write(o.out_path, o_shape, widen_bits<float>(p.dtype, fwd.o));
   }
   if (!o.lse_path.empty()) {
     const std::vector<int64_t> lse_shape = p.is_packed() ? std::vector<int64_t>{p.heads_q, p.seqlen_q}

@@ -164,8 +164,7 @@ ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem,
     driver.copy_to_host(lse.data(), device.at(4), lse.size() * sizeof(float));
   }
   ReferenceOutput out;
-  out.o.reserve(o.size());
-  for (std::uint16_t bits : o) out.o.push_back(bits_to_float(problem.dtype, bits));
+  out.o = widen_bits<double>(problem.dtype, o);
   out.lse.assign(lse.begin(), lse.end());
   return out;
 }

@@ -1,6 +1,7 @@
 #include "cli/merge_states_command.h"
 
-#include <cmath>
+#include <algorithm>
+#include <cstddef>
 #include <limits>
 #include <vector>
 
@@ -8,6 +9,7 @@
 #include "cli/problem_flags.h"
 #include "core/error.h"
 #include "io/npy.h"
+#include "reference/online_softmax.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/runtime.h"
 
@@ -45,31 +47,26 @@ struct Partial {
   std::vector<float> lse;
 };
 
-// The fp64 merge (--backend reference): the same rule in double precision.
+// The fp64 merge (--backend reference): the reference's state merge, each
+// partial a finished state (m = LSE, l = 1, u = O).
 void merge_on_host(const MergeProblem& m, const std::vector<Partial>& parts, DType dtype, std::vector<double>& out,
                    std::vector<double>& out_lse) {
   const std::int64_t slots = m.rows * m.heads;
-  out.assign(static_cast<std::size_t>(slots * m.head_dim), 0.0);
+  const auto dim = static_cast<std::size_t>(m.head_dim);
+  out.assign(static_cast<std::size_t>(slots) * dim, 0.0);
   out_lse.assign(static_cast<std::size_t>(slots), -std::numeric_limits<double>::infinity());
+  std::vector<double> o(dim);
   for (std::int64_t s = 0; s < slots; ++s) {
-    const std::int64_t row = s / m.heads;
-    const std::int64_t head = s % m.heads;
-    const auto lse_at = static_cast<std::size_t>(head * m.rows + row);
-    double top = -std::numeric_limits<double>::infinity();
-    for (const Partial& p : parts) top = std::max(top, static_cast<double>(p.lse[lse_at]));
-    if (top == -std::numeric_limits<double>::infinity()) continue;
-    double total = 0;
+    const auto lse_at = static_cast<std::size_t>((s % m.heads) * m.rows + s / m.heads);
+    const auto first = static_cast<std::size_t>(s) * dim;
+    SoftmaxState<double> state(m.head_dim);
     for (const Partial& p : parts) {
-      const double w = std::exp(static_cast<double>(p.lse[lse_at]) - top);
-      if (w == 0) continue;
-      total += w;
-      for (std::int64_t d = 0; d < m.head_dim; ++d) {
-        const auto at = static_cast<std::size_t>(s * m.head_dim + d);
-        out[at] += w * bits_to_float(dtype, p.o[at]);
-      }
+      for (std::size_t d = 0; d < dim; ++d) o[d] = bits_to_float(dtype, p.o[first + d]);
+      state.merge(SoftmaxState<double>::of_result(o, p.lse[lse_at]));
     }
-    for (std::int64_t d = 0; d < m.head_dim; ++d) out[static_cast<std::size_t>(s * m.head_dim + d)] /= total;
-    out_lse[lse_at] = top + std::log(total);
+    const SoftmaxState<double>::Result merged = state.finalize();
+    std::copy(merged.o.begin(), merged.o.end(), out.begin() + static_cast<std::ptrdiff_t>(first));
+    out_lse[lse_at] = merged.lse;
   }
 }
 
@@ -172,7 +169,7 @@ void run_merge_states(const MergeStatesOptions& o) {
       driver.copy_to_host(merged.data(), out_o, merged.size() * 2);
       driver.copy_to_host(merged_lse.data(), out_l, merged_lse.size() * sizeof(float));
     }
-    for (std::uint16_t bits : merged) out.push_back(bits_to_float(dtype, bits));
+    out = widen_bits<double>(dtype, merged);
     out_lse.assign(merged_lse.begin(), merged_lse.end());
   }
   npy::write(o.out_path, o_shape, to_float32(out));

@@ -3,7 +3,9 @@
 
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string_view>
+#include <vector>
 
 namespace attune {
 
@@ -29,6 +31,15 @@ float bfloat16_bits_to_float(std::uint16_t bits);
 // The storage-dtype pair of the two above, chosen by `dtype`.
 std::uint16_t float_to_bits(DType dtype, float value);
 float bits_to_float(DType dtype, std::uint16_t bits);
+// Stored elements widened to T (float or double): outputs copied back for a
+// check or a report.
+template <class T>
+std::vector<T> widen_bits(DType dtype, std::span<const std::uint16_t> bits) {
+  std::vector<T> values;
+  values.reserve(bits.size());
+  for (std::uint16_t b : bits) values.push_back(static_cast<T>(bits_to_float(dtype, b)));
+  return values;
+}
 
 // Rounds `value` to the nearest representable value of `dtype`.
 inline float round_to(DType dtype, float value) { return bits_to_float(dtype, float_to_bits(dtype, value)); }

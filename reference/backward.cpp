@@ -18,9 +18,7 @@ double dot(const double* a, const double* b, int64_t n) {
 // The first `count` stored elements as fp64, in the same layout, so the fp64
 // overload can read them with the problem's strides.
 std::vector<double> widen(DType dtype, const std::uint16_t* bits, int64_t count) {
-  std::vector<double> values(static_cast<std::size_t>(count));
-  for (std::size_t i = 0; i < values.size(); ++i) values[i] = static_cast<double>(bits_to_float(dtype, bits[i]));
-  return values;
+  return widen_bits<double>(dtype, {bits, static_cast<std::size_t>(count)});
 }
 
 int64_t batches_of(const AttentionProblem& p) { return p.is_packed() ? 1 : p.batch; }

@@ -24,6 +24,16 @@ SoftmaxState<Acc> SoftmaxState<Acc>::of_sink(Acc logit, int64_t value_dim) {
 }
 
 template <typename Acc>
+SoftmaxState<Acc> SoftmaxState<Acc>::of_result(std::span<const Acc> o, Acc lse) {
+  SoftmaxState state(static_cast<int64_t>(o.size()));
+  if (!(lse > -std::numeric_limits<Acc>::infinity())) return state;
+  state.m_ = lse;
+  state.l_ = Acc(1);
+  std::copy(o.begin(), o.end(), state.u_.begin());
+  return state;
+}
+
+template <typename Acc>
 void SoftmaxState<Acc>::rescale(Acc new_max) {
   if (new_max == m_) return;
   // exp(-inf) = 0 would be right too, but an empty state has nothing to scale.

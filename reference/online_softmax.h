@@ -23,6 +23,9 @@ class SoftmaxState {
   // The state of an attention sink: one logit with no value (m = logit,
   // l = 1, u = 0), merged like any other key set.
   static SoftmaxState of_sink(Acc logit, int64_t value_dim);
+  // The state of a finished partial result (O, LSE): m = lse, l = 1, u = o;
+  // LSE = -inf is an empty state (a partial over no keys).
+  static SoftmaxState of_result(std::span<const Acc> o, Acc lse);
 
   // Folds in one tile: `logits` (already scaled), `values` row-major
   // [logits.size(), value_dim]. An empty tile changes nothing.

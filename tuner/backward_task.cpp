@@ -75,9 +75,9 @@ ReferenceGradients run_backward(Runtime& runtime, const Task& task, const Attent
     if (!dsink.empty()) driver.copy_to_host(dsink.data(), mods.dsink(), dsink.size() * sizeof(float));
   }
   ReferenceGradients g;
-  for (std::uint16_t b : dq) g.dq.push_back(bits_to_float(p.dtype, b));
-  for (std::uint16_t b : dk) g.dk.push_back(bits_to_float(p.dtype, b));
-  for (std::uint16_t b : dv) g.dv.push_back(bits_to_float(p.dtype, b));
+  g.dq = widen_bits<double>(p.dtype, dq);
+  g.dk = widen_bits<double>(p.dtype, dk);
+  g.dv = widen_bits<double>(p.dtype, dv);
   g.dsink.assign(dsink.begin(), dsink.end());
   return g;
 }

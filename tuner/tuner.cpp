@@ -66,8 +66,7 @@ ReferenceOutput run_once(Runtime& runtime, const Task& task, const AttentionProb
     driver.copy_to_host(lse.data(), d.at(4), lse.size() * sizeof(float));
   }
   ReferenceOutput out;
-  out.o.reserve(o.size());
-  for (std::uint16_t bits : o) out.o.push_back(bits_to_float(p.dtype, bits));
+  out.o = widen_bits<double>(p.dtype, o);
   out.lse.assign(lse.begin(), lse.end());
   return out;
 }

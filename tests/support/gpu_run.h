@@ -30,7 +30,7 @@ ReferenceOutput run_on_gpu(const Inputs& in, Launch launch) {
   driver.copy_to_host(o.data(), device.at(3), o.size() * 2);
   driver.copy_to_host(lse.data(), device.at(4), lse.size() * sizeof(float));
   ReferenceOutput got;
-  for (std::uint16_t bits : o) got.o.push_back(bits_to_float(p.dtype, bits));
+  got.o = widen_bits<double>(p.dtype, o);
   got.lse.assign(lse.begin(), lse.end());
   return got;
 }
