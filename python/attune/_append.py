@@ -16,16 +16,12 @@ from typing import NamedTuple
 
 from . import _engine as engine
 from . import _native as native
+from ._engine import _require
 from ._errors import InvalidArgument
 
 
 def _is_numpy(x):
     return type(x).__module__ == "numpy"
-
-
-def _require(cond, what):
-    if not cond:
-        raise InvalidArgument(what)
 
 
 def _int32(x, batch, name, like):
@@ -40,14 +36,6 @@ def _int32(x, batch, name, like):
         x = torch.as_tensor(x, device=like.device).to(torch.int32).contiguous()
     _require(tuple(x.shape) == (batch,), f"{name}: got shape {list(x.shape)}; expected [{batch}] (one per sequence)")
     return x
-
-
-def _host(x):
-    """x's values when it lives in host memory (the checks run on them), else
-    None: device values are clamped and reported by the kernels."""
-    if _is_numpy(x):
-        return x
-    return x.numpy() if x.device.type == "cpu" else None
 
 
 def check_arguments(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
@@ -89,12 +77,13 @@ class CacheStep(NamedTuple):
     pad: object           # cache_leftpad as int32 [B]; None: none
 
 
-def cache_views(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table):
+def cache_views(arrays, q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table):
     """The cache as the append and the attention read it. A contiguous cache
     read through cache_batch_idx is a pool of one page per row (page_size =
     Smax, the table [B, 1] the indices); with cache_leftpad the attention
     reads a pool of one-key pages whose table starts each sequence at its
-    leftpad (its lengths then count from there)."""
+    leftpad (its lengths then count from there). Host values are checked
+    (arrays.host); device values are clamped and reported by the kernels."""
     batch = q.shape[0]
     numpy = _is_numpy(q)
     if numpy:
@@ -105,7 +94,7 @@ def cache_views(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftp
     append_table = block_table
     if cache_batch_idx is not None:
         idx = _int32(cache_batch_idx, batch, "cache_batch_idx", q)
-        host = _host(idx)
+        host = arrays.host(idx)
         if host is not None:
             for i, row in enumerate(host):
                 _require(0 <= row < k_cache.shape[0], f"cache_batch_idx[{i}]: got {int(row)}; expected a row of the "
@@ -115,7 +104,7 @@ def cache_views(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftp
         return CacheStep(lengths, append_table, k_cache, v_cache, append_table, None)
     pad = _int32(cache_leftpad, batch, "cache_leftpad", q)
     rows, smax = k_cache.shape[0], k_cache.shape[1]
-    host_pad, host_len = _host(pad), _host(lengths)
+    host_pad, host_len = arrays.host(pad), arrays.host(lengths)
     if host_pad is not None and host_len is not None:
         for i in range(batch):
             _require(0 <= host_pad[i] <= host_len[i], f"cache_leftpad[{i}]: got {int(host_pad[i])}; expected "
@@ -156,10 +145,10 @@ def _shares(view, base):
     return view.data_ptr() == base.data_ptr()
 
 
-def check_room(lengths, s_new, table, page_size, num_pages, capacity):
+def check_room(arrays, lengths, s_new, table, page_size, num_pages, capacity):
     """Host lengths: each sequence's keys after the append fit its row, and
     its pages are inside the pool (flash-attn's message shape)."""
-    host = _host(lengths)
+    host = arrays.host(lengths)
     if host is None:
         return
     where = (f"the capacity addressable by block_table ({table.shape[1]} pages x page_size {page_size} = "
@@ -169,14 +158,8 @@ def check_room(lengths, s_new, table, page_size, num_pages, capacity):
         _require(0 <= n and n + s_new <= capacity, f"cache_seqlens[{b}] + seqlen_new = {int(n)} + {s_new} = "
                  f"{int(n) + s_new} exceeds {where}")
     if table is not None:
-        engine.check_pages(host + s_new, _host(table), page_size, num_pages,
+        engine.check_pages(host + s_new, arrays.host(table), page_size, num_pages,
                            names=("cache_seqlens + seqlen_new", "block_table"))
-
-
-def _strides(x):
-    if _is_numpy(x):
-        return tuple(s // x.itemsize for s in x.strides)
-    return tuple(x.stride())
 
 
 def append(arrays, q, k_cache, v_cache, k, v, lengths, table, rotary_cos, rotary_sin, rotary_interleaved,
@@ -187,7 +170,7 @@ def append(arrays, q, k_cache, v_cache, k, v, lengths, table, rotary_cos, rotary
     paged = table is not None
     page_size = k_cache.shape[1] if paged else 0
     capacity = table.shape[1] * page_size if paged else k_cache.shape[1]
-    check_room(lengths, s_new, table, page_size, k_cache.shape[0], capacity)
+    check_room(arrays, lengths, s_new, table, page_size, k_cache.shape[0], capacity)
     rotary = rotary_cos is not None
     if rotary:
         _require(rotary_cos.ndim == 2 and tuple(rotary_cos.shape) == tuple(rotary_sin.shape),
@@ -198,7 +181,7 @@ def append(arrays, q, k_cache, v_cache, k, v, lengths, table, rotary_cos, rotary
     view = arrays.view(q)
     backend, device = engine.backend_of(view)
     if backend == "reference":
-        return _reference_append(q, k_cache, v_cache, k, v, lengths, table, rotary_cos, rotary_sin,
+        return _reference_append(arrays, q, k_cache, v_cache, k, v, lengths, table, rotary_cos, rotary_sin,
                                  rotary_interleaved, q_per_row)
     lengths_out = arrays.empty((batch,), "int32", q)
     q_rot = arrays.empty(tuple(q.shape), None, q) if rotary else None
@@ -206,20 +189,20 @@ def append(arrays, q, k_cache, v_cache, k, v, lengths, table, rotary_cos, rotary
     p.dtype = native.DTYPE_FP16 if view.dtype == "fp16" else native.DTYPE_BF16
     p.batch, p.seqlen_new, p.heads_kv = batch, s_new, k.shape[2]
     p.head_dim_k, p.head_dim_v = k.shape[3], v.shape[3]
-    p.k_new_strides[:] = _strides(k)[:3]
-    p.v_new_strides[:] = _strides(v)[:3]
+    p.k_new_strides[:] = arrays.view(k).strides[:3]
+    p.v_new_strides[:] = arrays.view(v).strides[:3]
     if paged:
         p.page_size, p.num_pages, p.max_pages = page_size, k_cache.shape[0], table.shape[1]
     else:
         p.cache_batch, p.seqlen_cache = k_cache.shape[0], k_cache.shape[1]
-    p.k_cache_strides[:] = _strides(k_cache)[:3]
-    p.v_cache_strides[:] = _strides(v_cache)[:3]
+    p.k_cache_strides[:] = arrays.view(k_cache).strides[:3]
+    p.v_cache_strides[:] = arrays.view(v_cache).strides[:3]
     if rotary:
         p.rotary_dim, p.seqlen_ro = 2 * rotary_cos.shape[1], rotary_cos.shape[0]
         p.rotary_interleaved = int(bool(rotary_interleaved))
         p.seqlen_q, p.heads_q = q.shape[1], q.shape[2]
-        p.q_strides[:] = _strides(q)[:3]
-        p.q_rot_strides[:] = _strides(q_rot)[:3]
+        p.q_strides[:] = arrays.view(q).strides[:3]
+        p.q_rot_strides[:] = arrays.view(q_rot).strides[:3]
         p.q_per_row = int(bool(q_per_row))
     ptr = arrays.ptr
     table32 = arrays.int32(table) if paged else None
@@ -229,7 +212,7 @@ def append(arrays, q, k_cache, v_cache, k, v, lengths, table, rotary_cos, rotary
                              ptr(table32) if paged else None)
     rt = engine.runtime(backend, device)
     native.check(native.lib().attune_append_kv(rt.handle, ctypes.byref(p), ctypes.byref(b), arrays.stream(q)))
-    if _host(lengths) is not None:  # the same values, without reading back what the kernel wrote
+    if arrays.host(lengths) is not None:  # the same values, without reading back what the kernel wrote
         lengths_out = lengths + s_new
     return (q_rot if rotary else q), lengths_out
 
@@ -257,13 +240,13 @@ def rotate(x, cos, sin, positions, interleaved):
     return out
 
 
-def _reference_append(q, k_cache, v_cache, k, v, lengths, table, cos, sin, interleaved, q_per_row):
+def _reference_append(arrays, q, k_cache, v_cache, k, v, lengths, table, cos, sin, interleaved, q_per_row):
     """The append for float32/float64 arrays, in fp64 on the host."""
     import numpy as np
     numpy = _is_numpy(q)
     as64 = (lambda x: np.asarray(x, dtype=np.float64)) if numpy else (
         lambda x: x.detach().cpu().double().numpy())
-    lens = np.asarray(_host(lengths) if _host(lengths) is not None else as64(lengths)).astype(np.int64)
+    lens = np.asarray(arrays.host(lengths), dtype=np.int64)  # the reference runs on the CPU
     kn, vn = as64(k), as64(v)
     batch, s_new = kn.shape[0], kn.shape[1]
     if cos is not None:
@@ -272,7 +255,7 @@ def _reference_append(q, k_cache, v_cache, k, v, lengths, table, cos, sin, inter
         q64 = as64(q)
         rows = np.arange(q64.shape[1]) if q_per_row else np.zeros(q64.shape[1], dtype=np.int64)
         q_out = rotate(q64, c64, s64, (lens[:, None] + rows[None, :])[..., None], interleaved)
-    host_table = None if table is None else np.asarray(_host(table))
+    host_table = None if table is None else np.asarray(arrays.host(table))
     kc, vc = k_cache, v_cache
     for bi in range(batch):
         for t in range(s_new):

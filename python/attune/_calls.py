@@ -8,6 +8,7 @@ import ctypes
 from . import _engine as engine
 from . import _native as native
 from . import _record
+from ._engine import _require
 from ._errors import InvalidArgument
 
 
@@ -192,11 +193,6 @@ def backward(arrays, dout, q, k, v, out, lse, spec, *, cu_seqlens_q=None, cu_seq
     plan.run(buffers, lengths, arrays.view(workspace).ptr if workspace is not None else None, arrays.stream(q))
     del keep
     return dq, dk, dv
-
-
-def _require(cond, what):
-    if not cond:
-        raise InvalidArgument(what)
 
 
 def _require_contiguous(view, shape, name):

@@ -272,7 +272,7 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if appending or cache_batch_idx is not None or cache_leftpad is not None:
         q, k_cache, v_cache, cache_seqlens, block_table = _with_cache_step(
             q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx, cache_leftpad,
-            block_table, rotary_interleaved, q_per_row=bool(causal) or tuple(_window(window_size)) != (-1, -1))
+            block_table, rotary_interleaved, q_per_row=bool(causal) or _window(window_size) != (-1, -1))
     max_k = k_cache.shape[1] * block_table.shape[1] if block_table is not None else k_cache.shape[1]
     out, lse = _run(q, k_cache, v_cache, scale=_scale(softmax_scale, q.shape[-1]), causal=causal,
                     window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, deterministic=False,
@@ -291,7 +291,7 @@ def _with_cache_step(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_se
         arrays = _numpy.ARRAYS
     else:
         arrays = _torch_module().ARRAYS
-    step = _append.cache_views(q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table)
+    step = _append.cache_views(arrays, q, k_cache, v_cache, cache_seqlens, cache_batch_idx, cache_leftpad, block_table)
     q_att, lengths = q, step.lengths
     if k is not None:
         k, v = _append.contiguous_last(k), _append.contiguous_last(v)
