@@ -99,7 +99,7 @@ void decrease(const Where& where = Where::current()) {
 inline void fence_proxy_async(const Where& where = Where::current()) { emu::hooks::fence_proxy_async(where); }
 
 // An mbarrier lives in 8 bytes of shared memory; the emulator keeps its state
-// beside it, by offset (emulator/mbarrier.h).
+// beside it, by offset (emulator/barriers.cpp).
 namespace mbarrier {
 inline void init(u64* bar, i32 count, const Where& where = Where::current()) {
   emu::hooks::mbarrier_init(bar, count, where);

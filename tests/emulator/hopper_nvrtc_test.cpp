@@ -208,7 +208,7 @@ template __global__ void wgmma_gemm<Bf16, 128, sm90::Swizzle::kNone, false, fals
   EXPECT_FALSE(mix.contains("HMMA")) << "no mma.sync fallback";
 }
 
-// The warp-specialized GEMM of tma_emu_test (TMA producer, wgmma consumers,
+// The warp-specialized GEMM of tma_test (TMA producer, wgmma consumers,
 // setmaxnreg) compiles for sm_90a with no slowdown ptxas would report, no
 // spill, and the instructions it exists for.
 TEST(HopperNvrtcTest, TheWarpSpecializedGemmCompilesWithoutSlowdowns) {

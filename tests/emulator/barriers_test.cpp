@@ -131,7 +131,7 @@ TEST_P(MbarrierPlantedBugTest, IsReportedWithItsKindAtItsLine) {
     ring.run(p.plant);
     FAIL() << "the planted bug was not reported";
   } catch (const KernelFault& fault) {
-    testing::expect_reported(fault, p.kind, "mbarrier_emu_test.cpp", p.mark, p.says);
+    testing::expect_reported(fault, p.kind, "barriers_test.cpp", p.mark, p.says);
   }
 }
 

@@ -1,0 +1,394 @@
+// The emulator's machine, shared by its units: the state of one launch (the
+// block being run, its threads, shared memory and the async proxy's view of
+// it, the synchronization objects) and the rules each unit implements on it.
+// Internal to emulator/: the primitives reach it only through
+// templates/primitives/hopper_emulated.h's hooks (emulator/hooks.cpp).
+//
+// Each unit, what it models, and its tests (tests/emulator/):
+//   scheduler.cpp      fibers, warp collectives, block barriers, hangs   scheduler_test, primitives_test
+//   memory_checks.cpp  bounds, alignment, races, async-proxy order       memory_checks_test
+//   cp_async.cpp       cp.async groups                                   cp_async_test
+//   tma.cpp            TMA loads and stores                              tma_test
+//   barriers.cpp       mbarriers, named barriers, vector clocks          barriers_test
+//   wgmma.cpp          the wgmma pipeline and setmaxnreg                 wgmma_test
+//   counting.cpp       shared traffic per site, for the speed model      counting_test
+//   diagnostics.cpp    report text                                       diagnostics_test
+//   hooks.cpp          the primitives' entry points: forwarding only
+#pragma once
+
+#include "emulator/emulator.h"
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <map>
+#include <optional>
+#include <source_location>
+#include <string>
+#include <string_view>
+#include <tuple>
+#include <vector>
+
+#include "core/dtype.h"
+#include "core/enum_names.h"
+#include "core/tensor_map.h"
+#include "emulator/bank_model.h"
+#include "emulator/fiber.h"
+#include "emulator/shared_shadow.h"
+#include "emulator/sync_objects.h"
+#include "emulator/warp_ops.h"
+#include "emulator/warpgroup_ops.h"
+#include "templates/primitives/hopper_emulated.h"
+
+namespace attune::emu {
+using Where = std::source_location;
+
+enum class State : std::uint8_t {
+  kRunnable,
+  kAtBarrier,
+  kAtWarpOp,
+  kAtWarpgroupOp,
+  kAtMbarrier,
+  kAtNamedBarrier,
+  kDone
+};
+enum class WarpOp : std::uint8_t { kShuffle, kMma, kLdmatrix, kElect };
+
+std::string_view to_string(WarpOp op);
+
+// "templates/flash_tile.cuh:123": the project-relative part of a file name.
+std::string site_text(const char* file_name, std::uint_least32_t line);
+std::string site_of(const Where& where);
+bool same_site(const Where& a, const Where& b);
+
+struct AsyncCopy {
+  std::uint64_t offset;  // in shared memory
+  std::array<unsigned char, 16> data;
+};
+
+// One warp instruction's shared accesses are grouped by where they come from
+// and how many times this lane has been there since the warp last
+// converged (a barrier or a warp collective): the k-th execution of a line
+// by each lane is one instruction of the warp.
+struct SiteVisit {
+  const char* file;
+  std::uint_least32_t line;
+  std::uint_least32_t column;
+  std::uint32_t occurrence;
+  bool operator<(const SiteVisit& o) const {
+    return std::tie(file, line, column, occurrence) < std::tie(o.file, o.line, o.column, o.occurrence);
+  }
+};
+
+// A NaN with a payload of its own: what an accumulator or register A operand
+// holds while its wgmma is in flight, so a read propagates NaN, a float store
+// of it is reported, and a write is seen at the wait.
+using hooks::kInFlightPoison;
+
+// What a thread brings to a wgmma rendezvous.
+struct WgmmaIssue {
+  bool wait = false;  // wgmma.wait_group (pending), else wgmma.mma_async
+  i32 pending = 0;
+  WgmmaShape shape;
+  float* d = nullptr;
+  u32* a = nullptr;
+  i32 accumulate = 0;
+};
+
+// One wgmma issued by a warpgroup, until every thread has waited for it.
+struct InFlightWgmma {
+  WgmmaShape shape;
+  i32 group = 0;  // the commit group: a thread's k-th commit closes group k
+  bool accumulate = false;
+  bool executed = false;
+  std::vector<float*> d;  // per thread of the warpgroup
+  std::vector<u32*> a;    // per thread; empty for a shared A
+  WarpgroupARegisters a_values{};
+  std::vector<u32> addresses;  // shared elements its operands read
+  Where site;
+  // The reading thread's own clock component when shared memory was read:
+  // a thread whose wgmma::wait covers the wgmma has seen the read complete.
+  std::uint32_t read_clock = 0;
+};
+
+// A thread's register array (accumulator or A) while wgmmas use it: the
+// values the wgmmas read and write, and how many are in flight.
+template <class T>
+struct InFlightRegisters {
+  std::vector<T> values;
+  i32 in_flight = 0;
+};
+
+// A TMA load issued and not landed yet, and a TMA store not yet performed.
+struct TmaLoad {
+  u64 barrier = 0;      // shared offset of its mbarrier
+  u64 destination = 0;  // shared offset of the box
+  TensorMapSpec map;
+  std::array<i32, 5> coords{};
+  i32 issuer = 0;
+  VectorClock issuer_clock;
+  Where site;
+};
+struct TmaStore {
+  u64 source = 0;
+  TensorMapSpec map;
+  std::array<i32, 5> coords{};
+  Where site;
+};
+
+// Calls `element(box_byte, global_address_or_null)` for every element of a
+// box in order (null: outside the tensor), innermost dimension first.
+template <class F>
+void for_each_box_element(const TensorMapSpec& m, const std::array<i32, 5>& coords, F element) {
+  std::array<std::uint32_t, 5> box{1, 1, 1, 1, 1};
+  for (int d = 0; d < m.rank; ++d) box[static_cast<std::size_t>(d)] = m.box[static_cast<std::size_t>(d)];
+  // Stores write through the map: its address is the tensor, not a constant.
+  auto* base = const_cast<unsigned char*>(static_cast<const unsigned char*>(m.address));
+  u64 linear = 0;
+  for (std::uint32_t i4 = 0; i4 < box[4]; ++i4)
+    for (std::uint32_t i3 = 0; i3 < box[3]; ++i3)
+      for (std::uint32_t i2 = 0; i2 < box[2]; ++i2)
+        for (std::uint32_t i1 = 0; i1 < box[1]; ++i1)
+          for (std::uint32_t i0 = 0; i0 < box[0]; ++i0, ++linear) {
+            const std::array<std::uint32_t, 5> index{i0, i1, i2, i3, i4};
+            bool inside = true;
+            i64 offset = 0;
+            for (int d = 0; d < m.rank; ++d) {
+              const i64 g = static_cast<i64>(coords[static_cast<std::size_t>(d)]) + index[static_cast<std::size_t>(d)];
+              if (g < 0 || static_cast<u64>(g) >= m.dims[static_cast<std::size_t>(d)]) inside = false;
+              const u64 step = d == 0 ? static_cast<u64>(m.element_bytes) : m.strides[static_cast<std::size_t>(d - 1)];
+              offset += g * static_cast<i64>(step);
+            }
+            element(linear * static_cast<u64>(m.element_bytes), inside ? static_cast<void*>(base + offset) : nullptr);
+          }
+}
+
+struct Thread {
+  Dim3 index;
+  i32 linear = 0;
+  i32 warp = 0;
+  i32 lane = 0;
+  Fiber* fiber = nullptr;
+  State state = State::kRunnable;
+  Where site;
+  // Operands and results of the warp collective this thread waits at.
+  WarpOp op = WarpOp::kShuffle;
+  bool flag = false;  // shfl: xor mode; mma: bf16; ldmatrix: trans
+  i32 operand = 0;    // shfl: lane or mask; ldmatrix: matrices
+  std::array<u32, 4> words{};
+  std::array<u32, 2> b_words{};  // mma's B fragment
+  std::array<float, 4> floats{};
+  const void* address = nullptr;
+  // cp.async groups: the open one, then committed ones oldest first.
+  std::vector<AsyncCopy> open_group;
+  std::deque<std::vector<AsyncCopy>> committed;
+  // Times at each shared-access site since the warp last converged.
+  std::vector<std::pair<SiteVisit, std::uint32_t>> visits;
+  // wgmma: the issue at a rendezvous, this thread's view of its warpgroup's
+  // pipeline, and its registers in flight.
+  WgmmaIssue wgmma;
+  bool wgmma_needs_fence = true;  // at the start and after every wait that retired a wgmma
+  i32 wgmma_commits = 0;
+  std::size_t wgmma_retired = 0;  // of its warpgroup's wgmmas, in issue order
+  std::map<float*, InFlightRegisters<float>> accumulators;
+  std::map<u32*, InFlightRegisters<u32>> a_operands;
+  std::uint32_t proxy_fences = 0;  // fence.proxy.async executed
+  // Happens-before (once the block uses mbarriers or named barriers), the
+  // next phase of each mbarrier it has not seen complete yet (-1 before its
+  // first wait), and what it waits for.
+  VectorClock clock;
+  std::map<u64, i64> next_phase;
+  u64 wait_offset = 0;
+  i64 wait_phase = 0;
+  i32 wait_named = 0;
+  // TMA stores: the open bulk group, then committed ones oldest first.
+  std::vector<TmaStore> open_stores;
+  std::deque<std::vector<TmaStore>> committed_stores;
+};
+
+struct Buffer {
+  std::uintptr_t end;
+  std::string name;
+};
+
+std::string range_text(std::uint64_t begin, std::uint64_t bytes);
+std::string thread_text(const Thread& t);
+// "0-63, 96" from sorted linear ids.
+std::string id_ranges(const std::vector<i32>& ids);
+std::string shape_text(const WgmmaShape& s);
+
+// A hang or an exception ends the launch at once.
+struct AbortLaunch {};
+
+// The async proxy's view of one shared byte (wgmma operands, TMA): the last
+// thread that wrote it with an ordinary store and its fence count then; and
+// how many in-flight wgmmas read it. Entries of an earlier block (another
+// `block`) count as empty, so blocks need no reset of the table.
+struct ProxyCell {
+  std::uint32_t block = 0;
+  i32 writer = -1;                    // last ordinary store
+  std::uint32_t fences_at_write = 0;  // the writer's fence.proxy.async count then
+  std::uint32_t write_clock = 0;      // the writer's own clock then
+  std::uint32_t async_readers = 0;    // in-flight wgmmas and TMA stores reading it
+  std::uint32_t tma_pending = 0;      // TMA loads that will write it
+  std::uint32_t async_write = 0;      // the async proxy's clock when a TMA load wrote it (0: never)
+  i32 async_reader = -1;              // the last wgmma's warpgroup thread 0, at its wait
+  std::uint32_t async_read_clock = 0;
+};
+
+struct Emulator::Impl {
+  Options options;
+  std::map<std::uintptr_t, Buffer> buffers;  // by start address
+  std::vector<std::unique_ptr<Fiber>> fibers;
+
+  // The block being run.
+  LaunchConfig config;
+  Dim3 block_index;
+  std::vector<Thread> threads;
+  std::vector<unsigned char> shared;
+  SharedShadow shadow;
+  // The async proxy (wgmma operands): per shared byte; see ProxyCell.
+  std::vector<ProxyCell> proxy;
+  std::uint32_t proxy_block = 0;
+  ProxyCell& proxy_cell(u64 i) {
+    ProxyCell& cell = proxy[i];
+    if (cell.block != proxy_block) cell = ProxyCell{proxy_block};
+    return cell;
+  }
+  std::vector<std::vector<InFlightWgmma>> wgmma_ops;  // per warpgroup, in issue order
+  // mbarriers by shared offset, named barriers by id; vector clocks are kept
+  // from the first use of either in a launch.
+  std::map<u64, Mbarrier> mbarriers;
+  std::array<NamedBarrier, kNamedBarriers> named;
+  bool track_clocks = false;
+  // setmaxnreg: each warpgroup's registers per thread (the kernel's cap at
+  // entry to start with: 64K over the block's threads, in steps of 8, at
+  // most 256), and the last setmaxnreg.inc of each.
+  std::vector<i32> warpgroup_registers;
+  std::vector<std::pair<const Thread*, Where>> last_increase;
+  std::uint32_t async_clock = 0;  // the async proxy's component
+  std::vector<TmaLoad> loads;     // in flight, in issue order
+  const std::function<void()>* body = nullptr;
+  Thread* current = nullptr;
+  std::exception_ptr kernel_exception;
+
+  std::vector<BugReport> reports;
+  std::size_t dropped = 0;
+
+  // --- counting, for the speed model ----------------------------------
+  LaunchCounters counters;
+  // Per warp of the block: the shared accesses of each warp instruction
+  // not yet accounted.
+  std::vector<std::map<SiteVisit, std::vector<LaneAccess>>> pending_shared;
+
+  void count_shared(Thread& t, u64 offset, u64 bytes, const Where& where);
+  void add_site(const std::string& site, const Wavefronts& w);
+  // The warp has converged: its pending accesses are complete instructions.
+  void flush_shared(std::size_t warp);
+  void flush_all_shared();
+
+  // --- diagnostics (diagnostics.cpp) ------------------------------------
+  void report(BugKind kind, const Thread& t, const Where& where, std::string detail);
+  [[noreturn]] void report_hang();
+
+  // --- memory checks (memory_checks.cpp) --------------------------------
+  // `alignment` is what the access needs (its size for plain loads and
+  // stores, 1 where the caller checks alignment itself).
+  bool check_global(const Thread& t, const void* p, u64 bytes, bool write, const Where& where, u64 alignment);
+  // Bounds and alignment of a shared access; the offset when it is valid.
+  std::optional<u64> shared_offset(const Thread& t, const void* p, u64 bytes, const char* verb, const Where& where);
+  // Race and in-flight-copy checks of a valid shared access.
+  void track_shared(const Thread& t, u64 offset, u64 bytes, bool write, const Where& where);
+  bool check_shared(Thread& t, const void* p, u64 bytes, bool write, const Where& where);
+  void generic_write(const Thread& t, u64 offset, u64 bytes, const Where& where);
+  void check_async_visible(const Thread& t, u64 offset, u64 bytes, const char* what, const Where& where);
+  bool global_access(const void* p, u64 bytes, bool write, const Where& where);
+  void atomic_add(float* p, float value, const Where& where);
+
+  // --- TMA (tma.cpp) ----------------------------------------------------
+  bool tma_map(const Thread& t, const TensorMap* map, i32 rank, const Where& where, TensorMapSpec* spec);
+  std::optional<u64> tma_box(const Thread& t, const void* smem, const TensorMapSpec& spec, const char* what,
+                             const Where& where);
+  void land(TmaLoad& load);
+  // Lands the loads whose mbarriers have every arrival: called when no
+  // thread can run, the latest moment the ISA allows.
+  bool land_tma_loads();
+  void perform_store(const Thread& t, const TmaStore& store);
+  void tma_load(void* smem, const TensorMap* map, u64* bar, const i32* coords, i32 rank, const Where& where);
+  void tma_store(const TensorMap* map, const void* smem, const i32* coords, i32 rank, const Where& where);
+  void tma_commit();
+  void tma_wait_read(i32 pending);
+  void tma_prefetch(const TensorMap* map, const Where& where);
+
+  // --- mbarriers and named barriers (barriers.cpp) ----------------------
+  VectorClock fresh_clock() const { return VectorClock(threads.size() + 1, 0); }
+  void start_clocks();
+  void tick(Thread& t) {
+    if (track_clocks) ++t.clock[static_cast<std::size_t>(t.linear)];
+  }
+  Mbarrier* barrier_at(Thread& t, const u64* bar, const char* what, const Where& where, u64* offset_out);
+  void observe(Thread& t, u64 offset, Mbarrier& b, i64 phase);
+  // Completes the phase once no arrival and no transaction byte is missing,
+  // and hands it to the threads waiting for it.
+  void maybe_complete(u64 offset, Mbarrier& b);
+  void arrive(Thread& t, u64 offset, Mbarrier& b, u32 tx_bytes, const Where& where);
+  // Transaction bytes a TMA load completed on the barrier.
+  void complete_tx(Thread& issuer, u64 offset, Mbarrier& b, i64 bytes, const Where& where);
+  void named_barrier(Thread& t, i32 id, i32 count, bool sync, const Where& where);
+  void mbarrier_init(u64* bar, i32 count, const Where& where);
+  void mbarrier_arrive(u64* bar, u32 tx_bytes, const Where& where);
+  void mbarrier_expect_tx(u64* bar, u32 tx_bytes, const Where& where);
+  void mbarrier_wait(u64* bar, u32 parity, const Where& where);
+  void mbarrier_invalidate(u64* bar, const Where& where);
+
+  // --- wgmma and setmaxnreg (wgmma.cpp) ---------------------------------
+  bool resolve_warpgroups();
+  void issue_wgmma(std::size_t warpgroup);
+  void execute_wgmma(std::size_t warpgroup, InFlightWgmma& op);
+  void retire_wgmmas(Thread& t, i32 pending, const Where& where);
+  void wgmma(const WgmmaShape& shape, u32* a_registers, float* d, i32 accumulate, const Where& where);
+  void wgmma_wait(i32 pending, const Where& where);
+  void setmaxnreg(bool increase, i32 registers, const Where& where);
+  void in_flight_value_stored(const Where& where);
+
+  // --- cp.async (cp_async.cpp) ------------------------------------------
+  void cp_async(void* shared_dst, const void* global_src, i32 src_bytes, const Where& where);
+  void cp_async_commit();
+  void cp_async_wait(i32 pending, const Where& where);
+  void land(Thread& t, const std::vector<AsyncCopy>& group, const Where& where);
+
+  // --- scheduling (scheduler.cpp) ---------------------------------------
+  void wait_here(Thread& t, State state, const Where& where) {
+    t.state = state;
+    t.site = where;
+    t.fiber->yield();
+  }
+  static void thread_entry(void* arg);
+  void launch(const LaunchConfig& launch_config, const std::function<void()>& thread_body);
+  void run_block(const Dim3& index);
+  bool resolve_warps();
+  bool resolve_barrier();
+  // Warp collectives: the thread parks at the rendezvous, resolve_warps
+  // computes the warp's results.
+  u32 warp_shuffle(u32 value, i32 operand, bool xor_mode, const Where& where);
+  void warp_mma(bool bf16, float* d, const u32* a, const u32* b, const float* c, const Where& where);
+  void warp_ldmatrix(i32 matrices, bool trans, u32* r, const void* row, const Where& where);
+  bool warp_elect(const Where& where);
+};
+
+// The launch running on this thread (null outside one: hooks.cpp).
+extern constinit thread_local Emulator::Impl* g_emulator;
+[[noreturn]] void throw_outside_launch();
+// The launch running on this thread; throws outside a launch.
+inline Emulator::Impl& running_emulator() {
+  if (g_emulator == nullptr || g_emulator->current == nullptr) [[unlikely]]
+    throw_outside_launch();
+  return *g_emulator;
+}
+
+}  // namespace attune::emu

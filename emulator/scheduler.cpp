@@ -1,0 +1,325 @@
+// The scheduler: one fiber per thread of a block, run until each parks at a
+// rendezvous (a barrier, a warp collective, a wgmma, an mbarrier); then the
+// rendezvous that can complete do, and a block that can never continue is a
+// hang, reported with where every thread waits.
+#include "emulator/machine.h"
+
+namespace attune::emu {
+
+void Emulator::Impl::thread_entry(void* arg) {
+  auto* self = static_cast<Emulator::Impl*>(arg);
+  Thread& t = *self->current;
+  try {
+    (*self->body)();
+  } catch (...) {
+    if (!self->kernel_exception) self->kernel_exception = std::current_exception();
+  }
+  t.state = State::kDone;
+}
+
+void Emulator::Impl::launch(const LaunchConfig& launch_config, const std::function<void()>& thread_body) {
+  const std::int64_t block_threads = volume(launch_config.block);
+  if (launch_config.block.x < 1 || launch_config.block.y < 1 || launch_config.block.z < 1 || block_threads > 1024) {
+    throw InvalidArgument("block shape: got " + std::to_string(launch_config.block.x) + "x" +
+                          std::to_string(launch_config.block.y) + "x" + std::to_string(launch_config.block.z) +
+                          "; expected positive sizes with at most 1024 threads");
+  }
+  if (launch_config.grid.x < 1 || launch_config.grid.y < 1 || launch_config.grid.z < 1) {
+    throw InvalidArgument("grid shape: got " + std::to_string(launch_config.grid.x) + "x" +
+                          std::to_string(launch_config.grid.y) + "x" + std::to_string(launch_config.grid.z) +
+                          "; expected positive sizes");
+  }
+  constexpr std::int64_t kMaxSharedBytes = std::int64_t{256} * 1024;
+  if (launch_config.dynamic_shared_bytes < 0 || launch_config.dynamic_shared_bytes > kMaxSharedBytes) {
+    throw InvalidArgument("dynamic shared memory: got " + std::to_string(launch_config.dynamic_shared_bytes) +
+                          " bytes; expected 0 to 262144");
+  }
+  if (g_emulator != nullptr) throw Error("emulator launches cannot nest");
+  config = launch_config;
+  body = &thread_body;
+  reports.clear();
+  dropped = 0;
+  kernel_exception = nullptr;
+  shared.assign(static_cast<std::size_t>(config.dynamic_shared_bytes), 0);
+  proxy.assign(shared.size(), ProxyCell{});
+  proxy_block = 0;
+  track_clocks = false;
+  while (fibers.size() < static_cast<std::size_t>(block_threads)) {
+    fibers.push_back(std::make_unique<Fiber>(options.stack_bytes));
+  }
+  threads.assign(static_cast<std::size_t>(block_threads), Thread{});
+  for (i32 i = 0; i < static_cast<i32>(block_threads); ++i) {
+    Thread& t = threads[static_cast<std::size_t>(i)];
+    t.linear = i;
+    t.index = {i % config.block.x, (i / config.block.x) % config.block.y, i / (config.block.x * config.block.y)};
+    t.warp = i / kWarpSize;
+    t.lane = i % kWarpSize;
+    t.fiber = fibers[static_cast<std::size_t>(i)].get();
+  }
+  g_emulator = this;
+  try {
+    for (i32 z = 0; z < config.grid.z; ++z)
+      for (i32 y = 0; y < config.grid.y; ++y)
+        for (i32 x = 0; x < config.grid.x; ++x) run_block({x, y, z});
+  } catch (const AbortLaunch&) {
+  } catch (...) {
+    g_emulator = nullptr;
+    throw;
+  }
+  g_emulator = nullptr;
+  current = nullptr;
+  if (!reports.empty()) throw KernelFault(reports, dropped);
+}
+
+void Emulator::Impl::run_block(const Dim3& index) {
+  block_index = index;
+  std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xFF));  // NaN in every float format
+  shadow.reset(shared.size());
+  ++proxy_block;
+  async_clock = 0;
+  {
+    const std::size_t groups = (threads.size() + sm90::kWarpgroupSize - 1) / sm90::kWarpgroupSize;
+    const i32 at_entry = std::min<i32>(256, static_cast<i32>(65536 / threads.size()) / 8 * 8);
+    warpgroup_registers.assign(groups, at_entry);
+    last_increase.assign(groups, {nullptr, Where::current()});
+  }
+  loads.clear();
+  mbarriers.clear();
+  named = {};
+  wgmma_ops.assign((threads.size() + sm90::kWarpgroupSize - 1) / sm90::kWarpgroupSize, {});
+  pending_shared.assign((threads.size() + kWarpSize - 1) / kWarpSize, {});
+  for (Thread& t : threads) {
+    t.state = State::kRunnable;
+    t.open_group.clear();
+    t.committed.clear();
+    t.visits.clear();
+    t.wgmma_needs_fence = true;
+    t.wgmma_commits = 0;
+    t.wgmma_retired = 0;
+    t.accumulators.clear();
+    t.a_operands.clear();
+    t.proxy_fences = 0;
+    t.next_phase.clear();
+    t.open_stores.clear();
+    t.committed_stores.clear();
+    if (track_clocks) {
+      t.clock = fresh_clock();
+      t.clock[static_cast<std::size_t>(t.linear)] = 1;
+    }
+    t.fiber->reset(&Impl::thread_entry, this);
+  }
+  for (;;) {
+    bool all_done = true;
+    for (Thread& t : threads) {
+      if (t.state == State::kRunnable) {
+        current = &t;
+        t.fiber->resume();
+        current = nullptr;
+        if (kernel_exception) {
+          std::string what = "unknown exception";
+          try {
+            std::rethrow_exception(kernel_exception);
+          } catch (const std::exception& e) {
+            what = e.what();
+          } catch (...) {
+          }
+          report(BugKind::kKernelException, t, Where::current(), what);
+          throw AbortLaunch{};
+        }
+      }
+      all_done = all_done && t.state == State::kDone;
+    }
+    if (all_done) break;
+    // Threads an mbarrier or a named barrier released during the sweep.
+    if (std::any_of(threads.begin(), threads.end(), [](const Thread& t) { return t.state == State::kRunnable; })) {
+      continue;
+    }
+    if (land_tma_loads()) continue;
+    if (resolve_warps()) continue;
+    if (resolve_warpgroups()) continue;
+    if (resolve_barrier()) continue;
+    report_hang();
+  }
+  flush_all_shared();
+  // setmaxnreg.inc waits for registers other warpgroups give back, so the
+  // allocation the block ends with must fit the 64K of the multiprocessor.
+  {
+    i64 total = 0;
+    std::string counts;
+    for (const i32 r : warpgroup_registers) {
+      total += static_cast<i64>(r) * sm90::kWarpgroupSize;
+      counts += (counts.empty() ? "" : ", ") + std::to_string(r);
+    }
+    const auto last =
+        std::find_if(last_increase.rbegin(), last_increase.rend(), [](const auto& l) { return l.first != nullptr; });
+    if (total > 65536 && last != last_increase.rend()) {
+      report(BugKind::kIllegalRegisterCount, *last->first, last->second,
+             "the warpgroups hold " + counts + " registers per thread: " + std::to_string(total) +
+                 " registers, more than the 65536 of a block (setmaxnreg.inc would wait for ever)");
+    }
+  }
+  // TMA stores nobody waited for are performed before the block ends.
+  for (Thread& t : threads) {
+    for (const auto& group : t.committed_stores) {
+      for (const TmaStore& store : group) perform_store(t, store);
+    }
+    for (const TmaStore& store : t.open_stores) perform_store(t, store);
+  }
+  // Copies nobody waited for still land before the block ends.
+  for (Thread& t : threads) {
+    for (const auto& group : t.committed) {
+      for (const AsyncCopy& c : group) std::memcpy(shared.data() + c.offset, c.data.data(), c.data.size());
+    }
+  }
+}
+
+bool Emulator::Impl::resolve_warps() {
+  bool progressed = false;
+  const std::size_t warps = (threads.size() + kWarpSize - 1) / kWarpSize;
+  for (std::size_t w = 0; w < warps; ++w) {
+    Thread* lanes = &threads[w * kWarpSize];
+    const std::size_t count = std::min<std::size_t>(kWarpSize, threads.size() - w * kWarpSize);
+    if (!std::all_of(lanes, lanes + count, [](const Thread& t) { return t.state == State::kAtWarpOp; })) continue;
+    const Thread& first = lanes[0];
+    for (std::size_t l = 1; l < count; ++l) {
+      if (lanes[l].op != first.op || !same_site(lanes[l].site, first.site) || lanes[l].flag != first.flag ||
+          (first.op == WarpOp::kLdmatrix && lanes[l].operand != first.operand)) {
+        report(BugKind::kWarpDivergence, lanes[l], lanes[l].site,
+               std::string("lane ") + std::to_string(l) + " is at " + std::string(to_string(lanes[l].op)) + " (" +
+                   site_of(lanes[l].site) + ") while lane 0 is at " + std::string(to_string(first.op)) + " (" +
+                   site_of(first.site) + ")");
+        throw AbortLaunch{};
+      }
+    }
+    if (count != static_cast<std::size_t>(kWarpSize)) {
+      report(BugKind::kWarpDivergence, first, first.site,
+             std::string(to_string(first.op)) + " in a partial warp of " + std::to_string(count) +
+                 " threads: warp collectives need all 32 lanes");
+      throw AbortLaunch{};
+    }
+    flush_shared(w);  // the warp converged: its earlier accesses are whole instructions
+    switch (first.op) {
+      case WarpOp::kShuffle: {
+        ++counters.shuffles;
+        std::array<u32, kWarpSize> values{};
+        std::array<i32, kWarpSize> operands{};
+        for (int l = 0; l < kWarpSize; ++l) {
+          values[l] = lanes[l].words[0];
+          operands[l] = lanes[l].operand;
+        }
+        const auto out = shuffle(values, operands, first.flag);
+        for (int l = 0; l < kWarpSize; ++l) lanes[l].words[0] = out[l];
+        break;
+      }
+      case WarpOp::kMma: {
+        ++counters.mma;
+        LaneWords4 a{};
+        LaneWords2 b{};
+        LaneFloats4 c{};
+        for (int l = 0; l < kWarpSize; ++l) {
+          a[l] = {lanes[l].words[0], lanes[l].words[1], lanes[l].words[2], lanes[l].words[3]};
+          b[l] = lanes[l].b_words;
+          c[l] = lanes[l].floats;
+        }
+        const LaneFloats4 d = mma_m16n8k16(first.flag, a, b, c);
+        for (int l = 0; l < kWarpSize; ++l) lanes[l].floats = d[l];
+        break;
+      }
+      case WarpOp::kElect:
+        for (int l = 0; l < kWarpSize; ++l) lanes[l].words[0] = l == 0 ? 1U : 0U;  // the lowest lane leads
+        break;
+      case WarpOp::kLdmatrix: {
+        std::array<Matrix8x8, 4> rows{};
+        const int matrices = first.operand;
+        std::vector<std::uint64_t> row_offsets;
+        for (int l = 0; l < 8 * matrices; ++l) {
+          Thread& t = lanes[l];
+          Matrix8x8& m = rows[static_cast<std::size_t>(l / 8)];
+          const auto offset = shared_offset(t, t.address, 16, "read", t.site);
+          if (!offset) continue;
+          track_shared(t, *offset, 16, /*write=*/false, t.site);
+          row_offsets.push_back(*offset);
+          std::memcpy(m[static_cast<std::size_t>(l % 8)].data(), t.address, 16);
+        }
+        add_site(site_of(first.site), ldmatrix_wavefronts(row_offsets));
+        ++counters.ldmatrix;
+        const auto out = ldmatrix(matrices, first.flag, rows);
+        for (int l = 0; l < kWarpSize; ++l) {
+          for (int m = 0; m < 4; ++m) lanes[l].words[static_cast<std::size_t>(m)] = out[l][static_cast<std::size_t>(m)];
+        }
+        break;
+      }
+    }
+    for (std::size_t l = 0; l < count; ++l) lanes[l].state = State::kRunnable;
+    progressed = true;
+  }
+  return progressed;
+}
+
+bool Emulator::Impl::resolve_barrier() {
+  const Thread* first = nullptr;
+  for (const Thread& t : threads) {
+    if (t.state == State::kDone) continue;
+    if (t.state != State::kAtBarrier) return false;
+    if (first == nullptr) first = &t;
+    if (!same_site(t.site, first->site)) return false;  // diverged: report_hang explains
+  }
+  if (first == nullptr) return false;
+  if (std::any_of(threads.begin(), threads.end(), [](const Thread& t) { return t.state == State::kDone; })) {
+    return false;  // some threads exited: the barrier can never complete
+  }
+  shadow.next_epoch();
+  flush_all_shared();
+  ++counters.barriers;
+  if (track_clocks) {
+    VectorClock all = fresh_clock();
+    for (const Thread& t : threads) join(all, t.clock);
+    for (Thread& t : threads) {
+      t.clock = all;
+      tick(t);
+    }
+  }
+  for (Thread& t : threads) t.state = State::kRunnable;
+  return true;
+}
+
+u32 Emulator::Impl::warp_shuffle(u32 value, i32 operand, bool xor_mode, const Where& where) {
+  Thread& t = *current;
+  t.op = WarpOp::kShuffle;
+  t.flag = xor_mode;
+  t.operand = operand;
+  t.words[0] = value;
+  wait_here(t, State::kAtWarpOp, where);
+  return t.words[0];
+}
+
+void Emulator::Impl::warp_mma(bool bf16, float* d, const u32* a, const u32* b, const float* c, const Where& where) {
+  Thread& t = *current;
+  t.op = WarpOp::kMma;
+  t.flag = bf16;
+  std::copy(a, a + 4, t.words.begin());
+  t.b_words = {b[0], b[1]};
+  std::copy(c, c + 4, t.floats.begin());
+  wait_here(t, State::kAtWarpOp, where);
+  std::copy(t.floats.begin(), t.floats.end(), d);
+}
+
+void Emulator::Impl::warp_ldmatrix(i32 matrices, bool trans, u32* r, const void* row, const Where& where) {
+  Thread& t = *current;
+  t.op = WarpOp::kLdmatrix;
+  t.flag = trans;
+  t.operand = matrices;
+  t.address = row;
+  wait_here(t, State::kAtWarpOp, where);
+  std::copy(t.words.begin(), t.words.begin() + matrices, r);
+}
+
+bool Emulator::Impl::warp_elect(const Where& where) {
+  Thread& t = *current;
+  t.op = WarpOp::kElect;
+  t.flag = false;
+  wait_here(t, State::kAtWarpOp, where);
+  return t.words[0] != 0;
+}
+
+}  // namespace attune::emu

@@ -1,0 +1,86 @@
+// emulator/scheduler.cpp: a block that can never continue (a barrier or a
+// warp collective not reached by every thread) is reported with where each
+// thread waits, not hung; a launch shape the GPU refuses is refused.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "tests/emulator/emu_fixture.h"
+
+namespace attune {
+namespace {
+
+using emu::BugKind;
+using emu::KernelFault;
+using emu_test::Buffers;
+using emu_test::expect_fault;
+using emu_test::Fixture;
+
+// --- barriers and warp collectives in divergent code ----------------------
+
+ATTUNE_KERNEL void barrier_in_branch(Buffers p) {
+  const i32 t = dev::thread_index().x;
+  if (t < 64) {
+    dev::store_global(p.out + t, 1.0F);
+    dev::block::sync();  // threads 64..127 never get here
+  }
+}
+
+TEST(SchedulerTest, BarrierInDivergentBranchIsReportedNotAHang) {
+  Fixture f(1, 128);
+  const KernelFault fault =
+      expect_fault(&barrier_in_branch, {.grid = {3, 1, 1}, .block = {128, 1, 1}}, f.params(), f.emulator);
+  ASSERT_EQ(fault.reports().size(), 1U) << fault.what();
+  const emu::BugReport& r = fault.reports().front();
+  EXPECT_EQ(r.kind, BugKind::kBarrierDivergence);
+  EXPECT_EQ(r.block.x, 0);  // the first block stops the launch
+  EXPECT_NE(r.detail.find("threads 0-63 waiting at block::sync"), std::string::npos) << r.detail;
+  EXPECT_NE(r.detail.find("threads 64-127 exited"), std::string::npos) << r.detail;
+}
+
+ATTUNE_KERNEL void barriers_at_two_sites(Buffers p) {
+  const i32 t = dev::thread_index().x;
+  if (t % 2 == 0) {
+    dev::block::sync();
+  } else {
+    dev::block::sync();
+  }
+  dev::store_global(p.out + t, 1.0F);
+}
+
+TEST(SchedulerTest, DifferentBarriersInTwoBranchesAreReported) {
+  Fixture f(1, 64);
+  const KernelFault fault =
+      expect_fault(&barriers_at_two_sites, {.grid = {1, 1, 1}, .block = {64, 1, 1}}, f.params(), f.emulator);
+  ASSERT_EQ(fault.reports().size(), 1U) << fault.what();
+  EXPECT_EQ(fault.reports()[0].kind, BugKind::kBarrierDivergence);
+}
+
+ATTUNE_KERNEL void shuffle_in_branch(Buffers p) {
+  const i32 lane = dev::lane_id();
+  float x = static_cast<float>(lane);
+  if (lane < 16) x = dev::warp::shfl_xor(x, 1);  // lanes 16..31 skip the collective
+  dev::store_global(p.out + dev::linear_thread(), x);
+}
+
+TEST(SchedulerTest, WarpCollectiveNotReachedByAllLanesIsReported) {
+  Fixture f(1, 64);
+  const KernelFault fault =
+      expect_fault(&shuffle_in_branch, {.grid = {1, 1, 1}, .block = {64, 1, 1}}, f.params(), f.emulator);
+  ASSERT_EQ(fault.reports().size(), 1U) << fault.what();
+  const emu::BugReport& r = fault.reports().front();
+  EXPECT_EQ(r.kind, BugKind::kWarpDivergence);
+  EXPECT_NE(r.detail.find("threads 0-15, 32-47 waiting at shfl.sync"), std::string::npos) << r.detail;
+  EXPECT_NE(r.detail.find("threads 16-31, 48-63 exited"), std::string::npos) << r.detail;
+}
+ATTUNE_KERNEL void write_first(Buffers p) { dev::store_global(p.out, 1.0F); }
+
+TEST(SchedulerTest, BadLaunchConfigurationIsRejected) {
+  Fixture f(1, 1);
+  EXPECT_THROW(f.emulator.launch(&write_first, {.grid = {1, 1, 1}, .block = {2048, 1, 1}}, f.params()),
+               InvalidArgument);
+  EXPECT_THROW(f.emulator.launch(&write_first, {.grid = {0, 1, 1}, .block = {32, 1, 1}}, f.params()), InvalidArgument);
+}
+
+}  // namespace
+}  // namespace attune
