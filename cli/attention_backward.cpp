@@ -9,6 +9,7 @@
 #include "reference/backward.h"
 #include "reference/reference.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/device_call.h"
 
 namespace attune::cli {
 
@@ -55,17 +56,13 @@ ForwardState forward_state(const AttentionOptions& opt, std::optional<Backend> b
     return s;
   }
   cuda::Driver& driver = cuda::Driver::get();
-  cuda::DeviceBuffers d(driver, {{in[0].data(), in[0].size() * 2},
-                                 {in[1].data(), in[1].size() * 2},
-                                 {in[2].data(), in[2].size() * 2},
-                                 {nullptr, s.o.size() * 2},
-                                 {nullptr, s.lse.size() * sizeof(float)}});
   const DeviceModifiers device_mods(driver, mods);
-  runtime->forward(p, {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4)), device_mods.tensors().sinks,
-                       device_mods.tensors().alibi_slopes});
-  driver.synchronize(nullptr);
-  driver.copy_to_host(s.o.data(), d.at(3), s.o.size() * 2);
-  driver.copy_to_host(s.lse.data(), d.at(4), s.lse.size() * sizeof(float));
+  cuda::run_on_device(
+      driver, nullptr, {cuda::in(in[0]), cuda::in(in[1]), cuda::in(in[2]), cuda::out(s.o), cuda::out(s.lse)},
+      [&](const std::vector<void*>& d) {
+        runtime->forward(
+            p, {d[0], d[1], d[2], d[3], static_cast<float*>(d[4]), device_mods.sinks(), device_mods.alibi_slopes()});
+      });
   return s;
 }
 
@@ -104,23 +101,15 @@ Gradients on_runtime(const AttentionOptions& opt, Backend backend, Runtime& runt
     return g;
   }
   cuda::Driver& driver = cuda::Driver::get();
-  cuda::DeviceBuffers d(driver, {{in[0].data(), in[0].size() * 2},
-                                 {in[1].data(), in[1].size() * 2},
-                                 {in[2].data(), in[2].size() * 2},
-                                 {fwd.o.data(), fwd.o.size() * 2},
-                                 {d_o.data(), d_o.size() * 2},
-                                 {fwd.lse.data(), fwd.lse.size() * sizeof(float)},
-                                 {nullptr, grads[0].size() * 2},
-                                 {nullptr, grads[1].size() * 2},
-                                 {nullptr, grads[2].size() * 2},
-                                 {nullptr, std::max<std::size_t>(dsink.size(), 1) * sizeof(float)}});
   const DeviceModifiers device_mods(driver, mods);
-  run({d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), static_cast<const float*>(d.at(5)), d.at(6), d.at(7), d.at(8),
-       device_mods.tensors().sinks, device_mods.tensors().alibi_slopes,
-       dsink.empty() ? nullptr : static_cast<float*>(d.at(9))});
-  driver.synchronize(nullptr);
-  for (std::size_t t = 0; t < 3; ++t) driver.copy_to_host(grads[t].data(), d.at(6 + t), grads[t].size() * 2);
-  if (!dsink.empty()) driver.copy_to_host(dsink.data(), d.at(9), dsink.size() * sizeof(float));
+  cuda::run_on_device(
+      driver, nullptr,
+      {cuda::in(in[0]), cuda::in(in[1]), cuda::in(in[2]), cuda::in(fwd.o), cuda::in(d_o), cuda::in(fwd.lse),
+       cuda::out(grads[0]), cuda::out(grads[1]), cuda::out(grads[2]), cuda::inout(dsink)},
+      [&](const std::vector<void*>& d) {
+        run({d[0], d[1], d[2], d[3], d[4], static_cast<const float*>(d[5]), d[6], d[7], d[8], device_mods.sinks(),
+             device_mods.alibi_slopes(), static_cast<float*>(d[9])});
+      });
   Gradients g = from_bits(p.dtype, grads);
   g.dsink = std::move(dsink);
   return g;

@@ -18,6 +18,7 @@
 #include "io/npy.h"
 #include "reference/reference.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/device_call.h"
 #include "runtime/dispatch/db_tuned_source.h"
 #include "runtime/dispatch/heuristics.h"
 #include "runtime/launch/flash_decode_params.h"
@@ -150,18 +151,13 @@ ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem,
   } else {
     cuda::Driver& driver = cuda::Driver::get();
     const Stream stream(driver);
-    cuda::DeviceBuffers device(driver, {{q.data(), q.size() * 2},
-                                        {k.data(), k.size() * 2},
-                                        {v.data(), v.size() * 2},
-                                        {nullptr, o.size() * 2},
-                                        {nullptr, lse.size() * sizeof(float)}});
     const DeviceModifiers device_mods(driver, mods);
-    run({device.at(0), device.at(1), device.at(2), device.at(3), static_cast<float*>(device.at(4)),
-         device_mods.tensors().sinks, device_mods.tensors().alibi_slopes},
-        stream.get());
-    driver.synchronize(stream.get());
-    driver.copy_to_host(o.data(), device.at(3), o.size() * 2);
-    driver.copy_to_host(lse.data(), device.at(4), lse.size() * sizeof(float));
+    cuda::run_on_device(
+        driver, stream.get(), {cuda::in(q), cuda::in(k), cuda::in(v), cuda::out(o), cuda::out(lse)},
+        [&](const std::vector<void*>& d) {
+          run({d[0], d[1], d[2], d[3], static_cast<float*>(d[4]), device_mods.sinks(), device_mods.alibi_slopes()},
+              stream.get());
+        });
   }
   ReferenceOutput out;
   out.o = widen_bits<double>(problem.dtype, o);

@@ -79,18 +79,4 @@ void check_modifier_inputs(const ModifierInputs& in, const AttentionProblem& p) 
   }
 }
 
-DeviceModifiers::DeviceModifiers(cuda::Driver& driver, const ModifierInputs& in) {
-  if (!in.sinks.empty()) {
-    sinks_ = std::make_unique<cuda::DeviceBuffers>(
-        driver, std::vector<cuda::DeviceBuffers::Spec>{{in.sinks.data(), in.sinks.size() * sizeof(float)}});
-    tensors_.sinks = static_cast<const float*>(sinks_->at(0));
-  }
-  if (!in.alibi_slopes.empty()) {
-    slopes_ = std::make_unique<cuda::DeviceBuffers>(
-        driver,
-        std::vector<cuda::DeviceBuffers::Spec>{{in.alibi_slopes.data(), in.alibi_slopes.size() * sizeof(float)}});
-    tensors_.alibi_slopes = static_cast<const float*>(slopes_->at(0));
-  }
-}
-
 }  // namespace attune::cli

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "core/problem.h"
-#include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/device_modifiers.h"
 
 namespace attune::cli {
 
@@ -36,16 +36,7 @@ ModifierInputs read_modifier_inputs(const std::optional<double>& softcap, const 
 // the values (finite). Throws InvalidArgument naming the flag and file.
 void check_modifier_inputs(const ModifierInputs& inputs, const AttentionProblem& problem);
 
-// The modifiers' tensors in device memory for the cuda backend (what is
-// copied lives as long as this object).
-class DeviceModifiers {
- public:
-  DeviceModifiers(cuda::Driver& driver, const ModifierInputs& inputs);
-  ModifierTensors tensors() const { return tensors_; }
-
- private:
-  std::unique_ptr<cuda::DeviceBuffers> sinks_, slopes_;
-  ModifierTensors tensors_;
-};
+// The modifiers' tensors in device memory for the cuda backend.
+using cuda::DeviceModifiers;
 
 }  // namespace attune::cli

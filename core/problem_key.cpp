@@ -14,6 +14,26 @@ std::string_view to_string(Op op) { return name_of(kOpNames, op); }
 
 std::optional<Op> parse_op(std::string_view name) { return value_of(kOpNames, name); }
 
+std::optional<UnknownKeyName> parse_key_names(std::string_view op, std::string_view dtype, std::string_view mask,
+                                              ProblemKey& key) {
+  if (const auto o = parse_op(op)) {
+    key.op = *o;
+  } else {
+    return UnknownKeyName{"op", std::string(op), "fwd, decode or bwd"};
+  }
+  if (const auto d = parse_dtype(dtype)) {
+    key.dtype = *d;
+  } else {
+    return UnknownKeyName{"dtype", std::string(dtype), "fp16 or bf16"};
+  }
+  if (const auto m = parse_mask_kind(mask)) {
+    key.mask = *m;
+  } else {
+    return UnknownKeyName{"mask", std::string(mask), "none, causal-bottom-right, causal-top-left or window"};
+  }
+  return std::nullopt;
+}
+
 std::int8_t bucket_log2(std::int64_t size) {
   std::int8_t e = 0;
   while ((std::int64_t{1} << e) < size && e < 62) ++e;

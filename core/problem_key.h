@@ -39,6 +39,19 @@ struct ProblemKey {
   std::string to_string() const;
 };
 
+// A name of a key's enumerated part that this version does not know: the
+// field, the value read, and what was expected.
+struct UnknownKeyName {
+  const char* field;
+  std::string value;
+  const char* expected;
+};
+// Sets key.op, key.dtype and key.mask from their names ("fwd", "bf16",
+// "causal-bottom-right"); the first unknown name, if any (the others are
+// then left as they were).
+std::optional<UnknownKeyName> parse_key_names(std::string_view op, std::string_view dtype, std::string_view mask,
+                                              ProblemKey& key);
+
 // The bucket exponent of a size: smallest e with 2^e >= size.
 std::int8_t bucket_log2(std::int64_t size);
 

@@ -59,9 +59,9 @@ void cp_async_wait(i32 pending, const Where& where) { emulator().cp_async_wait(p
 
 void atomic_add(float* p, float value, const Where& where) { emulator().atomic_add(p, value, where); }
 
-void wgmma_fence(const Where& /*where*/) { emulator().current->wgmma_needs_fence = false; }
+void wgmma_fence(const Where& /*where*/) { emulator().wgmma_fence(); }
 
-void wgmma_commit(const Where& /*where*/) { ++emulator().current->wgmma_commits; }
+void wgmma_commit(const Where& /*where*/) { emulator().wgmma_commit(); }
 
 void wgmma_wait(i32 pending, const Where& where) { emulator().wgmma_wait(pending, where); }
 
@@ -71,7 +71,7 @@ void wgmma(bool bf16, i32 n, bool trans_a, bool trans_b, u64 desc_a, u64 desc_b,
                    accumulate, where);
 }
 
-void fence_proxy_async(const Where& /*where*/) { ++emulator().current->proxy_fences; }
+void fence_proxy_async(const Where& /*where*/) { emulator().fence_proxy_async(); }
 
 void in_flight_value_stored(const Where& where) { emulator().in_flight_value_stored(where); }
 

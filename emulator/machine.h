@@ -353,6 +353,11 @@ struct Emulator::Impl {
   void retire_wgmmas(Thread& t, i32 pending, const Where& where);
   void wgmma(const WgmmaShape& shape, u32* a_registers, float* d, i32 accumulate, const Where& where);
   void wgmma_wait(i32 pending, const Where& where);
+  // The running thread's wgmma.fence, commit_group and fence.proxy.async:
+  // what later checks compare against.
+  void wgmma_fence() { current->wgmma_needs_fence = false; }
+  void wgmma_commit() { ++current->wgmma_commits; }
+  void fence_proxy_async() { ++current->proxy_fences; }
   void setmaxnreg(bool increase, i32 registers, const Where& where);
   void in_flight_value_stored(const Where& where);
 

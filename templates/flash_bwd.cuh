@@ -1,4 +1,5 @@
-// Backward attention, FlashAttention-2 style, in three kernels:
+// Backward attention, FlashAttention-2 style: flash_bwd here, and around it
+// the row kernels of flash_bwd_rows.cuh:
 //
 //   flash_bwd_preprocess  D_i = dO_i . O_i per query row (fp32), and zeroes
 //                         the fp32 dQ accumulator when dQ is summed with
@@ -92,47 +93,17 @@ struct FlashBwdParams {
 
 namespace bwd_detail {
 
-// Where one sequence's rows and keys are. Workspace row of local query row
-// i: row_base + i.
-struct Sequence {
-  i64 q_begin;  // first global row of Q, O, dO
-  i64 q_len;
-  i64 k_begin;     // first global row of K, V
-  i64 k_len;       // keys that exist (padding cut)
-  i64 k_capacity;  // key rows the sequence owns in K, V, dK, dV
+// A sequence as the backward sees it: where its rows and keys are, and
+// where its rows are in the workspaces (LSE, dPsum, the dQ accumulator):
+// local query row i is workspace row row_base + i.
+struct BwdSequence : Sequence {
   i64 row_base;
 };
 
-ATTUNE_DEVICE Sequence sequence(const FlashBwdParams& p, i32 batch) {
-  Sequence s{0, p.seqlen_q, 0, p.seqlen_k, p.seqlen_k, static_cast<i64>(batch) * p.seqlen_q};
-  if (p.cu_seqlens_q != nullptr) {
-    s.q_begin = dev::load_global(p.cu_seqlens_q + batch);
-    s.q_len = dev::load_global(p.cu_seqlens_q + batch + 1) - s.q_begin;
-    s.k_begin = dev::load_global(p.cu_seqlens_k + batch);
-    s.k_capacity = dev::load_global(p.cu_seqlens_k + batch + 1) - s.k_begin;
-    s.k_len = s.k_capacity;
-    s.row_base = s.q_begin;
-  }
-  if (p.seqlens_k != nullptr) {
-    s.k_len = clamp_key_length_quietly(dev::load_global(p.seqlens_k + batch), static_cast<i32>(s.k_capacity));
-  }
-  return s;
-}
-
-// The query row of one head a warp of the row kernels (preprocess, dQ
-// convert) owns: grid (row blocks, Hq, B), kWarps rows per block.
-struct WarpRow {
-  i32 batch;
-  i32 head;
-  i64 row;  // within the sequence
-  Sequence seq;
-};
-
-template <int kWarps>
-ATTUNE_DEVICE WarpRow warp_row(const FlashBwdParams& p) {
-  const i32 batch = dev::block_index().z;
-  return {batch, dev::block_index().y, static_cast<i64>(dev::block_index().x) * kWarps + dev::warp_id(),
-          sequence(p, batch)};
+ATTUNE_DEVICE BwdSequence sequence(const FlashBwdParams& p, i32 batch) {
+  const Sequence s =
+      sequence_of<LengthCut::kQuiet>({p.cu_seqlens_q, p.cu_seqlens_k, p.seqlens_k, p.seqlen_q, p.seqlen_k}, batch);
+  return {s, p.cu_seqlens_q != nullptr ? s.q_begin : static_cast<i64>(batch) * p.seqlen_q};
 }
 
 // Every size of a flash_bwd variant, derived from its tunables in one place
@@ -183,30 +154,6 @@ struct BwdConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN
   static constexpr int kPElems = PTile::kElems;
   static constexpr int kHalfElems = 2 * kKvElems + 2 * kStages * kQElems + 2 * kPElems;
 };
-
-// The query tiles [begin, end) of a sequence in which some row may see a key
-// of [key0, key0 + kBlockN). Bounds are non-decreasing in the row, so the
-// tiles form one range and include every tile with such a row.
-struct TileRange {
-  i64 begin;
-  i64 end;
-};
-
-template <int kBlockM, int kBlockN>
-ATTUNE_DEVICE TileRange query_tiles(const MaskParams& mask, i64 key0, i64 q_len, i64 k_len) {
-  const i64 tiles = (q_len + kBlockM - 1) / kBlockM;
-  TileRange r{tiles, tiles};
-  for (i64 m = 0; m < tiles; ++m) {
-    const i64 row0 = m * kBlockM;
-    const i64 last_row = row0 + kBlockM - 1 < q_len - 1 ? row0 + kBlockM - 1 : q_len - 1;
-    const KeyBounds first = key_bounds(mask, row0, q_len, k_len);
-    const KeyBounds last = key_bounds(mask, last_row, q_len, k_len);
-    const bool seen = first.begin < key0 + kBlockN && last.end > key0 && last.end > first.begin;
-    if (seen && r.begin == tiles) r.begin = m;
-    if (seen) r.end = m + 1;
-  }
-  return r;
-}
 
 // What attend_keys needs of the problem beyond the tiles: the mask and the
 // scale, and with modifiers compiled in (kWithMods) the modifiers of the
@@ -360,9 +307,8 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
       ATTUNE_UNROLL
       for (int qt = 0; qt < Config::kQueryTiles; ++qt) {
         const i32 at = p_at.at(kt * 16 + 8 * half, qt * 8);
-        dev::store_shared(reinterpret_cast<u32*>(p_s + at),
-                          dev::pack2<D>(s[kt][qt][2 * half], s[kt][qt][2 * half + 1]));
-        dev::store_shared(reinterpret_cast<u32*>(ds_s + at),
+        dev::store_shared(dev::shared_as<u32>(p_s + at), dev::pack2<D>(s[kt][qt][2 * half], s[kt][qt][2 * half + 1]));
+        dev::store_shared(dev::shared_as<u32>(ds_s + at),
                           dev::pack2<D>(dp[kt][qt][2 * half], dp[kt][qt][2 * half + 1]));
       }
     }
@@ -558,7 +504,7 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
   const i32 n_block = dev::block_index().x;
   const i32 kv_head = dev::block_index().y;
   const i32 batch = dev::block_index().z;
-  const bwd_detail::Sequence seq = bwd_detail::sequence(p, batch);
+  const bwd_detail::BwdSequence seq = bwd_detail::sequence(p, batch);
   const i64 key0 = static_cast<i64>(n_block) * kBlockN;
   if (key0 >= seq.k_capacity) return;  // the whole block leaves together
   const i32 lane = dev::lane_id();
@@ -568,7 +514,7 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
 
   // Steps: every query tile that may see these keys, for each query head of
   // the group.
-  const bwd_detail::TileRange tiles = bwd_detail::query_tiles<kBlockM, kBlockN>(p.mask, key0, seq.q_len, seq.k_len);
+  const TileRange tiles = query_tiles<kBlockM, kBlockN>(p.mask, key0, seq.q_len, seq.k_len);
   const i64 tile_count = tiles.end - tiles.begin;
   const i64 steps = tile_count * p.group_size;
 
@@ -579,7 +525,7 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
   u16* do_s = q_s + kStages * Config::kQElems;
   u16* p_s = do_s + kStages * Config::kQElems;
   u16* ds_s = p_s + Config::kPElems;
-  float* lse_s = reinterpret_cast<float*>(smem + Config::kHalfElems);
+  float* lse_s = dev::shared_as<float>(smem + Config::kHalfElems);
   float* d_s = lse_s + kStages * kBlockM;
   const bool vectorized = p.vectorized != 0;
   // The modifiers of the batch's heads (slopes from head 0; each step reads its head's).
@@ -644,19 +590,18 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
       const float* d_t = d_s + stage * kBlockM;
 
       // Every row of the tile sees every key of the block: no mask.
-      const i64 last_row = row0 + kBlockM - 1 < seq.q_len - 1 ? row0 + kBlockM - 1 : seq.q_len - 1;
-      const KeyBounds first = key_bounds(p.mask, row0, seq.q_len, seq.k_len);
-      const KeyBounds last = key_bounds(p.mask, last_row, seq.q_len, seq.k_len);
+      const RowBlockKeys keys =
+          row_block_keys(p.mask, row0, last_row_of(row0, kBlockM, seq.q_len), seq.q_len, seq.k_len);
       if constexpr (Mods::kMaySoftcap || Mods::kMayAlibi) {
         const bwd_detail::KeyMask<true> head_mask = bwd_detail::for_head(key_mask, head);  // its ALiBi slope
-        if (key0 >= last.begin && key0 + kBlockN <= first.end) {
+        if (keys.sees_all(key0, kBlockN)) {
           bwd_detail::attend_keys<Config, false>(k_s, v_s, q_t, do_t, lse_t, d_t, p_s, ds_s, head_mask, row0, key0,
                                                  seq.q_len, seq.k_len);
         } else {
           bwd_detail::attend_keys<Config, true>(k_s, v_s, q_t, do_t, lse_t, d_t, p_s, ds_s, head_mask, row0, key0,
                                                 seq.q_len, seq.k_len);
         }
-      } else if (key0 >= last.begin && key0 + kBlockN <= first.end) {
+      } else if (keys.sees_all(key0, kBlockN)) {
         bwd_detail::attend_keys<Config, false>(k_s, v_s, q_t, do_t, lse_t, d_t, p_s, ds_s, key_mask, row0, key0,
                                                seq.q_len, seq.k_len);
       } else {
@@ -712,93 +657,6 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
       }
     }
   }
-}
-
-// One warp per query row of one head.
-struct FlashBwdPreprocessTunables : WarpPerRowTunables {};
-
-// Grid: (ceil(most query rows of a sequence / kWarps), Hq, B); block:
-// kWarps x 32 threads. D_i = dO_i . O_i in fp32 from the stored O and dO;
-// zeroes the row's dQ accumulator when there is one.
-template <int kWarps, class DType>
-ATTUNE_KERNEL void flash_bwd_preprocess(FlashBwdParams p) {
-  using D = DType;
-  const bwd_detail::WarpRow w = bwd_detail::warp_row<kWarps>(p);
-  if (w.row >= w.seq.q_len) return;  // whole warps leave together
-  const i32 lane = dev::lane_id();
-  const i64 global_row = w.seq.q_begin + w.row;
-  const u16* o_row = p.o + w.batch * p.o_batch_stride + global_row * p.o_row_stride + w.head * p.o_head_stride;
-  const u16* do_row = p.d_o + w.batch * p.do_batch_stride + global_row * p.do_row_stride + w.head * p.do_head_stride;
-  float sum = 0.0f;
-  for (i32 col = lane; col < p.head_dim_v; col += kWarpSize) {
-    sum += dev::to_float<D>(dev::load_global(o_row + col)) * dev::to_float<D>(dev::load_global(do_row + col));
-  }
-  sum = dev::warp::reduce_sum(sum);
-  if (lane == 0) dev::store_global(p.d + w.head * p.rows + w.seq.row_base + w.row, sum);
-  if (p.dq_accum != nullptr) {
-    float* accum = p.dq_accum + ((w.seq.row_base + w.row) * p.heads_q + w.head) * p.head_dim_k;
-    for (i32 col = lane; col < p.head_dim_k; col += kWarpSize) dev::store_global(accum + col, 0.0f);
-  }
-}
-
-// One warp per query row of one head.
-struct FlashBwdDqConvertTunables : WarpPerRowTunables {};
-
-// Grid: (ceil(most query rows of a sequence / kWarps), Hq, B); block:
-// kWarps x 32 threads. dQ = scale x the atomic accumulator, or scale x the
-// sum, in key-block order, of the slices of the key blocks the row sees
-// (exactly the blocks whose CTA wrote the row: a fixed order, so the result
-// is the same bits on every run). A row that sees no key gets 0.
-template <int kWarps, class DType>
-ATTUNE_KERNEL void flash_bwd_dq_convert(FlashBwdParams p) {
-  using D = DType;
-  const bwd_detail::WarpRow w = bwd_detail::warp_row<kWarps>(p);
-  if (w.row >= w.seq.q_len) return;  // whole warps leave together
-  const i32 lane = dev::lane_id();
-  const i64 at = ((w.seq.row_base + w.row) * p.heads_q + w.head) * p.head_dim_k;
-  const KeyBounds bounds = key_bounds(p.mask, w.row, w.seq.q_len, w.seq.k_len);
-  const i64 first_block = bounds.begin / p.partial_keys;
-  const i64 end_block = bounds.end > bounds.begin ? (bounds.end + p.partial_keys - 1) / p.partial_keys : first_block;
-  const i64 slice = p.rows * p.heads_q * p.head_dim_k;
-  u16* dq_row =
-      p.dq + w.batch * p.dq_batch_stride + (w.seq.q_begin + w.row) * p.dq_row_stride + w.head * p.dq_head_stride;
-  for (i32 col = lane; col < p.head_dim_k; col += kWarpSize) {
-    float sum = 0.0f;
-    if (p.dq_partial != nullptr) {
-      for (i64 n = first_block; n < end_block; ++n) sum += dev::load_global(p.dq_partial + n * slice + at + col);
-    } else {
-      sum = dev::load_global(p.dq_accum + at + col);
-    }
-    dev::store_global(dq_row + col, dev::to_bits<D>(sum * p.scale));
-  }
-}
-
-// One warp per query head.
-struct FlashBwdDsinkTunables : WarpPerRowTunables {};
-
-// Grid: (ceil(Hq / kWarps)); block: kWarps x 32 threads. With sinks, after
-// flash_bwd_preprocess: dsink_h = -sum over the rows i of head h of
-// e^(sink_h - LSE_i) D_i (LSE holds the sink, so e^(sink - LSE) is the sink's
-// probability; an empty row has D = 0). Lane l sums rows l, l + 32, ... in
-// order, then a fixed butterfly: the same bits on every run.
-template <int kWarps, class DType>
-ATTUNE_KERNEL void flash_bwd_dsink(FlashBwdParams p) {
-  const i32 head = dev::block_index().x * kWarps + dev::warp_id();
-  if (head >= p.heads_q) return;  // whole warps leave together
-  const i32 lane = dev::lane_id();
-  const float sink_log2 = dev::load_global(p.mods.sinks + head) * kLog2e;
-  const bool packed = p.cu_seqlens_q != nullptr;
-  float sum = 0.0f;
-  for (i64 r = lane; r < p.rows; r += kWarpSize) {
-    const i64 batch = packed ? 0 : r / p.seqlen_q;
-    const i64 row = packed ? r : r % p.seqlen_q;
-    const float lse =
-        dev::load_global(p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride + row * p.lse_row_stride);
-    const float row_d = dev::load_global(p.d + head * p.rows + r);
-    sum += dev::exp2_approx(sink_log2 - lse * kLog2e) * row_d;
-  }
-  sum = dev::warp::reduce_sum(sum);
-  if (lane == 0) dev::store_global(p.dsink + head, -sum);
 }
 
 }  // namespace attune

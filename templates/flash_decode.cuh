@@ -110,14 +110,6 @@ ATTUNE_DEVICE RowPlace place(i64 row, i32 slot, i32 group) {
   return {row, slot};
 }
 
-// Element offset of key `key` of sequence `batch`, KV head `kv_head`, in a
-// contiguous or paged cache: KeyPages' rule (flash_tile.cuh).
-ATTUNE_DEVICE i64 key_offset(const FlashDecodeParams& p, i64 batch_stride, i64 row_stride, i64 head_stride, i32 batch,
-                             i32 kv_head, i64 key) {
-  const KeyPages pages{p.block_table, p.block_table_stride, p.page_size, p.num_pages};
-  return pages.key_offset(batch_stride, row_stride, kv_head * head_stride, batch, key);
-}
-
 }  // namespace decode_detail
 
 // Grid: (splits, row blocks x slots, B), where a slot is a query head
@@ -138,28 +130,23 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
   const i32 m_block = dev::block_index().y % row_blocks;
   const i32 batch = dev::block_index().z;
   const i32 kv_head = kPackGqa != 0 ? slot : slot / p.group_size;
-  i64 q_begin = 0;  // packed: the sequence's first row in Q, O and LSE
-  i64 q_len = p.max_seqlen_q;
-  if (p.cu_seqlens_q != nullptr) {
-    q_begin = dev::load_global(p.cu_seqlens_q + batch);
-    q_len = dev::load_global(p.cu_seqlens_q + batch + 1) - q_begin;
-  }
+  // Packed queries: the sequence's first row in Q, O and LSE. The cache has
+  // no packed keys: its lengths are cut to what a sequence owns.
+  const Sequence seq = sequence_of({p.cu_seqlens_q, nullptr, p.cache_seqlens, p.max_seqlen_q, p.seqlen_k}, batch);
+  const i64 q_begin = seq.q_begin;
+  const i64 q_len = seq.q_len;
   const i64 rows = q_len * pack;
   const i64 row0 = static_cast<i64>(m_block) * kBlockM;
   if (row0 >= rows) return;  // a shorter sequence than the grid's: the whole block leaves together
-  const i64 k_len = p.cache_seqlens != nullptr
-                        ? clamp_key_length(dev::load_global(p.cache_seqlens + batch), p.seqlen_k, batch)
-                        : p.seqlen_k;
-  const i64 last_row = row0 + kBlockM - 1 < rows - 1 ? row0 + kBlockM - 1 : rows - 1;
+  const i64 k_len = seq.k_len;
 
   // This split's share of the cache, in whole tiles, cut to what the rows
   // see. A fixed split size puts the cuts where the sequence alone decides.
   const i64 cache_tiles = (k_len + kBlockN - 1) / kBlockN;
   const i64 tiles_per_split = p.split_tiles > 0 ? p.split_tiles : (cache_tiles + p.splits - 1) / p.splits;
-  const KeyBounds first = key_bounds(p.mask, row0 / pack, q_len, k_len);
-  const KeyBounds last = key_bounds(p.mask, last_row / pack, q_len, k_len);
-  const i64 visible_begin = first.begin / kBlockN;
-  const i64 visible_end = last.end > first.begin ? (last.end + kBlockN - 1) / kBlockN : visible_begin;
+  const RowBlockKeys keys = row_block_keys(p.mask, row0 / pack, last_row_of(row0, kBlockM, rows) / pack, q_len, k_len);
+  const i64 visible_begin = keys.tile_begin<kBlockN>();
+  const i64 visible_end = keys.tile_end<kBlockN>();
   const i64 split_begin = split * tiles_per_split;
   const i64 split_end = split_begin + tiles_per_split;
   const i64 n_begin = visible_begin > split_begin ? visible_begin : split_begin;
@@ -179,22 +166,15 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
     const decode_detail::RowPlace at = decode_detail::place<kPackGqa>(row0 + r, slot, p.group_size);
     return p.q + batch * p.q_batch_stride + (q_begin + at.position) * p.q_row_stride + at.head * p.q_head_stride;
   };
+  const KeyPages pages{p.block_table, p.block_table_stride, p.page_size, p.num_pages};
   const auto issue = [&](i64 n) {
     if (n < n_end) {
       const i32 stage = static_cast<i32>(n % Config::kStages);
       const i64 key0 = n * Config::kBlockN;
-      const auto k_row = [&](i32 r) {
-        return p.k + decode_detail::key_offset(p, p.k_batch_stride, p.k_row_stride, p.k_head_stride, batch, kv_head,
-                                               key0 + r);
-      };
-      const auto v_row = [&](i32 r) {
-        return p.v + decode_detail::key_offset(p, p.v_batch_stride, p.v_row_stride, p.v_head_stride, batch, kv_head,
-                                               key0 + r);
-      };
-      flash_detail::load_rows<Config, Config::kBlockN>(k_s + stage * Config::kTileElems, k_row, k_len - key0,
-                                                       p.head_dim_k, vectorized);
-      flash_detail::load_rows<Config, Config::kBlockN>(v_s + stage * Config::kTileElems, v_row, k_len - key0,
-                                                       p.head_dim_v, vectorized);
+      flash_detail::load_cache_kv<Config>(k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems, pages,
+                                          {p.k, p.k_batch_stride, p.k_row_stride, kv_head * p.k_head_stride},
+                                          {p.v, p.v_batch_stride, p.v_row_stride, kv_head * p.v_head_stride}, batch,
+                                          key0, k_len - key0, p.head_dim_k, p.head_dim_v, vectorized);
     }
     dev::cp_async::commit();  // possibly empty: keeps the group count uniform
   };
@@ -204,8 +184,8 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
   if (n_begin < n_end) {
     flash_detail::load_rows<Config, Config::kBlockM>(q_s, q_row, rows - row0, p.head_dim_k, vectorized);
     dev::cp_async::commit();
-    flash_detail::attend_key_tiles<Config>(q_s, k_s, v_s, softmax, tile_mask, row0, n_begin, n_end, first, last, q_len,
-                                           k_len, issue);
+    flash_detail::attend_key_tiles<Config>(q_s, k_s, v_s, softmax, tile_mask, row0, n_begin, n_end, keys, q_len, k_len,
+                                           issue);
   }
 
   if (!flash_detail::merge_warps<Config>(softmax)) return;
@@ -273,102 +253,25 @@ ATTUNE_KERNEL void flash_decode_combine(FlashDecodeCombineParams p) {
   const i64 stride = p.head_dim_v + 2;
   const i64 split_stride = rows * stride;
 
-  float m = -dev::infinity();
-  float l = 0.0f;
-  float u[kColsPerLane];
-  ATTUNE_UNROLL
-  for (int c = 0; c < kColsPerLane; ++c) u[c] = 0.0f;
+  softmax::LaneRow<kColsPerLane> merged;
+  merged.init();
   for (i32 s = 0; s < p.splits; ++s) {
     const float* state = p.partial + s * split_stride + row * stride;
     const float ls = dev::load_global(state + p.head_dim_v + 1);
     if (!(ls > 0.0f)) continue;
-    const softmax::Rescale r = softmax::rescale(m, dev::load_global(state + p.head_dim_v));
-    l = r.a1 * l + r.a2 * ls;
-    ATTUNE_UNROLL
-    for (int c = 0; c < kColsPerLane; ++c) {
-      const i32 col = lane + c * kWarpSize;
-      if (col < p.head_dim_v) u[c] = r.a1 * u[c] + r.a2 * dev::load_global(state + col);
-    }
-    m = r.m;
+    merged.join(dev::load_global(state + p.head_dim_v), ls, lane, p.head_dim_v,
+                [&](i32 col) { return dev::load_global(state + col); });
   }
   u16* o_row = p.o + b * p.o_batch_stride + position * p.o_row_stride + head * p.o_head_stride;
-  softmax::RowEnd end = softmax::finalize(m, l);
+  softmax::RowEnd end = softmax::finalize(merged.m, merged.l);
   if (kSinks != 0 && (kSinks != kAtRunTime || p.sinks != nullptr)) {
-    end = softmax::finalize_with_sink(m, l, dev::load_global(p.sinks + head) * kLog2e);
+    end = softmax::finalize_with_sink(merged.m, merged.l, dev::load_global(p.sinks + head) * kLog2e);
   }
-  ATTUNE_UNROLL
-  for (int c = 0; c < kColsPerLane; ++c) {
-    const i32 col = lane + c * kWarpSize;
-    if (col < p.head_dim_v) dev::store_global(o_row + col, dev::to_bits<D>(u[c] * end.inv_l));
-  }
+  merged.store(lane, p.head_dim_v, end.inv_l,
+               [&](i32 col, float value) { dev::store_global(o_row + col, dev::to_bits<D>(value)); });
   if (p.lse != nullptr && lane == 0) {
     dev::store_global(p.lse + b * p.lse_batch_stride + head * p.lse_head_stride + position * p.lse_row_stride, end.lse);
   }
-}
-
-// The public merge of partial results over disjoint keys (cascade and
-// shared-prefix attention, context parallelism): `parts` pairs (O_i, LSE_i)
-// of the same rows, each a normalized state (O = u / l, LSE = ln l + m), are
-// one state by the softmax's rule, with l_i = 1 and m_i = LSE_i log2 e.
-// Partials with LSE = -inf (no key) are skipped; a row that every partial
-// leaves empty gets O = 0 and LSE = -inf.
-inline constexpr int kMaxMergeParts = 16;
-
-struct MergeStatesParams {
-  const u16* o[kMaxMergeParts];      // [rows, heads, head_dim] each
-  const float* lse[kMaxMergeParts];  // [heads, rows] each (natural log)
-  u16* out_o;                        // [rows, heads, head_dim]
-  float* out_lse;                    // [heads, rows]; null: not written
-  i32 parts;
-  i32 rows;
-  i32 heads;
-  i32 head_dim;
-};
-
-struct MergeStatesTunables : WarpPerRowTunables {};
-
-// Grid: (ceil(rows x heads / kWarps)); block: kWarps x 32 threads; one warp
-// per (row, head), lanes over the columns as in flash_decode_combine.
-template <int kWarps, class DType>
-ATTUNE_KERNEL void merge_states(MergeStatesParams p) {
-  using D = DType;
-  constexpr int kMaxDim = 256;
-  constexpr int kColsPerLane = kMaxDim / kWarpSize;
-  const i64 slots = static_cast<i64>(p.rows) * p.heads;
-  const i64 slot = static_cast<i64>(dev::block_index().x) * kWarps + dev::warp_id();
-  if (slot >= slots) return;  // whole warps leave together
-  const i64 row = slot / p.heads;
-  const i64 head = slot % p.heads;
-  const i32 lane = dev::lane_id();
-  const i64 offset = slot * p.head_dim;  // (row, head) of [rows, heads, head_dim]
-
-  float m = -dev::infinity();
-  float l = 0.0f;
-  float u[kColsPerLane];
-  ATTUNE_UNROLL
-  for (int c = 0; c < kColsPerLane; ++c) u[c] = 0.0f;
-  // Unrolled over every slot: the pointers stay in the parameter bank.
-  ATTUNE_UNROLL
-  for (int i = 0; i < kMaxMergeParts; ++i) {
-    if (i >= p.parts) break;
-    const float lse = dev::load_global(p.lse[i] + head * p.rows + row);
-    if (!(lse > -dev::infinity())) continue;
-    const softmax::Rescale r = softmax::rescale(m, lse * kLog2e);
-    l = r.a1 * l + r.a2;
-    ATTUNE_UNROLL
-    for (int c = 0; c < kColsPerLane; ++c) {
-      const i32 col = lane + c * kWarpSize;
-      if (col < p.head_dim) u[c] = r.a1 * u[c] + r.a2 * dev::to_float<D>(dev::load_global(p.o[i] + offset + col));
-    }
-    m = r.m;
-  }
-  const softmax::RowEnd end = softmax::finalize(m, l);
-  ATTUNE_UNROLL
-  for (int c = 0; c < kColsPerLane; ++c) {
-    const i32 col = lane + c * kWarpSize;
-    if (col < p.head_dim) dev::store_global(p.out_o + offset + col, dev::to_bits<D>(u[c] * end.inv_l));
-  }
-  if (p.out_lse != nullptr && lane == 0) dev::store_global(p.out_lse + head * p.rows + row, end.lse);
 }
 
 }  // namespace attune

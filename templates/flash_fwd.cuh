@@ -86,29 +86,15 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   const i32 batch = dev::block_index().z;
   const i32 kv_head = head / p.group_size;
 
-  // This sequence's rows and keys, by global position.
-  i64 q_begin = 0;
-  i64 k_begin = 0;
-  i64 q_len = p.seqlen_q;
-  i64 k_len = p.seqlen_k;
-  if (p.cu_seqlens_q != nullptr) {
-    q_begin = dev::load_global(p.cu_seqlens_q + batch);
-    q_len = dev::load_global(p.cu_seqlens_q + batch + 1) - q_begin;
-  }
-  if (p.cu_seqlens_k != nullptr) {  // else per-sequence keys [B, Sk, Hkv, D]
-    k_begin = dev::load_global(p.cu_seqlens_k + batch);
-    k_len = dev::load_global(p.cu_seqlens_k + batch + 1) - k_begin;
-  }
-  if (p.seqlens_k != nullptr) k_len = clamp_key_length(dev::load_global(p.seqlens_k + batch), k_len, batch);
+  // This sequence's rows and keys, by global position; the key tiles any row
+  // of the block can see.
+  const Sequence seq = sequence_of({p.cu_seqlens_q, p.cu_seqlens_k, p.seqlens_k, p.seqlen_q, p.seqlen_k}, batch);
   const i64 row0 = static_cast<i64>(m_block) * Config::kBlockM;
-  if (row0 >= q_len) return;  // the whole block leaves together
-  const i64 last_row = row0 + Config::kBlockM - 1 < q_len - 1 ? row0 + Config::kBlockM - 1 : q_len - 1;
-
-  // Key tiles any row of the block can see.
-  const KeyBounds first = key_bounds(p.mask, row0, q_len, k_len);
-  const KeyBounds last = key_bounds(p.mask, last_row, q_len, k_len);
-  const i64 n_begin = first.begin / Config::kBlockN;
-  const i64 n_end = last.end > first.begin ? (last.end + Config::kBlockN - 1) / Config::kBlockN : n_begin;
+  if (row0 >= seq.q_len) return;  // the whole block leaves together
+  const RowBlockKeys keys =
+      row_block_keys(p.mask, row0, last_row_of(row0, Config::kBlockM, seq.q_len), seq.q_len, seq.k_len);
+  const i64 n_begin = keys.tile_begin<Config::kBlockN>();
+  const i64 n_end = keys.tile_end<Config::kBlockN>();
 
   u16* smem = dev::shared_memory<u16>();
   u16* q_s = smem;
@@ -118,9 +104,9 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   const flash_detail::TileMask tile_mask{p.mask, p.scale_log2, 1,
                                          block_score_mods<Mods>(p.mods, p.scale_log2, batch, head)};
 
-  const u16* q_rows = p.q + batch * p.q_batch_stride + (q_begin + row0) * p.q_row_stride + head * p.q_head_stride;
-  const u16* k_rows = p.k + batch * p.k_batch_stride + k_begin * p.k_row_stride + kv_head * p.k_head_stride;
-  const u16* v_rows = p.v + batch * p.v_batch_stride + k_begin * p.v_row_stride + kv_head * p.v_head_stride;
+  const u16* q_rows = p.q + batch * p.q_batch_stride + (seq.q_begin + row0) * p.q_row_stride + head * p.q_head_stride;
+  const u16* k_rows = p.k + batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + kv_head * p.k_head_stride;
+  const u16* v_rows = p.v + batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + kv_head * p.v_head_stride;
   const auto issue = [&](i64 n) {
     if (n < n_end) {
       const i32 stage = static_cast<i32>(n % Config::kStages);
@@ -128,22 +114,16 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
       const bool paged = kPaged == kAtRunTime ? p.pages.block_table != nullptr : kPaged != 0;
       if (!paged) {
         flash_detail::load_tile<Config, Config::kBlockN>(k_s + stage * Config::kTileElems,
-                                                         k_rows + key0 * p.k_row_stride, p.k_row_stride, k_len - key0,
-                                                         p.head_dim_k, vectorized);
+                                                         k_rows + key0 * p.k_row_stride, p.k_row_stride,
+                                                         seq.k_len - key0, p.head_dim_k, vectorized);
         flash_detail::load_tile<Config, Config::kBlockN>(v_s + stage * Config::kTileElems,
-                                                         v_rows + key0 * p.v_row_stride, p.v_row_stride, k_len - key0,
-                                                         p.head_dim_v, vectorized);
+                                                         v_rows + key0 * p.v_row_stride, p.v_row_stride,
+                                                         seq.k_len - key0, p.head_dim_v, vectorized);
       } else {  // each key's row through the block table
-        const auto k_row = [&](i32 r) {
-          return p.k + p.pages.key_offset(p.k_batch_stride, p.k_row_stride, kv_head * p.k_head_stride, batch, key0 + r);
-        };
-        const auto v_row = [&](i32 r) {
-          return p.v + p.pages.key_offset(p.v_batch_stride, p.v_row_stride, kv_head * p.v_head_stride, batch, key0 + r);
-        };
-        flash_detail::load_rows<Config, Config::kBlockN>(k_s + stage * Config::kTileElems, k_row, k_len - key0,
-                                                         p.head_dim_k, vectorized);
-        flash_detail::load_rows<Config, Config::kBlockN>(v_s + stage * Config::kTileElems, v_row, k_len - key0,
-                                                         p.head_dim_v, vectorized);
+        flash_detail::load_cache_kv<Config>(k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems, p.pages,
+                                            {p.k, p.k_batch_stride, p.k_row_stride, kv_head * p.k_head_stride},
+                                            {p.v, p.v_batch_stride, p.v_row_stride, kv_head * p.v_head_stride}, batch,
+                                            key0, seq.k_len - key0, p.head_dim_k, p.head_dim_v, vectorized);
       }
     }
     dev::cp_async::commit();  // possibly empty: keeps the group count uniform
@@ -152,11 +132,11 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   typename Config::Softmax softmax;
   softmax.init();
   if (n_begin < n_end) {
-    flash_detail::load_tile<Config, Config::kBlockM>(q_s, q_rows, p.q_row_stride, q_len - row0, p.head_dim_k,
+    flash_detail::load_tile<Config, Config::kBlockM>(q_s, q_rows, p.q_row_stride, seq.q_len - row0, p.head_dim_k,
                                                      vectorized);
     dev::cp_async::commit();
-    flash_detail::attend_key_tiles<Config>(q_s, k_s, v_s, softmax, tile_mask, row0, n_begin, n_end, first, last, q_len,
-                                           k_len, issue);
+    flash_detail::attend_key_tiles<Config>(q_s, k_s, v_s, softmax, tile_mask, row0, n_begin, n_end, keys, seq.q_len,
+                                           seq.k_len, issue);
   }
 
   if (!flash_detail::merge_warps<Config>(softmax)) return;
@@ -164,11 +144,11 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   // sink with sinks).
   flash_detail::store_rows<Config>(softmax, p.head_dim_v, /*partial=*/false, [&](i32 r) {
     const i64 row = row0 + r;
-    if (row >= q_len) return flash_detail::RowOut{nullptr, nullptr, nullptr};
-    u16* o = p.o + batch * p.o_batch_stride + (q_begin + row) * p.o_row_stride + head * p.o_head_stride;
+    if (row >= seq.q_len) return flash_detail::RowOut{nullptr, nullptr, nullptr};
+    u16* o = p.o + batch * p.o_batch_stride + (seq.q_begin + row) * p.o_row_stride + head * p.o_head_stride;
     float* lse = p.lse == nullptr ? nullptr
                                   : p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride +
-                                        (q_begin + row) * p.lse_row_stride;
+                                        (seq.q_begin + row) * p.lse_row_stride;
     return flash_detail::RowOut{o, lse, nullptr, tile_mask.mods.sink};
   });
 }

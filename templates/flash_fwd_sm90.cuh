@@ -30,6 +30,8 @@
 
 #include "templates/flash_fwd_params.h"
 #include "templates/primitives/hopper.h"
+#include "templates/sm90_pipeline.cuh"
+#include "templates/tunable.cuh"
 
 namespace attune {
 
@@ -141,15 +143,13 @@ inline constexpr i32 kRowBytes = 128;
 inline constexpr sm90::Swizzle kSwizzle = sm90::Swizzle::k128B;
 inline constexpr u32 kAtomStride = 8 * kRowBytes;  // SBO: 8 rows of 128 bytes
 
-// The value of a tunable: the template's constant, or the params' value in
-// the emulator's instantiation (kAtRunTime).
-ATTUNE_DEVICE i32 tuned(int constant, i32 at_run_time) { return constant == kAtRunTime ? at_run_time : constant; }
-
-// The named barriers: 0 is the block's; each consumer its own for the O
-// store; two for the pingpong turns.
-ATTUNE_DEVICE i32 store_barrier(i32 consumer) { return 1 + consumer; }
-ATTUNE_DEVICE i32 turn_barrier(i32 consumer) { return 5 + consumer; }
-ATTUNE_DEVICE i32 producer_barrier() { return 7; }  // the producer warp's lanes
+// The block's mbarriers, at the start of shared memory (kSharedAlign bytes).
+struct Barriers {
+  u64 full[3];  // the K/V ring's (up to three stages)
+  u64 empty[3];
+  u64 q_full;
+  u64 v_fixed;  // the producer's own wait on a V tile it must zero rows of
+};
 
 }  // namespace sm90_detail
 
@@ -166,21 +166,21 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   // 16 rows, each over the whole key tile.
   using Config = TileConfig<kHeadDim, 64, kBlockN, 4, 1, 2, DType>;
   using Softmax = typename Config::Softmax;
-  static_assert(kBlockM == kAtRunTime ||
-                    FlashFwdSm90Tunables::valid(
-                        kHeadDim, kBlockM, kBlockN, kStages == kAtRunTime ? 2 : kStages,
-                        kPingpong == kAtRunTime ? 0 : kPingpong, kOverlap == kAtRunTime ? 0 : kOverlap,
-                        kRescaleAfter == kAtRunTime ? 0 : kRescaleAfter, kTmaStore == kAtRunTime ? 0 : kTmaStore),
+  // A GPU variant is checked here; the emulator's instance (tunables at run
+  // time) by the launch, like every call.
+  static_assert(!kAllFixed<kBlockM, kStages, kPingpong, kOverlap, kRescaleAfter, kTmaStore> ||
+                    FlashFwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages, kPingpong, kOverlap, kRescaleAfter,
+                                                kTmaStore),
                 "flash_fwd_sm90: these tunables break FlashFwdSm90Tunables::valid");
   constexpr i32 kChunks = kHeadDim / kBoxCols;
   constexpr i32 kKSteps = kHeadDim / 16;  // S GEMM: 16 head-dim columns per wgmma
   constexpr i32 kPSteps = kBlockN / 16;   // P V GEMM: 16 keys per wgmma
-  const i32 block_m = tuned(kBlockM, p.block_m);
-  const i32 stages = tuned(kStages, p.stages);
-  const bool pingpong = tuned(kPingpong, p.pingpong) != 0;
-  const bool overlap = tuned(kOverlap, p.overlap) != 0;
-  const bool rescale_after = tuned(kRescaleAfter, p.rescale_after) != 0;
-  const bool tma_store = tuned(kTmaStore, p.tma_store) != 0;
+  const i32 block_m = Tunable<kBlockM>(p.block_m).value();
+  const i32 stages = Tunable<kStages>(p.stages).value();
+  const bool pingpong = Tunable<kPingpong>(p.pingpong).on();
+  const bool overlap = Tunable<kOverlap>(p.overlap).on();
+  const bool rescale_after = Tunable<kRescaleAfter>(p.rescale_after).on();
+  const bool tma_store = Tunable<kTmaStore>(p.tma_store).on();
   const i32 consumers = block_m / 64;
   const sm90_detail::Layout layout{kHeadDim, block_m, kBlockN, stages};
   const FlashFwdParams& f = p.fwd;
@@ -192,46 +192,32 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
 
   // This sequence's rows and keys, by global position; the tensor maps see
   // packed tensors as one sequence of batch 1.
-  i64 q_begin = 0;
-  i64 k_begin = 0;
-  i64 q_len = f.seqlen_q;
-  i64 k_len = f.seqlen_k;
-  i32 map_batch = batch;
-  if (f.cu_seqlens_q != nullptr) {
-    q_begin = dev::load_global(f.cu_seqlens_q + batch);
-    q_len = dev::load_global(f.cu_seqlens_q + batch + 1) - q_begin;
-    map_batch = 0;
-  }
-  if (f.cu_seqlens_k != nullptr) {
-    k_begin = dev::load_global(f.cu_seqlens_k + batch);
-    k_len = dev::load_global(f.cu_seqlens_k + batch + 1) - k_begin;
-  }
-  if (f.seqlens_k != nullptr) k_len = clamp_key_length(dev::load_global(f.seqlens_k + batch), k_len, batch);
+  const Sequence seq = sequence_of({f.cu_seqlens_q, f.cu_seqlens_k, f.seqlens_k, f.seqlen_q, f.seqlen_k}, batch);
+  const i64 q_begin = seq.q_begin;
+  const i64 k_begin = seq.k_begin;
+  const i64 q_len = seq.q_len;
+  const i64 k_len = seq.k_len;
+  const i32 map_batch = f.cu_seqlens_q != nullptr ? 0 : batch;
   const i64 row0 = static_cast<i64>(m_block) * block_m;
   if (row0 >= q_len) return;  // the whole block leaves together
-  const i64 last_row = row0 + block_m - 1 < q_len - 1 ? row0 + block_m - 1 : q_len - 1;
   // Key tiles any row of the block can see; the consumers all take them all.
-  const KeyBounds block_first = key_bounds(f.mask, row0, q_len, k_len);
-  const KeyBounds block_last = key_bounds(f.mask, last_row, q_len, k_len);
-  const i64 n_begin = block_first.begin / kBlockN;
-  const i64 n_end = block_last.end > block_first.begin ? (block_last.end + kBlockN - 1) / kBlockN : n_begin;
+  const RowBlockKeys block_keys = row_block_keys(f.mask, row0, last_row_of(row0, block_m, q_len), q_len, k_len);
+  const i64 n_begin = block_keys.tile_begin<kBlockN>();
+  const i64 n_end = block_keys.tile_end<kBlockN>();
   const i32 tiles = static_cast<i32>(n_end - n_begin);
   // Rows of the tensor the key tiles start at: K and V of a packed batch
   // follow the sequence's offset, per-sequence ones their batch coordinate.
   const i32 k_map_batch = f.cu_seqlens_k != nullptr ? 0 : batch;
 
   unsigned char* smem = dev::shared_memory<unsigned char>();
-  u64* full = reinterpret_cast<u64*>(smem);
-  u64* empty = full + 3;  // up to three stages
-  u64* q_full = empty + 3;
-  u64* v_fixed = q_full + 1;  // the producer's own wait on a V tile it must zero rows of
+  Barriers* bars = dev::shared_memory<Barriers>();
+  const sm90_sync::KvRing ring{bars->full, bars->empty, stages};
+  u64* q_full = &bars->q_full;
+  u64* v_fixed = &bars->v_fixed;
   unsigned char* q_s = smem + layout.q_offset();
   const i32 t = dev::linear_thread();
   if (t == 0) {
-    for (i32 s = 0; s < stages; ++s) {
-      dev::mbarrier::init(full + s, 1);
-      dev::mbarrier::init(empty + s, consumers);
-    }
+    ring.init(consumers);
     dev::mbarrier::init(q_full, 1);
     dev::mbarrier::init(v_fixed, 1);
     dev::mbarrier::fence_init();
@@ -260,8 +246,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
       }
     }
     for (i32 i = 0; i < tiles; ++i) {
-      const i32 s = i % stages;
-      const u32 lap = static_cast<u32>(i / stages);
+      const i32 s = ring.stage(i);
       const i64 key0 = (n_begin + i) * kBlockN;
       const i32 key_row = static_cast<i32>(k_begin + key0);
       unsigned char* k_tile = smem + layout.k_offset(s);
@@ -270,18 +255,19 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
       // sequence's keys or padding: masked out of S, but V's rows there
       // must read as zero (0 * NaN would reach O).
       const bool zero_v = key0 + kBlockN > k_len && (f.cu_seqlens_k != nullptr || k_len < f.seqlen_k);
-      dev::mbarrier::wait(empty + s, (lap & 1) ^ 1);  // producer: wait empty
+      ring.producer_acquire(i);
+      u64* full = ring.full_barrier(i);
       if (leader) {
         if (!zero_v) {
-          dev::mbarrier::arrive_expect_tx(full + s, static_cast<u32>(2 * layout.tile_bytes()));
+          dev::mbarrier::arrive_expect_tx(full, static_cast<u32>(2 * layout.tile_bytes()));
         } else {
-          dev::mbarrier::expect_tx(full + s, static_cast<u32>(layout.tile_bytes()));  // K only; V arrives below
+          dev::mbarrier::expect_tx(full, static_cast<u32>(layout.tile_bytes()));  // K only; V arrives below
         }
         for (i32 c = 0; c < kChunks; ++c) {
-          dev::tma::load(k_tile + c * kBlockN * kRowBytes, &p.k_map, full + s, c * kBoxCols, key_row, kv_head,
+          dev::tma::load(k_tile + c * kBlockN * kRowBytes, &p.k_map, full, c * kBoxCols, key_row, kv_head,
                          k_map_batch);  // producer: load K
         }
-        u64* v_bar = zero_v ? v_fixed : full + s;
+        u64* v_bar = zero_v ? v_fixed : full;
         if (zero_v) dev::mbarrier::arrive_expect_tx(v_fixed, static_cast<u32>(layout.tile_bytes()));
         for (i32 c = 0; c < kChunks; ++c) {
           dev::tma::load(v_tile + c * kBlockN * kRowBytes, &p.v_map, v_bar, c * kBoxCols, key_row, kv_head,
@@ -293,12 +279,12 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         const i32 valid = static_cast<i32>(k_len - key0);
         const i32 words = (kBlockN - valid) * kRowBytes / 4;  // whole rows of every box
         for (i32 c = 0; c < kChunks; ++c) {
-          u32* rows = reinterpret_cast<u32*>(v_tile + c * kBlockN * kRowBytes + valid * kRowBytes);
+          u32* rows = dev::shared_as<u32>(v_tile + c * kBlockN * kRowBytes + valid * kRowBytes);
           for (i32 w = dev::lane_id(); w < words; w += kWarpSize) dev::store_shared(rows + w, 0U);
         }
-        dev::fence_proxy_async();                                 // the zeros before wgmma reads them
-        dev::named_barrier::sync(producer_barrier(), kWarpSize);  // every lane's zeros
-        if (leader) dev::mbarrier::arrive(full + s);              // producer: V fixed
+        dev::fence_proxy_async();                                       // the zeros before wgmma reads them
+        dev::named_barrier::sync(sm90_sync::kProducerWarp, kWarpSize);  // every lane's zeros
+        if (leader) dev::mbarrier::arrive(full);                        // producer: V fixed
       }
     }
     return;
@@ -315,41 +301,21 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   const i64 c_row0 = row0 + 64 * consumer;                   // this consumer's first row
   const i64 warp_row0 = c_row0 + 16 * (dev::warp_id() % 4);  // this warp's first row
   // The tiles this consumer's rows all see need no mask.
-  const i64 c_last_row = c_row0 + 63 < q_len - 1 ? c_row0 + 63 : q_len - 1;
-  const KeyBounds first = key_bounds(f.mask, c_row0 < q_len ? c_row0 : q_len - 1, q_len, k_len);
-  const KeyBounds last = key_bounds(f.mask, c_last_row, q_len, k_len);
+  const RowBlockKeys keys =
+      row_block_keys(f.mask, c_row0 < q_len ? c_row0 : q_len - 1, last_row_of(c_row0, 64, q_len), q_len, k_len);
   const flash_detail::TileMask tile_mask{f.mask, f.scale_log2, 1, {}};
 
   Softmax softmax;
   softmax.init();
-  auto& o_acc = reinterpret_cast<float(&)[kHeadDim / 2]>(softmax.u);
-  float s[1][kBlockN / 8][4];
-  auto& s_acc = reinterpret_cast<float(&)[kBlockN / 2]>(s);
-  u32 pa[kPSteps][4];  // P, the A operand of the P V GEMM
+  float s[1][kBlockN / 8][4];  // S, as the softmax and the S GEMM's accumulators hold it
+  u32 pa[kPSteps][4];          // P, the A operand of the P V GEMM
   float factor[1][2];
 
-  // Pingpong: a consumer issues its GEMMs in its turn, then hands the turn on.
-  const i32 other = 1 - consumer;
-  const auto turn_begin = [&] {
-    if (pingpong) dev::named_barrier::sync(turn_barrier(consumer), 256);
-  };
-  i32 turns_left = overlap ? tiles + 1 : 2 * tiles;  // GEMM issue points of this consumer
-  const auto turn_end = [&] {
-    --turns_left;
-    // The second consumer opened the first turn; it skips its last hand-off.
-    if (pingpong && !(consumer == 1 && turns_left == 0)) dev::named_barrier::arrive(turn_barrier(other), 256);
-  };
-  if (pingpong && consumer == 1 && tiles > 0) dev::named_barrier::arrive(turn_barrier(0), 256);
-
-  const auto stage_of = [&](i32 i) { return i % stages; };
-  const auto wait_full = [&](i32 i) {
-    dev::mbarrier::wait(full + stage_of(i), static_cast<u32>(i / stages) & 1);  // consumer: wait full
-  };
-  const auto release = [&](i32 i) {
-    if (wt == 0) dev::mbarrier::arrive(empty + stage_of(i));  // consumer: release
-  };
+  // Pingpong: a consumer issues its GEMMs in its turns (one per GEMM issue
+  // point: both GEMMs of a tile in one with the overlap, else one each).
+  sm90_sync::PingpongTurns turns(pingpong, consumer, tiles > 0 ? (overlap ? tiles + 1 : 2 * tiles) : 0);
   const auto issue_s = [&](i32 i) {
-    const unsigned char* k_tile = smem + layout.k_offset(stage_of(i));
+    const unsigned char* k_tile = smem + layout.k_offset(ring.stage(i));
     const unsigned char* q_rows = q_s + 64 * consumer * kRowBytes;
     dev::wgmma::fence();
     ATTUNE_UNROLL
@@ -360,19 +326,19 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
           dev::wgmma::descriptor(q_rows + box * block_m * kRowBytes + col_bytes, 16, kAtomStride, kSwizzle);
       const u64 desc_k =
           dev::wgmma::descriptor(k_tile + box * kBlockN * kRowBytes + col_bytes, 16, kAtomStride, kSwizzle);
-      dev::wgmma::mma_ss<DType, kBlockN, 0, 0>(s_acc, desc_q, desc_k, kk > 0);  // consumer: S GEMM
+      dev::wgmma::mma_ss<DType, kBlockN, 0, 0>(s, desc_q, desc_k, kk > 0);  // consumer: S GEMM
     }
     dev::wgmma::commit();
   };
   const auto issue_pv = [&](i32 i) {
-    const unsigned char* v_tile = smem + layout.v_offset(stage_of(i));
+    const unsigned char* v_tile = smem + layout.v_offset(ring.stage(i));
     dev::wgmma::fence();
     ATTUNE_UNROLL
     for (i32 ks = 0; ks < kPSteps; ++ks) {
       // V is MN-major for this GEMM: 16 key rows of every box; LBO steps a box.
       const u64 desc_v = dev::wgmma::descriptor(v_tile + ks * 16 * kRowBytes, static_cast<u32>(kBlockN * kRowBytes),
                                                 kAtomStride, kSwizzle);
-      dev::wgmma::mma_rs<DType, kHeadDim, 1>(o_acc, pa[ks], desc_v, 1);  // consumer: P V GEMM
+      dev::wgmma::mma_rs<DType, kHeadDim, 1>(softmax.u, pa[ks], desc_v, 1);  // consumer: P V GEMM
     }
     dev::wgmma::commit();
   };
@@ -380,7 +346,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   // (no mask where every row of the consumer sees every key), m and l.
   const auto softmax_step = [&](i32 i) {
     const i64 key0 = (n_begin + i) * kBlockN;
-    if (key0 >= last.begin && key0 + kBlockN <= first.end) {
+    if (keys.sees_all(key0, kBlockN)) {
       flash_detail::scale_and_mask<Config, false>(s, tile_mask, warp_row0, key0, q_len, k_len);
     } else {
       flash_detail::scale_and_mask<Config, true>(s, tile_mask, warp_row0, key0, q_len, k_len);
@@ -390,10 +356,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   const auto convert_p = [&] {
     ATTUNE_UNROLL
     for (i32 ks = 0; ks < kPSteps; ++ks) {
-      pa[ks][0] = dev::pack2<DType>(s[0][2 * ks][0], s[0][2 * ks][1]);
-      pa[ks][1] = dev::pack2<DType>(s[0][2 * ks][2], s[0][2 * ks][3]);
-      pa[ks][2] = dev::pack2<DType>(s[0][2 * ks + 1][0], s[0][2 * ks + 1][1]);
-      pa[ks][3] = dev::pack2<DType>(s[0][2 * ks + 1][2], s[0][2 * ks + 1][3]);
+      flash_detail::pack_a_fragment<DType>(s[0][2 * ks], s[0][2 * ks + 1], pa[ks]);
     }
   };
 
@@ -401,52 +364,46 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     dev::mbarrier::wait(q_full, 0);  // consumer: wait Q
     if (!overlap) {
       for (i32 i = 0; i < tiles; ++i) {
-        wait_full(i);
-        turn_begin();
-        issue_s(i);
-        turn_end();
+        ring.consumer_wait(i);
+        turns.in_turn([&] { issue_s(i); });
         dev::wgmma::wait<0>();
         softmax_step(i);
         softmax.rescale_u(factor);
         convert_p();
-        turn_begin();
-        issue_pv(i);
-        turn_end();
+        turns.in_turn([&] { issue_pv(i); });
         dev::wgmma::wait<0>();
-        release(i);
+        ring.consumer_release(i, wt == 0);
       }
     } else {
       // The factor of tile i is applied to O before P V of tile i is
       // issued: inside the next issue turn (behind the S GEMM), or at once
       // after the wait for the previous P V (kRescaleAfter).
-      wait_full(0);
-      turn_begin();
-      issue_s(0);
-      turn_end();
+      ring.consumer_wait(0);
+      turns.in_turn([&] { issue_s(0); });
       dev::wgmma::wait<0>();
       softmax_step(0);
       convert_p();
       if (rescale_after) softmax.rescale_u(factor);
       for (i32 i = 1; i < tiles; ++i) {
-        wait_full(i);
-        turn_begin();
-        issue_s(i);  // S of tile i ...
-        if (!rescale_after) softmax.rescale_u(factor);
-        issue_pv(i - 1);  // ... then P V of tile i-1, both in flight
-        turn_end();
+        ring.consumer_wait(i);
+        turns.in_turn([&] {
+          issue_s(i);  // S of tile i ...
+          if (!rescale_after) softmax.rescale_u(factor);
+          issue_pv(i - 1);  // ... then P V of tile i-1, both in flight
+        });
         dev::wgmma::wait<1>();  // S of tile i done
         softmax_step(i);        // while P V of tile i-1 runs
         dev::wgmma::wait<0>();
-        release(i - 1);
+        ring.consumer_release(i - 1, wt == 0);
         convert_p();
         if (rescale_after) softmax.rescale_u(factor);
       }
-      turn_begin();
-      if (!rescale_after) softmax.rescale_u(factor);
-      issue_pv(tiles - 1);
-      turn_end();
+      turns.in_turn([&] {
+        if (!rescale_after) softmax.rescale_u(factor);
+        issue_pv(tiles - 1);
+      });
       dev::wgmma::wait<0>();
-      release(tiles - 1);
+      ring.consumer_release(tiles - 1, wt == 0);
     }
   }
   softmax.merge_quad();
@@ -476,7 +433,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
           const i32 local = static_cast<i32>(row - 64 * consumer);
           const u32 offset = static_cast<u32>(local * kRowBytes + (col % kBoxCols) * 2);
           const u32 at = static_cast<u32>(o_stage + (col / kBoxCols) * block_m * kRowBytes - smem) + offset;
-          dev::store_shared(reinterpret_cast<u16*>(smem + sm90::swizzle_address(kSwizzle, at)),
+          dev::store_shared(dev::shared_as<u16>(smem + sm90::swizzle_address(kSwizzle, at)),
                             bits);  // consumer: stage O
         } else if (q_row < q_len && col < f.head_dim_v) {
           dev::store_global(
@@ -487,7 +444,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   });
   if (via_tma) {
     dev::fence_proxy_async();  // the staged O before the TMA store reads it
-    dev::named_barrier::sync(store_barrier(consumer), 128);
+    dev::named_barrier::sync(sm90_sync::kStore + consumer, 128);
     if (wt == 0) {
       for (i32 c = 0; c < kChunks; ++c) {
         dev::tma::store(&p.o_map, o_stage + c * block_m * kRowBytes, c * kBoxCols, static_cast<i32>(q_begin + c_row0),

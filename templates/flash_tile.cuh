@@ -7,6 +7,7 @@
 #include "templates/mask.h"
 #include "templates/online_softmax.cuh"
 #include "templates/score_mods.cuh"
+#include "templates/sequence.cuh"
 #include "templates/smem_layout.cuh"
 
 namespace attune {
@@ -94,21 +95,6 @@ struct KeyPages {
   }
 };
 
-// A sequence's key count read from device memory (seqlens_k, a cache's
-// lengths), cut to the `capacity` keys it owns (its block-table row, Sk, or
-// its packed keys): a longer one would read past them. A cut is reported
-// (bounds_report.h).
-ATTUNE_DEVICE i64 clamp_key_length(i64 length, i64 capacity, i32 batch) {
-  if (length >= 0 && length <= capacity) return length;
-  dev::report_bounds(kBoundsLength, batch, -1, static_cast<i32>(length), static_cast<i32>(capacity));
-  return length < 0 ? 0 : capacity;
-}
-// The cut past the capacity alone, without the report, for a kernel whose
-// register budget has no room for more (the backward: its forward reports
-// the same lengths; a negative length leaves it no key tile to read).
-// (In 32 bits: the 64-bit form spills 12 bytes in flash_bwd d192 on sm_80.)
-ATTUNE_DEVICE i32 clamp_key_length_quietly(i32 length, i32 capacity) { return length < capacity ? length : capacity; }
-
 namespace flash_detail {
 
 // Copies a tile of kRows x kHeadDim elements into shared memory, laid out as
@@ -138,6 +124,29 @@ ATTUNE_DEVICE void load_rows(u16* dst, const RowAddress& row_address, i64 rows_v
       }
     }
   }
+}
+
+// K or V of a KV cache as the key tiles read it: element `base` plus the
+// offset of a key's row in its page (or the contiguous cache).
+struct CacheRows {
+  const u16* base;
+  i64 batch_stride;
+  i64 row_stride;
+  i64 head_offset;  // the KV head's: kv_head x head stride
+  ATTUNE_DEVICE const u16* row(const KeyPages& pages, i32 batch, i64 key) const {
+    return base + pages.key_offset(batch_stride, row_stride, head_offset, batch, key);
+  }
+};
+
+// K and V of keys [key0, key0 + kBlockN) into k_dst and v_dst, each key's
+// row through the block table (KeyPages' rule); keys >= keys_valid are 0.
+template <class Config>
+ATTUNE_DEVICE void load_cache_kv(u16* k_dst, u16* v_dst, const KeyPages& pages, const CacheRows& k, const CacheRows& v,
+                                 i32 batch, i64 key0, i64 keys_valid, i32 head_dim_k, i32 head_dim_v, bool vectorized) {
+  load_rows<Config, Config::kBlockN>(
+      k_dst, [&](i32 r) { return k.row(pages, batch, key0 + r); }, keys_valid, head_dim_k, vectorized);
+  load_rows<Config, Config::kBlockN>(
+      v_dst, [&](i32 r) { return v.row(pages, batch, key0 + r); }, keys_valid, head_dim_v, vectorized);
 }
 
 // load_rows for rows `row_stride` elements apart from `src`.
@@ -297,6 +306,17 @@ ATTUNE_DEVICE void scale_and_mask(float (&s)[Config::kMTiles][Config::kNTiles][4
   }
 }
 
+// The A fragment of one 16-key step of P V (mma.sync, or wgmma with A from
+// registers): the accumulators of two adjacent 8-key tiles of the same rows
+// are exactly its layout, packed to the storage dtype.
+template <class D>
+ATTUNE_DEVICE void pack_a_fragment(const float (&p0)[4], const float (&p1)[4], u32 (&a)[4]) {
+  a[0] = dev::pack2<D>(p0[0], p0[1]);
+  a[1] = dev::pack2<D>(p0[2], p0[3]);
+  a[2] = dev::pack2<D>(p1[0], p1[1]);
+  a[3] = dev::pack2<D>(p1[2], p1[3]);
+}
+
 // u += P V: the S accumulators of two adjacent 8-key tiles are exactly the A
 // fragment of one 16-key step.
 template <class Config>
@@ -311,10 +331,7 @@ ATTUNE_DEVICE void accumulate_pv(const float (&p)[Config::kMTiles][Config::kNTil
     u32 a[Config::kMTiles][4];
     ATTUNE_UNROLL
     for (int mt = 0; mt < Config::kMTiles; ++mt) {
-      a[mt][0] = dev::pack2<D>(p[mt][2 * ps][0], p[mt][2 * ps][1]);
-      a[mt][1] = dev::pack2<D>(p[mt][2 * ps][2], p[mt][2 * ps][3]);
-      a[mt][2] = dev::pack2<D>(p[mt][2 * ps + 1][0], p[mt][2 * ps + 1][1]);
-      a[mt][3] = dev::pack2<D>(p[mt][2 * ps + 1][2], p[mt][2 * ps + 1][3]);
+      pack_a_fragment<D>(p[mt][2 * ps], p[mt][2 * ps + 1], a[mt]);
     }
     // V's B fragments, two 8-column tiles per ldmatrix.x4.trans.
     ATTUNE_UNROLL
@@ -349,12 +366,12 @@ ATTUNE_DEVICE void attend_tile(const Q& q, const u16* k_s, const u16* v_s, typen
 // K/V tiles [n_begin, n_end) stream through kStages shared buffers, `issue(n)`
 // copying tile n into its stage (and committing a possibly empty group, so the
 // count stays uniform); each tile is attended once it has landed, without the
-// mask when every row of the block (whose visible keys run from `first` to
-// `last`) sees all of it.
+// mask when every row of the block (whose visible keys are `keys`) sees all
+// of it.
 template <class Config, class Issue>
 ATTUNE_DEVICE void attend_key_tiles(const u16* q_s, const u16* k_s, const u16* v_s, typename Config::Softmax& softmax,
-                                    const TileMask& mask, i64 row0, i64 n_begin, i64 n_end, const KeyBounds& first,
-                                    const KeyBounds& last, i64 q_len, i64 k_len, const Issue& issue) {
+                                    const TileMask& mask, i64 row0, i64 n_begin, i64 n_end, const RowBlockKeys& keys,
+                                    i64 q_len, i64 k_len, const Issue& issue) {
   QFragments<Config> q{q_s, (dev::warp_id() / Config::kWarpsN) * Config::kWarpRows};
   for (i64 n = n_begin; n < n_begin + Config::kStages - 1; ++n) issue(n);
   for (i64 n = n_begin; n < n_end; ++n) {
@@ -367,7 +384,7 @@ ATTUNE_DEVICE void attend_key_tiles(const u16* q_s, const u16* k_s, const u16* v
     const u16* k_tile = k_s + stage * Config::kTileElems;
     const u16* v_tile = v_s + stage * Config::kTileElems;
     // Every valid row of the block sees every key of the tile: no mask.
-    if (key0 >= last.begin && key0 + Config::kBlockN <= first.end) {
+    if (keys.sees_all(key0, Config::kBlockN)) {
       attend_tile<Config, false>(q, k_tile, v_tile, softmax, mask, row0, key0, q_len, k_len);
     } else {
       attend_tile<Config, true>(q, k_tile, v_tile, softmax, mask, row0, key0, q_len, k_len);

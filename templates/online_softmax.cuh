@@ -55,6 +55,46 @@ ATTUNE_DEVICE RowEnd finalize_with_sink(float m, float l, float sink_log2) {
   return {a / total, (top + dev::log2_approx(total)) * kLn2};
 }
 
+// One row's partial states merged by a warp, the columns spread over its
+// lanes (lane, lane + 32, ...): the split-KV combine and merge_states. A part
+// (m_i, l_i, u_i) joins by the same rule as the tiles; the caller skips
+// parts with no key.
+template <int kColsPerLane>
+struct LaneRow {
+  float m;
+  float l;
+  float u[kColsPerLane];
+
+  ATTUNE_DEVICE void init() {
+    m = -dev::infinity();
+    l = 0.0f;
+    ATTUNE_UNROLL
+    for (int c = 0; c < kColsPerLane; ++c) u[c] = 0.0f;
+  }
+  // Joins the part of maximum m_part (base 2) and sum l_part whose column
+  // `col` (< cols) is value(col).
+  template <class Value>
+  ATTUNE_DEVICE void join(float m_part, float l_part, i32 lane, i32 cols, const Value& value) {
+    const Rescale r = rescale(m, m_part);
+    l = r.a1 * l + r.a2 * l_part;
+    ATTUNE_UNROLL
+    for (int c = 0; c < kColsPerLane; ++c) {
+      const i32 col = lane + c * kWarpSize;
+      if (col < cols) u[c] = r.a1 * u[c] + r.a2 * value(col);
+    }
+    m = r.m;
+  }
+  // Calls store(col, u_col * inv_l) for this lane's columns below `cols`.
+  template <class Store>
+  ATTUNE_DEVICE void store(i32 lane, i32 cols, float inv_l, const Store& store) const {
+    ATTUNE_UNROLL
+    for (int c = 0; c < kColsPerLane; ++c) {
+      const i32 col = lane + c * kWarpSize;
+      if (col < cols) store(col, u[c] * inv_l);
+    }
+  }
+};
+
 }  // namespace softmax
 
 // The rows a thread holds in the accumulator fragments of a warp's

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "templates/numerics.cuh"
+#include "templates/tunable.cuh"
 
 namespace attune {
 
@@ -21,8 +22,6 @@ struct ScoreModParams {
   const float* alibi_slopes;  // [B, Hq] or [Hq]; null: off
   i64 alibi_batch_stride;     // Hq for [B, Hq], 0 for [Hq]
 };
-
-inline constexpr int kAtRunTime = -1;
 
 template <int kSoftcap, int kSinks, int kAlibi>
 struct ScoreMods {

@@ -11,6 +11,7 @@
 #include "reference/backward_accuracy.h"
 #include "reference/reference.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/device_call.h"
 #include "runtime/launch/flash_bwd_params.h"
 #include "tuner/timing.h"
 
@@ -54,25 +55,16 @@ ReferenceGradients run_backward(Runtime& runtime, const Task& task, const Attent
          dv.data(), mods.sinks, mods.alibi_slopes, dsink.empty() ? nullptr : dsink.data()});
   } else {
     cuda::Driver& driver = cuda::Driver::get();
-    cuda::DeviceBuffers d(driver, {{in.q.data(), in.q.size() * 2},
-                                   {in.k.data(), in.k.size() * 2},
-                                   {in.v.data(), in.v.size() * 2},
-                                   {in.o.data(), in.o.size() * 2},
-                                   {in.d_o.data(), in.d_o.size() * 2},
-                                   {in.lse.data(), in.lse.size() * sizeof(float)},
-                                   {nullptr, dq.size() * 2},
-                                   {nullptr, dk.size() * 2},
-                                   {nullptr, dv.size() * 2}});
-    const DeviceModifiers mods(driver, in.modifiers, dsink.size());
-    if (!dsink.empty()) driver.copy_to_device(mods.dsink(), dsink.data(), dsink.size() * sizeof(float));
-    runtime.backward_variant(task.variant, p,
-                             {d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), static_cast<const float*>(d.at(5)), d.at(6),
-                              d.at(7), d.at(8), mods.sinks(), mods.alibi_slopes(), mods.dsink()});
-    driver.synchronize(nullptr);
-    driver.copy_to_host(dq.data(), d.at(6), dq.size() * 2);
-    driver.copy_to_host(dk.data(), d.at(7), dk.size() * 2);
-    driver.copy_to_host(dv.data(), d.at(8), dv.size() * 2);
-    if (!dsink.empty()) driver.copy_to_host(dsink.data(), mods.dsink(), dsink.size() * sizeof(float));
+    const DeviceModifiers mods(driver, in.modifiers);
+    cuda::run_on_device(driver, nullptr,
+                        {cuda::in(in.q), cuda::in(in.k), cuda::in(in.v), cuda::in(in.o), cuda::in(in.d_o),
+                         cuda::in(in.lse), cuda::out(dq), cuda::out(dk), cuda::out(dv), cuda::inout(dsink)},
+                        [&](const std::vector<void*>& d) {
+                          runtime.backward_variant(
+                              task.variant, p,
+                              {d[0], d[1], d[2], d[3], d[4], static_cast<const float*>(d[5]), d[6], d[7], d[8],
+                               mods.sinks(), mods.alibi_slopes(), static_cast<float*>(d[9])});
+                        });
   }
   ReferenceGradients g;
   g.dq = widen_bits<double>(p.dtype, dq);

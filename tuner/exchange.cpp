@@ -27,18 +27,8 @@ ProblemKey key_of(const json& e) {
   const std::string op = text("op");
   const std::string dtype = text("dtype");
   const std::string mask = text("mask");
-  if (const auto o = parse_op(op))
-    key.op = *o;
-  else
-    throw bad("op", op, "fwd, decode or bwd");
-  if (const auto d = parse_dtype(dtype))
-    key.dtype = *d;
-  else
-    throw bad("dtype", dtype, "fp16 or bf16");
-  if (const auto m = parse_mask_kind(mask)) {
-    key.mask = *m;
-  } else {
-    throw bad("mask", mask, "none, causal-bottom-right, causal-top-left or window");
+  if (const auto unknown = parse_key_names(op, dtype, mask, key)) {
+    throw bad(unknown->field, unknown->value, unknown->expected);
   }
   // Absent from exports before score modifiers: none.
   const std::string modifiers = e.contains("modifiers") ? text("modifiers") : "none";

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/device_modifiers.h"
 #include "tuner/tuner.h"
 
 namespace attune::tuner {
@@ -43,22 +44,8 @@ struct ModifierInputs {
 };
 ModifierInputs modifier_inputs(const AttentionProblem& problem, std::mt19937& rng);
 
-// The same in device memory on the cuda backend, and `dsink_elements` floats
-// for a backward's dsink output; nothing is allocated for a tensor the
-// problem does not use (its pointer stays null).
-class DeviceModifiers {
- public:
-  DeviceModifiers(cuda::Driver& driver, const ModifierInputs& inputs, std::size_t dsink_elements = 0);
-  const float* sinks() const { return sinks_; }
-  const float* alibi_slopes() const { return alibi_slopes_; }
-  float* dsink() const { return dsink_; }
-
- private:
-  std::unique_ptr<cuda::DeviceBuffers> buffers_;
-  const float* sinks_ = nullptr;
-  const float* alibi_slopes_ = nullptr;
-  float* dsink_ = nullptr;
-};
+// The same in device memory on the cuda backend (and a backward's dsink).
+using cuda::DeviceModifiers;
 
 // The modifiers of a gate's small instance: the task's, with c at most
 // kGateSoftcap. The gate's scores are of unit size, which a cap of c = 30

@@ -10,6 +10,7 @@
 #include "core/version.h"
 #include "reference/accuracy.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/device_call.h"
 #include "runtime/jit/compiler_service.h"
 #include "runtime/jit/nvrtc_compiler.h"
 #include "runtime/launch/flash_bwd_params.h"
@@ -53,17 +54,13 @@ ReferenceOutput run_once(Runtime& runtime, const Task& task, const AttentionProb
            {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), mods.sinks, mods.alibi_slopes});
   } else {
     cuda::Driver& driver = cuda::Driver::get();
-    cuda::DeviceBuffers d(driver, {{in.q.data(), in.q.size() * 2},
-                                   {in.k.data(), in.k.size() * 2},
-                                   {in.v.data(), in.v.size() * 2},
-                                   {o.data(), o.size() * 2},
-                                   {nullptr, lse.size() * sizeof(float)}});
     const DeviceModifiers mods(driver, in.modifiers);
-    launch(runtime, task, p,
-           {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4)), mods.sinks(), mods.alibi_slopes()});
-    driver.synchronize(nullptr);
-    driver.copy_to_host(o.data(), d.at(3), o.size() * 2);
-    driver.copy_to_host(lse.data(), d.at(4), lse.size() * sizeof(float));
+    cuda::run_on_device(
+        driver, nullptr, {cuda::in(in.q), cuda::in(in.k), cuda::in(in.v), cuda::inout(o), cuda::out(lse)},
+        [&](const std::vector<void*>& d) {
+          launch(runtime, task, p,
+                 {d[0], d[1], d[2], d[3], static_cast<float*>(d[4]), mods.sinks(), mods.alibi_slopes()});
+        });
   }
   ReferenceOutput out;
   out.o = widen_bits<double>(p.dtype, o);
@@ -169,19 +166,6 @@ ScoreModifiers gate_modifiers(const ScoreModifiers& modifiers) {
   ScoreModifiers gate = modifiers;
   if (gate.softcap != 0) gate.softcap = std::min(gate.softcap, kGateSoftcap);
   return gate;
-}
-
-DeviceModifiers::DeviceModifiers(cuda::Driver& driver, const ModifierInputs& in, std::size_t dsink_elements) {
-  std::vector<cuda::DeviceBuffers::Spec> specs;
-  if (!in.sinks.empty()) specs.push_back({in.sinks.data(), in.sinks.size() * sizeof(float)});
-  if (!in.alibi_slopes.empty()) specs.push_back({in.alibi_slopes.data(), in.alibi_slopes.size() * sizeof(float)});
-  if (dsink_elements > 0) specs.push_back({nullptr, dsink_elements * sizeof(float)});
-  if (specs.empty()) return;
-  buffers_ = std::make_unique<cuda::DeviceBuffers>(driver, specs);
-  std::size_t next = 0;
-  if (!in.sinks.empty()) sinks_ = static_cast<const float*>(buffers_->at(next++));
-  if (!in.alibi_slopes.empty()) alibi_slopes_ = static_cast<const float*>(buffers_->at(next++));
-  if (dsink_elements > 0) dsink_ = static_cast<float*>(buffers_->at(next));
 }
 
 Timing time_runs(Runtime& runtime, const TuneOptions& o, const std::function<void(int)>& run) {

@@ -168,18 +168,8 @@ ProblemKey read_key(const sqlite::Statement& row, int first) {
   const std::string mask = row.text(first + 4);
   const std::string modifiers = row.text(first + 8);
   ProblemKey key;
-  if (const auto o = parse_op(op))
-    key.op = *o;
-  else
-    throw bad("op", op, "fwd, decode or bwd");
-  if (const auto d = parse_dtype(dtype))
-    key.dtype = *d;
-  else
-    throw bad("dtype", dtype, "fp16 or bf16");
-  if (const auto m = parse_mask_kind(mask)) {
-    key.mask = *m;
-  } else {
-    throw bad("mask", mask, "none, causal-bottom-right, causal-top-left or window");
+  if (const auto unknown = parse_key_names(op, dtype, mask, key)) {
+    throw bad(unknown->field, unknown->value, unknown->expected);
   }
   key.head_dim_k = row.int32(first + 2);
   key.head_dim_v = row.int32(first + 3);

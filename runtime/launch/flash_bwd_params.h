@@ -19,7 +19,7 @@
 #include "generated/kernel_shapes.h"
 #include "generator/variants.h"
 #include "runtime/launch/flash_fwd_params.h"
-#include "templates/flash_bwd.cuh"
+#include "templates/flash_bwd_rows.cuh"
 
 namespace attune {
 

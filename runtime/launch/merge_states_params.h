@@ -8,7 +8,7 @@
 #include "core/problem.h"
 #include "emulator/launch.h"
 #include "generator/variants.h"
-#include "templates/flash_decode.cuh"
+#include "templates/merge_states.cuh"
 
 namespace attune {
 

@@ -40,6 +40,12 @@ template <class T>
 ATTUNE_DEVICE T* shared_memory() {
   return reinterpret_cast<T*>(attune_dynamic_shared);
 }
+// Shared bytes a kernel carved out of the dynamic shared memory, seen as T
+// (p aligned for T): the one place the templates retype shared memory.
+template <class T, class U>
+ATTUNE_DEVICE T* shared_as(U* p) {
+  return reinterpret_cast<T*>(p);
+}
 
 template <class T>
 ATTUNE_DEVICE T load_global(const T* p) {

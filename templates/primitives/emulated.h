@@ -68,6 +68,12 @@ template <class T>
 T* shared_memory() {
   return reinterpret_cast<T*>(emu::hooks::shared_base());
 }
+// Shared bytes a kernel carved out, seen as T; every access through the
+// result is checked for bounds and alignment like any other.
+template <class T, class U>
+T* shared_as(U* p) {
+  return reinterpret_cast<T*>(p);
+}
 
 template <class T>
 T load_global(const T* p, const Where& where = Where::current()) {

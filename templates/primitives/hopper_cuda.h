@@ -10,6 +10,7 @@
 //   wgmma::fence_operands(float (&)[R])                // a compiler fence on registers
 //   wgmma::mma_ss<D, N, kTransA, kTransB>(float (&d)[N/2], u64 desc_a, u64 desc_b, i32 accumulate)
 //   wgmma::mma_rs<D, N, kTransB>(float (&d)[N/2], const u32 (&a)[4], u64 desc_b, i32 accumulate)
+//   (both also take d as mma.sync's C fragment of a warp, float (&d)[1][N/8][4])
 //   wgmma::descriptor(const void* smem, lbo, sbo, Swizzle)   // sm90::encode_descriptor
 //   registers::increase<R>(), registers::decrease<R>()  // setmaxnreg.{inc,dec}
 //   mbarrier::init(bar, count), arrive(bar), arrive_expect_tx(bar, bytes), expect_tx(bar, bytes),
@@ -349,6 +350,18 @@ ATTUNE_DEVICE void mma_rs(float (&d)[kN / 2], const u32 (&a)[4], u64 desc_b, i32
   } else {
     ATTUNE_WGMMA_RS_ALL("f16")
   }
+}
+
+// The same two with the accumulators as the tile code holds a warp's rows:
+// mma.sync's C fragment of 16 rows by kN columns, [1][kN/8][4], which is
+// the layout of one warp's share of the wgmma accumulator.
+template <class D, i32 kN, i32 kTransA, i32 kTransB>
+ATTUNE_DEVICE void mma_ss(float (&d)[1][kN / 8][4], u64 desc_a, u64 desc_b, i32 accumulate) {
+  mma_ss<D, kN, kTransA, kTransB>(reinterpret_cast<float(&)[kN / 2]>(d), desc_a, desc_b, accumulate);
+}
+template <class D, i32 kN, i32 kTransB>
+ATTUNE_DEVICE void mma_rs(float (&d)[1][kN / 8][4], const u32 (&a)[4], u64 desc_b, i32 accumulate) {
+  mma_rs<D, kN, kTransB>(reinterpret_cast<float(&)[kN / 2]>(d), a, desc_b, accumulate);
 }
 
 }  // namespace wgmma

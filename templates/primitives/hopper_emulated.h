@@ -83,6 +83,21 @@ void mma_rs(float (&d)[kN / 2], const u32 (&a)[4], u64 desc_b, i32 accumulate, c
                     where);
 }
 
+// The same two with the accumulators as mma.sync's C fragment of a warp.
+template <class D, i32 kN, i32 kTransA, i32 kTransB>
+void mma_ss(float (&d)[1][kN / 8][4], u64 desc_a, u64 desc_b, i32 accumulate, const Where& where = Where::current()) {
+  static_assert(kN >= 8 && kN <= 256 && kN % 8 == 0, "wgmma: N is 8..256 in steps of 8");
+  emu::hooks::wgmma(std::is_same_v<D, Bf16>, kN, kTransA != 0, kTransB != 0, desc_a, desc_b, nullptr, &d[0][0][0],
+                    accumulate, where);
+}
+template <class D, i32 kN, i32 kTransB>
+void mma_rs(float (&d)[1][kN / 8][4], const u32 (&a)[4], u64 desc_b, i32 accumulate,
+            const Where& where = Where::current()) {
+  static_assert(kN >= 8 && kN <= 256 && kN % 8 == 0, "wgmma: N is 8..256 in steps of 8");
+  emu::hooks::wgmma(std::is_same_v<D, Bf16>, kN, false, kTransB != 0, 0, desc_b, const_cast<u32*>(a), &d[0][0][0],
+                    accumulate, where);
+}
+
 }  // namespace wgmma
 
 namespace registers {

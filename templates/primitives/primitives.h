@@ -16,6 +16,7 @@
 //   Dim3 thread_index(), block_index(), block_dim(), grid_dim();
 //   i32 lane_id(), warp_id();                         // linear thread / 32
 //   T* shared_memory<T>();                            // dynamic shared memory base
+//   T* shared_as<T>(U* p);                            // carved shared bytes seen as T
 //   T load_global<T>(const T*);  void store_global<T>(T*, T);
 //   T load_shared<T>(const T*);  void store_shared<T>(T*, T);
 //   void atomic_add(float* global, float value);

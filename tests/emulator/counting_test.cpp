@@ -5,11 +5,8 @@
 
 #include "tests/emulator/emu_fixture.h"
 
-namespace attune {
+namespace attune::emu_test {
 namespace {
-
-using emu_test::Buffers;
-using emu_test::Fixture;
 
 // Each lane stores one float `stride` floats after the previous lane's.
 template <i32 kStride>
@@ -55,4 +52,4 @@ TEST(CountingTest, AStrideOf32FloatsPutsEveryLaneInOneBank) {
 }
 
 }  // namespace
-}  // namespace attune
+}  // namespace attune::emu_test

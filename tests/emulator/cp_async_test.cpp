@@ -6,14 +6,8 @@
 
 #include "tests/emulator/emu_fixture.h"
 
-namespace attune {
+namespace attune::emu_test {
 namespace {
-
-using emu::BugKind;
-using emu::KernelFault;
-using emu_test::Buffers;
-using emu_test::expect_fault;
-using emu_test::Fixture;
 
 // --- a double-buffered cp.async pipeline over tiles of 128 floats ---------
 
@@ -70,4 +64,4 @@ TEST(CpAsyncTest, WaitGroupOneWhereZeroIsNeededIsReported) {
   EXPECT_FALSE(fault.has(BugKind::kSharedRace)) << fault.what();
 }
 }  // namespace
-}  // namespace attune
+}  // namespace attune::emu_test

@@ -9,12 +9,8 @@
 #include "templates/primitives/hopper.h"
 #include "tests/emulator/emu_fixture.h"
 
-namespace attune {
+namespace attune::emu_test {
 namespace {
-
-using emu_test::Buffers;
-using emu_test::expect_fault;
-using emu_test::Fixture;
 
 TEST(DiagnosticsTest, SitesAreProjectRelative) {
   EXPECT_EQ(emu::site_text("/home/u/attune/templates/flash_tile.cuh", 123), "templates/flash_tile.cuh:123");
@@ -54,4 +50,4 @@ TEST(DiagnosticsTest, AHangSaysWhereEveryGroupOfThreadsWaitsAndWhatTheBarrierHol
 }
 
 }  // namespace
-}  // namespace attune
+}  // namespace attune::emu_test

@@ -12,6 +12,9 @@
 
 namespace attune::emu_test {
 
+using emu::BugKind;
+using emu::KernelFault;
+
 struct Buffers {
   const float* in;
   float* out;

@@ -9,14 +9,8 @@
 
 #include "tests/emulator/emu_fixture.h"
 
-namespace attune {
+namespace attune::emu_test {
 namespace {
-
-using emu::BugKind;
-using emu::KernelFault;
-using emu_test::Buffers;
-using emu_test::expect_fault;
-using emu_test::Fixture;
 
 // --- a shared-memory tree reduction, with and without its barrier ----------
 
@@ -125,4 +119,4 @@ TEST(MemoryChecksTest, AccessFarPastABufferIsReported) {
 }
 
 }  // namespace
-}  // namespace attune
+}  // namespace attune::emu_test

@@ -7,14 +7,8 @@
 
 #include "tests/emulator/emu_fixture.h"
 
-namespace attune {
+namespace attune::emu_test {
 namespace {
-
-using emu::BugKind;
-using emu::KernelFault;
-using emu_test::Buffers;
-using emu_test::expect_fault;
-using emu_test::Fixture;
 
 // --- barriers and warp collectives in divergent code ----------------------
 
@@ -83,4 +77,4 @@ TEST(SchedulerTest, BadLaunchConfigurationIsRejected) {
 }
 
 }  // namespace
-}  // namespace attune
+}  // namespace attune::emu_test

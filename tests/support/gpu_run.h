@@ -10,6 +10,7 @@
 
 #include "reference/reference.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/device_call.h"
 #include "tests/support/families.h"
 
 namespace attune::testing {
@@ -20,15 +21,11 @@ ReferenceOutput run_on_gpu(const Inputs& in, Launch launch) {
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(p)), 0x7FFF);  // NaN in fp16 and bf16
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)), std::numeric_limits<float>::quiet_NaN());
   cuda::Driver& driver = cuda::Driver::get();
-  cuda::DeviceBuffers device(driver, {{in.q.data(), in.q.size() * 2},
-                                      {in.k.data(), in.k.size() * 2},
-                                      {in.v.data(), in.v.size() * 2},
-                                      {o.data(), o.size() * 2},
-                                      {lse.data(), lse.size() * sizeof(float)}});
-  launch(AttentionBuffers{device.at(0), device.at(1), device.at(2), device.at(3), static_cast<float*>(device.at(4))});
-  driver.synchronize(nullptr);
-  driver.copy_to_host(o.data(), device.at(3), o.size() * 2);
-  driver.copy_to_host(lse.data(), device.at(4), lse.size() * sizeof(float));
+  cuda::run_on_device(driver, nullptr,
+                      {cuda::in(in.q), cuda::in(in.k), cuda::in(in.v), cuda::inout(o), cuda::inout(lse)},
+                      [&](const std::vector<void*>& d) {
+                        launch(AttentionBuffers{d[0], d[1], d[2], d[3], static_cast<float*>(d[4])});
+                      });
   ReferenceOutput got;
   got.o = widen_bits<double>(p.dtype, o);
   got.lse.assign(lse.begin(), lse.end());

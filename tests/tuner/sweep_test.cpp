@@ -8,8 +8,10 @@
 #include <unistd.h>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "core/error.h"
 #include "runtime/dispatch/db_tuned_source.h"
@@ -22,15 +24,21 @@
 namespace attune::tuner {
 namespace {
 
+// A sweep spec from (axis, values) pairs, as a sweep file or the flags give them.
+SweepSpec spec_of(std::initializer_list<std::pair<const char*, const char*>> axes) {
+  SweepSpec spec;
+  for (const auto& [axis, values] : axes) set_axis(spec, axis, values);
+  return spec;
+}
+
 namespace fs = std::filesystem;
 
 TEST(SweepTest, AxesParseAndRejectBadValues) {
-  SweepSpec spec;
-  set_axis(spec, "dtypes", "bf16, fp16");
-  set_axis(spec, "head_dims", "64,128");
-  set_axis(spec, "masks", "none,causal");
-  set_axis(spec, "seqlens", "128, 1024");
-  set_axis(spec, "batch_heads", "1x8, 4x16");
+  SweepSpec spec = spec_of({{"dtypes", "bf16, fp16"},
+                            {"head_dims", "64,128"},
+                            {"masks", "none,causal"},
+                            {"seqlens", "128, 1024"},
+                            {"batch_heads", "1x8, 4x16"}});
   EXPECT_EQ(spec.dtypes, (std::vector<DType>{DType::kBF16, DType::kF16}));
   EXPECT_EQ(spec.masks[1], Mask::causal_bottom_right());
   EXPECT_EQ(spec.batch_heads[1], (std::pair<std::int64_t, std::int64_t>{4, 16}));
@@ -67,9 +75,7 @@ TEST(SweepTest, SweepFileWithCommentsAndLineNumbersInErrors) {
 }
 
 TEST(SweepTest, ShardsPartitionTheTasks) {
-  SweepSpec spec;
-  set_axis(spec, "head_dims", "32,64");
-  set_axis(spec, "masks", "none,causal");
+  SweepSpec spec = spec_of({{"head_dims", "32,64"}, {"masks", "none,causal"}});
   const ArchLimits arch = require_arch("sm_90a");
   const std::vector<Task> all = plan(spec, arch);
   // A task: its variant on its problem (head dims 32 and 64 share the
@@ -92,8 +98,7 @@ TEST(SweepTest, ShardsPartitionTheTasks) {
 }
 
 TEST(SweepTest, MaxVariantsKeepsTheHeuristic) {
-  SweepSpec spec;
-  set_axis(spec, "head_dims", "128");
+  SweepSpec spec = spec_of({{"head_dims", "128"}});
   spec.max_variants = 3;
   const ArchLimits arch = require_arch("sm_90a");
   const std::vector<Task> tasks = plan(spec, arch);
@@ -114,10 +119,7 @@ TEST(SweepTest, FlopsCountVisiblePairs) {
 TEST(TunerTest, SweepOnTheEmulatorRecordsEachTaskOnce) {
   const fs::path db_path = fs::temp_directory_path() / ("attune_tuner_" + std::to_string(::getpid()) + ".db");
   fs::remove(db_path);
-  SweepSpec spec;
-  set_axis(spec, "head_dims", "32");
-  set_axis(spec, "seqlens", "48");
-  set_axis(spec, "masks", "none,causal");
+  SweepSpec spec = spec_of({{"head_dims", "32"}, {"seqlens", "48"}, {"masks", "none,causal"}});
   spec.max_variants = 2;
   Runtime runtime({.backend = Backend::kEmu});
   const std::vector<Task> tasks = plan(spec, runtime.arch());
@@ -143,8 +145,7 @@ TEST(TunerTest, SweepOnTheEmulatorRecordsEachTaskOnce) {
 TEST(TunerTest, PrecompileFillsTheKernelCacheInParallel) {
   const fs::path dir = fs::temp_directory_path() / ("attune_precompile_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  SweepSpec spec;
-  set_axis(spec, "head_dims", "64");
+  SweepSpec spec = spec_of({{"head_dims", "64"}});
   set_axis(spec, "masks", "none,causal");  // the same variants twice: compiled once
   spec.max_variants = 3;
   const std::vector<Task> tasks = plan(spec, require_arch("sm_90a"));
@@ -155,14 +156,13 @@ TEST(TunerTest, PrecompileFillsTheKernelCacheInParallel) {
 }
 
 TEST(SweepTest, DecodeAxesAndSplitCounts) {
-  SweepSpec spec;
-  set_axis(spec, "op", "decode");
-  set_axis(spec, "head_dims", "64");
-  set_axis(spec, "seqlens", "1000");
-  set_axis(spec, "batch_heads", "1x2");
-  set_axis(spec, "gqa", "4");
-  set_axis(spec, "queries", "1,3");
-  set_axis(spec, "splits", "1,4,4,auto");
+  SweepSpec spec = spec_of({{"op", "decode"},
+                            {"head_dims", "64"},
+                            {"seqlens", "1000"},
+                            {"batch_heads", "1x2"},
+                            {"gqa", "4"},
+                            {"queries", "1,3"},
+                            {"splits", "1,4,4,auto"}});
   spec.max_variants = 2;
   const std::vector<Task> tasks = plan(spec, require_arch("sm_90a"), {}, 132);
   std::set<std::string> ids;
@@ -187,13 +187,12 @@ TEST(SweepTest, DecodeAxesAndSplitCounts) {
 TEST(TunerTest, DecodeSweepOnTheEmulatorIsDispatchedFromTheDatabase) {
   const fs::path db_path = fs::temp_directory_path() / ("attune_decode_tuner_" + std::to_string(::getpid()) + ".db");
   fs::remove(db_path);
-  SweepSpec spec;
-  set_axis(spec, "op", "decode");
-  set_axis(spec, "head_dims", "32");
-  set_axis(spec, "seqlens", "600");
-  set_axis(spec, "batch_heads", "1x1");
-  set_axis(spec, "gqa", "4");
-  set_axis(spec, "splits", "1,3");
+  SweepSpec spec = spec_of({{"op", "decode"},
+                            {"head_dims", "32"},
+                            {"seqlens", "600"},
+                            {"batch_heads", "1x1"},
+                            {"gqa", "4"},
+                            {"splits", "1,3"}});
   spec.max_variants = 2;
   Runtime runtime({.backend = Backend::kEmu});
   const std::vector<Task> tasks = plan(spec, runtime.arch(), {}, runtime.sm_count());
@@ -284,10 +283,7 @@ void expect_modifier_sets(const char* op, const std::vector<Task>& tasks, std::s
 
 TEST(SweepTest, PlanCarriesTheModifierSetsIntoProblemsAndVariants) {
   const ArchLimits arch = require_arch("sm_90a");
-  SweepSpec spec;
-  set_axis(spec, "head_dims", "64");
-  set_axis(spec, "modifiers", "none, softcap+sinks+alibi");
-  set_axis(spec, "softcap", "24");
+  SweepSpec spec = spec_of({{"head_dims", "64"}, {"modifiers", "none, softcap+sinks+alibi"}, {"softcap", "24"}});
   spec.max_variants = 3;
   for (const char* op : {"fwd", "bwd"}) {
     set_axis(spec, "op", op);
@@ -314,10 +310,7 @@ TEST(SweepTest, PlanCarriesTheModifierSetsIntoProblemsAndVariants) {
 TEST(TunerTest, ModifierSetsAreTunedUnderTheirOwnKeysAndDispatched) {
   const fs::path db_path = fs::temp_directory_path() / ("attune_mods_tuner_" + std::to_string(::getpid()) + ".db");
   fs::remove(db_path);
-  SweepSpec spec;
-  set_axis(spec, "head_dims", "32");
-  set_axis(spec, "seqlens", "48");
-  set_axis(spec, "modifiers", "none,softcap+sinks+alibi");
+  SweepSpec spec = spec_of({{"head_dims", "32"}, {"seqlens", "48"}, {"modifiers", "none,softcap+sinks+alibi"}});
   spec.max_variants = 2;
   Runtime runtime({.backend = Backend::kEmu});
   const std::vector<Task> tasks = plan(spec, runtime.arch());
@@ -358,12 +351,11 @@ TEST(TunerTest, ModifierSetsAreTunedUnderTheirOwnKeysAndDispatched) {
 }
 
 TEST(TunerTest, BackwardWithSinksRunsItsGateOnTheEmulator) {
-  SweepSpec spec;
-  set_axis(spec, "op", "bwd");
-  set_axis(spec, "head_dims", "32");
-  set_axis(spec, "seqlens", "40");
-  set_axis(spec, "masks", "causal");
-  set_axis(spec, "modifiers", "sinks, softcap+alibi");
+  SweepSpec spec = spec_of({{"op", "bwd"},
+                            {"head_dims", "32"},
+                            {"seqlens", "40"},
+                            {"masks", "causal"},
+                            {"modifiers", "sinks, softcap+alibi"}});
   spec.max_variants = 1;
   Runtime runtime({.backend = Backend::kEmu});
   for (const Task& t : plan(spec, runtime.arch())) {
