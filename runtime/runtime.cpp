@@ -102,6 +102,17 @@ const AttentionProblem& run_problem(const Plan::State& s, const DeviceMetadata& 
 
 }  // namespace
 
+// Restores the caller's CUDA context when a call returns (cuda backend).
+class CallScope {
+ public:
+  explicit CallScope(Backend backend) {
+    if (backend == Backend::kCuda) scope_.emplace(cuda::Driver::get());
+  }
+
+ private:
+  std::optional<cuda::Driver::ContextScope> scope_;
+};
+
 struct Runtime::Impl {
   RuntimeOptions options;
   std::string device_key;
@@ -183,12 +194,15 @@ struct Runtime::Impl {
     return s;
   }
 
+  // `buffers_validated`: the call's entry validated the problem with these
+  // buffers already (the convenience calls), so they are not checked again.
   template <class Buffers>
-  void run(const Plan& plan, Op op, const Buffers& buffers, const DeviceMetadata& m, Workspace w, void* stream) {
+  void run(const Plan& plan, Op op, const Buffers& buffers, const DeviceMetadata& m, Workspace w, void* stream,
+           bool buffers_validated = false) {
     const Plan::State& s = check_run(plan, op, m, w);
     AttentionProblem storage;
     const AttentionProblem& p = run_problem(s, m, storage);
-    validate_buffers(p, buffers);
+    if (!buffers_validated) validate_buffers(p, buffers);
     if (!cuda()) check_modifier_values(p, {buffers.sinks, buffers.alibi_slopes});  // host memory
     auto* workspace = static_cast<float*>(s.workspace_bytes > 0 ? w.data : nullptr);
     const std::unique_ptr<LaunchBackend::Call> call = backend->begin(stream);
@@ -201,8 +215,9 @@ struct Runtime::Impl {
     }
   }
 
-  // Plan + run for host length arrays (the convenience calls). Inside a
-  // CUDA graph capture only what needs no compile, copy or allocation runs.
+  // Plan + run for host length arrays (the convenience calls, whose entry
+  // validated the problem with its buffers). Inside a CUDA graph capture
+  // only what needs no compile, copy or allocation runs.
   template <class Buffers>
   void call(Op op, const Variant& variant, const AttentionProblem& problem, const Buffers& buffers, PlanOptions o,
             std::string reason, void* stream) {
@@ -217,8 +232,20 @@ struct Runtime::Impl {
           "workspace");
     }
     CallMemory memory(*backend, problem, plan.workspace_bytes(), stream);
-    run(plan, op, buffers, memory.metadata(), {memory.workspace(), plan.workspace_bytes()}, stream);
+    run(plan, op, buffers, memory.metadata(), {memory.workspace(), plan.workspace_bytes()}, stream,
+        /*buffers_validated=*/true);
     memory.finish();
+  }
+
+  // Runtime::decode after its validation (also the paged forward's way
+  // for few query rows, validated by Runtime::forward).
+  void decode_validated(const AttentionProblem& problem, const AttentionBuffers& buffers, DecodeOptions o,
+                        void* stream) {
+    if (o.splits != 0) check_splits(o.splits);
+    const CallScope scope(options.backend);
+    const DispatchChoice& choice = dispatcher->choose(Op::kDecode, problem);
+    call(Op::kDecode, choice.variant, problem, buffers, {.splits = o.splits != 0 ? o.splits : choice.splits}, {},
+         stream);
   }
 
   // A variant asked for by name must fit this device's limits.
@@ -241,17 +268,6 @@ struct Runtime::Impl {
   void check_usable() const {
     if (cuda()) cuda::Driver::get().check_usable();
   }
-};
-
-// Restores the caller's CUDA context when a call returns (cuda backend).
-class CallScope {
- public:
-  explicit CallScope(Backend backend) {
-    if (backend == Backend::kCuda) scope_.emplace(cuda::Driver::get());
-  }
-
- private:
-  std::optional<cuda::Driver::ContextScope> scope_;
 };
 
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
@@ -430,7 +446,7 @@ void Runtime::append_kv(const AppendProblem& problem, const AppendBuffers& buffe
 void Runtime::forward(const AttentionProblem& problem, const AttentionBuffers& buffers, void* stream) {
   validate(problem, buffers);
   if (paged_forward_op(problem) == Op::kDecode) {
-    decode(problem, buffers, {}, stream);  // few query rows over a paged cache
+    impl_->decode_validated(problem, buffers, {}, stream);  // few query rows over a paged cache
     return;
   }
   const CallScope scope(impl_->options.backend);
@@ -449,11 +465,7 @@ void Runtime::forward_variant(const Variant& variant, const AttentionProblem& pr
 void Runtime::decode(const AttentionProblem& problem, const AttentionBuffers& buffers, DecodeOptions options,
                      void* stream) {
   validate(problem, buffers);
-  if (options.splits != 0) check_splits(options.splits);
-  const CallScope scope(impl_->options.backend);
-  const DispatchChoice& choice = impl_->dispatcher->choose(Op::kDecode, problem);
-  impl_->call(Op::kDecode, choice.variant, problem, buffers,
-              {.splits = options.splits != 0 ? options.splits : choice.splits}, {}, stream);
+  impl_->decode_validated(problem, buffers, options, stream);
 }
 
 void Runtime::decode_variant(const Variant& variant, int splits, const AttentionProblem& problem,

@@ -55,7 +55,10 @@ DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem) con
 }
 
 DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem) const {
-  const ProblemKey key = problem_key(op, problem);
+  return resolve(op, problem, problem_key(op, problem));
+}
+
+DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem, const ProblemKey& key) const {
   const int dk = static_cast<int>(problem.head_dim_k);
   const int dv = static_cast<int>(problem.head_dim_v);
   std::string passed_over;
@@ -120,7 +123,7 @@ const DispatchChoice& Dispatcher::choose(Op op, const AttentionProblem& problem)
     if (entry == nullptr) break;
     if (entry->key == key) return entry->choice;
   }
-  auto fresh = std::make_unique<Entry>(Entry{key, resolve(op, problem)});
+  auto fresh = std::make_unique<Entry>(Entry{key, resolve(op, problem, key)});
   const std::lock_guard<std::mutex> lock(insert_mutex_);
   for (std::size_t i = 0; i < kSlots; ++i) {
     std::atomic<const Entry*>& slot = slots_[(start + i) & (kSlots - 1)];

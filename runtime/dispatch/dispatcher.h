@@ -66,6 +66,8 @@ class Dispatcher {
   static constexpr std::size_t kMaxEntries = kSlots * 3 / 4;
 
   DispatchChoice heuristic(Op op, const AttentionProblem& problem) const;
+  // resolve() for a problem whose key the caller has made already.
+  DispatchChoice resolve(Op op, const AttentionProblem& problem, const ProblemKey& key) const;
 
   std::string device_key_;
   ArchLimits arch_;
