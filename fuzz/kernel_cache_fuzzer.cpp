@@ -14,16 +14,14 @@
 #include "core/error.h"
 #include "fuzz/fuzz_support.h"
 #include "runtime/jit/kernel_cache.h"
+#include "tests/support/file_bytes.h"
 
 using namespace attune;
 namespace fs = std::filesystem;
 
 namespace {
 
-std::string file_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
+using attune::testing::read_bytes;
 
 void write_bytes(const fs::path& path, const std::string& bytes) {
   {
@@ -54,7 +52,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::optional<std::vector<char>> back = cache.load(key);
     fuzz::check(back.has_value() && std::string(back->begin(), back->end()) == binary, "store then load");
     if (mode == 2) return 0;
-    std::string bytes = file_bytes(entry);  // then changed: flips, a cut, a tail
+    std::string bytes = read_bytes(entry);  // then changed: flips, a cut, a tail
     while (in.remaining_bytes() > 2) {
       const int edit = in.ConsumeIntegralInRange<int>(0, 2);
       const std::size_t at = in.ConsumeIntegralInRange<std::size_t>(0, bytes.size());
@@ -64,7 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
     write_bytes(entry, bytes);
   }
-  const std::string on_disk = file_bytes(entry);
+  const std::string on_disk = read_bytes(entry);
   const std::optional<std::vector<char>> loaded = cache.load(key);
   if (!loaded) {
     fuzz::check(!fs::exists(entry), "a bad entry was left on disk");
@@ -73,6 +71,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   // It loaded: the file must be the canonical entry of (key, binary).
   KernelCache fresh({.directory = fresh_dir, .memory = false});
   fresh.store(key, std::span<const char>(loaded->data(), loaded->size()));
-  fuzz::check(file_bytes(fresh_dir / key.digest()) == on_disk, "a non-canonical entry was accepted");
+  fuzz::check(read_bytes(fresh_dir / key.digest()) == on_disk, "a non-canonical entry was accepted");
   return 0;
 }

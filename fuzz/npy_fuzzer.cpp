@@ -2,22 +2,21 @@
 // array's bytes match its shape and type, its conversions have one value per
 // element, and what is written back reads back the same.
 #include <cstring>
+#include <filesystem>
+#include <optional>
 #include <vector>
 
 #include "core/error.h"
 #include "fuzz/fuzz_support.h"
+#include "fuzz/parsed_input.h"
 #include "io/npy.h"
 
 using namespace attune;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const fuzz::MemoryFile input(data, size);
-  npy::Array array;
-  try {
-    array = npy::read(input.path());
-  } catch (const Error&) {
-    return 0;  // refused with a message: fine
-  }
+  const std::optional<npy::Array> parsed = fuzz::parse_input_file(data, size, npy::read);
+  if (!parsed) return 0;  // refused with a message: fine
+  const npy::Array& array = *parsed;
   const int64_t count = array.size();
   fuzz::check(count >= 0, "negative element count");
   fuzz::check(array.bytes.size() == static_cast<std::size_t>(count) * npy::element_size(array.type),

@@ -2,21 +2,19 @@
 // Invariants: an accepted sweep has sane axes, and every task its plan makes
 // is a problem the contract accepts with a variant valid for it.
 #include <algorithm>
+#include <optional>
 
 #include "core/error.h"
 #include "fuzz/fuzz_support.h"
+#include "fuzz/parsed_input.h"
 #include "tuner/sweep.h"
 
 using namespace attune;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  const fuzz::MemoryFile input(data, size);
-  tuner::SweepSpec spec;
-  try {
-    spec = tuner::read_sweep_file(input.path());
-  } catch (const Error&) {
-    return 0;
-  }
+  std::optional<tuner::SweepSpec> parsed = fuzz::parse_input_file(data, size, tuner::read_sweep_file);
+  if (!parsed) return 0;
+  tuner::SweepSpec& spec = *parsed;
   fuzz::check(!spec.dtypes.empty() && !spec.head_dims.empty() && !spec.masks.empty() && !spec.seqlens.empty() &&
                   !spec.batch_heads.empty() && !spec.queries.empty() && !spec.splits.empty(),
               "an empty axis was accepted");

@@ -1,7 +1,11 @@
 """What the CLI tests share: a list of checks that prints and counts, a
 runner for the attune command, and the mask of the contract in NumPy (an
 independent statement of docs/contract.md, not the C++)."""
+import contextlib
+import os
 import subprocess
+import sys
+import tempfile
 
 import numpy as np
 
@@ -37,6 +41,24 @@ class Checks:
 def runner(attune, timeout=300):
     """run(*args): the command's CompletedProcess, output captured as text."""
     return lambda *args: subprocess.run([attune] + list(args), capture_output=True, text=True, timeout=timeout)
+
+
+@contextlib.contextmanager
+def cli_test(prefix):
+    """What a test run as `NAME_test.py PATH_TO_ATTUNE [PATH ...]` works with:
+    its arguments as absolute paths, a Checks, and a scratch directory named
+    with `prefix`, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as tmp:
+        yield [os.path.abspath(arg) for arg in sys.argv[1:]], Checks(), tmp
+
+
+def database_test(test, prefix, timeout):
+    """main() of a test run as `NAME_test.py PATH_TO_ATTUNE` on one new tuning
+    database: test(check, run, db) with run(*args) running that attune; exits
+    with the checks' status."""
+    with cli_test(prefix) as ((attune,), checks, tmp):
+        test(checks.check, runner(attune, timeout=timeout), os.path.join(tmp, "t.db"))
+    sys.exit(checks.finish())
 
 
 def visible(sq, sk, causal, window):

@@ -12,9 +12,8 @@ import os
 import shutil
 import sqlite3
 import sys
-import tempfile
 
-from cli_support import Checks, runner
+from cli_support import cli_test, runner
 
 SWEEP = ["--backend", "emu", "--head-dims", "32", "--seqlens", "48", "--max-variants", "4", "--repetitions", "1",
          "--quiet"]
@@ -26,11 +25,9 @@ def digest(path):
 
 
 def main():
-    attune = os.path.abspath(sys.argv[1])
-    checks = Checks()
-    check = checks.check
-    run = runner(attune, timeout=300)
-    with tempfile.TemporaryDirectory(prefix="attune_merge_") as tmp:
+    with cli_test("attune_merge_") as ((attune,), checks, tmp):
+        check = checks.check
+        run = runner(attune, timeout=300)
         shards = [os.path.join(tmp, "shard-%d.db" % k) for k in range(2)]
         for k, shard in enumerate(shards):
             r = run("tune", "--db", shard, "--shard", "%d/2" % k, *SWEEP)

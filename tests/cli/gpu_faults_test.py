@@ -33,11 +33,10 @@ import os
 import sqlite3
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
-from cli_support import Checks
+from cli_support import cli_test
 
 TUNE = ["tune", "--backend", "cuda", "--head-dims", "32", "--max-variants", "4", "--repetitions", "1", "--quiet"]
 
@@ -87,11 +86,8 @@ def check_isolated_fault(before, after, variant, seqlen, workers):
 
 
 def main():
-    attune = os.path.abspath(sys.argv[1])
-    fake = os.path.abspath(sys.argv[2])
-    checks = Checks()
-    check = checks.check
-    with tempfile.TemporaryDirectory(prefix="attune_gpu_faults_") as tmp:
+    with cli_test("attune_gpu_faults_") as ((attune, fake), checks, tmp):
+        check = checks.check
         base = dict(os.environ, ATTUNE_LIBCUDA=fake, ATTUNE_CACHE_DIR=os.path.join(tmp, "cache"))
         base.pop("ATTUNE_FAKE_CUDA_FAIL", None)
         log = os.path.join(tmp, "driver.log")

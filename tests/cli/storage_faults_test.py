@@ -31,11 +31,10 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import tempfile
 
 import numpy as np
 
-from cli_support import Checks
+from cli_support import cli_test
 
 SWEEP = ["--backend", "emu", "--head-dims", "32", "--seqlens", "48,64,80,96", "--max-variants", "4", "--repetitions",
          "1", "--quiet"]
@@ -86,11 +85,8 @@ def judge_refusal(result, path, before, after):
 
 
 def main():
-    attune = os.path.abspath(sys.argv[1])
-    fake = os.path.abspath(sys.argv[2])
-    checks = Checks()
-    check = checks.check
-    with tempfile.TemporaryDirectory(prefix="attune_storage_") as tmp:
+    with cli_test("attune_storage_") as ((attune, fake), checks, tmp):
+        check = checks.check
         os.chmod(tmp, 0o700)
         env = dict(os.environ, ATTUNE_CACHE_DIR=os.path.join(tmp, "cache"))
         env.pop("ATTUNE_TUNING_DB", None)

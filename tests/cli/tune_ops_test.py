@@ -6,61 +6,49 @@ flags are refused for other ops.
 
 Usage: tune_ops_test.py PATH_TO_ATTUNE
 """
-import os
 import sqlite3
-import subprocess
-import sys
-import tempfile
 
-from cli_support import Checks, runner
+from cli_support import database_test
 
 
-def main():
-    attune = os.path.abspath(sys.argv[1])
-    checks = Checks()
-    check = checks.check
-    run = runner(attune, timeout=600)
+def tune_ops_checks(check, run, db):
+    decode = ["tune", "--backend", "emu", "--db", db, "--op", "decode", "--head-dims", "32", "--seqlens", "400",
+              "--batch-heads", "1x1", "--gqa", "8", "--queries", "1", "--splits", "1,3,auto", "--max-variants", "2",
+              "--repetitions", "1", "--quiet"]
+    first = run(*decode)
+    check(first.returncode == 0, "tune --op decode: " + (first.stdout + first.stderr).strip()[-200:])
+    again = run(*decode)
+    check(again.returncode == 0 and "tuned 0" in again.stdout, "a second run measures nothing: " + again.stdout.strip())
+    con = sqlite3.connect(db)
+    ids = [r[0] for r in con.execute("select v.variant_id from measurements m join variants v on v.id = m.variant")]
+    con.close()
+    check(ids and all("/splits" in i for i in ids) and len(ids) == len(set(ids)),
+          "each (variant, split count) recorded once with its count: %s" % ids)
+    best = run("db", "--db", db, "best")
+    check(best.returncode == 0 and "decode/bf16/dk32/dv32/none/sq2^3/sk2^9/bh2^0" in best.stdout
+          and "/splits" in best.stdout, "db best lists the decode key: " + best.stdout.strip())
+    explain = run("explain", "--op", "decode", "--db", db, "--seqlen-q", "1", "--seqlen-k", "400", "--heads-q", "8",
+                  "--heads-kv", "1", "--dk", "32", "--dv", "32")
+    check(explain.returncode == 0 and "rule:        tuned" in explain.stdout, "explain --op decode: tuned: " +
+          explain.stdout.strip().replace("\n", " | "))
 
-    with tempfile.TemporaryDirectory(prefix="attune_tune_ops_") as tmp:
-        db = os.path.join(tmp, "t.db")
-        decode = ["tune", "--backend", "emu", "--db", db, "--op", "decode", "--head-dims", "32", "--seqlens", "400",
-                  "--batch-heads", "1x1", "--gqa", "8", "--queries", "1", "--splits", "1,3,auto", "--max-variants", "2",
-                  "--repetitions", "1", "--quiet"]
-        first = run(*decode)
-        check(first.returncode == 0, "tune --op decode: " + (first.stdout + first.stderr).strip()[-200:])
-        again = run(*decode)
-        check(again.returncode == 0 and "tuned 0" in again.stdout, "a second run measures nothing: " + again.stdout.strip())
-        con = sqlite3.connect(db)
-        ids = [r[0] for r in con.execute("select v.variant_id from measurements m join variants v on v.id = m.variant")]
-        con.close()
-        check(ids and all("/splits" in i for i in ids) and len(ids) == len(set(ids)),
-              "each (variant, split count) recorded once with its count: %s" % ids)
-        best = run("db", "--db", db, "best")
-        check(best.returncode == 0 and "decode/bf16/dk32/dv32/none/sq2^3/sk2^9/bh2^0" in best.stdout
-              and "/splits" in best.stdout, "db best lists the decode key: " + best.stdout.strip())
-        explain = run("explain", "--op", "decode", "--db", db, "--seqlen-q", "1", "--seqlen-k", "400", "--heads-q", "8",
-                      "--heads-kv", "1", "--dk", "32", "--dv", "32")
-        check(explain.returncode == 0 and "rule:        tuned" in explain.stdout, "explain --op decode: tuned: " +
-              explain.stdout.strip().replace("\n", " | "))
+    bwd = run("tune", "--backend", "emu", "--db", db, "--op", "bwd", "--head-dims", "32", "--seqlens", "48",
+              "--batch-heads", "1x2", "--masks", "causal", "--max-variants", "2", "--repetitions", "1", "--quiet")
+    check(bwd.returncode == 0 and "failed 0" in bwd.stdout, "tune --op bwd: " + (bwd.stdout + bwd.stderr).strip()[-200:])
+    explain = run("explain", "--op", "bwd", "--db", db, "--seqlen-q", "48", "--seqlen-k", "48", "--heads-q", "2",
+                  "--heads-kv", "2", "--dk", "32", "--dv", "32", "--causal", "bottom-right")
+    check(explain.returncode == 0 and "flash_bwd/" in explain.stdout and "rule:        tuned" in explain.stdout,
+          "explain --op bwd: tuned: " + explain.stdout.strip().replace("\n", " | "))
+    verify = run("db", "--db", db, "verify")
+    check(verify.returncode == 0, "db verify: " + (verify.stdout + verify.stderr).strip())
 
-        bwd = run("tune", "--backend", "emu", "--db", db, "--op", "bwd", "--head-dims", "32", "--seqlens", "48",
-                  "--batch-heads", "1x2", "--masks", "causal", "--max-variants", "2", "--repetitions", "1", "--quiet")
-        check(bwd.returncode == 0 and "failed 0" in bwd.stdout, "tune --op bwd: " + (bwd.stdout + bwd.stderr).strip()[-200:])
-        explain = run("explain", "--op", "bwd", "--db", db, "--seqlen-q", "48", "--seqlen-k", "48", "--heads-q", "2",
-                      "--heads-kv", "2", "--dk", "32", "--dv", "32", "--causal", "bottom-right")
-        check(explain.returncode == 0 and "flash_bwd/" in explain.stdout and "rule:        tuned" in explain.stdout,
-              "explain --op bwd: tuned: " + explain.stdout.strip().replace("\n", " | "))
-        verify = run("db", "--db", db, "verify")
-        check(verify.returncode == 0, "db verify: " + (verify.stdout + verify.stderr).strip())
-
-        bad = run("tune", "--backend", "emu", "--db", db, "--splits", "4")
-        check(bad.returncode != 0 and "--splits" in bad.stderr and "--op decode" in bad.stderr,
-              "--splits without --op decode refused: " + bad.stderr.strip())
-        bad = run("tune", "--backend", "emu", "--db", db, "--op", "backward")
-        check(bad.returncode != 0 and "expected fwd, bwd or decode" in bad.stderr,
-              "unknown op refused: " + bad.stderr.strip())
-    return checks.finish()
+    bad = run("tune", "--backend", "emu", "--db", db, "--splits", "4")
+    check(bad.returncode != 0 and "--splits" in bad.stderr and "--op decode" in bad.stderr,
+          "--splits without --op decode refused: " + bad.stderr.strip())
+    bad = run("tune", "--backend", "emu", "--db", db, "--op", "backward")
+    check(bad.returncode != 0 and "expected fwd, bwd or decode" in bad.stderr,
+          "unknown op refused: " + bad.stderr.strip())
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    database_test(tune_ops_checks, prefix="attune_tune_ops_", timeout=600)

@@ -97,31 +97,17 @@ TEST(ProblemTest, RejectsSeqlensKAboveSk) {
 TEST(ProblemTest, RejectsBadCuSeqlens) {
   const Shape q = {10, 2, 8};
   const Shape k = {12, 2, 8};
-  expect_rejected(
-      [&] {
-        dense(q, k, k, {.cu_seqlens_q = {1, 4, 10}, .cu_seqlens_k = {0, 6, 12}});
-      },
-      {"cu_seqlens_q[0]", "got 1", "expected 0"});
-  expect_rejected(
-      [&] {
-        dense(q, k, k, {.cu_seqlens_q = {0, 4, 10}, .cu_seqlens_k = {0, 6, 5}});
-      },
-      {"cu_seqlens_k[2]", "non-decreasing"});
-  expect_rejected(
-      [&] {
-        dense(q, k, k, {.cu_seqlens_q = {0, 4, 11}, .cu_seqlens_k = {0, 6, 12}});
-      },
-      {"cu_seqlens_q last entry", "got 11", "at most 10"});
-  expect_rejected(
-      [&] {
-        dense(q, k, k, {.cu_seqlens_q = {0, 4, 10}, .cu_seqlens_k = {0, 12}});
-      },
-      {"cu_seqlens_k length", "got 2", "expected 3"});
-  expect_rejected(
-      [&] {
-        dense(q, k, k, {.cu_seqlens_q = {0, 4, 10}});
-      },
-      {"K shape", "rank 4", "packed K needs cu_seqlens_k"});
+  // Packed Q [10, 2, 8] over packed K and V [12, 2, 8] with `options`.
+  const auto packed_rejected = [&](const ProblemOptions& options, std::initializer_list<std::string> fragments) {
+    expect_rejected([&] { dense(q, k, k, options); }, fragments);
+  };
+  packed_rejected({.cu_seqlens_q = {1, 4, 10}, .cu_seqlens_k = {0, 6, 12}}, {"cu_seqlens_q[0]", "got 1", "expected 0"});
+  packed_rejected({.cu_seqlens_q = {0, 4, 10}, .cu_seqlens_k = {0, 6, 5}}, {"cu_seqlens_k[2]", "non-decreasing"});
+  packed_rejected({.cu_seqlens_q = {0, 4, 11}, .cu_seqlens_k = {0, 6, 12}},
+                  {"cu_seqlens_q last entry", "got 11", "at most 10"});
+  packed_rejected({.cu_seqlens_q = {0, 4, 10}, .cu_seqlens_k = {0, 12}},
+                  {"cu_seqlens_k length", "got 2", "expected 3"});
+  packed_rejected({.cu_seqlens_q = {0, 4, 10}}, {"K shape", "rank 4", "packed K needs cu_seqlens_k"});
   expect_rejected(
       [&] {
         dense({10, 2, 8}, {1, 12, 2, 8}, {1, 12, 2, 8}, {.cu_seqlens_k = {0, 12}});

@@ -19,37 +19,33 @@ std::vector<LaneAccess> lanes(std::uint32_t bytes, std::uint64_t stride, int cou
   return out;
 }
 
-TEST(BankModelTest, ConsecutiveWordsAreOneWavefront) {
-  const Wavefronts w = access_wavefronts(lanes(4, 4));
-  EXPECT_EQ(w.actual, 1U);
-  EXPECT_EQ(w.ideal, 1U);
-}
-
-TEST(BankModelTest, OneBankForEveryLaneSerializesThirtyTwoWays) {
-  const Wavefronts w = access_wavefronts(lanes(4, 128));
-  EXPECT_EQ(w.actual, 32U);
-  EXPECT_EQ(w.ideal, 1U);
+// Patterns of 32 lanes, `bytes` each and `stride` bytes apart, against the
+// wavefronts the guide gives them (and the fewest their bytes could take).
+TEST(BankModelTest, LanePatternsTakeTheGuidesWavefronts) {
+  const struct {
+    const char* pattern;
+    std::uint32_t bytes;
+    std::uint64_t stride;
+    std::uint64_t actual;
+    std::uint64_t ideal;
+  } patterns[] = {
+      {"consecutive words: one wavefront", 4, 4, 1, 1},
+      {"one bank for every lane: serialized 32 ways", 4, 128, 32, 1},
+      {"16-byte accesses go in quarter warps (512 contiguous bytes)", 16, 16, 4, 4},
+      // Rows of 128 bytes, one 16-byte chunk each: every phase hits 4 banks 8 times.
+      {"16-byte chunks of 128-byte rows", 16, 128, 32, 4},
+      {"8-byte accesses go in half warps", 8, 8, 2, 2},
+  };
+  for (const auto& p : patterns) {
+    const Wavefronts w = access_wavefronts(lanes(p.bytes, p.stride));
+    EXPECT_EQ(w.actual, p.actual) << p.pattern;
+    EXPECT_EQ(w.ideal, p.ideal) << p.pattern;
+  }
 }
 
 TEST(BankModelTest, TheSameWordIsBroadcast) {
   const Wavefronts w = access_wavefronts(lanes(4, 0));
   EXPECT_EQ(w.actual, 1U);
-}
-
-TEST(BankModelTest, SixteenByteAccessesGoInQuarterWarps) {
-  const Wavefronts w = access_wavefronts(lanes(16, 16));  // 512 contiguous bytes
-  EXPECT_EQ(w.actual, 4U);
-  EXPECT_EQ(w.ideal, 4U);
-  // Rows of 128 bytes, one 16-byte chunk each: every phase hits 4 banks 8 times.
-  const Wavefronts rows = access_wavefronts(lanes(16, 128));
-  EXPECT_EQ(rows.actual, 32U);
-  EXPECT_EQ(rows.ideal, 4U);
-}
-
-TEST(BankModelTest, EightByteAccessesGoInHalfWarps) {
-  const Wavefronts w = access_wavefronts(lanes(8, 8));
-  EXPECT_EQ(w.actual, 2U);
-  EXPECT_EQ(w.ideal, 2U);
 }
 
 TEST(BankModelTest, LdmatrixRowsOneBankGroupApartConflictEightWays) {

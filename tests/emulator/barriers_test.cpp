@@ -14,6 +14,7 @@
 
 #include "emulator/emulator.h"
 #include "templates/primitives/hopper.h"
+#include "tests/emulator/planted_bug.h"
 #include "tests/emulator/planted_report.h"
 
 namespace attune {
@@ -104,23 +105,7 @@ TEST(MbarrierEmuTest, ARingOfFullAndEmptyBarriersHandsEveryRoundOverWithNoReport
   for (int t = 128; t < 384; ++t) EXPECT_EQ(ring.out[static_cast<std::size_t>(t)], 150.0F) << "thread " << t;
 }
 
-struct Planted {
-  i32 plant;
-  BugKind kind;
-  const char* mark;
-  const char* says;
-};
-
-std::string planted_name(const ::testing::TestParamInfo<Planted>& info) {
-  static const char* const kNames[] = {"None",
-                                       "UseBeforeInit",
-                                       "DoubleInit",
-                                       "ParityNotFlipped",
-                                       "NoConsumerRelease",
-                                       "ProducerSkipsTheEmptyWait",
-                                       "NamedBarrierCountsDiffer"};
-  return kNames[info.param.plant];
-}
+using Planted = testing::PlantedBug;
 
 class MbarrierPlantedBugTest : public ::testing::TestWithParam<Planted> {};
 
@@ -137,17 +122,20 @@ TEST_P(MbarrierPlantedBugTest, IsReportedWithItsKindAtItsLine) {
 
 INSTANTIATE_TEST_SUITE_P(
     Detectors, MbarrierPlantedBugTest,
-    ::testing::Values(
-        Planted{kUseBeforeInit, BugKind::kMbarrierMisuse, "consumer: wait full", "before mbarrier::init"},
-        Planted{kDoubleInit, BugKind::kMbarrierMisuse, "planted: initialised twice", "initialised already"},
-        Planted{kParityNotFlipped, BugKind::kMbarrierMisuse, "consumer: wait full",
-                "saw complete already: it returns at once"},
-        // Nobody frees a stage: the producer waits for ever on the second lap.
-        Planted{kNoConsumerRelease, BugKind::kDeadlock, "consumer: wait full", "2 of 2 arrivals pending"},
-        Planted{kProducerSkipsTheEmptyWait, BugKind::kMbarrierMisuse, "producer: arrive",
-                "completed with no thread waiting for it"},
-        Planted{kNamedBarrierCountsDiffer, BugKind::kBarrierDivergence, "consumer: hand-off", "already there expect"}),
-    planted_name);
+    ::testing::Values(Planted{kUseBeforeInit, BugKind::kMbarrierMisuse, "consumer: wait full", "before mbarrier::init",
+                              "UseBeforeInit"},
+                      Planted{kDoubleInit, BugKind::kMbarrierMisuse, "planted: initialised twice",
+                              "initialised already", "DoubleInit"},
+                      Planted{kParityNotFlipped, BugKind::kMbarrierMisuse, "consumer: wait full",
+                              "saw complete already: it returns at once", "ParityNotFlipped"},
+                      // Nobody frees a stage: the producer waits for ever on the second lap.
+                      Planted{kNoConsumerRelease, BugKind::kDeadlock, "consumer: wait full", "2 of 2 arrivals pending",
+                              "NoConsumerRelease"},
+                      Planted{kProducerSkipsTheEmptyWait, BugKind::kMbarrierMisuse, "producer: arrive",
+                              "completed with no thread waiting for it", "ProducerSkipsTheEmptyWait"},
+                      Planted{kNamedBarrierCountsDiffer, BugKind::kBarrierDivergence, "consumer: hand-off",
+                              "already there expect", "NamedBarrierCountsDiffer"}),
+    testing::planted_bug_name);
 
 }  // namespace
 }  // namespace attune

@@ -29,6 +29,16 @@ ATTUNE_DEVICE u32 shared_address_or_none(const void* p) {
 #endif
 }
 
+// Thread 0 (`t`) initialises the barrier at `bar` for `count` arrivals; the
+// block syncs, so every thread sees it initialised.
+ATTUNE_DEVICE void init_barrier_for_block(u64* bar, i32 count, i32 t) {
+  if (t == 0) {
+    dev::mbarrier::init(bar, count);
+    dev::mbarrier::fence_init();
+  }
+  dev::block::sync();
+}
+
 struct MbarrierProbeParams {
   u32* out;  // [2 + 2 * phases] results, then the barrier's shared address
 };
@@ -51,11 +61,7 @@ template <i32 kPhases>
 ATTUNE_KERNEL void mbarrier_probe(MbarrierProbeParams p) {
   u64* bar = dev::shared_memory<u64>();
   const i32 t = dev::linear_thread();
-  if (t == 0) {
-    dev::mbarrier::init(bar, 64);
-    dev::mbarrier::fence_init();
-  }
-  dev::block::sync();
+  init_barrier_for_block(bar, 64, t);
   if (t == 0) {
     // The phase "before the first" (parity 1) counts as complete; phase 0 is not.
     dev::store_global(p.out + 0, dev::mbarrier::try_wait(bar, 1) ? 1U : 0U);
@@ -92,11 +98,7 @@ ATTUNE_KERNEL void tma_probe(const ATTUNE_GRID_CONSTANT TmaProbeParams p) {
   u64* full = reinterpret_cast<u64*>(smem);
   unsigned char* tile = smem + 1024;
   const i32 t = dev::linear_thread();
-  if (t == 0) {
-    dev::mbarrier::init(full, 1);
-    dev::mbarrier::fence_init();
-  }
-  dev::block::sync();
+  init_barrier_for_block(full, 1, t);
   if (t == 0) {
     dev::mbarrier::arrive_expect_tx(full, kTmaProbeTileBytes);
     dev::tma::load(tile, &p.in, full, 0, 0);
@@ -124,11 +126,7 @@ template <i32 kUnused>
 ATTUNE_KERNEL void wait_forever(WaitForeverParams p) {
   u64* bar = dev::shared_memory<u64>();
   const i32 t = dev::linear_thread();
-  if (t == 0) {
-    dev::mbarrier::init(bar, 2);
-    dev::mbarrier::fence_init();
-  }
-  dev::block::sync();
+  init_barrier_for_block(bar, 2, t);
   if (t == 0) dev::mbarrier::arrive(bar);
   dev::mbarrier::wait(bar, 0);
   dev::store_global(p.out + (t), static_cast<u32>(1));

@@ -12,6 +12,19 @@ namespace {
 
 // --- barriers and warp collectives in divergent code ----------------------
 
+// The one report of `kernel` run in `blocks` blocks of `threads` threads,
+// which must fault (a failure and an empty report otherwise).
+emu::BugReport only_report(void (*kernel)(Buffers), i32 blocks, i32 threads) {
+  Fixture f(1, static_cast<std::size_t>(threads));
+  const KernelFault fault =
+      expect_fault(kernel, {.grid = {blocks, 1, 1}, .block = {threads, 1, 1}}, f.params(), f.emulator);
+  if (fault.reports().size() != 1) {
+    ADD_FAILURE() << "expected one report; got " << fault.reports().size() << ":\n" << fault.what();
+    return {};
+  }
+  return fault.reports().front();
+}
+
 ATTUNE_KERNEL void barrier_in_branch(Buffers p) {
   const i32 t = dev::thread_index().x;
   if (t < 64) {
@@ -21,11 +34,7 @@ ATTUNE_KERNEL void barrier_in_branch(Buffers p) {
 }
 
 TEST(SchedulerTest, BarrierInDivergentBranchIsReportedNotAHang) {
-  Fixture f(1, 128);
-  const KernelFault fault =
-      expect_fault(&barrier_in_branch, {.grid = {3, 1, 1}, .block = {128, 1, 1}}, f.params(), f.emulator);
-  ASSERT_EQ(fault.reports().size(), 1U) << fault.what();
-  const emu::BugReport& r = fault.reports().front();
+  const emu::BugReport r = only_report(&barrier_in_branch, 3, 128);
   EXPECT_EQ(r.kind, BugKind::kBarrierDivergence);
   EXPECT_EQ(r.block.x, 0);  // the first block stops the launch
   EXPECT_NE(r.detail.find("threads 0-63 waiting at block::sync"), std::string::npos) << r.detail;
@@ -43,11 +52,7 @@ ATTUNE_KERNEL void barriers_at_two_sites(Buffers p) {
 }
 
 TEST(SchedulerTest, DifferentBarriersInTwoBranchesAreReported) {
-  Fixture f(1, 64);
-  const KernelFault fault =
-      expect_fault(&barriers_at_two_sites, {.grid = {1, 1, 1}, .block = {64, 1, 1}}, f.params(), f.emulator);
-  ASSERT_EQ(fault.reports().size(), 1U) << fault.what();
-  EXPECT_EQ(fault.reports()[0].kind, BugKind::kBarrierDivergence);
+  EXPECT_EQ(only_report(&barriers_at_two_sites, 1, 64).kind, BugKind::kBarrierDivergence);
 }
 
 ATTUNE_KERNEL void shuffle_in_branch(Buffers p) {
@@ -58,11 +63,7 @@ ATTUNE_KERNEL void shuffle_in_branch(Buffers p) {
 }
 
 TEST(SchedulerTest, WarpCollectiveNotReachedByAllLanesIsReported) {
-  Fixture f(1, 64);
-  const KernelFault fault =
-      expect_fault(&shuffle_in_branch, {.grid = {1, 1, 1}, .block = {64, 1, 1}}, f.params(), f.emulator);
-  ASSERT_EQ(fault.reports().size(), 1U) << fault.what();
-  const emu::BugReport& r = fault.reports().front();
+  const emu::BugReport r = only_report(&shuffle_in_branch, 1, 64);
   EXPECT_EQ(r.kind, BugKind::kWarpDivergence);
   EXPECT_NE(r.detail.find("threads 0-15, 32-47 waiting at shfl.sync"), std::string::npos) << r.detail;
   EXPECT_NE(r.detail.find("threads 16-31, 48-63 exited"), std::string::npos) << r.detail;

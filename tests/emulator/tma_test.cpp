@@ -22,6 +22,8 @@
 #include "emulator/emulator.h"
 #include "tests/emulator/planted_report.h"
 #include "tests/emulator/tma_gemm.cuh"
+#include "tests/emulator/tma_gemm_maps.h"
+#include "tests/support/swizzled_tile_map.h"
 
 namespace attune {
 namespace {
@@ -33,17 +35,7 @@ using test_kernels::TmaGemmParams;
 
 alignas(16) const unsigned char kSome[64] = {};
 
-TensorMapSpec valid_map() {
-  TensorMapSpec s;
-  s.address = kSome;
-  s.rank = 2;
-  s.element_bytes = 2;
-  s.dims = {64, 8, 1, 1, 1};
-  s.strides = {128, 0, 0, 0};
-  s.box = {64, 8, 1, 1, 1};
-  s.swizzle = Swizzle::k128B;
-  return s;
-}
+TensorMapSpec valid_map() { return testing::swizzled_tile_map(kSome, 8, 8); }
 
 void expect_refused(const TensorMapSpec& s, const std::string& says) {
   try {
@@ -125,26 +117,8 @@ GemmRun run_tma_gemm(i32 plant) {
       }
     }
   }
-  TmaGemmParams p{};
-  TensorMapSpec ma;
-  ma.address = a.data();
-  ma.dims = {static_cast<u64>(k), 128, 1, 1, 1};
-  ma.strides = {static_cast<u64>(k) * 2, 0, 0, 0};
-  ma.box = {static_cast<u32>(L::kTileK), 128, 1, 1, 1};
-  ma.swizzle = kSwizzle;
-  p.a = encode_emulated_tensor_map(ma);
-  TensorMapSpec mb = ma;
-  mb.address = bt.data();
-  mb.dims[1] = kN;
-  mb.box[1] = kN;
-  p.b = encode_emulated_tensor_map(mb);
-  TensorMapSpec mc;
-  mc.address = run.c.data();
-  mc.element_bytes = 4;
-  mc.dims = {kN, 128, 1, 1, 1};
-  mc.strides = {kN * 4, 0, 0, 0};
-  mc.box = {kN, 64, 1, 1, 1};
-  p.c = encode_emulated_tensor_map(mc);
+  TmaGemmParams p = testing::tma_gemm_maps<kN, kSwizzle>(
+      a.data(), bt.data(), run.c.data(), k, [](const TensorMapSpec& s) { return encode_emulated_tensor_map(s); });
   p.k_tiles = kKTiles;
   p.plant = plant;
   emu::Emulator emulator;

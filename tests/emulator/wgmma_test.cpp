@@ -13,6 +13,7 @@
 
 #include "core/dtype.h"
 #include "emulator/emulator.h"
+#include "tests/emulator/planted_bug.h"
 #include "tests/emulator/planted_report.h"
 #include "tests/emulator/wgmma_gemm.cuh"
 
@@ -92,25 +93,7 @@ TEST(WgmmaEmuTest, TheGemmMatchesFp64InEverySwizzleModeAndOperandForm) {
   expect_matches_fp64<Bf16, 40, Swizzle::k32B, false, true, true>();
 }
 
-struct Planted {
-  i32 plant;
-  BugKind kind;
-  const char* mark;  // the line the report points at
-  const char* says;  // part of its detail
-};
-
-std::string planted_name(const ::testing::TestParamInfo<Planted>& info) {
-  static const char* const kNames[] = {"None",
-                                       "NoProxyFence",
-                                       "NoWgmmaFence",
-                                       "AccumulatorWritten",
-                                       "OperandOverwritten",
-                                       "DivergentDescriptor",
-                                       "IllegalRegisterCount",
-                                       "AccumulatorRead",
-                                       "WarpSkipsWgmma"};
-  return kNames[info.param.plant];
-}
+using Planted = testing::PlantedBug;
 
 class WgmmaPlantedBugTest : public ::testing::TestWithParam<Planted> {};
 
@@ -127,22 +110,23 @@ TEST_P(WgmmaPlantedBugTest, IsReportedWithItsKindAtItsLine) {
 INSTANTIATE_TEST_SUITE_P(
     Detectors, WgmmaPlantedBugTest,
     ::testing::Values(Planted{test_kernels::kPlantNoProxyFence, BugKind::kAsyncProxyOrder, "wgmma: issue (shared)",
-                              "no fence.proxy.async"},
+                              "no fence.proxy.async", "NoProxyFence"},
                       Planted{test_kernels::kPlantNoWgmmaFence, BugKind::kWgmmaOperandInFlight, "wgmma: issue (shared)",
-                              "without a wgmma::fence"},
+                              "without a wgmma::fence", "NoWgmmaFence"},
                       Planted{test_kernels::kPlantAccumulatorWritten, BugKind::kWgmmaOperandInFlight, "wgmma: wait",
-                              "were written while it was in flight"},
+                              "were written while it was in flight", "AccumulatorWritten"},
                       Planted{test_kernels::kPlantOperandOverwritten, BugKind::kAsyncProxyOrder,
-                              "planted: operand overwritten", "operand of a wgmma still in flight"},
+                              "planted: operand overwritten", "operand of a wgmma still in flight",
+                              "OperandOverwritten"},
                       Planted{test_kernels::kPlantDivergentDescriptor, BugKind::kWgmmaDivergence,
-                              "wgmma: issue (shared)", "while thread 0 issues"},
+                              "wgmma: issue (shared)", "while thread 0 issues", "DivergentDescriptor"},
                       Planted{test_kernels::kPlantIllegalRegisterCount, BugKind::kIllegalRegisterCount,
-                              "planted: illegal count", "setmaxnreg.inc 100"},
+                              "planted: illegal count", "setmaxnreg.inc 100", "IllegalRegisterCount"},
                       Planted{test_kernels::kPlantAccumulatorRead, BugKind::kWgmmaOperandInFlight,
-                              "planted: read in flight", "it was read before the wgmma::wait"},
+                              "planted: read in flight", "it was read before the wgmma::wait", "AccumulatorRead"},
                       Planted{test_kernels::kPlantWarpSkipsWgmma, BugKind::kWgmmaDivergence, "wgmma: wait",
-                              "not every thread of the warpgroup executes the wgmma"}),
-    planted_name);
+                              "not every thread of the warpgroup executes the wgmma", "WarpSkipsWgmma"}),
+    testing::planted_bug_name);
 
 }  // namespace
 }  // namespace attune

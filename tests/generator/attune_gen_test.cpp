@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <initializer_list>
 #include <string>
 
 namespace {
@@ -71,73 +72,68 @@ class AttuneGenTest : public ::testing::Test {
   fs::path root_;
 };
 
+// attune-gen accepted the template and printed `summary`.
+void expect_accepted(const GenRun& r, const std::string& summary) {
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find(summary), std::string::npos) << r.output;
+}
+
+// attune-gen rejected the template with each of `diagnostics`.
+void expect_rejected(const GenRun& r, std::initializer_list<const char*> diagnostics) {
+  EXPECT_EQ(r.status, 1) << r.output;
+  for (const char* diagnostic : diagnostics) EXPECT_NE(r.output.find(diagnostic), std::string::npos) << r.output;
+}
+
 // Line numbers in probe.cuh: the body starts on line 15 when `extra` is empty.
 TEST_F(AttuneGenTest, CleanTemplatePasses) {
-  const GenRun r = check(
-      "  float acc[4];\n  ATTUNE_UNROLL\n  for (int i = 0; i < 4; ++i) acc[i] = 0.0f;\n"
-      "  dev::block::sync();\n  dev::store_global(p.out, acc[0] + acc[3]);");
-  EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("attune::probe (1 tunables"), std::string::npos) << r.output;
+  expect_accepted(check("  float acc[4];\n  ATTUNE_UNROLL\n  for (int i = 0; i < 4; ++i) acc[i] = 0.0f;\n"
+                        "  dev::block::sync();\n  dev::store_global(p.out, acc[0] + acc[3]);"),
+                  "attune::probe (1 tunables");
 }
 
 TEST_F(AttuneGenTest, StaticSharedArrayIsRejected) {
-  const GenRun r = check("  __shared__ float tile[kTile];\n  dev::store_shared(tile, 1.0f);");
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("probe.cuh:15:20: error: static __shared__ variable 'tile'"), std::string::npos) << r.output;
+  expect_rejected(check("  __shared__ float tile[kTile];\n  dev::store_shared(tile, 1.0f);"),
+                  {"probe.cuh:15:20: error: static __shared__ variable 'tile'"});
 }
 
 TEST_F(AttuneGenTest, InlineAsmIsRejected) {
-  const GenRun r = check("  asm volatile(\"bar.sync 0;\");");
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("probe.cuh:15:3: error: inline asm outside templates/primitives/"), std::string::npos)
-      << r.output;
+  expect_rejected(check("  asm volatile(\"bar.sync 0;\");"),
+                  {"probe.cuh:15:3: error: inline asm outside templates/primitives/"});
 }
 
 TEST_F(AttuneGenTest, HardwareIntrinsicsOutsidePrimitivesAreRejected) {
-  const GenRun r =
-      check("  __syncthreads();\n  float x = __shfl_xor_sync(0xffffffffu, 1.0f, 1);\n  dev::store_global(p.out, x);");
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("probe.cuh:15:3: error: call to '__syncthreads' outside templates/primitives/"),
-            std::string::npos)
-      << r.output;
-  EXPECT_NE(r.output.find("probe.cuh:16:13: error: call to '__shfl_xor_sync'"), std::string::npos) << r.output;
+  expect_rejected(
+      check("  __syncthreads();\n  float x = __shfl_xor_sync(0xffffffffu, 1.0f, 1);\n  dev::store_global(p.out, x);"),
+      {"probe.cuh:15:3: error: call to '__syncthreads' outside templates/primitives/",
+       "probe.cuh:16:13: error: call to '__shfl_xor_sync'"});
 }
 
 TEST_F(AttuneGenTest, RuntimeIndexedRegisterArrayIsRejected) {
-  const GenRun r = check(
-      "  float acc[4] = {0, 0, 0, 0};\n  const int lane = dev::lane_id();\n"
-      "  dev::store_global(p.out, acc[lane % 4]);");
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("probe.cuh:17:32: error: register array indexed by 'lane'"), std::string::npos) << r.output;
+  expect_rejected(check("  float acc[4] = {0, 0, 0, 0};\n  const int lane = dev::lane_id();\n"
+                        "  dev::store_global(p.out, acc[lane % 4]);"),
+                  {"probe.cuh:17:32: error: register array indexed by 'lane'"});
 }
 
 TEST_F(AttuneGenTest, LoopWithoutUnrollIsRejected) {
-  const GenRun r =
-      check("  float acc[4];\n  for (int i = 0; i < 4; ++i) acc[i] = 0.0f;\n  dev::store_global(p.out, acc[0]);");
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("probe.cuh:16:35: error: register array indexed by 'i'"), std::string::npos) << r.output;
+  expect_rejected(
+      check("  float acc[4];\n  for (int i = 0; i < 4; ++i) acc[i] = 0.0f;\n  dev::store_global(p.out, acc[0]);"),
+      {"probe.cuh:16:35: error: register array indexed by 'i'"});
 }
 
 TEST_F(AttuneGenTest, RawPointerAccessIsRejected) {
-  const GenRun r = check("  p.out[0] = 1.0f;\n  *p.out = 2.0f;");
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("probe.cuh:15:3: error: memory accessed through a raw pointer subscript"), std::string::npos)
-      << r.output;
-  EXPECT_NE(r.output.find("probe.cuh:16:3: error: memory accessed through a raw pointer"), std::string::npos)
-      << r.output;
+  expect_rejected(check("  p.out[0] = 1.0f;\n  *p.out = 2.0f;"),
+                  {"probe.cuh:15:3: error: memory accessed through a raw pointer subscript",
+                   "probe.cuh:16:3: error: memory accessed through a raw pointer"});
 }
 
 TEST_F(AttuneGenTest, TunableAsRuntimeArgumentIsRejected) {
-  const GenRun r = check("  dev::store_global(p.out, 1.0f);", "", "int tile; ");
-  EXPECT_EQ(r.status, 1) << r.output;
-  EXPECT_NE(r.output.find("error: field 'tile' of attune::ProbeParams carries tunable kTile"), std::string::npos)
-      << r.output;
+  expect_rejected(check("  dev::store_global(p.out, 1.0f);", "", "int tile; "),
+                  {"error: field 'tile' of attune::ProbeParams carries tunable kTile"});
 }
 
 TEST_F(AttuneGenTest, RealTemplatesPass) {
-  const GenRun r = run(gen_command(ATTUNE_SOURCE_DIR, std::string(ATTUNE_SOURCE_DIR) + "/templates/flash_fwd.cuh"));
-  EXPECT_EQ(r.status, 0) << r.output;
-  EXPECT_NE(r.output.find("attune::flash_fwd (7 tunables"), std::string::npos) << r.output;
+  expect_accepted(run(gen_command(ATTUNE_SOURCE_DIR, std::string(ATTUNE_SOURCE_DIR) + "/templates/flash_fwd.cuh")),
+                  "attune::flash_fwd (7 tunables");
 }
 
 }  // namespace

@@ -314,19 +314,25 @@ const Variant& mutant_variant() {
   return kMutant;
 }
 
-TEST(FlashBwdPlantedBugTest, DroppingDFromDsFailsTheRule) {
-  const BackwardInputs in = testing::make_backward_inputs(testing::odd_length_families(DType::kBF16, 32, 24)[1]);
+// The real main kernel passes the gradient rule through the mutants' harness
+// and `mutant` fails it; returns why it failed.
+template <class RealParams, class MutantParams>
+std::string why_the_mutant_fails(const BackwardInputs& in, DType dtype, void (*real)(RealParams),
+                                 void (*mutant)(MutantParams)) {
   const Expected e = expected(in);
   std::string why;
-  // The real kernel through the same harness passes...
-  EXPECT_TRUE(
-      within_gradient_rule(run_with_main_kernel(in, mutant_variant(), &flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16, 0, 0>),
-                           e.want, e.naive, DType::kBF16, 3.0, &why))
+  EXPECT_TRUE(within_gradient_rule(run_with_main_kernel(in, mutant_variant(), real), e.want, e.naive, dtype, 3.0, &why))
       << why;
-  // ... and dS = P dP instead of P (dP - D) does not (dV stays right).
-  const ReferenceGradients bad =
-      run_with_main_kernel(in, mutant_variant(), &no_row_d::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16, 0, 0>);
-  EXPECT_FALSE(within_gradient_rule(bad, e.want, e.naive, DType::kBF16, 3.0, &why));
+  const ReferenceGradients bad = run_with_main_kernel(in, mutant_variant(), mutant);
+  EXPECT_FALSE(within_gradient_rule(bad, e.want, e.naive, dtype, 3.0, &why));
+  return why;
+}
+
+TEST(FlashBwdPlantedBugTest, DroppingDFromDsFailsTheRule) {
+  const BackwardInputs in = testing::make_backward_inputs(testing::odd_length_families(DType::kBF16, 32, 24)[1]);
+  // dS = P dP instead of P (dP - D): dQ and dK go wrong, dV stays right.
+  const std::string why = why_the_mutant_fails(in, DType::kBF16, &flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16, 0, 0>,
+                                               &no_row_d::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16, 0, 0>);
   EXPECT_NE(why.find("dQ error"), std::string::npos) << why;
   EXPECT_NE(why.find("dK error"), std::string::npos) << why;
   EXPECT_EQ(why.find("dV error"), std::string::npos) << why;
@@ -337,16 +343,9 @@ TEST(FlashBwdPlantedBugTest, MaskOffByOneFailsTheRule) {
   // neighbour.
   const testing::Family family = testing::seed_families(DType::kF16)[1];
   ASSERT_EQ(family.name, "square_causal");
-  const BackwardInputs in = testing::make_backward_inputs(family);
-  const Expected e = expected(in);
-  std::string why;
-  EXPECT_TRUE(
-      within_gradient_rule(run_with_main_kernel(in, mutant_variant(), &flash_bwd<32, 64, 32, 2, 2, 2, 1, Fp16, 0, 0>),
-                           e.want, e.naive, DType::kF16, 3.0, &why))
-      << why;
-  const ReferenceGradients bad =
-      run_with_main_kernel(in, mutant_variant(), &mask_off_by_one::flash_bwd<32, 64, 32, 2, 2, 2, 1, Fp16, 0, 0>);
-  EXPECT_FALSE(within_gradient_rule(bad, e.want, e.naive, DType::kF16, 3.0, &why));
+  const std::string why = why_the_mutant_fails(testing::make_backward_inputs(family), DType::kF16,
+                                               &flash_bwd<32, 64, 32, 2, 2, 2, 1, Fp16, 0, 0>,
+                                               &mask_off_by_one::flash_bwd<32, 64, 32, 2, 2, 2, 1, Fp16, 0, 0>);
   EXPECT_NE(why.find("dV error"), std::string::npos) << why;
 }
 

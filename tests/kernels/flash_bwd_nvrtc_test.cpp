@@ -20,23 +20,15 @@
 namespace attune {
 namespace {
 
-using Case = testing::NvrtcCase;
-
-class FlashBwdNvrtcTest : public ::testing::TestWithParam<Case> {};
+class FlashBwdNvrtcTest : public ::testing::TestWithParam<testing::NvrtcCase> {};
 
 TEST_P(FlashBwdNvrtcTest, EveryVariantCompiles) { testing::sweep_op(GetParam(), "bwd"); }
 
 INSTANTIATE_TEST_SUITE_P(Bwd, FlashBwdNvrtcTest, testing::nvrtc_cases(), testing::nvrtc_case_name);
 
 TEST(FlashBwdNvrtcTest, RowKernelsCompile) {
-  for (const char* arch : {"sm_80", "sm_90a"}) {
-    for (DType dtype : {DType::kF16, DType::kBF16}) {
-      const testing::SweepSummary summary =
-          testing::compile_sweep({bwd_preprocess_variant(), bwd_dq_convert_variant()}, dtype, arch, "flash_bwd.cu");
-      EXPECT_EQ(summary.compiled, 2) << arch << " " << to_string(dtype);
-      EXPECT_EQ(summary.spilling, 0) << arch << " " << to_string(dtype);
-    }
-  }
+  testing::expect_compiled_everywhere_without_spills({bwd_preprocess_variant(), bwd_dq_convert_variant()},
+                                                     "flash_bwd.cu");
 }
 
 // The variants of tests/kernels/data/bwd_spills_before_swizzle.txt, each

@@ -15,9 +15,7 @@
 namespace attune {
 namespace {
 
-using Case = testing::NvrtcCase;
-
-class FlashDecodeNvrtcTest : public ::testing::TestWithParam<Case> {};
+class FlashDecodeNvrtcTest : public ::testing::TestWithParam<testing::NvrtcCase> {};
 
 TEST_P(FlashDecodeNvrtcTest, EveryVariantAndTheCombineCompile) {
   testing::sweep_op(GetParam(), "decode", {decode_combine_variant()});
@@ -26,14 +24,7 @@ TEST_P(FlashDecodeNvrtcTest, EveryVariantAndTheCombineCompile) {
 INSTANTIATE_TEST_SUITE_P(Decode, FlashDecodeNvrtcTest, testing::nvrtc_cases(), testing::nvrtc_case_name);
 
 TEST(ServingKernelsNvrtcTest, MergeStatesAndKvAppendCompileWithoutSpills) {
-  for (const char* arch : {"sm_80", "sm_90a"}) {
-    for (DType dtype : {DType::kF16, DType::kBF16}) {
-      const testing::SweepSummary summary =
-          testing::compile_sweep({merge_states_variant(), kv_append_variant()}, dtype, arch, "serving.cu");
-      EXPECT_EQ(summary.compiled, 2) << arch << " " << to_string(dtype);
-      EXPECT_EQ(summary.spilling, 0) << arch << " " << to_string(dtype);
-    }
-  }
+  testing::expect_compiled_everywhere_without_spills({merge_states_variant(), kv_append_variant()}, "serving.cu");
 }
 
 }  // namespace

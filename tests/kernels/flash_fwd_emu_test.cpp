@@ -30,18 +30,14 @@ void check_families(const Variant& variant, const std::vector<testing::Family>& 
 
 // Chunked prefill over a paged cache (pages of 16, so every key tile
 // crosses pages; a shuffled block table): packed query chunks of 70 and 3
-// rows, bottom-right causal against caches of 203 and 77 keys, GQA, Dk != Dv.
+// rows, bottom-right causal against decode's covering-set caches (203 and 77
+// keys, GQA, Dk != Dv).
 testing::Inputs paged_chunks(DType dtype, int head_dim) {
-  return testing::make_decode_inputs({.name = "chunks_over_paged16",
-                                      .batch = 2,
-                                      .heads_q = 4,
-                                      .heads_kv = 2,
-                                      .head_dim_k = head_dim,
-                                      .head_dim_v = head_dim - 8,
-                                      .cache_seqlens = {203, 77},
-                                      .page_size = 16,
-                                      .query_lens = {70, 3},
-                                      .dtype = dtype});
+  testing::DecodeCase chunks = testing::paged_odd_case(head_dim);
+  chunks.name = "chunks_over_paged16";
+  chunks.query_lens = {70, 3};
+  chunks.dtype = dtype;
+  return testing::make_decode_inputs(chunks);
 }
 
 std::vector<Variant> covering_set() { return testing::covering_set(require_arch("sm_90a")); }
@@ -54,14 +50,9 @@ class CoveringSetTest : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(CoveringSetTest, MatchesReferenceOnSeedAndOddLengthFamilies) {
   const Variant& variant = GetParam();
-  // Both dtypes across the set, by the variant's place in it.
-  const DType dtype = testing::dtype_by_place(covering_set(), variant);
-  check_families(variant, testing::seed_families(dtype));
-  // Head dims that fill the bucket on one side and not on the other (Dk != Dv).
-  const int d = variant.values.front();
-  check_families(variant, testing::odd_length_families(dtype, d, d - 8));
+  const DType dtype = testing::check_covering_families(covering_set(), variant, check_families);
   // The same kernel reading a paged cache through its block table.
-  const testing::Inputs paged = paged_chunks(dtype, d);
+  const testing::Inputs paged = paged_chunks(dtype, variant.values.front());
   testing::expect_forward_matches_reference(with_problem_features(variant, paged.problem), paged,
                                             "chunks over a paged cache");
 }

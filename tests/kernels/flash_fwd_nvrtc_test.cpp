@@ -12,9 +12,7 @@
 namespace attune {
 namespace {
 
-using Case = testing::NvrtcCase;
-
-class FlashFwdNvrtcTest : public ::testing::TestWithParam<Case> {};
+class FlashFwdNvrtcTest : public ::testing::TestWithParam<testing::NvrtcCase> {};
 
 TEST_P(FlashFwdNvrtcTest, EveryVariantCompiles) { testing::sweep_op(GetParam(), "fwd"); }
 

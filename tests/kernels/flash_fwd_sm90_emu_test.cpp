@@ -43,11 +43,7 @@ TEST(FlashFwdSm90EmuTest, CoveringSetCoversEveryTunableValue) {
 class Sm90CoveringSetTest : public ::testing::TestWithParam<Variant> {};
 
 TEST_P(Sm90CoveringSetTest, MatchesReferenceOnSeedAndOddLengthFamilies) {
-  const Variant& variant = GetParam();
-  const DType dtype = testing::dtype_by_place(covering_set(), variant);
-  check_families(variant, testing::seed_families(dtype));
-  const int d = variant.values.front();
-  check_families(variant, testing::odd_length_families(dtype, d, d - 8));
+  testing::check_covering_families(covering_set(), GetParam(), check_families);
 }
 
 INSTANTIATE_TEST_SUITE_P(Variants, Sm90CoveringSetTest, ::testing::ValuesIn(covering_set()),

@@ -66,29 +66,22 @@ TEST(VariantsTest, HeadDimBucketHoldsTheLargerHeadDim) {
 }
 
 TEST(VariantsTest, BadIdsAreRejectedWithTheReason) {
-  EXPECT_NE(testing::error_of<InvalidArgument>([] { parse_variant_id("flash_fwd"); }).find("no '/'"),
-            std::string::npos);
-  EXPECT_NE(testing::error_of<InvalidArgument>([] {
-              parse_variant_id("flash_nope/d64");
-            }).find("unknown kernel 'flash_nope'"),
-            std::string::npos);
-  EXPECT_NE(testing::error_of<InvalidArgument>([] {
-              parse_variant_id("flash_fwd/d64.bm96.bn64.wm4.wn1.st2");
-            }).find("'bm96'; expected bm followed by one of {64, 128}"),
-            std::string::npos);
-  EXPECT_NE(testing::error_of<InvalidArgument>([] {
-              parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1");
-            }).find("missing st; expected st followed by one of {1, 2, 3, 4}"),
-            std::string::npos);
-  EXPECT_NE(testing::error_of<InvalidArgument>([] {
-              parse_variant_id("flash_fwd/d64.bm64.bn64.wm4.wn1.st2.qr0.x1");
-            }).find("trailing 'x1'"),
-            std::string::npos);
-  // 8 warps of 8 rows: not a multiple of the 16-row mma tile.
-  EXPECT_NE(testing::error_of<InvalidArgument>([] {
-              parse_variant_id("flash_fwd/d64.bm64.bn64.wm8.wn1.st2.qr0");
-            }).find("break the template's constraints"),
-            std::string::npos);
+  const struct {
+    const char* id;
+    const char* reason;
+  } bad_ids[] = {
+      {"flash_fwd", "no '/'"},
+      {"flash_nope/d64", "unknown kernel 'flash_nope'"},
+      {"flash_fwd/d64.bm96.bn64.wm4.wn1.st2", "'bm96'; expected bm followed by one of {64, 128}"},
+      {"flash_fwd/d64.bm64.bn64.wm4.wn1", "missing st; expected st followed by one of {1, 2, 3, 4}"},
+      {"flash_fwd/d64.bm64.bn64.wm4.wn1.st2.qr0.x1", "trailing 'x1'"},
+      // 8 warps of 8 rows: not a multiple of the 16-row mma tile.
+      {"flash_fwd/d64.bm64.bn64.wm8.wn1.st2.qr0", "break the template's constraints"},
+  };
+  for (const auto& bad : bad_ids) {
+    EXPECT_NE(testing::error_of<InvalidArgument>([&] { parse_variant_id(bad.id); }).find(bad.reason), std::string::npos)
+        << bad.id;
+  }
   EXPECT_NE(testing::error_of<InvalidArgument>([] {
               kernel_for_op("bwd2");
             }).find("--op: got 'bwd2'; expected fwd, decode or bwd"),

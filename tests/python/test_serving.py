@@ -16,6 +16,7 @@ import attune
 from conftest import assert_accurate, naive, randn, reference, rope, tables
 
 FAKE = os.environ.get("ATTUNE_FAKE_LIBCUDA", "")
+needs_fake = pytest.mark.skipif(not FAKE, reason="ATTUNE_FAKE_LIBCUDA names no fake driver")
 
 
 def paged_cache(k, v, page, seed=0):
@@ -96,12 +97,19 @@ def _run_on_fake(code, extra_env=None):
                           timeout=600)
 
 
-@pytest.mark.skipif(not FAKE, reason="ATTUNE_FAKE_LIBCUDA names no fake driver")
-def test_repeated_calls_on_the_cuda_path_only_launch():
-    r = _run_on_fake("""
+def _count_on_fake(code):
+    """_run_on_fake with `fake`, the fake driver's library (its call counts
+    as longs), and ctypes, os, torch and attune imported before `code`."""
+    return _run_on_fake(textwrap.dedent("""
         import ctypes, os, torch, attune
         fake = ctypes.CDLL(os.environ["ATTUNE_LIBCUDA"])
         fake.attune_fake_count.restype = ctypes.c_long
+    """) + textwrap.dedent(code))
+
+
+@needs_fake
+def test_repeated_calls_on_the_cuda_path_only_launch():
+    r = _count_on_fake("""
         q = torch.zeros(2, 64, 8, 64, dtype=torch.bfloat16)
         k = torch.zeros(2, 64, 2, 64, dtype=torch.bfloat16)
         attune.flash_attn_func(q, k, k, causal=True)  # plans: compiles and loads
@@ -122,7 +130,7 @@ def test_repeated_calls_on_the_cuda_path_only_launch():
         f"{calls} driver calls ({encodes} encodes) for 5 launches (null stream: + one context query)")
 
 
-@pytest.mark.skipif(not FAKE, reason="ATTUNE_FAKE_LIBCUDA names no fake driver")
+@needs_fake
 def test_a_sticky_cuda_error_is_a_cuda_error_with_sticky():
     r = _run_on_fake("""
         import torch, attune
@@ -142,15 +150,12 @@ def test_a_sticky_cuda_error_is_a_cuda_error_with_sticky():
     assert second == first, "every later call fails with the first sticky error"
 
 
-@pytest.mark.skipif(not FAKE, reason="ATTUNE_FAKE_LIBCUDA names no fake driver")
+@needs_fake
 def test_a_call_past_its_block_table_launches_nothing():
     # Host lengths are checked before any launch, on every paged path:
     # flash_attn_with_kvcache (attending, appending), varlen over pages,
     # BatchDecode (attending, appending).
-    r = _run_on_fake("""
-        import ctypes, os, torch, attune
-        fake = ctypes.CDLL(os.environ["ATTUNE_LIBCUDA"])
-        fake.attune_fake_count.restype = ctypes.c_long
+    r = _count_on_fake("""
         q = torch.zeros(2, 1, 2, 64, dtype=torch.bfloat16)
         kc = torch.zeros(8, 16, 1, 64, dtype=torch.bfloat16)
         table = torch.tensor([[0, 1, 2], [3, 4, 5]], dtype=torch.int32)
@@ -190,16 +195,13 @@ def test_a_call_past_its_block_table_launches_nothing():
     assert all("block_table" in m for m in messages), messages
 
 
-@pytest.mark.skipif(not FAKE, reason="ATTUNE_FAKE_LIBCUDA names no fake driver")
+@needs_fake
 def test_an_appending_step_is_two_launches_and_nothing_else():
     # flash-attn appends inside its attention kernel; attune launches the
     # small kv_append kernel first: two launches per step, no allocation, copy
     # or synchronization in a planned run, the first one included (plan()
     # loads both kernels).
-    r = _run_on_fake("""
-        import ctypes, os, torch, attune
-        fake = ctypes.CDLL(os.environ["ATTUNE_LIBCUDA"])
-        fake.attune_fake_count.restype = ctypes.c_long
+    r = _count_on_fake("""
         fake.attune_fake_total.restype = ctypes.c_long
         count = lambda name: fake.attune_fake_count(name.encode())
         q = torch.zeros(2, 1, 4, 64, dtype=torch.bfloat16)

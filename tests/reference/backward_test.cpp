@@ -135,6 +135,20 @@ struct Case {
 
 AttentionProblem problem_of(const Case& c) { return make_problem(c.q_shape, c.k_shape, c.v_shape, c.options); }
 
+// Three packed sequences (3, 5 and 1 queries over 5, 2 and 6 keys, keeping
+// 4, 2 and 5 of them), bottom-right causal: sequence 1 has 5 queries on 2 keys.
+Case packed_varlen_causal_padding(std::string name, const ScoreModifiers& modifiers = {}) {
+  return {std::move(name),
+          {9, 2, 4},
+          {13, 1, 4},
+          {13, 1, 3},
+          {.mask = Mask::causal_bottom_right(),
+           .seqlens_k = {4, 2, 5},
+           .cu_seqlens_q = {0, 3, 8, 9},
+           .cu_seqlens_k = {0, 5, 7, 13},
+           .modifiers = modifiers}};
+}
+
 std::vector<Case> finite_difference_cases() {
   std::vector<Case> c;
   c.push_back({"no_mask", {2, 4, 2, 5}, {2, 6, 2, 5}, {2, 6, 2, 5}, {}});
@@ -165,14 +179,7 @@ std::vector<Case> finite_difference_cases() {
                {13, 2, 4},
                {13, 2, 3},
                {.scale = 0.35, .cu_seqlens_q = {0, 3, 8, 9}, .cu_seqlens_k = {0, 5, 7, 13}}});
-  c.push_back({"packed_varlen_causal_padding",
-               {9, 2, 4},
-               {13, 1, 4},
-               {13, 1, 3},
-               {.mask = Mask::causal_bottom_right(),
-                .seqlens_k = {4, 2, 5},
-                .cu_seqlens_q = {0, 3, 8, 9},
-                .cu_seqlens_k = {0, 5, 7, 13}}});
+  c.push_back(packed_varlen_causal_padding("packed_varlen_causal_padding"));
   c.push_back({"gqa_4_to_2", {2, 5, 4, 4}, {2, 6, 2, 4}, {2, 6, 2, 4}, {.mask = Mask::causal_bottom_right()}});
   c.push_back({"mqa_4_to_1", {1, 5, 4, 3}, {1, 7, 1, 3}, {1, 7, 1, 5}, {.scale = 0.8}});
   c.push_back({"dk_above_dv", {1, 5, 2, 8}, {1, 6, 2, 8}, {1, 6, 2, 2}, {.mask = Mask::window(1, 1)}});
@@ -180,29 +187,48 @@ std::vector<Case> finite_difference_cases() {
   return c;
 }
 
-TEST(BackwardTest, MatchesFiniteDifferencesOfTheForward) {
-  unsigned seed = 1;
-  for (const Case& c : finite_difference_cases()) {
+// Each case's gradients, on random tensors seeded from `first_seed` up,
+// against finite differences of the forward; dsink holds one value per query
+// head where the case has sinks and none otherwise.
+void expect_finite_differences_match(const std::vector<Case>& cases, unsigned first_seed) {
+  unsigned seed = first_seed;
+  for (const Case& c : cases) {
     const AttentionProblem p = problem_of(c);
     const Tensors t = random_tensors(p, seed++);
-    const std::vector<std::string> bad = finite_difference_mismatches(p, t, backward(p, t));
+    const ReferenceGradients g = backward(p, t);
+    EXPECT_EQ(g.dsink.size(), p.modifiers.sinks ? at(p.heads_q) : 0U) << c.name;
+    const std::vector<std::string> bad = finite_difference_mismatches(p, t, g);
     EXPECT_TRUE(bad.empty()) << c.name << ": " << bad.size() << " mismatches, first " << bad.front();
   }
 }
 
+TEST(BackwardTest, MatchesFiniteDifferencesOfTheForward) {
+  expect_finite_differences_match(finite_difference_cases(), 1);
+}
+
+// The finite-difference check of one case: its problem, random tensors and
+// their right gradients (which tests break to see the check fail).
+struct GradientCheck {
+  GradientCheck(const Case& c, unsigned seed) : p(problem_of(c)), t(random_tensors(p, seed)), right(backward(p, t)) {}
+  std::vector<std::string> mismatches(const ReferenceGradients& g) const {
+    return finite_difference_mismatches(p, t, g);
+  }
+  AttentionProblem p;
+  Tensors t;
+  ReferenceGradients right;
+};
+
 TEST(BackwardTest, FiniteDifferenceCheckCatchesWrongGradients) {
-  const AttentionProblem p = problem_of(finite_difference_cases()[1]);  // causal, scale 1.7
-  const Tensors t = random_tensors(p, 99);
-  const ReferenceGradients right = backward(p, t);
-  ASSERT_TRUE(finite_difference_mismatches(p, t, right).empty());
+  const GradientCheck check(finite_difference_cases()[1], 99);  // causal, scale 1.7
+  ASSERT_TRUE(check.mismatches(check.right).empty());
 
-  ReferenceGradients unscaled = right;  // dq without its factor scale
-  for (double& x : unscaled.dq) x /= p.softmax_scale();
-  EXPECT_FALSE(finite_difference_mismatches(p, t, unscaled).empty());
+  ReferenceGradients unscaled = check.right;  // dq without its factor scale
+  for (double& x : unscaled.dq) x /= check.p.softmax_scale();
+  EXPECT_FALSE(check.mismatches(unscaled).empty());
 
-  ReferenceGradients nudged = right;  // one element off by 1e-4
+  ReferenceGradients nudged = check.right;  // one element off by 1e-4
   nudged.dv[5] += 1e-4;
-  const std::vector<std::string> bad = finite_difference_mismatches(p, t, nudged);
+  const std::vector<std::string> bad = check.mismatches(nudged);
   ASSERT_EQ(bad.size(), 1U);
   EXPECT_EQ(bad[0].rfind("dv[5]", 0), 0U) << bad[0];
 }
@@ -352,15 +378,8 @@ std::vector<Case> modifier_cases() {
                {2, 7, 2, 4},
                {2, 7, 2, 3},
                {.mask = Mask::causal_bottom_right(), .scale = 0.8, .modifiers = all}});
-  c.push_back({"all_packed_varlen_causal_padding",  // sequence 1: 5 queries on 2 keys
-               {9, 2, 4},
-               {13, 1, 4},
-               {13, 1, 3},
-               {.mask = Mask::causal_bottom_right(),
-                .seqlens_k = {4, 2, 5},
-                .cu_seqlens_q = {0, 3, 8, 9},
-                .cu_seqlens_k = {0, 5, 7, 13},
-                .modifiers = {.softcap = 0.8, .sinks = true, .alibi = AlibiSlopes::kPerBatchHead}}});
+  c.push_back(packed_varlen_causal_padding("all_packed_varlen_causal_padding",
+                                           {.softcap = 0.8, .sinks = true, .alibi = AlibiSlopes::kPerBatchHead}));
   c.push_back({"all_packed_varlen",
                {9, 4, 4},
                {13, 2, 4},
@@ -385,15 +404,7 @@ std::vector<Case> modifier_cases() {
 }
 
 TEST(BackwardModifiersTest, MatchesFiniteDifferencesOfTheForward) {
-  unsigned seed = 31;
-  for (const Case& c : modifier_cases()) {
-    const AttentionProblem p = problem_of(c);
-    const Tensors t = random_tensors(p, seed++);
-    const ReferenceGradients g = backward(p, t);
-    EXPECT_EQ(g.dsink.size(), p.modifiers.sinks ? at(p.heads_q) : 0U) << c.name;
-    const std::vector<std::string> bad = finite_difference_mismatches(p, t, g);
-    EXPECT_TRUE(bad.empty()) << c.name << ": " << bad.size() << " mismatches, first " << bad.front();
-  }
+  expect_finite_differences_match(modifier_cases(), 31);
 }
 
 TEST(BackwardModifiersTest, DsinkIsEmptyWithoutSinks) {
@@ -411,24 +422,22 @@ TEST(BackwardModifiersTest, DsinkIsEmptyWithoutSinks) {
 // the wrong sign, and gradients that ignore the chain rule through tanh (those
 // of the same problem without softcap), are both reported.
 TEST(BackwardModifiersTest, FiniteDifferenceCheckCatchesWrongModifierGradients) {
-  const AttentionProblem p = problem_of(modifier_cases()[0]);
-  const Tensors t = random_tensors(p, 77);
-  const ReferenceGradients right = backward(p, t);
-  ASSERT_TRUE(finite_difference_mismatches(p, t, right).empty());
+  const GradientCheck check(modifier_cases()[0], 77);
+  ASSERT_TRUE(check.mismatches(check.right).empty());
 
-  ReferenceGradients flipped = right;
+  ReferenceGradients flipped = check.right;
   for (double& x : flipped.dsink) x = -x;
-  const std::vector<std::string> bad = finite_difference_mismatches(p, t, flipped);
+  const std::vector<std::string> bad = check.mismatches(flipped);
   ASSERT_EQ(bad.size(), flipped.dsink.size());
   EXPECT_EQ(bad[0].rfind("dsink[0]", 0), 0U) << bad[0];
 
-  AttentionProblem uncapped = p;
+  AttentionProblem uncapped = check.p;
   uncapped.modifiers.softcap = 0;
-  EXPECT_FALSE(finite_difference_mismatches(p, t, backward(uncapped, t)).empty());
+  EXPECT_FALSE(check.mismatches(backward(uncapped, check.t)).empty());
 
-  ReferenceGradients no_dsink = right;
+  ReferenceGradients no_dsink = check.right;
   no_dsink.dsink.clear();
-  EXPECT_FALSE(finite_difference_mismatches(p, t, no_dsink).empty());
+  EXPECT_FALSE(check.mismatches(no_dsink).empty());
 }
 
 TEST(BackwardModifiersTest, StorageOverloadPassesModifiers) {

@@ -96,6 +96,30 @@ attune_problem c_problem_of(const AttentionProblem& ref) {
   return p;
 }
 
+// The C API's output (storage bits and float LSE) in the reference's form.
+ReferenceOutput output_of(const AttentionProblem& ref, const std::vector<std::uint16_t>& o,
+                          const std::vector<float>& lse) {
+  ReferenceOutput got;
+  for (std::uint16_t bits : o) got.o.push_back(bits_to_float(ref.dtype, bits));
+  got.lse.assign(lse.begin(), lse.end());
+  return got;
+}
+
+// Decodes `in` through the C API with `splits` and holds the result to the
+// accuracy rule against `ref` (the problem with its modifiers, if any).
+void expect_accurate_decode(attune_runtime* rt, const attune_problem& p, int splits, const testing::Inputs& in,
+                            const AttentionProblem& ref, const ModifierTensors& tensors = {}) {
+  std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(ref)));
+  std::vector<float> lse(static_cast<std::size_t>(lse_extent(ref)));
+  ASSERT_EQ(attune_decode(rt, &p, splits, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), nullptr),
+            ATTUNE_OK)
+      << attune_last_error();
+  const ReferenceOutput want = reference_forward(ref, in.q.data(), in.k.data(), in.v.data(), tensors);
+  const ReferenceOutput naive = naive_storage_attention(ref, in.q.data(), in.k.data(), in.v.data(), tensors);
+  std::string why;
+  EXPECT_TRUE(within_accuracy_rule(output_of(ref, o, lse), want, naive, 2.0, &why)) << splits << " splits: " << why;
+}
+
 TEST(CApiTest, DecodeReadsAPagedCacheThroughTheBlockTable) {
   attune_runtime* rt = nullptr;
   ASSERT_EQ(attune_runtime_create("emu", 0, &rt), ATTUNE_OK) << attune_last_error();
@@ -114,19 +138,7 @@ TEST(CApiTest, DecodeReadsAPagedCacheThroughTheBlockTable) {
   p.block_table = ref.block_table.data();
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(ref)));
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(ref)));
-  for (int splits : {0, 3}) {
-    ASSERT_EQ(attune_decode(rt, &p, splits, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), nullptr),
-              ATTUNE_OK)
-        << attune_last_error();
-    ReferenceOutput got;
-    for (std::uint16_t bits : o) got.o.push_back(bits_to_float(ref.dtype, bits));
-    got.lse.assign(lse.begin(), lse.end());
-    const ReferenceOutput want = reference_forward(ref, in.q.data(), in.k.data(), in.v.data());
-    std::string why;
-    EXPECT_TRUE(
-        within_accuracy_rule(got, want, naive_storage_attention(ref, in.q.data(), in.k.data(), in.v.data()), 2.0, &why))
-        << splits << " splits: " << why;
-  }
+  for (int splits : {0, 3}) ASSERT_NO_FATAL_FAILURE(expect_accurate_decode(rt, p, splits, in, ref));
   p.max_pages = 0;  // inconsistent paging
   EXPECT_EQ(attune_decode(rt, &p, 0, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), nullptr),
             ATTUNE_ERROR_INVALID_ARGUMENT);
@@ -184,11 +196,9 @@ TEST(CApiTest, APlanRunsVarlenQueriesOverAPagedCache) {
   b.lse = lse.data();
   const attune_metadata m{ref.cu_seqlens_q.data(), nullptr, ref.seqlens_k.data(), ref.block_table.data(), -1};
   ASSERT_EQ(attune_plan_run(rt, plan, &b, &m, workspace.data(), bytes, nullptr), ATTUNE_OK) << attune_last_error();
-  ReferenceOutput got;
-  for (std::uint16_t bits : o) got.o.push_back(bits_to_float(ref.dtype, bits));
-  got.lse.assign(lse.begin(), lse.end());
   std::string why;
-  EXPECT_TRUE(within_accuracy_rule(got, reference_forward(ref, in.q.data(), in.k.data(), in.v.data()),
+  EXPECT_TRUE(within_accuracy_rule(output_of(ref, o, lse),
+                                   reference_forward(ref, in.q.data(), in.k.data(), in.v.data()),
                                    naive_storage_attention(ref, in.q.data(), in.k.data(), in.v.data()), 2.0, &why))
       << why;
   // Bad runs: the typed status and what was expected, nothing launched.
@@ -359,23 +369,11 @@ TEST(CApiTest, ScoreModifiersTravelInTheProblem) {
   const std::vector<float> slopes = {0.25F, 0.125F, 0.0625F, 0.5F, 0.3F, 0.2F, 0.1F, 0.05F};  // [B, Hq]
   AttentionProblem ref = in.problem;
   ref.modifiers = {.softcap = 3.0, .sinks = true, .alibi = AlibiSlopes::kPerBatchHead};
-  attune_problem p;
-  attune_problem_init(&p);
-  EXPECT_EQ(p.softcap, 0.0);
+  attune_problem p = c_problem_of(ref);
+  EXPECT_EQ(p.softcap, 0.0);  // attune_problem_init's defaults: no modifiers
   EXPECT_EQ(p.sinks, nullptr);
-  p.batch = 2;
-  p.seqlen_q = 2;
-  p.heads_q = 4;
-  p.heads_kv = 2;
-  p.head_dim_k = 32;
-  p.head_dim_v = 32;
-  p.mask = ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT;
   p.seqlens_k = ref.seqlens_k.data();
   p.block_table = ref.block_table.data();
-  p.max_pages = ref.max_pages();
-  p.page_size = ref.page_size;
-  p.num_pages = ref.num_pages;
-  p.seqlen_k = ref.seqlen_k;
   p.softcap = 3.0;
   p.sinks = sinks.data();
   p.alibi_slopes = slopes.data();
@@ -383,18 +381,7 @@ TEST(CApiTest, ScoreModifiersTravelInTheProblem) {
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(ref)));
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(ref)));
   const ModifierTensors tensors{sinks.data(), slopes.data()};
-  const ReferenceOutput want = reference_forward(ref, in.q.data(), in.k.data(), in.v.data(), tensors);
-  const ReferenceOutput naive = naive_storage_attention(ref, in.q.data(), in.k.data(), in.v.data(), tensors);
-  for (int splits : {1, 3}) {
-    ASSERT_EQ(attune_decode(rt, &p, splits, in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), nullptr),
-              ATTUNE_OK)
-        << attune_last_error();
-    ReferenceOutput got;
-    for (std::uint16_t bits : o) got.o.push_back(bits_to_float(ref.dtype, bits));
-    got.lse.assign(lse.begin(), lse.end());
-    std::string why;
-    EXPECT_TRUE(within_accuracy_rule(got, want, naive, 2.0, &why)) << splits << " splits: " << why;
-  }
+  for (int splits : {1, 3}) ASSERT_NO_FATAL_FAILURE(expect_accurate_decode(rt, p, splits, in, ref, tensors));
   const char* explained = attune_explain(rt, &p);
   ASSERT_NE(explained, nullptr);
   EXPECT_NE(std::string(explained).find(".softcap1.sinks1.alibi1"), std::string::npos) << explained;

@@ -11,20 +11,18 @@
 #include <unistd.h>
 
 #include "runtime/dispatch/heuristics.h"
+#include "tests/support/temp_dir.h"
 
 namespace attune {
 namespace {
 
 namespace fs = std::filesystem;
 
+// Each test's kernel cache lives in a directory of its own.
 class CompilerServiceTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() / ("attune_compiler_test_" + std::to_string(::getpid()));
-    fs::remove_all(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  fs::path dir_;
+  testing::TempDir temp_{"attune_compiler_test"};
+  const fs::path dir_ = temp_.path();
 };
 
 // The portable family: these tests compile it for sm_80 too.

@@ -27,6 +27,7 @@
 #include "templates/primitives/bounds_report.h"
 #include "tests/support/env_guard.h"
 #include "tests/support/fake_driver.h"
+#include "tests/support/swizzled_tile_map.h"
 
 namespace attune::cuda {
 namespace {
@@ -617,14 +618,7 @@ class TensorMapDriverTest : public CudaErrorTest {
 
 TEST_F(TensorMapDriverTest, TheDriverEncodesTheMapAfterAttunesCheck) {
   alignas(16) static unsigned char tensor[4096];
-  TensorMapSpec spec;
-  spec.address = tensor;
-  spec.rank = 2;
-  spec.element_bytes = 2;
-  spec.dims = {64, 32, 1, 1, 1};
-  spec.strides = {128, 0, 0, 0};
-  spec.box = {64, 16, 1, 1, 1};
-  spec.swizzle = sm90::Swizzle::k128B;
+  TensorMapSpec spec = testing::swizzled_tile_map(tensor, 32, 16);
   const TensorMap map = Driver::get().encode_tensor_map(spec);
   EXPECT_EQ(fake_.count("cuTensorMapEncodeTiled"), 1);
   EXPECT_EQ(map.words[0], reinterpret_cast<std::uintptr_t>(tensor));

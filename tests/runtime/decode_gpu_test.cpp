@@ -14,43 +14,33 @@
 
 #include "core/append_problem.h"
 #include "core/dtype.h"
-#include "reference/accuracy.h"
 #include "runtime/cuda/cuda_driver.h"
 #include "runtime/runtime.h"
 #include "tests/support/covering_set.h"
 #include "tests/support/decode_cases.h"
-#include "tests/support/gpu_run.h"
+#include "tests/support/gpu_runtime_test.h"
 
 namespace attune {
 namespace {
 
-class DecodeGpuTest : public ::testing::Test {
+class DecodeGpuTest : public testing::GpuRuntimeTest {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (!cuda::Driver::available(&why)) GTEST_SKIP() << why;
-    runtime_ = std::make_unique<Runtime>(RuntimeOptions{.backend = Backend::kCuda});
-  }
-
   // One case on the GPU: `variant` with `splits`, or the dispatcher's choice.
   void check(const testing::DecodeCase& c, const Variant* variant, int splits) {
     const testing::Inputs in = testing::make_decode_inputs(c);
     const AttentionProblem& p = in.problem;
-    const ReferenceOutput got = testing::run_on_gpu(in, [&](const AttentionBuffers& buffers) {
-      if (variant != nullptr) {
-        runtime_->decode_variant(*variant, splits, p, buffers);
-      } else {
-        runtime_->decode(p, buffers, {.splits = splits});
-      }
-    });
-    std::string why;
-    EXPECT_TRUE(within_accuracy_rule(got, reference_forward(p, in.q.data(), in.k.data(), in.v.data()),
-                                     naive_storage_attention(p, in.q.data(), in.k.data(), in.v.data()), 2.0, &why))
-        << (variant != nullptr ? variant->id() : "dispatched") << " on " << c.name << " with " << splits
-        << " splits: " << why;
+    expect_accurate_on_gpu(
+        in,
+        [&](const AttentionBuffers& buffers) {
+          if (variant != nullptr) {
+            runtime_->decode_variant(*variant, splits, p, buffers);
+          } else {
+            runtime_->decode(p, buffers, {.splits = splits});
+          }
+        },
+        (variant != nullptr ? variant->id() : "dispatched") + " on " + c.name + " with " + std::to_string(splits) +
+            " splits");
   }
-
-  std::unique_ptr<Runtime> runtime_;
 };
 
 TEST_F(DecodeGpuTest, SplitKvShapesPagedAndContiguous) {
@@ -85,15 +75,7 @@ TEST_F(DecodeGpuTest, CoveringSet) {
 // the kernel (no read outside the pool) and reported through host-mapped
 // memory, which the host reads without a sync once the run is complete.
 TEST_F(DecodeGpuTest, DeviceLengthsPastTheRowAndPagesOutsideThePoolAreClampedAndReported) {
-  const testing::DecodeCase c{.name = "paged",
-                              .batch = 3,
-                              .heads_q = 4,
-                              .heads_kv = 2,
-                              .head_dim_k = 64,
-                              .head_dim_v = 64,
-                              .cache_seqlens = {203, 64, 9},
-                              .page_size = 16};
-  const testing::Inputs in = testing::make_decode_inputs(c);
+  const testing::Inputs in = testing::make_decode_inputs(testing::paged_gqa_case("paged", {203, 64, 9}));
   const AttentionProblem& p = in.problem;
   const Plan plan = runtime_->plan(p, Op::kDecode, {.splits = 2});
   cuda::Driver& driver = cuda::Driver::get();

@@ -41,18 +41,6 @@ void run(Runtime& runtime, const Plan& plan, const testing::Inputs& in, const De
               {workspace.data(), plan.workspace_bytes()});
 }
 
-testing::DecodeCase paged(std::vector<std::int32_t> lengths, std::vector<std::int32_t> query_lens) {
-  return {.name = "paged",
-          .batch = 3,
-          .heads_q = 4,
-          .heads_kv = 2,
-          .head_dim_k = 64,
-          .head_dim_v = 64,
-          .cache_seqlens = std::move(lengths),
-          .page_size = 16,
-          .query_lens = std::move(query_lens)};
-}
-
 class DeviceBoundsTest : public ::testing::Test {
  protected:
   void SetUp() override { clear_bounds_report(); }
@@ -61,7 +49,7 @@ class DeviceBoundsTest : public ::testing::Test {
 };
 
 TEST_F(DeviceBoundsTest, DecodeClampsALengthPastItsRowAndReportsIt) {
-  const testing::Inputs in = testing::make_decode_inputs(paged({203, 64, 9}, {1, 3, 2}));
+  const testing::Inputs in = testing::make_decode_inputs(testing::paged_gqa_case("paged", {203, 64, 9}, {1, 3, 2}));
   const AttentionProblem& p = in.problem;
   const std::int64_t capacity = p.max_pages() * p.page_size;
   for (const int splits : {1, 3}) {
@@ -86,7 +74,7 @@ TEST_F(DeviceBoundsTest, DecodeClampsALengthPastItsRowAndReportsIt) {
 }
 
 TEST_F(DeviceBoundsTest, APageOutsideThePoolIsReadAsPageZeroAndReported) {
-  const testing::Inputs in = testing::make_decode_inputs(paged({203, 64, 9}, {1, 3, 2}));
+  const testing::Inputs in = testing::make_decode_inputs(testing::paged_gqa_case("paged", {203, 64, 9}, {1, 3, 2}));
   const AttentionProblem& p = in.problem;
   std::vector<std::int32_t> table = p.block_table;
   const std::int64_t column = 2;  // sequence 1 holds 64 keys: pages 0..3 of its row are read
@@ -108,7 +96,7 @@ TEST_F(DeviceBoundsTest, APageOutsideThePoolIsReadAsPageZeroAndReported) {
 
 TEST_F(DeviceBoundsTest, TheForwardKernelOverPagesClampsToo) {
   // 150 query rows: Runtime::plan runs the forward kernel over the pages.
-  const testing::Inputs in = testing::make_decode_inputs(paged({203, 64, 160}, {150, 1, 9}));
+  const testing::Inputs in = testing::make_decode_inputs(testing::paged_gqa_case("paged", {203, 64, 160}, {150, 1, 9}));
   const AttentionProblem& p = in.problem;
   const Plan plan = runtime_.plan(p);
   ASSERT_EQ(plan.op(), Op::kForward);

@@ -6,43 +6,30 @@
 #include <cstdlib>
 #include <string>
 
-#include "reference/accuracy.h"
-#include "runtime/cuda/cuda_driver.h"
-#include "runtime/runtime.h"
 #include "tests/support/covering_set.h"
 #include "tests/support/families.h"
-#include "tests/support/gpu_run.h"
+#include "tests/support/gpu_runtime_test.h"
 
 namespace attune {
 namespace {
 
-class ForwardGpuTest : public ::testing::Test {
+class ForwardGpuTest : public testing::GpuRuntimeTest {
  protected:
-  void SetUp() override {
-    std::string why;
-    if (!cuda::Driver::available(&why)) GTEST_SKIP() << why;
-    runtime_ = std::make_unique<Runtime>(RuntimeOptions{.backend = Backend::kCuda});
-  }
-
   // Runs one family on the GPU (with `variant`, or the dispatcher's choice).
   void check(const testing::Family& family, const Variant* variant) {
     const testing::Inputs in = testing::make_inputs(family);
     const AttentionProblem& p = in.problem;
-    const ReferenceOutput got = testing::run_on_gpu(in, [&](const AttentionBuffers& buffers) {
-      if (variant != nullptr) {
-        runtime_->forward_variant(*variant, p, buffers);
-      } else {
-        runtime_->forward(p, buffers);
-      }
-    });
-    std::string why;
-    EXPECT_TRUE(within_accuracy_rule(got, reference_forward(p, in.q.data(), in.k.data(), in.v.data()),
-                                     naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data()), 2.0,
-                                     &why))
-        << (variant != nullptr ? variant->id() : "dispatched") << " on " << family.name << ": " << why;
+    expect_accurate_on_gpu(
+        in,
+        [&](const AttentionBuffers& buffers) {
+          if (variant != nullptr) {
+            runtime_->forward_variant(*variant, p, buffers);
+          } else {
+            runtime_->forward(p, buffers);
+          }
+        },
+        (variant != nullptr ? variant->id() : "dispatched") + " on " + family.name);
   }
-
-  std::unique_ptr<Runtime> runtime_;
 };
 
 TEST_F(ForwardGpuTest, DispatchedVariantOnSeedFamilies) {

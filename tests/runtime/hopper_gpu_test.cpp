@@ -37,7 +37,9 @@
 #include "tests/emulator/element_bits.h"
 #include "tests/emulator/hopper_probes.cuh"
 #include "tests/emulator/tma_gemm.cuh"
+#include "tests/emulator/tma_gemm_maps.h"
 #include "tests/emulator/wgmma_gemm.cuh"
+#include "tests/support/swizzled_tile_map.h"
 
 namespace attune {
 namespace {
@@ -118,17 +120,8 @@ TEST(HopperGpuTest, MbarrierParityRoundTripMatchesTheEmulator) {
 
 // -- TMA, 128-byte swizzle ------------------------------------------------------
 
-TensorMapSpec tile_map(const void* address) {
-  TensorMapSpec s;
-  s.address = address;
-  s.rank = 2;
-  s.element_bytes = 2;
-  s.dims = {64, 64, 1, 1, 1};
-  s.strides = {128, 0, 0, 0};
-  s.box = {64, 64, 1, 1, 1};
-  s.swizzle = Swizzle::k128B;
-  return s;
-}
+// One 64 x 64 tile, loaded and stored whole.
+TensorMapSpec tile_map(const void* address) { return testing::swizzled_tile_map(address, 64, 64); }
 
 TEST(HopperGpuTest, Tma128ByteSwizzledLoadAndStoreMatchTheEmulator) {
   std::vector<u16> in(64 * 64);
@@ -309,26 +302,7 @@ TEST(HopperGpuTest, WarpSpecializedTmaGemmMatchesTheEmulator) {
     }
   }
   const auto maps = [&](const void* pa, const void* pb, void* pc, auto encode) {
-    test_kernels::TmaGemmParams p{};
-    TensorMapSpec ma;
-    ma.address = pa;
-    ma.dims = {static_cast<u64>(k), 128, 1, 1, 1};
-    ma.strides = {static_cast<u64>(k) * 2, 0, 0, 0};
-    ma.box = {static_cast<u32>(L::kTileK), 128, 1, 1, 1};
-    ma.swizzle = Swizzle::k128B;
-    p.a = encode(ma);
-    TensorMapSpec mb = ma;
-    mb.address = pb;
-    mb.dims[1] = kN;
-    mb.box[1] = kN;
-    p.b = encode(mb);
-    TensorMapSpec mc;
-    mc.address = pc;
-    mc.element_bytes = 4;
-    mc.dims = {kN, 128, 1, 1, 1};
-    mc.strides = {kN * 4, 0, 0, 0};
-    mc.box = {kN, 64, 1, 1, 1};
-    p.c = encode(mc);
+    test_kernels::TmaGemmParams p = testing::tma_gemm_maps<kN, Swizzle::k128B>(pa, pb, pc, k, encode);
     p.k_tiles = kKTiles;
     p.plant = test_kernels::kTmaPlantNone;
     return p;
@@ -362,16 +336,27 @@ TEST(HopperGpuTest, WarpSpecializedTmaGemmMatchesTheEmulator) {
 
 // -- the bounded wait (loses the context: its own process) ------------------------------
 
+// $ATTUNE_WAIT_BOUND_MS, the bound the wait probes are built with; null when
+// it is unset or not positive (tools/gpu_check sets it).
+const char* wait_bound_ms() {
+  const char* bound = std::getenv("ATTUNE_WAIT_BOUND_MS");
+  return bound != nullptr && std::atoi(bound) > 0 ? bound : nullptr;
+}
+
+// hopper_probes.cuh's `probe`<0> built with the bounded wait of `bound` ms.
+Driver::Function load_wait_probe(const std::string& probe, const char* bound) {
+  return load_kernel("tests/emulator/hopper_probes.cuh",
+                     "template __global__ void " + probe + "<0>(WaitForeverParams);",
+                     "attune::test_kernels::" + probe + "<0>", {std::string("-DATTUNE_WAIT_BOUND_MS=") + bound});
+}
+
 // The report's path alone, kernel to host, with no trap: does the kernel see
 // the slot the runtime installed, and do its stores reach the host?
 TEST(HopperWaitBoundGpuTest, AReportWrittenThroughTheSlotReachesTheHost) {
   if (const std::string why = gpu_unavailable(); !why.empty()) GTEST_SKIP() << "GPU: " << why;
-  const char* bound = std::getenv("ATTUNE_WAIT_BOUND_MS");
-  if (bound == nullptr || std::atoi(bound) <= 0)
-    GTEST_SKIP() << "ATTUNE_WAIT_BOUND_MS is not set (tools/gpu_check sets it)";
-  const auto f =
-      load_kernel("tests/emulator/hopper_probes.cuh", "template __global__ void write_report<0>(WaitForeverParams);",
-                  "attune::test_kernels::write_report<0>", {std::string("-DATTUNE_WAIT_BOUND_MS=") + bound});
+  const char* bound = wait_bound_ms();
+  if (bound == nullptr) GTEST_SKIP() << "ATTUNE_WAIT_BOUND_MS is not set (tools/gpu_check sets it)";
+  const auto f = load_wait_probe("write_report", bound);
   Driver& driver = Driver::get();
   u32 seen = 7;
   DeviceBuffers d(driver, {{&seen, 4}});
@@ -400,12 +385,9 @@ TEST(HopperWaitBoundGpuTest, AWaitThatNeverCompletesTrapsAndNamesItsBarrier) {
     }
   }
   if (const std::string why = gpu_unavailable(); !why.empty()) GTEST_SKIP() << "emulator half passed; GPU: " << why;
-  const char* bound = std::getenv("ATTUNE_WAIT_BOUND_MS");
-  if (bound == nullptr || std::atoi(bound) <= 0)
-    GTEST_SKIP() << "ATTUNE_WAIT_BOUND_MS is not set (tools/gpu_check sets it)";
-  const auto f =
-      load_kernel("tests/emulator/hopper_probes.cuh", "template __global__ void wait_forever<0>(WaitForeverParams);",
-                  "attune::test_kernels::wait_forever<0>", {std::string("-DATTUNE_WAIT_BOUND_MS=") + bound});
+  const char* bound = wait_bound_ms();
+  if (bound == nullptr) GTEST_SKIP() << "ATTUNE_WAIT_BOUND_MS is not set (tools/gpu_check sets it)";
+  const auto f = load_wait_probe("wait_forever", bound);
   Driver& driver = Driver::get();
   DeviceBuffers d(driver, {{nullptr, 64 * 4}});
   try {

@@ -22,6 +22,9 @@
 
 #include "core/error.h"
 #include "tests/support/env_guard.h"
+#include "tests/support/file_bytes.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/xdg_location.h"
 
 namespace attune {
 namespace {
@@ -35,25 +38,9 @@ constexpr std::size_t kShaOffset = 20;
 constexpr std::size_t kKeyLengthOffset = 52;
 constexpr std::size_t kKeyOffset = 56;
 
-// A fresh directory under the system temp directory, removed afterwards.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "attune_kernel_cache_test.XXXXXX").string();
-    if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-    path_ = pattern;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path_, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const fs::path& path() const { return path_; }
-
- private:
-  fs::path path_;
-};
+using attune::testing::EnvGuard;
+using attune::testing::read_bytes;
+using attune::testing::TempDir;
 
 CacheKey make_key(const std::string& variant) {
   return CacheKey{
@@ -75,11 +62,6 @@ std::vector<char> make_binary(std::size_t size, std::uint32_t seed) {
     c = static_cast<char>(state >> 24);
   }
   return out;
-}
-
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
 }
 
 void write_bytes(const fs::path& path, const std::string& bytes) {
@@ -179,22 +161,20 @@ TEST(KernelCacheTest, EveryKeyFieldChangesTheDigest) {
   }
   EXPECT_EQ(digests.size(), 7u);
 
-  // Moving characters from one field to the next must change the key.
-  CacheKey a = base;
-  a.variant_id = "ab";
-  a.dtype = "c";
-  CacheKey b = base;
-  b.variant_id = "a";
-  b.dtype = "bc";
-  EXPECT_NE(a.digest(), b.digest());
+  // Moving characters from one field to the next must change the key
+  // (digest_with: the digest of `base` with a field and the next one set).
+  const auto digest_with = [&](std::string CacheKey::*field, const std::string& value, std::string CacheKey::*next,
+                               const std::string& next_value) {
+    CacheKey changed = base;
+    changed.*field = value;
+    changed.*next = next_value;
+    return changed.digest();
+  };
+  EXPECT_NE(digest_with(&CacheKey::variant_id, "ab", &CacheKey::dtype, "c"),
+            digest_with(&CacheKey::variant_id, "a", &CacheKey::dtype, "bc"));
   // Without length prefixes these two would read "dtype=bf16\narch=sm_90a\narch=\n".
-  CacheKey c = base;
-  c.dtype = "bf16\narch=sm_90a";
-  c.arch = "";
-  CacheKey d = base;
-  d.dtype = "bf16";
-  d.arch = "sm_90a\narch=";
-  EXPECT_NE(c.digest(), d.digest());
+  EXPECT_NE(digest_with(&CacheKey::dtype, "bf16\narch=sm_90a", &CacheKey::arch, ""),
+            digest_with(&CacheKey::dtype, "bf16", &CacheKey::arch, "sm_90a\narch="));
 }
 
 struct Corruption {
@@ -584,24 +564,10 @@ TEST(KernelCacheTest, RemovesStaleTemporaryFilesOnly) {
   EXPECT_EQ(cache.disk_bytes(), fs::file_size(dir / make_key("A").digest()));
 }
 
-using attune::testing::EnvGuard;
-
 TEST(KernelCacheTest, DefaultDirectoryFollowsTheEnvironment) {
   EnvGuard guard({"ATTUNE_CACHE_DIR", "XDG_CACHE_HOME", "HOME"});
-  EnvGuard::set("ATTUNE_CACHE_DIR", "/opt/kernels");
-  EnvGuard::set("XDG_CACHE_HOME", "/xdg/cache");
-  EnvGuard::set("HOME", "/home/someone");
-  EXPECT_EQ(KernelCache::default_directory(), fs::path("/opt/kernels"));
-
-  EnvGuard::set("ATTUNE_CACHE_DIR", "");  // empty counts as unset
-  EXPECT_EQ(KernelCache::default_directory(), fs::path("/xdg/cache/attune"));
-  EnvGuard::set("ATTUNE_CACHE_DIR", std::nullopt);
-  EXPECT_EQ(KernelCache::default_directory(), fs::path("/xdg/cache/attune"));
-
-  EnvGuard::set("XDG_CACHE_HOME", "relative/cache");  // ignored, as the XDG spec says
-  EXPECT_EQ(KernelCache::default_directory(), fs::path("/home/someone/.cache/attune"));
-  EnvGuard::set("XDG_CACHE_HOME", std::nullopt);
-  EXPECT_EQ(KernelCache::default_directory(), fs::path("/home/someone/.cache/attune"));
+  attune::testing::expect_xdg_location(&KernelCache::default_directory, "ATTUNE_CACHE_DIR", "XDG_CACHE_HOME", ".cache",
+                                       "attune");
 
   EnvGuard::set("HOME", std::nullopt);
   if (const passwd* user = ::getpwuid(::geteuid()); user != nullptr && user->pw_dir != nullptr) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "tests/support/env_guard.h"
+#include "tests/support/temp_dir.h"
 
 namespace attune::nvrtc {
 namespace {
@@ -22,13 +23,6 @@ namespace fs = std::filesystem;
 
 class NvrtcLibraryTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    root_ = fs::temp_directory_path() / ("attune-nvrtc-test-" + std::to_string(::getpid()));
-    fs::remove_all(root_);
-    fs::create_directories(root_);
-  }
-  void TearDown() override { fs::remove_all(root_); }
-
   // An empty file that only looks like a library.
   fs::path touch(const fs::path& relative) {
     const fs::path path = root_ / relative;
@@ -37,7 +31,8 @@ class NvrtcLibraryTest : public ::testing::Test {
     return path;
   }
 
-  fs::path root_;
+  testing::TempDir temp_{"attune-nvrtc-test"};
+  const fs::path root_ = temp_.path();
   testing::EnvGuard env_{{"ATTUNE_NVRTC", "CUDA_HOME", "ATTUNE_PYTHON_SITE"}};
 };
 

@@ -68,17 +68,7 @@ void expect_matches_reference(const testing::Inputs& in, const Outputs& out, con
 
 // Mixed prefill and decode over a paged cache: sequences with 1, 37 and 5
 // query rows against caches of 203, 64 and 9 keys (pages of 16).
-DecodeCase varlen_over_paged() {
-  return {.name = "varlen_over_paged",
-          .batch = 3,
-          .heads_q = 4,
-          .heads_kv = 2,
-          .head_dim_k = 64,
-          .head_dim_v = 64,
-          .cache_seqlens = {203, 64, 9},
-          .page_size = 16,
-          .query_lens = {1, 37, 5}};
-}
+DecodeCase varlen_over_paged() { return testing::paged_gqa_case("varlen_over_paged", {203, 64, 9}, {1, 37, 5}); }
 
 TEST(PlanTest, EveryForwardShapeMatchesTheReferenceWithDeviceMetadata) {
   Runtime runtime({.backend = Backend::kEmu});
@@ -116,15 +106,7 @@ TEST(PlanTest, VarlenQueriesOverAPagedCacheInOneCall) {
 // (at least kPagedForwardRows) beside a decode step; the forward kernel
 // reads the pages in place.
 DecodeCase long_chunks_over_paged() {
-  return {.name = "long_chunks_over_paged",
-          .batch = 3,
-          .heads_q = 4,
-          .heads_kv = 2,
-          .head_dim_k = 64,
-          .head_dim_v = 64,
-          .cache_seqlens = {203, 64, 160},
-          .page_size = 16,
-          .query_lens = {150, 1, 9}};
+  return testing::paged_gqa_case("long_chunks_over_paged", {203, 64, 160}, {150, 1, 9});
 }
 
 TEST(PlanTest, LongQueryChunksOverAPagedCacheRunTheForwardKernel) {

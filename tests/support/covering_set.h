@@ -15,6 +15,7 @@
 
 #include "generated/kernel_shapes.h"
 #include "generator/variants.h"
+#include "tests/support/families.h"
 
 namespace attune::testing {
 
@@ -95,6 +96,19 @@ inline void expect_covers_every_tunable_value(const std::vector<Variant>& set, s
 inline DType dtype_by_place(const std::vector<Variant>& set, const Variant& variant) {
   const auto place = static_cast<std::size_t>(std::find(set.begin(), set.end(), variant) - set.begin());
   return place % 2 == 0 ? DType::kBF16 : DType::kF16;
+}
+
+// Runs `check` on the families a forward covering-set variant runs: the seed
+// families, then FlashAttention's odd sequence-length pairs with head dims
+// that fill its bucket on one side only (Dk = d, Dv = d - 8); both in the
+// dtype of the variant's place in `set`, which it returns.
+inline DType check_covering_families(const std::vector<Variant>& set, const Variant& variant,
+                                     void (*check)(const Variant&, const std::vector<Family>&)) {
+  const DType dtype = dtype_by_place(set, variant);
+  check(variant, seed_families(dtype));
+  const int d = variant.values.front();
+  check(variant, odd_length_families(dtype, d, d - 8));
+  return dtype;
 }
 
 }  // namespace attune::testing

@@ -8,6 +8,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tests/support/families.h"
@@ -74,6 +75,22 @@ inline DecodeCase paged_odd_case(int64_t head_dim) {
           .head_dim_v = head_dim - 8,
           .cache_seqlens = {203, 77},
           .page_size = 16};
+}
+
+// Sequences over a paged cache (pages of 16), GQA 4:2 at D = 64: one per
+// cache length, with `query_lens` query rows each (packed), or one row each.
+inline DecodeCase paged_gqa_case(std::string name, std::vector<int32_t> cache_seqlens,
+                                 std::vector<int32_t> query_lens = {}) {
+  const auto batch = static_cast<int64_t>(cache_seqlens.size());
+  return {.name = std::move(name),
+          .batch = batch,
+          .heads_q = 4,
+          .heads_kv = 2,
+          .head_dim_k = 64,
+          .head_dim_v = 64,
+          .cache_seqlens = std::move(cache_seqlens),
+          .page_size = 16,
+          .query_lens = std::move(query_lens)};
 }
 
 }  // namespace attune::testing

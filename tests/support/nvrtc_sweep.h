@@ -75,6 +75,18 @@ inline SweepSummary compile_sweep(const std::vector<Variant>& variants, DType dt
   return summary;
 }
 
+// `kernels` (e.g. the small kernels an op's calls also run) compile for
+// sm_80 and sm_90a in both dtypes, none spilling.
+inline void expect_compiled_everywhere_without_spills(const std::vector<Variant>& kernels, const char* program_name) {
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    for (DType dtype : {DType::kF16, DType::kBF16}) {
+      const SweepSummary summary = compile_sweep(kernels, dtype, arch, program_name);
+      EXPECT_EQ(summary.compiled, static_cast<int>(kernels.size())) << arch << " " << to_string(dtype);
+      EXPECT_EQ(summary.spilling, 0) << arch << " " << to_string(dtype);
+    }
+  }
+}
+
 // The cases every kernel's NVRTC test runs, a covering set: head dims 64
 // and 128 on sm_80 and on sm_90a, each once, with the dtypes alternating so
 // both are compiled on both architectures. fp16 and bf16 variants differ

@@ -3,10 +3,8 @@
 // It does a fraction of the work, so it would be the fastest candidate; the
 // correctness gate must record it as failed and it must never become best.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
-#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -16,13 +14,12 @@
 #include "generator/variants.h"
 #include "runtime/dispatch/heuristics.h"
 #include "templates/flash_fwd.cuh"
+#include "tests/tuner/emu_tuning.h"
 #include "tuner/sweep.h"
 #include "tuner/tuner.h"
 
 namespace attune::tuner {
 namespace {
-
-namespace fs = std::filesystem;
 
 // The one instantiation the planted kernel offers.
 constexpr int kPlantedValues[] = {32, 64, 32, 4, 1, 2, 0};
@@ -47,9 +44,8 @@ KernelSpec planted_spec() {
 }
 
 TEST(PlantedWrongVariantTest, TheGateRecordsItAsFailedAndItIsNeverBest) {
-  const fs::path db_path = fs::temp_directory_path() / ("attune_planted_" + std::to_string(::getpid()) + ".db");
-  fs::remove(db_path);
-  Runtime runtime({.backend = Backend::kEmu});
+  testing::EmuTuning emu("attune_planted");
+  Runtime& runtime = emu.runtime;
   const KernelSpec planted = planted_spec();
   // Keys span several 32-key tiles, so attending to the first one is wrong.
   const AttentionProblem problem =
@@ -71,28 +67,20 @@ TEST(PlantedWrongVariantTest, TheGateRecordsItAsFailedAndItIsNeverBest) {
   ASSERT_TRUE(alone.max_error.has_value());
   EXPECT_GT(*alone.max_error, 0.05);
 
-  {
-    tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path);
-    const TuneSummary summary = run_sweep(tasks, runtime, db, {.repetitions = 1});
-    EXPECT_EQ(summary.failed, 1U);
-    EXPECT_EQ(summary.measured, 2U);
-    std::size_t planted_rows = 0;
-    for (const tuning_db::MeasurementRow& row : db.all_measurements()) {
-      if (row.variant_id != planted_id) continue;
-      ++planted_rows;
-      EXPECT_FALSE(row.ok);
-      EXPECT_FALSE(row.median_ms.has_value());
-    }
-    EXPECT_EQ(planted_rows, 1U);
-    const auto best = db.best_for_device(kEmulatorDeviceKey);
-    ASSERT_EQ(best.size(), 1U);
-    EXPECT_NE(best[0].variant_id, planted_id);
-    EXPECT_EQ(best[0].kernel, "flash_fwd");
-    EXPECT_TRUE(db.verify().ok());
+  emu.sweep_once(tasks, {.measured = 2, .failed = 1});
+  std::size_t planted_rows = 0;
+  for (const tuning_db::MeasurementRow& row : emu.db.all_measurements()) {
+    if (row.variant_id != planted_id) continue;
+    ++planted_rows;
+    EXPECT_FALSE(row.ok);
+    EXPECT_FALSE(row.median_ms.has_value());
   }
-  fs::remove(db_path);
-  fs::remove(fs::path(db_path.string() + "-wal"));
-  fs::remove(fs::path(db_path.string() + "-shm"));
+  EXPECT_EQ(planted_rows, 1U);
+  const auto best = emu.db.best_for_device(kEmulatorDeviceKey);
+  ASSERT_EQ(best.size(), 1U);
+  EXPECT_NE(best[0].variant_id, planted_id);
+  EXPECT_EQ(best[0].kernel, "flash_fwd");
+  EXPECT_TRUE(emu.db.verify().ok());
 }
 
 // The same for the backward gate: flash_bwd with dS = P dP instead of
@@ -108,9 +96,8 @@ bool launch_planted_bwd(DType dtype, std::span<const int> values, emu::Emulator&
 }
 
 TEST(PlantedWrongVariantTest, TheBackwardGateRecordsAWrongGradientAsFailed) {
-  const fs::path db_path = fs::temp_directory_path() / ("attune_planted_bwd_" + std::to_string(::getpid()) + ".db");
-  fs::remove(db_path);
-  Runtime runtime({.backend = Backend::kEmu});
+  testing::EmuTuning emu("attune_planted_bwd");
+  Runtime& runtime = emu.runtime;
   KernelSpec planted = *find_kernel_spec("flash_bwd");
   planted.name = "flash_bwd_without_d";
   planted.source_hash = "planted-wrong-variant";
@@ -125,19 +112,11 @@ TEST(PlantedWrongVariantTest, TheBackwardGateRecordsAWrongGradientAsFailed) {
   const Measurement alone = measure(runtime, tasks[0], {.repetitions = 1});
   EXPECT_FALSE(alone.ok);
   EXPECT_EQ(alone.error.rfind("wrong result", 0), 0U) << alone.error;
-  {
-    tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path);
-    const TuneSummary summary = run_sweep(tasks, runtime, db, {.repetitions = 1});
-    EXPECT_EQ(summary.failed, 1U);
-    EXPECT_EQ(summary.measured, 1U);
-    const auto best = db.best_for_device(kEmulatorDeviceKey);
-    ASSERT_EQ(best.size(), 1U);
-    EXPECT_EQ(best[0].kernel, "flash_bwd");
-    EXPECT_EQ(best[0].key.op, Op::kBackward);
-  }
-  fs::remove(db_path);
-  fs::remove(fs::path(db_path.string() + "-wal"));
-  fs::remove(fs::path(db_path.string() + "-shm"));
+  emu.sweep_once(tasks, {.measured = 1, .failed = 1});
+  const auto best = emu.db.best_for_device(kEmulatorDeviceKey);
+  ASSERT_EQ(best.size(), 1U);
+  EXPECT_EQ(best[0].kernel, "flash_bwd");
+  EXPECT_EQ(best[0].key.op, Op::kBackward);
 }
 
 // flash_fwd that drops one score modifier: the real kernel with that

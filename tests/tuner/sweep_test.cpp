@@ -18,16 +18,19 @@
 #include "runtime/dispatch/tuned_id.h"
 #include "runtime/jit/kernel_cache.h"
 #include "tests/support/error_of.h"
+#include "tests/tuner/emu_tuning.h"
 #include "tuner/gains.h"
 #include "tuner/tuner.h"
 
 namespace attune::tuner {
 namespace {
 
-// A sweep spec from (axis, values) pairs, as a sweep file or the flags give them.
-SweepSpec spec_of(std::initializer_list<std::pair<const char*, const char*>> axes) {
+// A sweep spec from (axis, values) pairs, as a sweep file or the flags give
+// them, and its max_variants (0: all).
+SweepSpec spec_of(std::initializer_list<std::pair<const char*, const char*>> axes, int max_variants = 0) {
   SweepSpec spec;
   for (const auto& [axis, values] : axes) set_axis(spec, axis, values);
+  spec.max_variants = max_variants;
   return spec;
 }
 
@@ -98,8 +101,7 @@ TEST(SweepTest, ShardsPartitionTheTasks) {
 }
 
 TEST(SweepTest, MaxVariantsKeepsTheHeuristic) {
-  SweepSpec spec = spec_of({{"head_dims", "128"}});
-  spec.max_variants = 3;
+  const SweepSpec spec = spec_of({{"head_dims", "128"}}, 3);
   const ArchLimits arch = require_arch("sm_90a");
   const std::vector<Task> tasks = plan(spec, arch);
   EXPECT_EQ(tasks.size(), 3U);
@@ -117,37 +119,25 @@ TEST(SweepTest, FlopsCountVisiblePairs) {
 }
 
 TEST(TunerTest, SweepOnTheEmulatorRecordsEachTaskOnce) {
-  const fs::path db_path = fs::temp_directory_path() / ("attune_tuner_" + std::to_string(::getpid()) + ".db");
-  fs::remove(db_path);
-  SweepSpec spec = spec_of({{"head_dims", "32"}, {"seqlens", "48"}, {"masks", "none,causal"}});
-  spec.max_variants = 2;
-  Runtime runtime({.backend = Backend::kEmu});
-  const std::vector<Task> tasks = plan(spec, runtime.arch());
+  testing::EmuTuning emu("attune_tuner");
+  const std::vector<Task> tasks =
+      plan(spec_of({{"head_dims", "32"}, {"seqlens", "48"}, {"masks", "none,causal"}}, 2), emu.runtime.arch());
   ASSERT_EQ(tasks.size(), 4U);
   std::size_t progress_calls = 0;
-  {
-    tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path);
-    const TuneSummary first =
-        run_sweep(tasks, runtime, db, {.repetitions = 1, .on_progress = [&](const Progress&) { ++progress_calls; }});
-    EXPECT_EQ(first.measured, 4U);
-    EXPECT_EQ(first.failed, 0U);
-    EXPECT_EQ(progress_calls, 4U);
-    const TuneSummary second = run_sweep(tasks, runtime, db, {.repetitions = 1});
-    EXPECT_EQ(second.skipped, 4U);
-    EXPECT_EQ(second.measured, 0U);
-    const auto best = db.best_for_device(kEmulatorDeviceKey);
-    EXPECT_EQ(best.size(), 2U);  // one per mask
-    EXPECT_TRUE(db.verify().ok());
-  }
-  fs::remove(db_path);
+  emu.sweep_once(tasks, {.measured = 4, .failed = 0}, [&](const Progress&) { ++progress_calls; });
+  EXPECT_EQ(progress_calls, 4U);
+  const TuneSummary second = run_sweep(tasks, emu.runtime, emu.db, {.repetitions = 1});
+  EXPECT_EQ(second.skipped, 4U);
+  EXPECT_EQ(second.measured, 0U);
+  EXPECT_EQ(emu.db.best_for_device(kEmulatorDeviceKey).size(), 2U);  // one per mask
+  EXPECT_TRUE(emu.db.verify().ok());
 }
 
 TEST(TunerTest, PrecompileFillsTheKernelCacheInParallel) {
   const fs::path dir = fs::temp_directory_path() / ("attune_precompile_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  SweepSpec spec = spec_of({{"head_dims", "64"}});
+  SweepSpec spec = spec_of({{"head_dims", "64"}}, 3);
   set_axis(spec, "masks", "none,causal");  // the same variants twice: compiled once
-  spec.max_variants = 3;
   const std::vector<Task> tasks = plan(spec, require_arch("sm_90a"));
   ASSERT_EQ(tasks.size(), 6U);
   EXPECT_EQ(precompile(tasks, "sm_90a", dir, 2), 0U);
@@ -162,8 +152,8 @@ TEST(SweepTest, DecodeAxesAndSplitCounts) {
                             {"batch_heads", "1x2"},
                             {"gqa", "4"},
                             {"queries", "1,3"},
-                            {"splits", "1,4,4,auto"}});
-  spec.max_variants = 2;
+                            {"splits", "1,4,4,auto"}},
+                           2);
   const std::vector<Task> tasks = plan(spec, require_arch("sm_90a"), {}, 132);
   std::set<std::string> ids;
   for (const Task& t : tasks) {
@@ -185,35 +175,27 @@ TEST(SweepTest, DecodeAxesAndSplitCounts) {
 }
 
 TEST(TunerTest, DecodeSweepOnTheEmulatorIsDispatchedFromTheDatabase) {
-  const fs::path db_path = fs::temp_directory_path() / ("attune_decode_tuner_" + std::to_string(::getpid()) + ".db");
-  fs::remove(db_path);
-  SweepSpec spec = spec_of({{"op", "decode"},
-                            {"head_dims", "32"},
-                            {"seqlens", "600"},
-                            {"batch_heads", "1x1"},
-                            {"gqa", "4"},
-                            {"splits", "1,3"}});
-  spec.max_variants = 2;
-  Runtime runtime({.backend = Backend::kEmu});
-  const std::vector<Task> tasks = plan(spec, runtime.arch(), {}, runtime.sm_count());
+  testing::EmuTuning emu("attune_decode_tuner");
+  const SweepSpec spec = spec_of({{"op", "decode"},
+                                  {"head_dims", "32"},
+                                  {"seqlens", "600"},
+                                  {"batch_heads", "1x1"},
+                                  {"gqa", "4"},
+                                  {"splits", "1,3"}},
+                                 2);
+  const std::vector<Task> tasks = plan(spec, emu.runtime.arch(), {}, emu.runtime.sm_count());
   ASSERT_EQ(tasks.size(), 4U);
-  {
-    tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path);
-    const TuneSummary summary = run_sweep(tasks, runtime, db, {.repetitions = 1});
-    EXPECT_EQ(summary.measured, 4U);
-    EXPECT_EQ(summary.failed, 0U);
-    const auto best = db.best_for_device(kEmulatorDeviceKey);
-    ASSERT_EQ(best.size(), 1U);
-    EXPECT_EQ(best[0].key.op, Op::kDecode);
-    EXPECT_NE(best[0].variant_id.find("/splits"), std::string::npos) << best[0].variant_id;
+  emu.sweep_once(tasks, {.measured = 4, .failed = 0});
+  const auto best = emu.db.best_for_device(kEmulatorDeviceKey);
+  ASSERT_EQ(best.size(), 1U);
+  EXPECT_EQ(best[0].key.op, Op::kDecode);
+  EXPECT_NE(best[0].variant_id.find("/splits"), std::string::npos) << best[0].variant_id;
 
-    const DbTunedSource source(db);
-    Runtime tuned({.backend = Backend::kEmu, .tuned = &source});
-    const DecodeChoice choice = tuned.explain_decode(tasks[0].problem);
-    EXPECT_EQ(tuned_id(choice.variant, choice.splits), best[0].variant_id) << choice.reason;
-    EXPECT_EQ(choice.reason.rfind("tuned", 0), 0U) << choice.reason;
-  }
-  fs::remove(db_path);
+  const DbTunedSource source(emu.db);
+  Runtime tuned({.backend = Backend::kEmu, .tuned = &source});
+  const DecodeChoice choice = tuned.explain_decode(tasks[0].problem);
+  EXPECT_EQ(tuned_id(choice.variant, choice.splits), best[0].variant_id) << choice.reason;
+  EXPECT_EQ(choice.reason.rfind("tuned", 0), 0U) << choice.reason;
 }
 
 TEST(SweepTest, ModifierAxesParseAnyOrderAndRejectBadValues) {
@@ -283,8 +265,7 @@ void expect_modifier_sets(const char* op, const std::vector<Task>& tasks, std::s
 
 TEST(SweepTest, PlanCarriesTheModifierSetsIntoProblemsAndVariants) {
   const ArchLimits arch = require_arch("sm_90a");
-  SweepSpec spec = spec_of({{"head_dims", "64"}, {"modifiers", "none, softcap+sinks+alibi"}, {"softcap", "24"}});
-  spec.max_variants = 3;
+  SweepSpec spec = spec_of({{"head_dims", "64"}, {"modifiers", "none, softcap+sinks+alibi"}, {"softcap", "24"}}, 3);
   for (const char* op : {"fwd", "bwd"}) {
     set_axis(spec, "op", op);
     const std::vector<Task> tasks = plan(spec, arch);
@@ -308,46 +289,38 @@ TEST(SweepTest, PlanCarriesTheModifierSetsIntoProblemsAndVariants) {
 }
 
 TEST(TunerTest, ModifierSetsAreTunedUnderTheirOwnKeysAndDispatched) {
-  const fs::path db_path = fs::temp_directory_path() / ("attune_mods_tuner_" + std::to_string(::getpid()) + ".db");
-  fs::remove(db_path);
-  SweepSpec spec = spec_of({{"head_dims", "32"}, {"seqlens", "48"}, {"modifiers", "none,softcap+sinks+alibi"}});
-  spec.max_variants = 2;
-  Runtime runtime({.backend = Backend::kEmu});
-  const std::vector<Task> tasks = plan(spec, runtime.arch());
+  testing::EmuTuning emu("attune_mods_tuner");
+  SweepSpec spec = spec_of({{"head_dims", "32"}, {"seqlens", "48"}, {"modifiers", "none,softcap+sinks+alibi"}}, 2);
+  const std::vector<Task> tasks = plan(spec, emu.runtime.arch());
   ASSERT_EQ(tasks.size(), 4U);
-  {
-    tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path);
-    const TuneSummary summary = run_sweep(tasks, runtime, db, {.repetitions = 1});
-    EXPECT_EQ(summary.measured, 4U);
-    EXPECT_EQ(summary.failed, 0U);
-    const auto best = db.best_for_device(kEmulatorDeviceKey);
-    ASSERT_EQ(best.size(), 2U);  // one per modifier set
-    const DbTunedSource source(db);
-    const Runtime tuned({.backend = Backend::kEmu, .tuned = &source});
-    for (const Task& t : {tasks.front(), tasks.back()}) {
-      const DispatchChoice choice = tuned.explain(t.problem);
-      EXPECT_EQ(choice.rule, DispatchRule::kTuned) << choice.detail;
-      EXPECT_EQ(choice.variant.modifiers, modifier_bits(t.problem.modifiers)) << choice.variant.id();
-    }
-
-    // Decode too; and each key's gain is over its own set's default (measured: the sweep always has it).
-    set_axis(spec, "op", "decode");
-    set_axis(spec, "seqlens", "300");
-    set_axis(spec, "batch_heads", "1x1");
-    set_axis(spec, "gqa", "4");
-    set_axis(spec, "splits", "auto");
-    EXPECT_EQ(run_sweep(plan(spec, runtime.arch(), {}, runtime.sm_count()), runtime, db, {.repetitions = 1}).failed,
-              0U);
-    const auto all = db.best_for_device(kEmulatorDeviceKey);
-    ASSERT_EQ(all.size(), 4U);
-    for (const tuning_db::BestRow& row : all) {
-      EXPECT_TRUE(gain_over_default(db, row)) << row.key.to_string();
-      const std::optional<std::string> default_id = analyze_key(db, row).default_id;
-      ASSERT_TRUE(default_id) << row.key.to_string();
-      EXPECT_EQ(default_id->find(".softcap1") != std::string::npos, row.key.modifiers != 0) << *default_id;
-    }
+  emu.sweep_once(tasks, {.measured = 4, .failed = 0});
+  ASSERT_EQ(emu.db.best_for_device(kEmulatorDeviceKey).size(), 2U);  // one per modifier set
+  const DbTunedSource source(emu.db);
+  const Runtime tuned({.backend = Backend::kEmu, .tuned = &source});
+  for (const Task& t : {tasks.front(), tasks.back()}) {
+    const DispatchChoice choice = tuned.explain(t.problem);
+    EXPECT_EQ(choice.rule, DispatchRule::kTuned) << choice.detail;
+    EXPECT_EQ(choice.variant.modifiers, modifier_bits(t.problem.modifiers)) << choice.variant.id();
   }
-  fs::remove(db_path);
+
+  // Decode too; and each key's gain is over its own set's default (measured: the sweep always has it).
+  set_axis(spec, "op", "decode");
+  set_axis(spec, "seqlens", "300");
+  set_axis(spec, "batch_heads", "1x1");
+  set_axis(spec, "gqa", "4");
+  set_axis(spec, "splits", "auto");
+  EXPECT_EQ(
+      run_sweep(plan(spec, emu.runtime.arch(), {}, emu.runtime.sm_count()), emu.runtime, emu.db, {.repetitions = 1})
+          .failed,
+      0U);
+  const auto all = emu.db.best_for_device(kEmulatorDeviceKey);
+  ASSERT_EQ(all.size(), 4U);
+  for (const tuning_db::BestRow& row : all) {
+    EXPECT_TRUE(gain_over_default(emu.db, row)) << row.key.to_string();
+    const std::optional<std::string> default_id = analyze_key(emu.db, row).default_id;
+    ASSERT_TRUE(default_id) << row.key.to_string();
+    EXPECT_EQ(default_id->find(".softcap1") != std::string::npos, row.key.modifiers != 0) << *default_id;
+  }
 }
 
 TEST(TunerTest, BackwardWithSinksRunsItsGateOnTheEmulator) {
@@ -355,8 +328,8 @@ TEST(TunerTest, BackwardWithSinksRunsItsGateOnTheEmulator) {
                             {"head_dims", "32"},
                             {"seqlens", "40"},
                             {"masks", "causal"},
-                            {"modifiers", "sinks, softcap+alibi"}});
-  spec.max_variants = 1;
+                            {"modifiers", "sinks, softcap+alibi"}},
+                           1);
   Runtime runtime({.backend = Backend::kEmu});
   for (const Task& t : plan(spec, runtime.arch())) {
     const Measurement m = measure(runtime, t, {.warmup = 0, .repetitions = 1});

@@ -12,18 +12,26 @@ namespace attune::tuning_db {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::h200;
-using testing::measurement;
-using testing::problem_record;
-using testing::RawDb;
-using testing::read_bytes;
-using testing::TempDir;
+using namespace testing;  // the helpers of test_support.h
 
 constexpr const char* kVariant = "flash_fwd/d128.bm128.bn64.wm4.wn1.st2";
 
 // The schema's DDL as SQLite stores it, in a fixed order.
 std::string schema_of(const fs::path& path) {
   return RawDb(path).column("SELECT type || ' ' || name || ': ' || coalesce(sql, '') FROM sqlite_master ORDER BY name");
+}
+
+// Whether `path` is (still) at the old schema `version`, without the column
+// `table`.`column` that the migration from it adds.
+::testing::AssertionResult is_old_schema(const fs::path& path, int version, const std::string& table,
+                                         const std::string& column) {
+  RawDb raw(path);
+  const std::int64_t found = raw.scalar("PRAGMA user_version");
+  const std::int64_t columns =
+      raw.scalar("SELECT count(*) FROM pragma_table_info('" + table + "') WHERE name = '" + column + "'");
+  if (found == version && columns == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << "schema version " << found << " (expected " << version << "), " << columns
+                                       << " columns " << table << "." << column << " (expected 0)";
 }
 
 TEST(SchemaTest, AFreshDatabaseHasTheCurrentVersion) {
@@ -48,23 +56,19 @@ TEST(SchemaTest, VersionOneMigratesAndKeepsItsRows) {
   TempDir dir;
   const fs::path path = dir.path() / "tuning.db";
   create_schema_for_test(path, 1);
-  {
-    RawDb raw(path);
-    ASSERT_EQ(raw.scalar("PRAGMA user_version"), 1);
-    ASSERT_EQ(raw.scalar("SELECT count(*) FROM pragma_table_info('measurements') WHERE name = 'spread_ms'"), 0);
-    // Rows as an attune of schema 1 wrote them.
-    raw.exec(
-        "INSERT INTO devices VALUES (1, 'NVIDIA H200/cc9.0/sm132', 'NVIDIA H200', 9, 0, 132, '580.65', '13.0');"
-        "INSERT INTO templates VALUES (1, 'flash_fwd', 'hash-a');"
-        "INSERT INTO variants VALUES (1, 1, 'flash_fwd/d128.bm128.bn64.wm4.wn1.st2');"
-        "INSERT INTO problems VALUES (1, 'fwd', 'bf16', 128, 128, 'causal-bottom-right', 10, 12, 5, 1024, 4096, 2, "
-        "16, 4);"
-        "INSERT INTO compile_results VALUES (1, 1, 'bf16', 'sm_90a', '13.0', 1, 168, 0, 98304, 1.5, '', "
-        "'2025-01-02T03:04:05.000Z');"
-        "INSERT INTO measurements VALUES (1, 1, 1, 1, 1, 0.8, 50, 300.0, 0.001, '2025-01-02T03:04:06.000Z', "
-        "'580.65', '13.0');"
-        "INSERT INTO best VALUES (1, 'fwd', 'bf16', 128, 128, 'causal-bottom-right', 10, 12, 5, 1, 1, 0.8);");
-  }
+  ASSERT_TRUE(is_old_schema(path, 1, "measurements", "spread_ms"));
+  // Rows as an attune of schema 1 wrote them.
+  RawDb(path).exec(
+      "INSERT INTO devices VALUES (1, 'NVIDIA H200/cc9.0/sm132', 'NVIDIA H200', 9, 0, 132, '580.65', '13.0');"
+      "INSERT INTO templates VALUES (1, 'flash_fwd', 'hash-a');"
+      "INSERT INTO variants VALUES (1, 1, 'flash_fwd/d128.bm128.bn64.wm4.wn1.st2');"
+      "INSERT INTO problems VALUES (1, 'fwd', 'bf16', 128, 128, 'causal-bottom-right', 10, 12, 5, 1024, 4096, 2, "
+      "16, 4);"
+      "INSERT INTO compile_results VALUES (1, 1, 'bf16', 'sm_90a', '13.0', 1, 168, 0, 98304, 1.5, '', "
+      "'2025-01-02T03:04:05.000Z');"
+      "INSERT INTO measurements VALUES (1, 1, 1, 1, 1, 0.8, 50, 300.0, 0.001, '2025-01-02T03:04:06.000Z', "
+      "'580.65', '13.0');"
+      "INSERT INTO best VALUES (1, 'fwd', 'bf16', 128, 128, 'causal-bottom-right', 10, 12, 5, 1, 1, 0.8);");
 
   TuningDb db = TuningDb::open(path);
   EXPECT_EQ(db.schema_version(), kSchemaVersion);
@@ -102,8 +106,8 @@ TEST(SchemaTest, VersionOneMigratesAndKeepsItsRows) {
 
 // Rows as an attune of schema 3 wrote them: one problem key measured at
 // two exact sizes (one ok, one failed) and its best row.
-void insert_schema_three_rows(RawDb& raw) {
-  raw.exec(
+void insert_schema_three_rows(const fs::path& path) {
+  RawDb(path).exec(
       "INSERT INTO devices VALUES (1, 'NVIDIA H200/cc9.0/sm132', 'NVIDIA H200', 9, 0, 132, '580.65', '13.0');"
       "INSERT INTO templates VALUES (1, 'flash_fwd', 'hash-a');"
       "INSERT INTO variants VALUES (1, 1, 'flash_fwd/d128.bm128.bn64.wm4.wn1.st2');"
@@ -124,12 +128,8 @@ TEST(SchemaTest, VersionThreeMigratesToNoModifiersAndKeepsItsRows) {
   TempDir dir;
   const fs::path path = dir.path() / "tuning.db";
   create_schema_for_test(path, 3);
-  {
-    RawDb raw(path);
-    ASSERT_EQ(raw.scalar("PRAGMA user_version"), 3);
-    ASSERT_EQ(raw.scalar("SELECT count(*) FROM pragma_table_info('problems') WHERE name = 'modifiers'"), 0);
-    insert_schema_three_rows(raw);
-  }
+  ASSERT_TRUE(is_old_schema(path, 3, "problems", "modifiers"));
+  insert_schema_three_rows(path);
 
   TuningDb db = TuningDb::open(path);
   EXPECT_EQ(db.schema_version(), 4);
@@ -169,10 +169,7 @@ TEST(SchemaTest, ForeignKeysAreEnforcedAgainAfterAMigration) {
   TempDir dir;
   const fs::path path = dir.path() / "tuning.db";
   create_schema_for_test(path, 3);
-  {
-    RawDb raw(path);
-    insert_schema_three_rows(raw);
-  }
+  insert_schema_three_rows(path);
   TuningDb db = TuningDb::open(path);
   // There is no problem 99: migrate() turned foreign keys off only for its steps.
   EXPECT_THROW(db.record_measurement(measurement({1}, {99}, {1}, 1.0)), DbError);
@@ -183,23 +180,18 @@ TEST(SchemaTest, AMigrationLeavingADanglingReferenceIsRolledBack) {
   TempDir dir;
   const fs::path path = dir.path() / "tuning.db";
   create_schema_for_test(path, 3);
-  {
-    RawDb raw(path);  // foreign keys off, as on any raw connection
-    insert_schema_three_rows(raw);
-    raw.exec(
-        "INSERT INTO measurements(id, device, problem, variant, ok, median_ms, repetitions, measured_at, "
-        "driver_version, nvrtc_version) VALUES (3, 1, 42, 1, 1, 0.9, 50, '2025-01-02T03:04:08.000Z', '580.65', "
-        "'13.0')");
-  }
+  insert_schema_three_rows(path);
+  RawDb(path).exec(  // foreign keys off, as on any raw connection
+      "INSERT INTO measurements(id, device, problem, variant, ok, median_ms, repetitions, measured_at, "
+      "driver_version, nvrtc_version) VALUES (3, 1, 42, 1, 1, 0.9, 50, '2025-01-02T03:04:08.000Z', '580.65', "
+      "'13.0')");
   const std::string message = attune::testing::error_of<DbError>([&] { (void)TuningDb::open(path); });
   EXPECT_NE(message.find("migrating from schema version 3 to 4: table measurements row 3 refers to a missing row of "
                          "problems"),
             std::string::npos)
       << message;
-  RawDb raw(path);
-  EXPECT_EQ(raw.scalar("PRAGMA user_version"), 3);
-  EXPECT_EQ(raw.scalar("SELECT count(*) FROM pragma_table_info('problems') WHERE name = 'modifiers'"), 0);
-  EXPECT_EQ(raw.scalar("SELECT count(*) FROM problems"), 2);
+  EXPECT_TRUE(is_old_schema(path, 3, "problems", "modifiers"));
+  EXPECT_EQ(RawDb(path).scalar("SELECT count(*) FROM problems"), 2);
 }
 
 TEST(SchemaTest, AMigratedSchemaEqualsAFreshOne) {

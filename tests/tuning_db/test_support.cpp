@@ -1,27 +1,14 @@
 #include "test_support.h"
 
 #include <sqlite3.h>
-#include <stdlib.h>  // mkdtemp
 
-#include <fstream>
-#include <iterator>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 namespace attune::tuning_db::testing {
 
 namespace fs = std::filesystem;
-
-TempDir::TempDir() {
-  std::string pattern = (fs::temp_directory_path() / "attune_tuning_db_test.XXXXXX").string();
-  if (::mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed for " + pattern);
-  path_ = pattern;
-}
-
-TempDir::~TempDir() {
-  std::error_code ec;
-  fs::remove_all(path_, ec);
-}
 
 RawDb::RawDb(const fs::path& path) {
   if (sqlite3_open_v2(path.c_str(), &db_, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
@@ -98,30 +85,25 @@ std::string RawDb::dump() {
   return out;
 }
 
-std::string read_bytes(const fs::path& path) {
-  std::ifstream in(path, std::ios::binary);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
+namespace {
+
+// A device keyed as the runtime keys it: "<name>/cc<major>.<minor>/sm<count>".
+DeviceRecord device_record(const std::string& name, int major, int minor, int sm_count, const std::string& driver,
+                           const std::string& nvrtc) {
+  return {.key = name + "/cc" + std::to_string(major) + "." + std::to_string(minor) + "/sm" + std::to_string(sm_count),
+          .name = name,
+          .compute_major = major,
+          .compute_minor = minor,
+          .sm_count = sm_count,
+          .driver_version = driver,
+          .nvrtc_version = nvrtc};
 }
 
-DeviceRecord h200() {
-  return {.key = "NVIDIA H200/cc9.0/sm132",
-          .name = "NVIDIA H200",
-          .compute_major = 9,
-          .compute_minor = 0,
-          .sm_count = 132,
-          .driver_version = "580.65",
-          .nvrtc_version = "13.0"};
-}
+}  // namespace
 
-DeviceRecord a100() {
-  return {.key = "NVIDIA A100-SXM4-80GB/cc8.0/sm108",
-          .name = "NVIDIA A100-SXM4-80GB",
-          .compute_major = 8,
-          .compute_minor = 0,
-          .sm_count = 108,
-          .driver_version = "570.10",
-          .nvrtc_version = "12.8"};
-}
+DeviceRecord h200() { return device_record("NVIDIA H200", 9, 0, 132, "580.65", "13.0"); }
+
+DeviceRecord a100() { return device_record("NVIDIA A100-SXM4-80GB", 8, 0, 108, "570.10", "12.8"); }
 
 ProblemRecord problem_record(int seqlen_q_log2, std::int64_t seqlen_q) {
   return {.key = {.op = Op::kForward,

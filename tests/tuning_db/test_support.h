@@ -6,24 +6,16 @@
 #include <filesystem>
 #include <string>
 
+#include "tests/support/file_bytes.h"
+#include "tests/support/temp_dir.h"
 #include "tuning_db/tuning_db.h"
 
 struct sqlite3;
 
 namespace attune::tuning_db::testing {
 
-// A fresh directory under the system temp directory, removed afterwards.
-class TempDir {
- public:
-  TempDir();
-  ~TempDir();
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-  const std::filesystem::path& path() const { return path_; }
-
- private:
-  std::filesystem::path path_;
-};
+using attune::testing::read_bytes;
+using attune::testing::TempDir;
 
 // A plain sqlite3 connection for what a test must do that TuningDb never
 // would (tamper with rows, change the version, build old schemas).
@@ -43,8 +35,6 @@ class RawDb {
  private:
   sqlite3* db_ = nullptr;
 };
-
-std::string read_bytes(const std::filesystem::path& path);
 
 DeviceRecord h200();
 DeviceRecord a100();

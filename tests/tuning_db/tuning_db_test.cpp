@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <random>
@@ -18,19 +19,14 @@
 #include "test_support.h"
 #include "tests/support/env_guard.h"
 #include "tests/support/error_of.h"
+#include "tests/support/xdg_location.h"
 #include "tuning_db/schema.h"
 
 namespace attune::tuning_db {
 namespace {
 
 namespace fs = std::filesystem;
-using testing::a100;
-using testing::h200;
-using testing::measurement;
-using testing::problem_record;
-using testing::RawDb;
-using testing::read_bytes;
-using testing::TempDir;
+using namespace testing;  // the helpers of test_support.h
 
 std::string variant_name(int index) { return "flash_fwd/d128.bm128.bn64.wm4.wn1.st" + std::to_string(index); }
 
@@ -51,6 +47,33 @@ struct Seeded {
 };
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Forks `count` children held at one gate (a pipe the parent closes once all
+// exist, so they start together); child i exits with body(i). `statuses`
+// gets their wait statuses in order.
+void run_children_together(int count, const std::function<int(int child)>& body, std::vector<int>& statuses) {
+  int gate[2];
+  ASSERT_EQ(::pipe(gate), 0);
+  std::vector<pid_t> children;
+  for (int child = 0; child < count; ++child) {
+    const pid_t pid = ::fork();
+    ASSERT_GE(pid, 0);
+    if (pid == 0) {
+      ::close(gate[1]);
+      char byte = 0;
+      [[maybe_unused]] const ssize_t n = ::read(gate[0], &byte, 1);  // returns when the parent closes the gate
+      ::_exit(body(child));
+    }
+    children.push_back(pid);
+  }
+  ::close(gate[0]);
+  ::close(gate[1]);  // all start now
+  for (const pid_t pid : children) {
+    int status = 0;
+    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    statuses.push_back(status);
+  }
+}
 
 using attune::testing::EnvGuard;
 
@@ -123,20 +146,8 @@ TEST(TuningDbTest, ReopeningKeepsTheData) {
 
 TEST(TuningDbTest, DefaultPathHonoursTheEnvironment) {
   const EnvGuard guard({"ATTUNE_TUNING_DB", "XDG_DATA_HOME", "HOME"});
-  EnvGuard::set("ATTUNE_TUNING_DB", "/x/explicit.db");
-  EnvGuard::set("XDG_DATA_HOME", "/x/data");
-  EnvGuard::set("HOME", "/home/someone");
-  EXPECT_EQ(TuningDb::default_path(), fs::path("/x/explicit.db"));
-
-  EnvGuard::set("ATTUNE_TUNING_DB", "");  // empty counts as unset
-  EXPECT_EQ(TuningDb::default_path(), fs::path("/x/data/attune/tuning.db"));
-  EnvGuard::set("ATTUNE_TUNING_DB", std::nullopt);
-  EXPECT_EQ(TuningDb::default_path(), fs::path("/x/data/attune/tuning.db"));
-
-  EnvGuard::set("XDG_DATA_HOME", "relative/data");  // the XDG spec says to ignore relative paths
-  EXPECT_EQ(TuningDb::default_path(), fs::path("/home/someone/.local/share/attune/tuning.db"));
-  EnvGuard::set("XDG_DATA_HOME", std::nullopt);
-  EXPECT_EQ(TuningDb::default_path(), fs::path("/home/someone/.local/share/attune/tuning.db"));
+  attune::testing::expect_xdg_location(&TuningDb::default_path, "ATTUNE_TUNING_DB", "XDG_DATA_HOME", ".local/share",
+                                       "attune/tuning.db");
 
   EnvGuard::set("HOME", std::nullopt);
   EXPECT_TRUE(contains(attune::testing::error_of<DbError>([] { (void)TuningDb::default_path(); }), "HOME"));
@@ -495,39 +506,25 @@ TEST(TuningDbTest, TwoProcessesWritingAtOnceLoseNothing) {
   constexpr int kPerChild = 200;
   { const Seeded s(path, 0); }  // closed before forking: each child opens its own connection
 
-  int gate[2];
-  ASSERT_EQ(::pipe(gate), 0);
-  std::vector<pid_t> children;
-  for (int child = 0; child < 2; ++child) {
-    const pid_t pid = ::fork();
-    ASSERT_GE(pid, 0);
-    if (pid == 0) {
-      ::close(gate[1]);
-      char byte = 0;
-      [[maybe_unused]] const ssize_t n = ::read(gate[0], &byte, 1);  // returns when the parent closes the gate
-      int status = 0;
-      try {
-        TuningDb db = TuningDb::open(path);
-        const DeviceRowId device = db.upsert_device(h200());
-        const TemplateRowId tmpl = db.upsert_template("flash_fwd", "hash-a");
-        const ProblemRowId problem = db.upsert_problem(problem_record());
-        for (int i = 0; i < kPerChild; ++i) {
-          const int index = child * kPerChild + i;
-          const VariantRowId variant = db.upsert_variant(tmpl, variant_name(index));
-          if (!db.record_measurement(measurement(device, problem, variant, 1.0 + index))) status = 2;
+  std::vector<int> statuses;
+  ASSERT_NO_FATAL_FAILURE(run_children_together(
+      2,
+      [&](int child) {
+        int status = 0;
+        try {
+          Seeded s(path, 0);
+          for (int i = 0; i < kPerChild; ++i) {
+            const int index = child * kPerChild + i;
+            const VariantRowId variant = s.db.upsert_variant(s.tmpl, variant_name(index));
+            if (!s.db.record_measurement(measurement(s.device, s.problem, variant, 1.0 + index))) status = 2;
+          }
+        } catch (...) {
+          status = 3;
         }
-      } catch (...) {
-        status = 3;
-      }
-      ::_exit(status);
-    }
-    children.push_back(pid);
-  }
-  ::close(gate[0]);
-  ::close(gate[1]);  // both start now
-  for (const pid_t pid : children) {
-    int status = 0;
-    ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+        return status;
+      },
+      statuses));
+  for (const int status : statuses) {
     EXPECT_TRUE(WIFEXITED(status));
     EXPECT_EQ(WEXITSTATUS(status), 0);
   }
@@ -551,37 +548,21 @@ TEST(TuningDbTest, ProcessesCreatingOneNewDatabaseAtOnceAllSucceed) {
   for (int round = 0; round < kRounds; ++round) {
     TempDir dir;
     const fs::path path = dir.path() / "sub" / "tuning.db";
-    int gate[2];
-    ASSERT_EQ(::pipe(gate), 0);
-    std::vector<pid_t> children;
-    for (int child = 0; child < kProcesses; ++child) {
-      const pid_t pid = ::fork();
-      ASSERT_GE(pid, 0);
-      if (pid == 0) {
-        ::close(gate[1]);
-        char byte = 0;
-        [[maybe_unused]] const ssize_t n = ::read(gate[0], &byte, 1);
-        int status = 0;
-        try {
-          TuningDb db = TuningDb::open(path);
-          const DeviceRowId device = db.upsert_device(h200());
-          const TemplateRowId tmpl = db.upsert_template("flash_fwd", "hash-a");
-          const ProblemRowId problem = db.upsert_problem(problem_record());
-          const VariantRowId variant = db.upsert_variant(tmpl, variant_name(child));
-          if (!db.record_measurement(measurement(device, problem, variant, 1.0 + child))) status = 2;
-        } catch (const std::exception& e) {
-          std::fprintf(stderr, "child %d: %s\n", child, e.what());
-          status = 3;
-        }
-        ::_exit(status);
-      }
-      children.push_back(pid);
-    }
-    ::close(gate[0]);
-    ::close(gate[1]);
-    for (const pid_t pid : children) {
-      int status = 0;
-      ASSERT_EQ(::waitpid(pid, &status, 0), pid);
+    std::vector<int> statuses;
+    ASSERT_NO_FATAL_FAILURE(run_children_together(
+        kProcesses,
+        [&](int child) {
+          try {
+            Seeded s(path, 0);
+            const VariantRowId variant = s.db.upsert_variant(s.tmpl, variant_name(child));
+            return s.db.record_measurement(measurement(s.device, s.problem, variant, 1.0 + child)) ? 0 : 2;
+          } catch (const std::exception& e) {
+            std::fprintf(stderr, "child %d: %s\n", child, e.what());
+            return 3;
+          }
+        },
+        statuses));
+    for (const int status : statuses) {
       ASSERT_TRUE(WIFEXITED(status));
       EXPECT_EQ(WEXITSTATUS(status), 0) << "round " << round;
     }
