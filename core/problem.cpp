@@ -37,20 +37,19 @@ std::string str(int64_t value) { return std::to_string(value); }
 // instead of wrapping around.
 // `what` and `detail` make the message, built only on overflow (validate
 // runs on every call).
+[[noreturn]] void reject_overflow(int64_t a, const char* op, int64_t b, std::string_view what,
+                                  std::string_view detail) {
+  reject(std::string(what) + std::string(detail), str(a) + op + str(b) + ", which overflows int64",
+         "sizes and strides whose offsets fit in int64");
+}
 int64_t mul(int64_t a, int64_t b, std::string_view what, std::string_view detail = {}) {
   int64_t r = 0;
-  if (__builtin_mul_overflow(a, b, &r)) {
-    reject(std::string(what) + std::string(detail), str(a) + " x " + str(b) + ", which overflows int64",
-           "sizes and strides whose offsets fit in int64");
-  }
+  if (__builtin_mul_overflow(a, b, &r)) reject_overflow(a, " x ", b, what, detail);
   return r;
 }
 int64_t add(int64_t a, int64_t b, std::string_view what, std::string_view detail = {}) {
   int64_t r = 0;
-  if (__builtin_add_overflow(a, b, &r)) {
-    reject(std::string(what) + std::string(detail), str(a) + " + " + str(b) + ", which overflows int64",
-           "sizes and strides whose offsets fit in int64");
-  }
+  if (__builtin_add_overflow(a, b, &r)) reject_overflow(a, " + ", b, what, detail);
   return r;
 }
 
@@ -144,6 +143,13 @@ void check_no_self_overlap(const char* name, std::array<std::pair<int64_t, int64
     }
     span = add(mul(stride, size - 1, name, " strides"), span, name, " strides");
   }
+}
+
+// check_no_self_overlap of a [batches, seqlen, heads, head_dim] output with
+// these strides and contiguous elements.
+void check_output_strides(const char* name, const TensorStrides& s, int64_t batches, int64_t seqlen, int64_t heads,
+                          int64_t head_dim) {
+  check_no_self_overlap(name, {{{s.batch, batches}, {s.seq, seqlen}, {s.head, heads}, {1, head_dim}}});
 }
 
 struct ByteSpan {
@@ -618,14 +624,9 @@ void validate(const AttentionProblem& p) {
     if (packed && s->batch != 0) reject(std::string(name) + " batch stride", str(s->batch), "0 for packed input");
   }
   const int64_t batches = batches_of(p);
-  check_no_self_overlap("O", {{{p.o_strides.batch, batches},
-                               {p.o_strides.seq, p.seqlen_q},
-                               {p.o_strides.head, p.heads_q},
-                               {1, p.head_dim_v}}});
-  check_no_self_overlap("LSE", {{{p.lse_strides.batch, batches},
-                                 {p.lse_strides.seq, p.seqlen_q},
-                                 {p.lse_strides.head, p.heads_q},
-                                 {std::numeric_limits<int64_t>::max(), 1}}});
+  check_output_strides("O", p.o_strides, batches, p.seqlen_q, p.heads_q, p.head_dim_v);
+  // LSE holds one float per row and head: an element axis of size 1.
+  check_output_strides("LSE", p.lse_strides, batches, p.seqlen_q, p.heads_q, 1);
   // Every tensor's extent, and its bytes, fits in int64 (extent() checks each
   // step): offsets computed from these strides never wrap.
   for (const auto& [name, elements] :
@@ -701,19 +702,10 @@ void validate_buffers(const AttentionProblem& p, const BackwardBuffers& buffers)
     }
   }
   const int64_t batches = batches_of(p);
-  check_no_self_overlap("dQ", {{{p.q_strides.batch, batches},
-                                {p.q_strides.seq, p.seqlen_q},
-                                {p.q_strides.head, p.heads_q},
-                                {1, p.head_dim_k}}});
+  check_output_strides("dQ", p.q_strides, batches, p.seqlen_q, p.heads_q, p.head_dim_k);
   const int64_t key_batches = key_batches_of(p);
-  check_no_self_overlap("dK", {{{p.k_strides.batch, key_batches},
-                                {p.k_strides.seq, p.seqlen_k},
-                                {p.k_strides.head, p.heads_kv},
-                                {1, p.head_dim_k}}});
-  check_no_self_overlap("dV", {{{p.v_strides.batch, key_batches},
-                                {p.v_strides.seq, p.seqlen_k},
-                                {p.v_strides.head, p.heads_kv},
-                                {1, p.head_dim_v}}});
+  check_output_strides("dK", p.k_strides, key_batches, p.seqlen_k, p.heads_kv, p.head_dim_k);
+  check_output_strides("dV", p.v_strides, key_batches, p.seqlen_k, p.heads_kv, p.head_dim_v);
   for (std::size_t i = 0; i < std::size(outputs); ++i) {
     for (const ByteSpan& in : inputs) {
       if (overlaps(outputs[i], in)) {

@@ -36,12 +36,14 @@ void report_bounds(u32 kind, i32 batch, i32 index, i32 value, i32 limit) {
   const std::lock_guard lock(g_mutex);
   if (g_claimed) return;
   g_claimed = true;
-  g_report.kind = kind;
-  g_report.batch = batch;
-  g_report.index = index;
-  g_report.value = value;
-  g_report.limit = limit;
-  g_report.magic = kBoundsReportMagic;
+  g_report = BoundsReport{.magic = kBoundsReportMagic,
+                          .generation = g_report.generation,
+                          .kind = kind,
+                          .batch = batch,
+                          .index = index,
+                          .value = value,
+                          .limit = limit,
+                          .reserved = g_report.reserved};
 }
 
 }  // namespace hooks

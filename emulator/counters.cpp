@@ -4,19 +4,26 @@
 
 namespace attune::emu {
 
+namespace {
+
+// Every scalar count of a launch, for the operations that treat them alike.
+constexpr std::uint64_t LaunchCounters::*kLaunchCounts[] = {&LaunchCounters::mma,
+                                                            &LaunchCounters::wgmma,
+                                                            &LaunchCounters::wgmma_flops,
+                                                            &LaunchCounters::ldmatrix,
+                                                            &LaunchCounters::shuffles,
+                                                            &LaunchCounters::shared_instructions,
+                                                            &LaunchCounters::shared_wavefronts,
+                                                            &LaunchCounters::shared_ideal,
+                                                            &LaunchCounters::ex2,
+                                                            &LaunchCounters::tanh,
+                                                            &LaunchCounters::barriers,
+                                                            &LaunchCounters::global_bytes};
+
+}  // namespace
+
 void LaunchCounters::add(const LaunchCounters& o) {
-  mma += o.mma;
-  wgmma += o.wgmma;
-  wgmma_flops += o.wgmma_flops;
-  ldmatrix += o.ldmatrix;
-  shuffles += o.shuffles;
-  shared_instructions += o.shared_instructions;
-  shared_wavefronts += o.shared_wavefronts;
-  shared_ideal += o.shared_ideal;
-  ex2 += o.ex2;
-  tanh += o.tanh;
-  barriers += o.barriers;
-  global_bytes += o.global_bytes;
+  for (const auto count : kLaunchCounts) this->*count += o.*count;
   for (const auto& [site, t] : o.sites) {
     SiteTraffic& mine = sites[site];
     mine.site = site;
@@ -45,18 +52,7 @@ std::vector<SiteTraffic> LaunchCounters::worst(std::size_t count) const {
 LaunchCounters LaunchCounters::minus(const LaunchCounters& b) const {
   const auto sub = [](std::uint64_t x, std::uint64_t y) { return x > y ? x - y : 0; };
   LaunchCounters d;
-  d.mma = sub(mma, b.mma);
-  d.wgmma = sub(wgmma, b.wgmma);
-  d.wgmma_flops = sub(wgmma_flops, b.wgmma_flops);
-  d.ldmatrix = sub(ldmatrix, b.ldmatrix);
-  d.shuffles = sub(shuffles, b.shuffles);
-  d.shared_instructions = sub(shared_instructions, b.shared_instructions);
-  d.shared_wavefronts = sub(shared_wavefronts, b.shared_wavefronts);
-  d.shared_ideal = sub(shared_ideal, b.shared_ideal);
-  d.ex2 = sub(ex2, b.ex2);
-  d.tanh = sub(tanh, b.tanh);
-  d.barriers = sub(barriers, b.barriers);
-  d.global_bytes = sub(global_bytes, b.global_bytes);
+  for (const auto count : kLaunchCounts) d.*count = sub(this->*count, b.*count);
   for (const auto& [site, t] : sites) {
     const auto it = b.sites.find(site);
     SiteTraffic s{site, t.instructions, t.wavefronts, t.ideal};

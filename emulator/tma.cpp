@@ -41,6 +41,18 @@ std::optional<u64> Emulator::Impl::tma_box(const Thread& t, const void* smem, co
   return offset;
 }
 
+namespace {
+
+// The tensor map decoded into `spec` and the shared offset of its box, both
+// checked (tma_map, tma_box); nothing once either has reported a bug.
+std::optional<u64> tma_mapped_box(Emulator::Impl& e, const Thread& t, const TensorMap* map, i32 rank, const void* smem,
+                                  const char* what, const Where& where, TensorMapSpec* spec) {
+  if (!e.tma_map(t, map, rank, where, spec)) return std::nullopt;
+  return e.tma_box(t, smem, *spec, what, where);
+}
+
+}  // namespace
+
 void Emulator::Impl::land(TmaLoad& load) {
   ++async_clock;
   const u64 elem = static_cast<u64>(load.map.element_bytes);
@@ -106,8 +118,7 @@ void Emulator::Impl::tma_load(void* smem, const TensorMap* map, u64* bar, const 
                               const Where& where) {
   Thread& t = *current;
   TmaLoad load;
-  if (!tma_map(t, map, rank, where, &load.map)) return;
-  const auto destination = tma_box(t, smem, load.map, "TMA load destination", where);
+  const auto destination = tma_mapped_box(*this, t, map, rank, smem, "TMA load destination", where, &load.map);
   if (!destination) return;
   Mbarrier* b = barrier_at(t, bar, "TMA load onto", where, &load.barrier);
   if (b == nullptr) return;
@@ -152,8 +163,7 @@ void Emulator::Impl::tma_store(const TensorMap* map, const void* smem, const i32
                                const Where& where) {
   Thread& t = *current;
   TmaStore store;
-  if (!tma_map(t, map, rank, where, &store.map)) return;
-  const auto source = tma_box(t, smem, store.map, "TMA store source", where);
+  const auto source = tma_mapped_box(*this, t, map, rank, smem, "TMA store source", where, &store.map);
   if (!source) return;
   store.source = *source;
   std::copy(coords, coords + rank, store.coords.begin());

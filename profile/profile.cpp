@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <random>
 #include <sstream>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -50,6 +51,19 @@ struct Modifiers {
   const float* slopes_or_null() const { return slopes.empty() ? nullptr : slopes.data(); }
 };
 
+// The representative problem of one call, [1, sq, hq, d] queries over
+// [1, sk, 1, d] keys and values, with random Q, K and V (seeds 1, 2, 3).
+struct Inputs {
+  AttentionProblem p;
+  std::vector<std::uint16_t> q, k, v;
+  Inputs(std::int64_t sq, std::int64_t hq, std::int64_t sk, std::int64_t head_dim, DType dtype, const Modifiers& m)
+      : p(make_problem(std::vector<std::int64_t>{1, sq, hq, head_dim}, std::vector<std::int64_t>{1, sk, 1, head_dim},
+                       std::vector<std::int64_t>{1, sk, 1, head_dim}, {.dtype = dtype, .modifiers = m.on})),
+        q(random_bits(elements(q_extent(p)), dtype, 1)),
+        k(random_bits(elements(k_extent(p)), dtype, 2)),
+        v(random_bits(elements(v_extent(p)), dtype, 3)) {}
+};
+
 // Rows, keys per tile and head dim of a forward variant of either family.
 struct ForwardTiles {
   std::int64_t block_m, block_n, head_dim;
@@ -68,17 +82,13 @@ Run run_forward(const Variant& v, DType dtype, int tiles) {
   const std::int64_t sq = s.block_m;
   const std::int64_t sk = static_cast<std::int64_t>(tiles) * s.block_n;
   const Modifiers m(v, 1);
-  const AttentionProblem p =
-      make_problem(std::vector<std::int64_t>{1, sq, 1, s.head_dim}, std::vector<std::int64_t>{1, sk, 1, s.head_dim},
-                   std::vector<std::int64_t>{1, sk, 1, s.head_dim}, {.dtype = dtype, .modifiers = m.on});
-  const auto q = random_bits(elements(q_extent(p)), dtype, 1);
-  const auto k = random_bits(elements(k_extent(p)), dtype, 2);
-  const auto vv = random_bits(elements(v_extent(p)), dtype, 3);
-  std::vector<std::uint16_t> o(elements(o_extent(p)));
-  std::vector<float> lse(elements(lse_extent(p)));
+  const Inputs in(sq, 1, sk, s.head_dim, dtype, m);
+  std::vector<std::uint16_t> o(elements(o_extent(in.p)));
+  std::vector<float> lse(elements(lse_extent(in.p)));
   Run r;
-  emulate_forward(p, {q.data(), k.data(), vv.data(), o.data(), lse.data(), m.sinks_or_null(), m.slopes_or_null()}, v,
-                  &r.counters);
+  emulate_forward(in.p,
+                  {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), m.sinks_or_null(), m.slopes_or_null()},
+                  v, &r.counters);
   r.problem = "B 1, H 1, Sq " + std::to_string(sq) + " (one CTA), Sk = tiles x " + std::to_string(s.block_n) + ", d " +
               std::to_string(s.head_dim) + ", no mask";
   return r;
@@ -91,17 +101,13 @@ Run run_decode(const Variant& v, DType dtype, int tiles) {
   const std::int64_t hq = s.pack_gqa != 0 ? s.block_m : 1;
   const std::int64_t sk = static_cast<std::int64_t>(tiles) * s.block_n;
   const Modifiers m(v, hq);
-  const AttentionProblem p =
-      make_problem(std::vector<std::int64_t>{1, sq, hq, s.head_dim}, std::vector<std::int64_t>{1, sk, 1, s.head_dim},
-                   std::vector<std::int64_t>{1, sk, 1, s.head_dim}, {.dtype = dtype, .modifiers = m.on});
-  const auto q = random_bits(elements(q_extent(p)), dtype, 1);
-  const auto k = random_bits(elements(k_extent(p)), dtype, 2);
-  const auto vv = random_bits(elements(v_extent(p)), dtype, 3);
-  std::vector<std::uint16_t> o(elements(o_extent(p)));
-  std::vector<float> lse(elements(lse_extent(p)));
+  const Inputs in(sq, hq, sk, s.head_dim, dtype, m);
+  std::vector<std::uint16_t> o(elements(o_extent(in.p)));
+  std::vector<float> lse(elements(lse_extent(in.p)));
   Run r;
-  emulate_decode(p, {q.data(), k.data(), vv.data(), o.data(), lse.data(), m.sinks_or_null(), m.slopes_or_null()}, v, 1,
-                 &r.counters);
+  emulate_decode(in.p,
+                 {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), m.sinks_or_null(), m.slopes_or_null()},
+                 v, 1, &r.counters);
   r.problem = "one CTA of " + std::to_string(s.block_m) + " rows, cache = tiles x " + std::to_string(s.block_n) +
               ", 1 split, d " + std::to_string(s.head_dim);
   return r;
@@ -112,27 +118,37 @@ Run run_backward(const Variant& v, DType dtype, int tiles) {
   const std::int64_t sq = static_cast<std::int64_t>(tiles) * s.block_m;
   const std::int64_t sk = s.block_n;  // one CTA
   const Modifiers m(v, 1);
-  const AttentionProblem p =
-      make_problem(std::vector<std::int64_t>{1, sq, 1, s.head_dim}, std::vector<std::int64_t>{1, sk, 1, s.head_dim},
-                   std::vector<std::int64_t>{1, sk, 1, s.head_dim}, {.dtype = dtype, .modifiers = m.on});
-  const auto q = random_bits(elements(q_extent(p)), dtype, 1);
-  const auto k = random_bits(elements(k_extent(p)), dtype, 2);
-  const auto vv = random_bits(elements(v_extent(p)), dtype, 3);
-  const auto o = random_bits(elements(o_extent(p)), dtype, 4);
-  const auto d_o = random_bits(elements(o_extent(p)), dtype, 5);
-  const std::vector<float> lse(elements(lse_extent(p)), 4.0F);
-  std::vector<std::uint16_t> dq(q.size());
-  std::vector<std::uint16_t> dk(k.size());
-  std::vector<std::uint16_t> dv(vv.size());
+  const Inputs in(sq, 1, sk, s.head_dim, dtype, m);
+  const auto o = random_bits(elements(o_extent(in.p)), dtype, 4);
+  const auto d_o = random_bits(elements(o_extent(in.p)), dtype, 5);
+  const std::vector<float> lse(elements(lse_extent(in.p)), 4.0F);
+  std::vector<std::uint16_t> dq(in.q.size());
+  std::vector<std::uint16_t> dk(in.k.size());
+  std::vector<std::uint16_t> dv(in.v.size());
   Run r;
-  emulate_backward(p,
-                   {q.data(), k.data(), vv.data(), o.data(), d_o.data(), lse.data(), dq.data(), dk.data(), dv.data(),
-                    nullptr, m.slopes_or_null(), nullptr},
+  emulate_backward(in.p,
+                   {in.q.data(), in.k.data(), in.v.data(), o.data(), d_o.data(), lse.data(), dq.data(), dk.data(),
+                    dv.data(), nullptr, m.slopes_or_null(), nullptr},
                    v, &r.counters);
   r.problem = "one CTA of " + std::to_string(s.block_n) + " keys, Sq = tiles x " + std::to_string(s.block_m) + ", d " +
               std::to_string(s.head_dim) + ", no mask";
   return r;
 }
+
+// Each count of a launch and the field that holds it per key tile.
+constexpr std::pair<std::uint64_t emu::LaunchCounters::*, double PerKeyTile::*> kPerTileCounts[] = {
+    {&emu::LaunchCounters::mma, &PerKeyTile::mma},
+    {&emu::LaunchCounters::wgmma, &PerKeyTile::wgmma},
+    {&emu::LaunchCounters::wgmma_flops, &PerKeyTile::wgmma_flops},
+    {&emu::LaunchCounters::ldmatrix, &PerKeyTile::ldmatrix},
+    {&emu::LaunchCounters::shared_instructions, &PerKeyTile::shared_instructions},
+    {&emu::LaunchCounters::shuffles, &PerKeyTile::shuffles},
+    {&emu::LaunchCounters::shared_wavefronts, &PerKeyTile::smem_wavefronts},
+    {&emu::LaunchCounters::shared_ideal, &PerKeyTile::smem_wavefronts_ideal},
+    {&emu::LaunchCounters::ex2, &PerKeyTile::ex2},
+    {&emu::LaunchCounters::tanh, &PerKeyTile::tanh},
+    {&emu::LaunchCounters::barriers, &PerKeyTile::barriers},
+    {&emu::LaunchCounters::global_bytes, &PerKeyTile::global_bytes}};
 
 TileShape tile_shape(const Variant& v) {
   switch (v.kernel->id) {
@@ -159,18 +175,7 @@ TileShape tile_shape(const Variant& v) {
 
 PerKeyTile tile_costs(const emu::LaunchCounters& d, double n, const TileShape& shape) {
   PerKeyTile t;
-  t.mma = static_cast<double>(d.mma) / n;
-  t.wgmma = static_cast<double>(d.wgmma) / n;
-  t.wgmma_flops = static_cast<double>(d.wgmma_flops) / n;
-  t.ldmatrix = static_cast<double>(d.ldmatrix) / n;
-  t.shared_instructions = static_cast<double>(d.shared_instructions) / n;
-  t.shuffles = static_cast<double>(d.shuffles) / n;
-  t.smem_wavefronts = static_cast<double>(d.shared_wavefronts) / n;
-  t.smem_wavefronts_ideal = static_cast<double>(d.shared_ideal) / n;
-  t.ex2 = static_cast<double>(d.ex2) / n;
-  t.tanh = static_cast<double>(d.tanh) / n;
-  t.barriers = static_cast<double>(d.barriers) / n;
-  t.global_bytes = static_cast<double>(d.global_bytes) / n;
+  for (const auto& [count, per_tile] : kPerTileCounts) t.*per_tile = static_cast<double>(d.*count) / n;
   t.flops = (shape.backward ? 2.5 : 1.0) * 4.0 * shape.rows * shape.keys * shape.head_dim;
   // Issue: the counted warp instructions plus an estimate of the fp32 work
   // around them (per score element: scale, mask, max, subtract, sum; the

@@ -253,6 +253,17 @@ struct Runtime::Impl {
     check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v), arch);
   }
 
+  // The *_variant calls: the problem with its buffers validated, then the
+  // variant asked for by name, which must fit this device's limits.
+  template <class Buffers>
+  void call_variant(Op op, const Variant& variant, const AttentionProblem& problem, const Buffers& buffers,
+                    PlanOptions o, void* stream) {
+    validate(problem, buffers);
+    check_fits(variant, problem);
+    const CallScope scope(options.backend);
+    call(op, variant, problem, buffers, o, {}, stream);
+  }
+
   // The kernel of a one-kernel call (merge_states, append_kv), compiled on
   // its first call unless `stream` is capturing. Only a kernel still to
   // compile asks whether the stream is capturing: a repeated call launches
@@ -456,10 +467,7 @@ void Runtime::forward(const AttentionProblem& problem, const AttentionBuffers& b
 
 void Runtime::forward_variant(const Variant& variant, const AttentionProblem& problem, const AttentionBuffers& buffers,
                               void* stream) {
-  validate(problem, buffers);
-  impl_->check_fits(variant, problem);
-  const CallScope scope(impl_->options.backend);
-  impl_->call(Op::kForward, variant, problem, buffers, {}, {}, stream);
+  impl_->call_variant(Op::kForward, variant, problem, buffers, {}, stream);
 }
 
 void Runtime::decode(const AttentionProblem& problem, const AttentionBuffers& buffers, DecodeOptions options,
@@ -470,10 +478,7 @@ void Runtime::decode(const AttentionProblem& problem, const AttentionBuffers& bu
 
 void Runtime::decode_variant(const Variant& variant, int splits, const AttentionProblem& problem,
                              const AttentionBuffers& buffers, void* stream) {
-  validate(problem, buffers);
-  impl_->check_fits(variant, problem);
-  const CallScope scope(impl_->options.backend);
-  impl_->call(Op::kDecode, variant, problem, buffers, {.splits = splits}, {}, stream);
+  impl_->call_variant(Op::kDecode, variant, problem, buffers, {.splits = splits}, stream);
 }
 
 void Runtime::backward(const AttentionProblem& problem, const BackwardBuffers& buffers, BackwardOptions options,
@@ -487,10 +492,7 @@ void Runtime::backward(const AttentionProblem& problem, const BackwardBuffers& b
 
 void Runtime::backward_variant(const Variant& variant, const AttentionProblem& problem, const BackwardBuffers& buffers,
                                void* stream) {
-  validate(problem, buffers);
-  impl_->check_fits(variant, problem);
-  const CallScope scope(impl_->options.backend);
-  impl_->call(Op::kBackward, variant, problem, buffers, {}, {}, stream);
+  impl_->call_variant(Op::kBackward, variant, problem, buffers, {}, stream);
 }
 
 Backend Runtime::backend() const { return impl_->options.backend; }

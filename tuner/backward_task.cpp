@@ -21,18 +21,15 @@ namespace {
 
 // Q, K, V, dO and the forward's O and LSE (from the fp64 reference on the
 // gate's small instance, from the runtime's forward when timing).
-struct BackwardInputs {
-  std::vector<std::uint16_t> q, k, v, o, d_o;
+struct BackwardInputs : Inputs {
+  std::vector<std::uint16_t> o, d_o;
   std::vector<float> lse;
-  ModifierInputs modifiers;
 };
 
 BackwardInputs random_inputs(const AttentionProblem& p, unsigned seed) {
   std::mt19937 rng(seed);
   BackwardInputs in;
-  in.q = random_bits(q_extent(p), p.dtype, rng);
-  in.k = random_bits(k_extent(p), p.dtype, rng);
-  in.v = random_bits(v_extent(p), p.dtype, rng);
+  draw_qkv(p, rng, in);
   in.d_o = random_bits(o_extent(p), p.dtype, rng);
   in.modifiers = modifier_inputs(p, rng);
   in.o.resize(static_cast<std::size_t>(o_extent(p)));
@@ -182,16 +179,13 @@ Timing time_backward(Runtime& runtime, const Task& task, const TuneOptions& o) {
   std::vector<std::unique_ptr<cuda::DeviceBuffers>> device;
   std::vector<std::unique_ptr<DeviceModifiers>> device_mods;
   for (const BackwardInputs& in : sets) {
-    device.push_back(std::make_unique<cuda::DeviceBuffers>(
-        driver, std::vector<cuda::DeviceBuffers::Spec>{{in.q.data(), in.q.size() * 2},
-                                                       {in.k.data(), in.k.size() * 2},
-                                                       {in.v.data(), in.v.size() * 2},
-                                                       {nullptr, in.o.size() * 2},
-                                                       {in.d_o.data(), in.d_o.size() * 2},
-                                                       {nullptr, in.lse.size() * sizeof(float)},
-                                                       {nullptr, dq.size() * 2},
-                                                       {nullptr, dk.size() * 2},
-                                                       {nullptr, dv.size() * 2}}));
+    device.push_back(qkv_on_device(driver, in,
+                                   {{nullptr, in.o.size() * 2},
+                                    {in.d_o.data(), in.d_o.size() * 2},
+                                    {nullptr, in.lse.size() * sizeof(float)},
+                                    {nullptr, dq.size() * 2},
+                                    {nullptr, dk.size() * 2},
+                                    {nullptr, dv.size() * 2}}));
     device_mods.push_back(std::make_unique<DeviceModifiers>(driver, in.modifiers, dsink.size()));
     const cuda::DeviceBuffers& d = *device.back();
     const DeviceModifiers& m = *device_mods.back();

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <initializer_list>
 #include <memory>
 #include <random>
 #include <string>
@@ -43,6 +44,21 @@ struct ModifierInputs {
   }
 };
 ModifierInputs modifier_inputs(const AttentionProblem& problem, std::mt19937& rng);
+
+// Random Q, K and V of a problem and its modifiers' tensors: what a task runs on.
+struct Inputs {
+  std::vector<std::uint16_t> q, k, v;
+  ModifierInputs modifiers;
+};
+
+// Draws in.q, in.k and in.v (random_bits) from `rng`, in that order; the
+// caller draws the rest after them, so Q, K and V do not depend on it.
+void draw_qkv(const AttentionProblem& problem, std::mt19937& rng, Inputs& in);
+
+// An input set in device memory (cuda backend): Q, K and V copied from `in`
+// (buffers 0, 1, 2), then `rest`.
+std::unique_ptr<cuda::DeviceBuffers> qkv_on_device(cuda::Driver& driver, const Inputs& in,
+                                                   std::initializer_list<cuda::DeviceBuffers::Spec> rest);
 
 // The same in device memory on the cuda backend (and a backward's dsink).
 using cuda::DeviceModifiers;

@@ -20,18 +20,11 @@ namespace attune::tuner {
 
 namespace {
 
-struct Inputs {
-  std::vector<std::uint16_t> q, k, v;
-  ModifierInputs modifiers;
-};
-
 Inputs make_inputs(const AttentionProblem& p, unsigned seed) {
   std::mt19937 rng(seed);
   Inputs in;
-  in.q = random_bits(q_extent(p), p.dtype, rng);
-  in.k = random_bits(k_extent(p), p.dtype, rng);
-  in.v = random_bits(v_extent(p), p.dtype, rng);
-  in.modifiers = modifier_inputs(p, rng);  // after Q, K, V: their values do not depend on the modifiers
+  draw_qkv(p, rng, in);
+  in.modifiers = modifier_inputs(p, rng);
   return in;
 }
 
@@ -121,12 +114,7 @@ Timing time_task(Runtime& runtime, const Task& task, const TuneOptions& o) {
   std::vector<std::unique_ptr<cuda::DeviceBuffers>> device;
   std::vector<std::unique_ptr<DeviceModifiers>> mods;
   for (const Inputs& in : sets) {
-    device.push_back(std::make_unique<cuda::DeviceBuffers>(
-        driver, std::vector<cuda::DeviceBuffers::Spec>{{in.q.data(), in.q.size() * 2},
-                                                       {in.k.data(), in.k.size() * 2},
-                                                       {in.v.data(), in.v.size() * 2},
-                                                       {nullptr, out.size() * 2},
-                                                       {nullptr, lse.size() * sizeof(float)}}));
+    device.push_back(qkv_on_device(driver, in, {{nullptr, out.size() * 2}, {nullptr, lse.size() * sizeof(float)}}));
     mods.push_back(std::make_unique<DeviceModifiers>(driver, in.modifiers));
   }
   return time_runs(runtime, o, [&](int set) {
@@ -144,6 +132,20 @@ std::vector<std::uint16_t> random_bits(std::int64_t count, DType dtype, std::mt1
   std::vector<std::uint16_t> out(static_cast<std::size_t>(count));
   for (auto& x : out) x = float_to_bits(dtype, normal(rng));
   return out;
+}
+
+void draw_qkv(const AttentionProblem& p, std::mt19937& rng, Inputs& in) {
+  in.q = random_bits(q_extent(p), p.dtype, rng);
+  in.k = random_bits(k_extent(p), p.dtype, rng);
+  in.v = random_bits(v_extent(p), p.dtype, rng);
+}
+
+std::unique_ptr<cuda::DeviceBuffers> qkv_on_device(cuda::Driver& driver, const Inputs& in,
+                                                   std::initializer_list<cuda::DeviceBuffers::Spec> rest) {
+  std::vector<cuda::DeviceBuffers::Spec> specs = {
+      {in.q.data(), in.q.size() * 2}, {in.k.data(), in.k.size() * 2}, {in.v.data(), in.v.size() * 2}};
+  specs.insert(specs.end(), rest);
+  return std::make_unique<cuda::DeviceBuffers>(driver, specs);
 }
 
 ModifierInputs modifier_inputs(const AttentionProblem& p, std::mt19937& rng) {

@@ -40,6 +40,15 @@ std::optional<double> read_number(const json& value) {
   return value.get<double>();
 }
 
+// A command-line word: text as it is, a number in decimal.
+std::string argument_text(std::string_view text) { return std::string(text); }
+std::string argument_text(std::int64_t number) { return std::to_string(number); }
+
+template <typename... Words>
+std::vector<std::string> command_line(const Words&... words) {
+  return {argument_text(words)...};
+}
+
 }  // namespace
 
 std::vector<std::string> worker_arguments(const Task& task, const TuneOptions& options, const WorkerOptions& worker) {
@@ -50,39 +59,11 @@ std::vector<std::string> worker_arguments(const Task& task, const TuneOptions& o
     std::snprintf(c, sizeof(c), "%.17g", p.modifiers.softcap);  // every digit: the worker's c is this c
     modifiers.insert(modifiers.end(), {"--softcap", c});
   }
-  std::vector<std::string> args = {"tune-worker",
-                                   "--backend",
-                                   worker.backend,
-                                   "--device",
-                                   std::to_string(worker.device),
-                                   "--variant",
-                                   task.variant.id(),
-                                   "--dtype",
-                                   std::string(to_string(p.dtype)),
-                                   "--batch",
-                                   std::to_string(p.batch),
-                                   "--seqlen",
-                                   std::to_string(p.seqlen_q),
-                                   "--seqlen-k",
-                                   std::to_string(p.seqlen_k),
-                                   "--heads",
-                                   std::to_string(p.heads_q),
-                                   "--heads-kv",
-                                   std::to_string(p.heads_kv),
-                                   "--splits",
-                                   std::to_string(task.splits),
-                                   "--op",
-                                   std::string(to_string(task.op)),
-                                   "--dk",
-                                   std::to_string(p.head_dim_k),
-                                   "--dv",
-                                   std::to_string(p.head_dim_v),
-                                   "--mask",
-                                   std::string(to_string(p.mask.kind)),
-                                   "--warmup",
-                                   std::to_string(options.warmup),
-                                   "--repetitions",
-                                   std::to_string(options.repetitions)};
+  std::vector<std::string> args = command_line(
+      "tune-worker", "--backend", worker.backend, "--device", worker.device, "--variant", task.variant.id(), "--dtype",
+      to_string(p.dtype), "--batch", p.batch, "--seqlen", p.seqlen_q, "--seqlen-k", p.seqlen_k, "--heads", p.heads_q,
+      "--heads-kv", p.heads_kv, "--splits", task.splits, "--op", to_string(task.op), "--dk", p.head_dim_k, "--dv",
+      p.head_dim_v, "--mask", to_string(p.mask.kind), "--warmup", options.warmup, "--repetitions", options.repetitions);
   args.insert(args.end(), modifiers.begin(), modifiers.end());
   return args;
 }

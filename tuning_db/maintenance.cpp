@@ -27,6 +27,20 @@ constexpr std::string_view kFastest =
 
 std::string with_fastest(std::string_view sql) { return std::string(kFastest) + std::string(sql); }
 
+// "a.op = b.op AND ... AND a.modifiers = b.modifiers": rows of tables `a`
+// and `b` of one problem key.
+std::string same_key(std::string_view a, std::string_view b) {
+  constexpr std::string_view kKeyColumns[] = {"op",       "dtype",         "head_dim_k",    "head_dim_v",
+                                              "mask",     "seqlen_q_log2", "seqlen_k_log2", "batch_heads_log2",
+                                              "modifiers"};
+  std::string sql;
+  for (const std::string_view column : kKeyColumns) {
+    sql += std::string(sql.empty() ? "" : " AND ") + std::string(a) + "." + std::string(column) + " = " +
+           std::string(b) + "." + std::string(column);
+  }
+  return sql;
+}
+
 std::string describe(const std::string& variant_id, double median_ms) {
   return "\"" + variant_id + "\" at " + std::to_string(median_ms) + " ms";
 }
@@ -217,14 +231,11 @@ VerifyReport verify(sqlite::Connection& conn) {
       "SELECT d.key, b.op, b.dtype, b.head_dim_k, b.head_dim_v, b.mask, b.seqlen_q_log2, b.seqlen_k_log2, "
       "b.batch_heads_log2, b.modifiers, bv.variant_id, b.median_ms, fv.variant_id, f.median_ms, EXISTS (SELECT 1 "
       "FROM measurements m JOIN problems p ON p.id = m.problem WHERE m.id = b.measurement AND m.ok = 1 AND "
-      "m.device = b.device AND m.variant = b.variant AND m.median_ms = b.median_ms AND p.op = b.op AND p.dtype = "
-      "b.dtype AND p.head_dim_k = b.head_dim_k AND p.head_dim_v = b.head_dim_v AND p.mask = b.mask AND "
-      "p.seqlen_q_log2 = b.seqlen_q_log2 AND p.seqlen_k_log2 = b.seqlen_k_log2 AND p.batch_heads_log2 = "
-      "b.batch_heads_log2 AND p.modifiers = b.modifiers) FROM best b JOIN devices d ON d.id = b.device JOIN "
-      "variants bv ON bv.id = b.variant LEFT JOIN fastest f ON f.device = b.device AND f.op = b.op AND f.dtype = "
-      "b.dtype AND f.head_dim_k = b.head_dim_k AND f.head_dim_v = b.head_dim_v AND f.mask = b.mask AND "
-      "f.seqlen_q_log2 = b.seqlen_q_log2 AND f.seqlen_k_log2 = b.seqlen_k_log2 AND f.batch_heads_log2 = "
-      "b.batch_heads_log2 AND f.modifiers = b.modifiers LEFT JOIN variants fv ON fv.id = f.variant ORDER BY d.key");
+      "m.device = b.device AND m.variant = b.variant AND m.median_ms = b.median_ms AND " +
+      same_key("p", "b") +
+      ") FROM best b JOIN devices d ON d.id = b.device JOIN variants bv ON bv.id = b.variant LEFT JOIN fastest f ON "
+      "f.device = b.device AND " +
+      same_key("f", "b") + " LEFT JOIN variants fv ON fv.id = f.variant ORDER BY d.key");
   {
     sqlite::Statement rows(conn, kBestRows);
     while (rows.step()) {
@@ -243,10 +254,8 @@ VerifyReport verify(sqlite::Connection& conn) {
   static const std::string kMissing = with_fastest(
       "SELECT d.key, f.op, f.dtype, f.head_dim_k, f.head_dim_v, f.mask, f.seqlen_q_log2, f.seqlen_k_log2, "
       "f.batch_heads_log2, f.modifiers, fv.variant_id, f.median_ms FROM fastest f JOIN devices d ON d.id = f.device "
-      "JOIN variants fv ON fv.id = f.variant WHERE NOT EXISTS (SELECT 1 FROM best b WHERE b.device = f.device AND "
-      "b.op = f.op AND b.dtype = f.dtype AND b.head_dim_k = f.head_dim_k AND b.head_dim_v = f.head_dim_v AND b.mask "
-      "= f.mask AND b.seqlen_q_log2 = f.seqlen_q_log2 AND b.seqlen_k_log2 = f.seqlen_k_log2 AND b.batch_heads_log2 "
-      "= f.batch_heads_log2 AND b.modifiers = f.modifiers) ORDER BY d.key");
+      "JOIN variants fv ON fv.id = f.variant WHERE NOT EXISTS (SELECT 1 FROM best b WHERE b.device = f.device AND " +
+      same_key("b", "f") + ") ORDER BY d.key");
   {
     sqlite::Statement rows(conn, kMissing);
     while (rows.step()) {

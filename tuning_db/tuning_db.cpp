@@ -125,6 +125,22 @@ constexpr const char* kSelectProblem =
     "AND seqlen_q_log2 = ?6 AND seqlen_k_log2 = ?7 AND batch_heads_log2 = ?8 AND modifiers = ?9 AND seqlen_q = ?10 "
     "AND seqlen_k = ?11 AND batch = ?12 AND heads_q = ?13 AND heads_kv = ?14";
 
+// The latest compile result of a (variant, dtype, arch, NVRTC version) replaces the earlier.
+constexpr const char* kUpsertCompile =
+    "INSERT INTO compile_results(variant, dtype, arch, nvrtc_version, ok, registers, spill_bytes, shared_bytes, "
+    "compile_seconds, log, compiled_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
+    "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) ON CONFLICT(variant, dtype, arch, nvrtc_version) DO UPDATE SET "
+    "ok = excluded.ok, registers = excluded.registers, spill_bytes = excluded.spill_bytes, shared_bytes = "
+    "excluded.shared_bytes, compile_seconds = excluded.compile_seconds, log = excluded.log, compiled_at = "
+    "excluded.compiled_at";
+// A (device, problem, variant) measured before keeps its first measurement.
+constexpr const char* kInsertMeasurement =
+    "INSERT INTO measurements(device, problem, variant, ok, median_ms, spread_ms, repetitions, tflops, "
+    "max_error, measured_at, driver_version, nvrtc_version, attune_version, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
+    "?7, ?8, ?9, coalesce(nullif(?10, ''), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), ?11, ?12, ?13, nullif(?14, "
+    "'')) "
+    "ON CONFLICT(device, problem, variant) DO NOTHING";
+
 constexpr std::string_view kSelectBest =
     "SELECT d.key, b.op, b.dtype, b.head_dim_k, b.head_dim_v, b.mask, b.seqlen_q_log2, b.seqlen_k_log2, "
     "b.batch_heads_log2, b.modifiers, t.kernel, t.hash, v.variant_id, b.median_ms FROM best b JOIN devices d ON "
@@ -352,14 +368,7 @@ void TuningDb::record_compile(const CompileRecord& result) {
   State& s = use();
   std::lock_guard lock(s.mutex);
   sqlite::Transaction tx(s.conn);
-  sqlite::Statement insert(
-      s.conn,
-      "INSERT INTO compile_results(variant, dtype, arch, nvrtc_version, ok, registers, spill_bytes, shared_bytes, "
-      "compile_seconds, log, compiled_at) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, "
-      "strftime('%Y-%m-%dT%H:%M:%fZ', 'now')) ON CONFLICT(variant, dtype, arch, nvrtc_version) DO UPDATE SET "
-      "ok = excluded.ok, registers = excluded.registers, spill_bytes = excluded.spill_bytes, shared_bytes = "
-      "excluded.shared_bytes, compile_seconds = excluded.compile_seconds, log = excluded.log, compiled_at = "
-      "excluded.compiled_at");
+  sqlite::Statement insert(s.conn, kUpsertCompile);
   insert
       .bind(result.variant.value, result.dtype, result.arch, result.nvrtc_version, result.ok, result.registers,
             result.spill_bytes, result.shared_bytes, result.compile_seconds, result.log)
@@ -394,13 +403,7 @@ bool TuningDb::record_measurement(const MeasurementRecord& m) {
   std::lock_guard lock(s.mutex);
   sqlite::Transaction tx(s.conn);
   {
-    sqlite::Statement insert(
-        s.conn,
-        "INSERT INTO measurements(device, problem, variant, ok, median_ms, spread_ms, repetitions, tflops, "
-        "max_error, measured_at, driver_version, nvrtc_version, attune_version, error) VALUES (?1, ?2, ?3, ?4, ?5, ?6, "
-        "?7, ?8, ?9, coalesce(nullif(?10, ''), strftime('%Y-%m-%dT%H:%M:%fZ', 'now')), ?11, ?12, ?13, nullif(?14, "
-        "'')) "
-        "ON CONFLICT(device, problem, variant) DO NOTHING");
+    sqlite::Statement insert(s.conn, kInsertMeasurement);
     insert
         .bind(m.device.value, m.problem.value, m.variant.value, m.ok, m.median_ms, m.spread_ms, m.repetitions, m.tflops,
               m.max_error, m.measured_at, m.driver_version, m.nvrtc_version, m.attune_version, m.error)

@@ -40,23 +40,17 @@
 
 namespace attune::tuning_db {
 
-// Row ids, typed so a device id cannot be passed as a problem id.
-struct DeviceRowId {
+// Row ids, typed by the table's tag so a device id cannot be passed as a
+// problem id.
+template <typename Table>
+struct RowId {
   std::int64_t value = 0;
-  bool operator==(const DeviceRowId&) const = default;
+  bool operator==(const RowId&) const = default;
 };
-struct TemplateRowId {
-  std::int64_t value = 0;
-  bool operator==(const TemplateRowId&) const = default;
-};
-struct VariantRowId {
-  std::int64_t value = 0;
-  bool operator==(const VariantRowId&) const = default;
-};
-struct ProblemRowId {
-  std::int64_t value = 0;
-  bool operator==(const ProblemRowId&) const = default;
-};
+using DeviceRowId = RowId<struct DevicesTable>;
+using TemplateRowId = RowId<struct TemplatesTable>;
+using VariantRowId = RowId<struct VariantsTable>;
+using ProblemRowId = RowId<struct ProblemsTable>;
 
 // A GPU model as DeviceInfo describes it. `key` is its identity
 // ("NVIDIA H200/cc9.0/sm132"); the versions are the latest seen.

@@ -88,8 +88,12 @@ void emulate(const AttentionProblem& problem, const Load& load, const Workspace&
   if (counters != nullptr) counters->add(backend.counters());
 }
 
-// What every emulate_* call checks first: the kernel and the emulator's limits.
-void check_runs(const Variant& variant, KernelId kernel, const AttentionProblem& problem) {
+// What every emulate_* call checks first: the problem with its buffers and
+// the modifiers' values, the kernel, and the emulator's limits.
+template <class Buffers>
+void check_runs(const Variant& variant, KernelId kernel, const AttentionProblem& problem, const Buffers& buffers) {
+  validate(problem, buffers);
+  check_modifier_values(problem, {buffers.sinks, buffers.alibi_slopes});
   // The forward has two families.
   if (kernel != KernelId::kFlashFwd || variant.kernel == nullptr || variant.kernel->id != KernelId::kFlashFwdSm90) {
     require_kernel(variant, kernel);
@@ -102,9 +106,7 @@ void check_runs(const Variant& variant, KernelId kernel, const AttentionProblem&
 
 void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant,
                      emu::LaunchCounters* counters) {
-  validate(problem, buffers);
-  check_modifier_values(problem, {buffers.sinks, buffers.alibi_slopes});
-  check_runs(variant, KernelId::kFlashFwd, problem);
+  check_runs(variant, KernelId::kFlashFwd, problem, buffers);
   emulate(
       problem, [&](LaunchBackend& b) { return load_forward(b, variant, problem.dtype); },
       [](const ForwardKernels&) { return std::size_t{0}; },
@@ -116,9 +118,7 @@ void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& bu
 
 void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buffers, const Variant& variant,
                     int splits, emu::LaunchCounters* counters) {
-  validate(problem, buffers);
-  check_modifier_values(problem, {buffers.sinks, buffers.alibi_slopes});
-  check_runs(variant, KernelId::kFlashDecode, problem);
+  check_runs(variant, KernelId::kFlashDecode, problem, buffers);
   emulate(
       problem, [&](LaunchBackend& b) { return load_decode(b, variant, splits, problem.dtype); },
       [&](const DecodeKernels& k) { return decode_workspace_bytes(problem, k); },
@@ -130,9 +130,7 @@ void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buf
 
 void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& buffers, const Variant& variant,
                       emu::LaunchCounters* counters) {
-  validate(problem, buffers);
-  check_modifier_values(problem, {buffers.sinks, buffers.alibi_slopes});
-  check_runs(variant, KernelId::kFlashBwd, problem);
+  check_runs(variant, KernelId::kFlashBwd, problem, buffers);
   emulate(
       problem, [&](LaunchBackend& b) { return load_backward(b, variant, problem.dtype, problem.modifiers.sinks); },
       [&](const BackwardKernels& k) { return backward_workspace_bytes(problem, k); },
