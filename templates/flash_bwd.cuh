@@ -113,28 +113,24 @@ template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_,
 struct BwdConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_> {
   using Base = TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_>;
   using Mods = Mods_;  // the score modifiers compiled in
-  using Base::kBlockM;
-  using Base::kBlockN;
-  using Base::kHeadDim;
-  using Base::kStages;
-  using Base::kWarpsM;
-  using Base::kWarpsN;
 
   // S^T and dP^T: a warp's keys (16-row mma tiles) and queries (8 columns each).
-  static constexpr int kWarpKeys = kBlockN / kWarpsN;
+  static constexpr int kWarpKeys = kBlockN_ / kWarpsN_;
   static constexpr int kKeyTiles = kWarpKeys / 16;
-  static constexpr int kWarpQueries = kBlockM / kWarpsM;
+  static constexpr int kWarpQueries = kBlockM_ / kWarpsM_;
   static constexpr int kQueryTiles = kWarpQueries / 8;
-  static constexpr int kHeadSteps = kHeadDim / 16;  // reduction over the head dim
+  using KeysByQueries = frag::Accumulator<kKeyTiles, kQueryTiles>;  // S^T, dP^T
+  static constexpr int kHeadSteps = kHeadDim_ / 16;                 // reduction over the head dim
   // dK and dV: the same keys, a slice of the head dim.
-  static constexpr int kKvCols = kHeadDim / kWarpsM;
+  static constexpr int kKvCols = kHeadDim_ / kWarpsM_;
   static constexpr int kKvColTiles = kKvCols / 8;
-  static constexpr int kQuerySteps = kBlockM / 16;  // reduction over the queries
+  using KeysByColumns = frag::Accumulator<kKeyTiles, kKvColTiles>;  // dK, dV
+  static constexpr int kQuerySteps = kBlockM_ / 16;                 // reduction over the queries
   // dQ: the same queries (16-row tiles), a slice of the head dim.
   static constexpr int kDqRowTiles = kWarpQueries / 16;
-  static constexpr int kDqCols = kHeadDim / kWarpsN;
+  static constexpr int kDqCols = kHeadDim_ / kWarpsN_;
   static constexpr int kDqColTiles = kDqCols / 8;
-  static constexpr int kKeySteps = kBlockN / 16;  // reduction over the keys
+  static constexpr int kKeySteps = kBlockN_ / 16;  // reduction over the keys
   // dQ column tiles computed and written at a time: at most 16 fp32
   // accumulators per thread (each chunk reloads dS^T, a few ldmatrix).
   static constexpr int kDqChunk =
@@ -145,14 +141,14 @@ struct BwdConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN
   // 16-column panels where 64 does not divide the head dim: the warps'
   // column blocks (d96 in 48s) then step by XOR (fewer spills than 32).
   template <int kRows>
-  using HeadDimTile = SmemTile<kRows, kHeadDim, 16>;
-  using KvTile = HeadDimTile<kBlockN>;       // K, V
-  using QTile = HeadDimTile<kBlockM>;        // one stage of Q or of dO
-  using PTile = SmemTile<kBlockN, kBlockM>;  // P^T, dS^T: [key][query]
+  using HeadDimTile = SmemTile<kRows, kHeadDim_, 16>;
+  using KvTile = HeadDimTile<kBlockN_>;        // K, V
+  using QTile = HeadDimTile<kBlockM_>;         // one stage of Q or of dO
+  using PTile = SmemTile<kBlockN_, kBlockM_>;  // P^T, dS^T: [key][query]
   static constexpr int kKvElems = KvTile::kElems;
   static constexpr int kQElems = QTile::kElems;
   static constexpr int kPElems = PTile::kElems;
-  static constexpr int kHalfElems = 2 * kKvElems + 2 * kStages * kQElems + 2 * kPElems;
+  static constexpr int kHalfElems = 2 * kKvElems + 2 * kStages_ * kQElems + 2 * kPElems;
 };
 
 // What attend_keys needs of the problem beyond the tiles: the mask and the
@@ -207,10 +203,10 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
   const i32 warp_key0 = (warp % Config::kWarpsN) * Config::kWarpKeys;
   const i32 warp_query0 = (warp / Config::kWarpsN) * Config::kWarpQueries;
 
-  float s[Config::kKeyTiles][Config::kQueryTiles][4];
-  float dp[Config::kKeyTiles][Config::kQueryTiles][4];
-  fill(s, 0.0f);
-  fill(dp, 0.0f);
+  typename Config::KeysByQueries s;
+  typename Config::KeysByQueries dp;
+  s.fill(0.0f);
+  dp.fill(0.0f);
 
   // Both products reduce over the head dim, 16 at a time; keys are the A
   // rows (ldmatrix.x4 of K or V), queries the B columns (ldmatrix.x2 of Q
@@ -220,7 +216,7 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
   a_at.full = dev::opaque(a_at.full);
   auto b_at = QTile::lane(warp_query0 + frag::x2_row(lane), frag::x2_col(lane));
   b_at.full = dev::opaque(b_at.full);
-  const auto product = [&](const u16* a_s, const u16* b_s, float(&acc)[Config::kKeyTiles][Config::kQueryTiles][4]) {
+  const auto product = [&](const u16* a_s, const u16* b_s, typename Config::KeysByQueries& acc) {
     ATTUNE_UNROLL
     for (int ks = 0; ks < Config::kHeadSteps; ++ks) {
       u32 a[Config::kKeyTiles][4];
@@ -231,7 +227,8 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
         u32 b[2];
         dev::warp::ldmatrix_x2(b, b_s + b_at.at(qt * 8, ks * 16));
         ATTUNE_UNROLL
-        for (int kt = 0; kt < Config::kKeyTiles; ++kt) dev::warp::mma_m16n8k16<D>(acc[kt][qt], a[kt], b, acc[kt][qt]);
+        for (int kt = 0; kt < Config::kKeyTiles; ++kt)
+          dev::warp::mma_m16n8k16<D>(acc.tile(kt, qt), a[kt], b, acc.tile(kt, qt));
       }
     }
   };
@@ -244,7 +241,7 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
   for (int qt = 0; qt < Config::kQueryTiles; ++qt) {
     ATTUNE_UNROLL
     for (int c = 0; c < 2; ++c) {
-      const i32 query = warp_query0 + qt * 8 + frag::acc_col(lane, c);
+      const i32 query = warp_query0 + Config::KeysByQueries::col(lane, qt, c);
       const float lse = dev::load_shared(lse_s + query);
       const float row_d = dev::load_shared(d_s + query);
       // ALiBi: the distance i + Sk - Sq - j of this thread's first key j
@@ -270,11 +267,11 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
       for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
         ATTUNE_UNROLL
         for (int half = 0; half < 2; ++half) {
-          const i32 key = kt * 16 + frag::acc_row(lane, half);
+          const i32 key = Config::KeysByQueries::row(lane, kt, half);
           const bool visible = !kMasked || (key >= begin && key < end);
           if constexpr (Mods::kMaySoftcap || Mods::kMayAlibi) {
             // The forward's logit, modifiers included; t: the softcap's tanh.
-            const float raw = s[kt][qt][2 * half + c];
+            const float raw = s.at(kt, qt, half, c);
             float x = raw * m.scale_log2;
             float t = 0.0f;
             if (m.mods.softcap) {
@@ -283,14 +280,14 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
             }
             if (m.mods.alibi) x -= alibi_penalty(m.slope_log2, distance0 - static_cast<float>(kt * 16 + 8 * half));
             const float prob = visible ? dev::exp2_approx(x - lse) : 0.0f;
-            s[kt][qt][2 * half + c] = prob;
-            float ds = prob * (dp[kt][qt][2 * half + c] - row_d);
+            s.at(kt, qt, half, c) = prob;
+            float ds = prob * (dp.at(kt, qt, half, c) - row_d);
             if (m.mods.softcap) ds *= 1.0f - t * t;  // d(c tanh(x / c)) / dx
-            dp[kt][qt][2 * half + c] = ds;
+            dp.at(kt, qt, half, c) = ds;
           } else {  // the code as it was before modifiers, so variants without them compile to the same SASS
-            const float prob = visible ? dev::exp2_approx(s[kt][qt][2 * half + c] * m.scale_log2 - lse) : 0.0f;
-            s[kt][qt][2 * half + c] = prob;
-            dp[kt][qt][2 * half + c] = prob * (dp[kt][qt][2 * half + c] - row_d);
+            const float prob = visible ? dev::exp2_approx(s.at(kt, qt, half, c) * m.scale_log2 - lse) : 0.0f;
+            s.at(kt, qt, half, c) = prob;
+            dp.at(kt, qt, half, c) = prob * (dp.at(kt, qt, half, c) - row_d);
           }
         }
       }
@@ -307,9 +304,9 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
       ATTUNE_UNROLL
       for (int qt = 0; qt < Config::kQueryTiles; ++qt) {
         const i32 at = p_at.at(kt * 16 + 8 * half, qt * 8);
-        dev::store_shared(dev::shared_as<u32>(p_s + at), dev::pack2<D>(s[kt][qt][2 * half], s[kt][qt][2 * half + 1]));
+        dev::store_shared(dev::shared_as<u32>(p_s + at), dev::pack2<D>(s.at(kt, qt, half, 0), s.at(kt, qt, half, 1)));
         dev::store_shared(dev::shared_as<u32>(ds_s + at),
-                          dev::pack2<D>(dp[kt][qt][2 * half], dp[kt][qt][2 * half + 1]));
+                          dev::pack2<D>(dp.at(kt, qt, half, 0), dp.at(kt, qt, half, 1)));
       }
     }
   }
@@ -319,8 +316,7 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
 // reducing over the tile's queries; one product at a time.
 template <class Config>
 ATTUNE_DEVICE void accumulate_kv(const u16* p_s, const u16* ds_s, const u16* q_s, const u16* do_s,
-                                 float (&dk)[Config::kKeyTiles][Config::kKvColTiles][4],
-                                 float (&dv)[Config::kKeyTiles][Config::kKvColTiles][4]) {
+                                 typename Config::KeysByColumns& dk, typename Config::KeysByColumns& dv) {
   using D = typename Config::DType;
   using QTile = typename Config::QTile;
   using PTile = typename Config::PTile;
@@ -336,7 +332,7 @@ ATTUNE_DEVICE void accumulate_kv(const u16* p_s, const u16* ds_s, const u16* q_s
   constexpr bool kXorSteps = QTile::xor_steps_within(Config::kKvCols);
   auto b_at = QTile::lane(frag::x4_row(lane), col0);
   b_at.full = dev::opaque(b_at.full);
-  const auto product = [&](const u16* a_s, const u16* b_s, float(&acc)[Config::kKeyTiles][Config::kKvColTiles][4]) {
+  const auto product = [&](const u16* a_s, const u16* b_s, typename Config::KeysByColumns& acc) {
     ATTUNE_UNROLL
     for (int qs = 0; qs < Config::kQuerySteps; ++qs) {
       u32 a[Config::kKeyTiles][4];
@@ -349,7 +345,8 @@ ATTUNE_DEVICE void accumulate_kv(const u16* p_s, const u16* ds_s, const u16* q_s
         dev::warp::ldmatrix_x2_trans(
             b, b_s + (kXorSteps ? b_at.at(qs * 16, ct * 8) : QTile::offset(query, col0 + ct * 8)));
         ATTUNE_UNROLL
-        for (int kt = 0; kt < Config::kKeyTiles; ++kt) dev::warp::mma_m16n8k16<D>(acc[kt][ct], a[kt], b, acc[kt][ct]);
+        for (int kt = 0; kt < Config::kKeyTiles; ++kt)
+          dev::warp::mma_m16n8k16<D>(acc.tile(kt, ct), a[kt], b, acc.tile(kt, ct));
       }
     }
   };
@@ -363,7 +360,7 @@ ATTUNE_DEVICE void accumulate_kv(const u16* p_s, const u16* ds_s, const u16* q_s
 // chunks (BwdConfig::kDqChunk) so that dQ's registers do not add to dK's and
 // dV's at large head dims.
 template <class Config, int kCol0, int kCols>
-ATTUNE_DEVICE void tile_dq(const u16* ds_s, const u16* k_s, float (&dq)[Config::kDqRowTiles][kCols][4]) {
+ATTUNE_DEVICE void tile_dq(const u16* ds_s, const u16* k_s, frag::Accumulator<Config::kDqRowTiles, kCols>& dq) {
   using D = typename Config::DType;
   using KvTile = typename Config::KvTile;
   using PTile = typename Config::PTile;
@@ -378,7 +375,7 @@ ATTUNE_DEVICE void tile_dq(const u16* ds_s, const u16* k_s, float (&dq)[Config::
   a_at.full = dev::opaque(a_at.full);
   auto b_at = KvTile::lane(frag::x4_row(lane), col0);
   b_at.full = dev::opaque(b_at.full);
-  fill(dq, 0.0f);
+  dq.fill(0.0f);
   ATTUNE_UNROLL
   for (int ks = 0; ks < Config::kKeySteps; ++ks) {
     u32 a[Config::kDqRowTiles][4];
@@ -393,7 +390,8 @@ ATTUNE_DEVICE void tile_dq(const u16* ds_s, const u16* k_s, float (&dq)[Config::
       dev::warp::ldmatrix_x2_trans(b,
                                    k_s + (kXorSteps ? b_at.at(ks * 16, ct * 8) : KvTile::offset(key, col0 + ct * 8)));
       ATTUNE_UNROLL
-      for (int rt = 0; rt < Config::kDqRowTiles; ++rt) dev::warp::mma_m16n8k16<D>(dq[rt][c], a[rt], b, dq[rt][c]);
+      for (int rt = 0; rt < Config::kDqRowTiles; ++rt)
+        dev::warp::mma_m16n8k16<D>(dq.tile(rt, c), a[rt], b, dq.tile(rt, c));
     }
   }
 }
@@ -413,7 +411,7 @@ struct DqRows {
 template <class Config, int kDqAtomic, int kCol0>
 ATTUNE_DEVICE void write_dq(const u16* ds_s, const u16* k_s, const DqRows<Config>& rows) {
   constexpr int kCols = Config::kDqColTiles - kCol0 < Config::kDqChunk ? Config::kDqColTiles - kCol0 : Config::kDqChunk;
-  float dq[Config::kDqRowTiles][kCols][4];
+  frag::Accumulator<Config::kDqRowTiles, kCols> dq;
   tile_dq<Config, kCol0, kCols>(ds_s, k_s, dq);
   ATTUNE_UNROLL
   for (int rt = 0; rt < Config::kDqRowTiles; ++rt) {
@@ -428,9 +426,9 @@ ATTUNE_DEVICE void write_dq(const u16* ds_s, const u16* k_s, const DqRows<Config
           const i32 col = (kCol0 + c) * 8 + e;  // from the lane's first column
           if (col >= rows.cols_left) continue;
           if (kDqAtomic != 0) {
-            dev::atomic_add(out + col, dq[rt][c][2 * half + e]);
+            dev::atomic_add(out + col, dq.at(rt, c, half, e));
           } else {
-            dev::store_global(out + col, dq[rt][c][2 * half + e]);
+            dev::store_global(out + col, dq.at(rt, c, half, e));
           }
         }
       }
@@ -563,10 +561,10 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
     dev::cp_async::commit();  // possibly empty: keeps the group count uniform
   };
 
-  float dk[Config::kKeyTiles][Config::kKvColTiles][4];
-  float dv[Config::kKeyTiles][Config::kKvColTiles][4];
-  fill(dk, 0.0f);
-  fill(dv, 0.0f);
+  typename Config::KeysByColumns dk;
+  typename Config::KeysByColumns dv;
+  dk.fill(0.0f);
+  dv.fill(0.0f);
 
   if (steps > 0) {
     const u16* k_rows = p.k + batch * p.k_batch_stride + (seq.k_begin + key0) * p.k_row_stride +
@@ -640,7 +638,7 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
   for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
     ATTUNE_UNROLL
     for (int half = 0; half < 2; ++half) {
-      const i64 key = key0 + warp_key0 + kt * 16 + frag::acc_row(lane, half);
+      const i64 key = key0 + warp_key0 + Config::KeysByColumns::row(lane, kt, half);
       if (key >= seq.k_capacity) continue;
       u16* dk_row = p.dk + batch * p.dk_batch_stride + (seq.k_begin + key) * p.dk_row_stride +
                     static_cast<i64>(kv_head) * p.dk_head_stride;
@@ -650,9 +648,9 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
       for (int ct = 0; ct < Config::kKvColTiles; ++ct) {
         ATTUNE_UNROLL
         for (int e = 0; e < 2; ++e) {
-          const i32 col = kv_col0 + ct * 8 + frag::acc_col(lane, e);
-          if (col < p.head_dim_k) dev::store_global(dk_row + col, dev::to_bits<D>(dk[kt][ct][2 * half + e] * p.scale));
-          if (col < p.head_dim_v) dev::store_global(dv_row + col, dev::to_bits<D>(dv[kt][ct][2 * half + e]));
+          const i32 col = kv_col0 + Config::KeysByColumns::col(lane, ct, e);
+          if (col < p.head_dim_k) dev::store_global(dk_row + col, dev::to_bits<D>(dk.at(kt, ct, half, e) * p.scale));
+          if (col < p.head_dim_v) dev::store_global(dv_row + col, dev::to_bits<D>(dv.at(kt, ct, half, e)));
         }
       }
     }

@@ -16,6 +16,13 @@ struct WarpRow {
   i32 head;
   i64 row;  // within the sequence
   BwdSequence seq;
+
+  // False past the sequence's last row: whole warps leave together.
+  ATTUNE_DEVICE bool owns_a_row() const { return row < seq.q_len; }
+  // Where the row's accumulators of one column start (the dQ accumulator).
+  ATTUNE_DEVICE i64 accumulator_offset(const FlashBwdParams& p) const {
+    return ((seq.row_base + row) * p.heads_q + head) * p.head_dim_k;
+  }
 };
 
 template <int kWarps>
@@ -37,7 +44,7 @@ template <int kWarps, class DType>
 ATTUNE_KERNEL void flash_bwd_preprocess(FlashBwdParams p) {
   using D = DType;
   const bwd_detail::WarpRow w = bwd_detail::warp_row<kWarps>(p);
-  if (w.row >= w.seq.q_len) return;  // whole warps leave together
+  if (!w.owns_a_row()) return;
   const i32 lane = dev::lane_id();
   const i64 global_row = w.seq.q_begin + w.row;
   const u16* o_row = p.o + w.batch * p.o_batch_stride + global_row * p.o_row_stride + w.head * p.o_head_stride;
@@ -49,7 +56,7 @@ ATTUNE_KERNEL void flash_bwd_preprocess(FlashBwdParams p) {
   sum = dev::warp::reduce_sum(sum);
   if (lane == 0) dev::store_global(p.d + w.head * p.rows + w.seq.row_base + w.row, sum);
   if (p.dq_accum != nullptr) {
-    float* accum = p.dq_accum + ((w.seq.row_base + w.row) * p.heads_q + w.head) * p.head_dim_k;
+    float* accum = p.dq_accum + w.accumulator_offset(p);
     for (i32 col = lane; col < p.head_dim_k; col += kWarpSize) dev::store_global(accum + col, 0.0f);
   }
 }
@@ -64,25 +71,23 @@ struct FlashBwdDqConvertTunables : WarpPerRowTunables {};
 // is the same bits on every run). A row that sees no key gets 0.
 template <int kWarps, class DType>
 ATTUNE_KERNEL void flash_bwd_dq_convert(FlashBwdParams p) {
-  using D = DType;
   const bwd_detail::WarpRow w = bwd_detail::warp_row<kWarps>(p);
-  if (w.row >= w.seq.q_len) return;  // whole warps leave together
-  const i32 lane = dev::lane_id();
-  const i64 at = ((w.seq.row_base + w.row) * p.heads_q + w.head) * p.head_dim_k;
+  if (!w.owns_a_row()) return;
+  const i64 at = w.accumulator_offset(p);
   const KeyBounds bounds = key_bounds(p.mask, w.row, w.seq.q_len, w.seq.k_len);
   const i64 first_block = bounds.begin / p.partial_keys;
   const i64 end_block = bounds.end > bounds.begin ? (bounds.end + p.partial_keys - 1) / p.partial_keys : first_block;
   const i64 slice = p.rows * p.heads_q * p.head_dim_k;
   u16* dq_row =
       p.dq + w.batch * p.dq_batch_stride + (w.seq.q_begin + w.row) * p.dq_row_stride + w.head * p.dq_head_stride;
-  for (i32 col = lane; col < p.head_dim_k; col += kWarpSize) {
+  for (i32 col = dev::lane_id(); col < p.head_dim_k; col += kWarpSize) {
     float sum = 0.0f;
     if (p.dq_partial != nullptr) {
       for (i64 n = first_block; n < end_block; ++n) sum += dev::load_global(p.dq_partial + n * slice + at + col);
     } else {
       sum = dev::load_global(p.dq_accum + at + col);
     }
-    dev::store_global(dq_row + col, dev::to_bits<D>(sum * p.scale));
+    dev::store_global(dq_row + col, dev::to_bits<DType>(sum * p.scale));
   }
 }
 

@@ -307,8 +307,8 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
 
   Softmax softmax;
   softmax.init();
-  float s[1][kBlockN / 8][4];  // S, as the softmax and the S GEMM's accumulators hold it
-  u32 pa[kPSteps][4];          // P, the A operand of the P V GEMM
+  typename Config::Scores s;  // S, as the softmax and the S GEMM's accumulators hold it
+  u32 pa[kPSteps][4];         // P, the A operand of the P V GEMM
   float factor[1][2];
 
   // Pingpong: a consumer issues its GEMMs in its turns (one per GEMM issue
@@ -326,7 +326,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
           dev::wgmma::descriptor(q_rows + box * block_m * kRowBytes + col_bytes, 16, kAtomStride, kSwizzle);
       const u64 desc_k =
           dev::wgmma::descriptor(k_tile + box * kBlockN * kRowBytes + col_bytes, 16, kAtomStride, kSwizzle);
-      dev::wgmma::mma_ss<DType, kBlockN, 0, 0>(s, desc_q, desc_k, kk > 0);  // consumer: S GEMM
+      dev::wgmma::mma_ss<DType, kBlockN, 0, 0>(s.tiles, desc_q, desc_k, kk > 0);  // consumer: S GEMM
     }
     dev::wgmma::commit();
   };
@@ -351,12 +351,12 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     } else {
       flash_detail::scale_and_mask<Config, true>(s, tile_mask, warp_row0, key0, q_len, k_len);
     }
-    softmax.update_scores(s, factor);
+    softmax.update_scores(s.tiles, factor);
   };
   const auto convert_p = [&] {
     ATTUNE_UNROLL
     for (i32 ks = 0; ks < kPSteps; ++ks) {
-      flash_detail::pack_a_fragment<DType>(s[0][2 * ks], s[0][2 * ks + 1], pa[ks]);
+      flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
     }
   };
 

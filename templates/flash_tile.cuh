@@ -36,27 +36,22 @@ struct TileConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarps
   static constexpr bool kQInRegisters = kQInRegisters_;
   using Mods = Mods_;
   using Base = TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_>;
-  using Base::kBlockM;
-  using Base::kBlockN;
-  using Base::kHeadDim;
-  using Base::kStages;
-  using Base::kWarpsM;
-  using Base::kWarpsN;
-  static constexpr int kWarpRows = kBlockM / kWarpsM;  // query rows per warp
-  static constexpr int kWarpKeys = kBlockN / kWarpsN;  // keys per warp per tile
-  static constexpr int kMTiles = kWarpRows / 16;       // mma rows
-  static constexpr int kNTiles = kWarpKeys / 8;        // S columns (keys)
-  static constexpr int kKSteps = kHeadDim / 16;        // QK^T reduction steps
-  static constexpr int kPSteps = kWarpKeys / 16;       // PV reduction steps
-  static constexpr int kDTiles = kHeadDim / 8;         // O columns
+  static constexpr int kWarpRows = kBlockM_ / kWarpsM_;  // query rows per warp
+  static constexpr int kWarpKeys = kBlockN_ / kWarpsN_;  // keys per warp per tile
+  static constexpr int kMTiles = kWarpRows / 16;         // mma rows
+  static constexpr int kNTiles = kWarpKeys / 8;          // S columns (keys)
+  static constexpr int kKSteps = kHeadDim_ / 16;         // QK^T reduction steps
+  static constexpr int kPSteps = kWarpKeys / 16;         // PV reduction steps
+  static constexpr int kDTiles = kHeadDim_ / 8;          // O columns
   template <int kRows>
-  using HeadDimTile = SmemTile<kRows, kHeadDim>;  // rows of head-dim width, as load_rows writes them
-  using QTile = HeadDimTile<kBlockM>;             // Q in shared memory
-  using KvTile = HeadDimTile<kBlockN>;            // one stage of K or of V
+  using HeadDimTile = SmemTile<kRows, kHeadDim_>;  // rows of head-dim width, as load_rows writes them
+  using QTile = HeadDimTile<kBlockM_>;             // Q in shared memory
+  using KvTile = HeadDimTile<kBlockN_>;            // one stage of K or of V
   static constexpr int kQElems = QTile::kElems;
   static constexpr int kTileElems = KvTile::kElems;
-  // The per-thread softmax state of a warp's rows.
+  // The per-thread softmax state of a warp's rows, and S of one tile.
   using Softmax = OnlineSoftmax<kMTiles, kDTiles>;
+  using Scores = frag::Accumulator<kMTiles, kNTiles>;
 };
 
 // The tunable space of the small kernels that give one warp to each output
@@ -207,8 +202,7 @@ struct QFragments<Config, true> {
 // S = Q K^T for this warp's rows and keys of the tile, over the head
 // dimension 16 at a time; K's B fragments two 8-key tiles per ldmatrix.x4 (or x2 pairs).
 template <class Config, class Q>
-ATTUNE_DEVICE void tile_scores(const Q& q, const u16* k_s, float (&s)[Config::kMTiles][Config::kNTiles][4],
-                               i32 warp_key0) {
+ATTUNE_DEVICE void tile_scores(const Q& q, const u16* k_s, typename Config::Scores& s, i32 warp_key0) {
   using D = typename Config::DType;
   using KvTile = typename Config::KvTile;
   const i32 lane = dev::lane_id();
@@ -217,7 +211,7 @@ ATTUNE_DEVICE void tile_scores(const Q& q, const u16* k_s, float (&s)[Config::kM
   // tip the d96 variants into spills, so two x2 (the same bytes) are used.
   constexpr bool kX4 = Config::kMTiles == 1;
   const auto k_at = KvTile::lane(warp_key0 + (kX4 ? frag::x4_b_row(lane) : frag::x2_row(lane)), frag::x2_col(lane));
-  fill(s, 0.0f);
+  s.fill(0.0f);
   ATTUNE_UNROLL
   for (int ks = 0; ks < Config::kKSteps; ++ks) {
     u32 a[Config::kMTiles][4];
@@ -239,8 +233,8 @@ ATTUNE_DEVICE void tile_scores(const Q& q, const u16* k_s, float (&s)[Config::kM
       }
       ATTUNE_UNROLL
       for (int mt = 0; mt < Config::kMTiles; ++mt) {
-        dev::warp::mma_m16n8k16<D>(s[mt][nt], a[mt], b0, s[mt][nt]);
-        dev::warp::mma_m16n8k16<D>(s[mt][nt + 1], a[mt], b1, s[mt][nt + 1]);
+        dev::warp::mma_m16n8k16<D>(s.tile(mt, nt), a[mt], b0, s.tile(mt, nt));
+        dev::warp::mma_m16n8k16<D>(s.tile(mt, nt + 1), a[mt], b1, s.tile(mt, nt + 1));
       }
     }
   }
@@ -252,8 +246,8 @@ ATTUNE_DEVICE void tile_scores(const Q& q, const u16* k_s, float (&s)[Config::kM
 // The score modifiers apply first (softcap, then the ALiBi bias), as the
 // contract orders them.
 template <class Config, bool kMasked>
-ATTUNE_DEVICE void scale_and_mask(float (&s)[Config::kMTiles][Config::kNTiles][4], const TileMask& p, i64 row0,
-                                  i64 key0, i64 q_len, i64 k_len) {
+ATTUNE_DEVICE void scale_and_mask(typename Config::Scores& s, const TileMask& p, i64 row0, i64 key0, i64 q_len,
+                                  i64 k_len) {
   using Mods = typename Config::Mods;
   const i32 lane = dev::lane_id();
   // ALiBi with one head per block (pack 1, the forward): one slope, and the
@@ -293,13 +287,13 @@ ATTUNE_DEVICE void scale_and_mask(float (&s)[Config::kMTiles][Config::kNTiles][4
       for (int nt = 0; nt < Config::kNTiles; ++nt) {
         ATTUNE_UNROLL
         for (int e = 0; e < 2; ++e) {
-          float x = modified_logit<Mods>(s[mt][nt][2 * half + e], p.mods, p.scale_log2, slope_log2,
+          float x = modified_logit<Mods>(s.at(mt, nt, half, e), p.mods, p.scale_log2, slope_log2,
                                          distance0 - static_cast<float>(nt * 8 + e));
           if (kMasked) {
             const i64 key = key0 + nt * 8 + frag::acc_col(lane, e);
             if (key < bounds.begin || key >= bounds.end) x = -dev::infinity();
           }
-          s[mt][nt][2 * half + e] = x;
+          s.at(mt, nt, half, e) = x;
         }
       }
     }
@@ -320,7 +314,7 @@ ATTUNE_DEVICE void pack_a_fragment(const float (&p0)[4], const float (&p1)[4], u
 // u += P V: the S accumulators of two adjacent 8-key tiles are exactly the A
 // fragment of one 16-key step.
 template <class Config>
-ATTUNE_DEVICE void accumulate_pv(const float (&p)[Config::kMTiles][Config::kNTiles][4], const u16* v_s,
+ATTUNE_DEVICE void accumulate_pv(const typename Config::Scores& p, const u16* v_s,
                                  float (&u)[Config::kMTiles][Config::kDTiles][4], i32 warp_key0) {
   using D = typename Config::DType;
   using KvTile = typename Config::KvTile;
@@ -331,7 +325,7 @@ ATTUNE_DEVICE void accumulate_pv(const float (&p)[Config::kMTiles][Config::kNTil
     u32 a[Config::kMTiles][4];
     ATTUNE_UNROLL
     for (int mt = 0; mt < Config::kMTiles; ++mt) {
-      pack_a_fragment<D>(p[mt][2 * ps], p[mt][2 * ps + 1], a[mt]);
+      pack_a_fragment<D>(p.tile(mt, 2 * ps), p.tile(mt, 2 * ps + 1), a[mt]);
     }
     // V's B fragments, two 8-column tiles per ldmatrix.x4.trans.
     ATTUNE_UNROLL
@@ -355,10 +349,10 @@ template <class Config, bool kMasked, class Q>
 ATTUNE_DEVICE void attend_tile(const Q& q, const u16* k_s, const u16* v_s, typename Config::Softmax& softmax,
                                const TileMask& mask, i64 row0, i64 key0, i64 q_len, i64 k_len) {
   const i32 warp_key0 = (dev::warp_id() % Config::kWarpsN) * Config::kWarpKeys;
-  float s[Config::kMTiles][Config::kNTiles][4];
+  typename Config::Scores s;
   tile_scores<Config>(q, k_s, s, warp_key0);
   scale_and_mask<Config, kMasked>(s, mask, row0 + q.warp_row0, key0 + warp_key0, q_len, k_len);
-  softmax.update(s);
+  softmax.update(s.tiles);
   accumulate_pv<Config>(s, v_s, softmax.u, warp_key0);
 }
 

@@ -44,4 +44,33 @@ ATTUNE_DEVICE i32 x4_b_row(i32 lane) { return lane % 8 + 8 * (lane / 16); }
 ATTUNE_DEVICE i32 x4t_row(i32 lane) { return 8 * (lane / 16) + lane % 8; }
 ATTUNE_DEVICE i32 x4t_col(i32 lane) { return 8 * ((lane / 8) % 2); }
 
+// A warp's fp32 accumulators of kRowTiles x kColTiles 16 x 8 tiles: the C
+// and D of mma.sync, and a warp's share of a wgmma accumulator of
+// kColTiles * 8 columns (kRowTiles 1). Element (half, e) of tile (rt, ct)
+// sits at warp row row(lane, rt, half) and column col(lane, ct, e).
+template <int kRowTiles, int kColTiles>
+struct Accumulator {
+  using Tile = float[4];
+  float tiles[kRowTiles][kColTiles][4];
+
+  ATTUNE_DEVICE float& at(int rt, int ct, int half, int e) { return tiles[rt][ct][2 * half + e]; }
+  ATTUNE_DEVICE float at(int rt, int ct, int half, int e) const { return tiles[rt][ct][2 * half + e]; }
+  ATTUNE_DEVICE Tile& tile(int rt, int ct) { return tiles[rt][ct]; }
+  ATTUNE_DEVICE const Tile& tile(int rt, int ct) const { return tiles[rt][ct]; }
+  ATTUNE_DEVICE static i32 row(i32 lane, int rt, int half) { return rt * 16 + acc_row(lane, half); }
+  ATTUNE_DEVICE static i32 col(i32 lane, int ct, int e) { return ct * 8 + acc_col(lane, e); }
+
+  // Every element set (unrolled, so the tiles stay in registers).
+  ATTUNE_DEVICE void fill(float value) {
+    ATTUNE_UNROLL
+    for (int rt = 0; rt < kRowTiles; ++rt) {
+      ATTUNE_UNROLL
+      for (int ct = 0; ct < kColTiles; ++ct) {
+        ATTUNE_UNROLL
+        for (int i = 0; i < 4; ++i) tiles[rt][ct][i] = value;
+      }
+    }
+  }
+};
+
 }  // namespace attune::frag

@@ -160,49 +160,35 @@ ATTUNE_DEVICE T shfl_idx(T value, i32 src_lane) {
 
 template <class D>
 ATTUNE_DEVICE void mma_m16n8k16(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2], const float (&c)[4]);
-template <>
-ATTUNE_DEVICE void mma_m16n8k16<Fp16>(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2], const float (&c)[4]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%11,%12,%13};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-}
-template <>
-ATTUNE_DEVICE void mma_m16n8k16<Bf16>(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2], const float (&c)[4]) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%10,%11,%12,%13};"
-      : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), "f"(c[3]));
-}
+// The two specializations differ only in the element type's PTX name.
+#define ATTUNE_MMA_M16N8K16(D, type)                                                                                  \
+  template <>                                                                                                         \
+  ATTUNE_DEVICE void mma_m16n8k16<D>(float(&d)[4], const u32(&a)[4], const u32(&b)[2], const float(&c)[4]) {          \
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32." type "." type                                               \
+                 ".f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%10,%11,%12,%13};"                                     \
+                 : "=f"(d[0]), "=f"(d[1]), "=f"(d[2]), "=f"(d[3])                                                     \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]), "f"(c[0]), "f"(c[1]), "f"(c[2]), \
+                   "f"(c[3]));                                                                                        \
+  }
+ATTUNE_MMA_M16N8K16(Fp16, "f16")
+ATTUNE_MMA_M16N8K16(Bf16, "bf16")
 
-ATTUNE_DEVICE void ldmatrix_x1(u32 (&r)[1], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(shared_address(row)));
-}
-ATTUNE_DEVICE void ldmatrix_x2(u32 (&r)[2], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.shared.b16 {%0,%1}, [%2];"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(shared_address(row)));
-}
-ATTUNE_DEVICE void ldmatrix_x4(u32 (&r)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row)));
-}
-ATTUNE_DEVICE void ldmatrix_x1_trans(u32 (&r)[1], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x1.trans.shared.b16 {%0}, [%1];" : "=r"(r[0]) : "r"(shared_address(row)));
-}
-ATTUNE_DEVICE void ldmatrix_x2_trans(u32 (&r)[2], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x2.trans.shared.b16 {%0,%1}, [%2];"
-               : "=r"(r[0]), "=r"(r[1])
-               : "r"(shared_address(row)));
-}
-ATTUNE_DEVICE void ldmatrix_x4_trans(u32 (&r)[4], const void* row) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(shared_address(row)));
-}
+// ldmatrix.x1, .x2, .x4 and their .trans forms: ldmatrix_xN and
+// ldmatrix_xN_trans, N registers out, one shared address in.
+#define ATTUNE_LDMATRIX(n, operands, ...)                                            \
+  ATTUNE_DEVICE void ldmatrix_x##n(u32(&r)[n], const void* row) {                    \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x" #n ".shared.b16 " operands ";"       \
+                 : __VA_ARGS__                                                       \
+                 : "r"(shared_address(row)));                                        \
+  }                                                                                  \
+  ATTUNE_DEVICE void ldmatrix_x##n##_trans(u32(&r)[n], const void* row) {            \
+    asm volatile("ldmatrix.sync.aligned.m8n8.x" #n ".trans.shared.b16 " operands ";" \
+                 : __VA_ARGS__                                                       \
+                 : "r"(shared_address(row)));                                        \
+  }
+ATTUNE_LDMATRIX(1, "{%0}, [%1]", "=r"(r[0]))
+ATTUNE_LDMATRIX(2, "{%0,%1}, [%2]", "=r"(r[0]), "=r"(r[1]))
+ATTUNE_LDMATRIX(4, "{%0,%1,%2,%3}, [%4]", "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]))
 
 }  // namespace warp
 

@@ -75,31 +75,38 @@ T* shared_as(U* p) {
   return reinterpret_cast<T*>(p);
 }
 
+// A load or store is checked by the hook of its state space (global or
+// shared) and happens only if the hook lets it; a stored float equal to the
+// in-flight poison is reported as a read of an unfinished wgmma result.
+using AccessHook = bool (*)(const void*, u64, bool, const Where&);
+template <AccessHook kCheck, class T>
+T checked_load(const T* p, const Where& where) {
+  T value{};
+  if (kCheck(p, sizeof(T), /*write=*/false, where)) std::memcpy(&value, p, sizeof(T));
+  return value;
+}
+template <AccessHook kCheck, class T>
+void checked_store(T* p, T value, const Where& where) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (std::bit_cast<u32>(value) == emu::hooks::kInFlightPoison) emu::hooks::in_flight_value_stored(where);
+  }
+  if (kCheck(p, sizeof(T), /*write=*/true, where)) std::memcpy(p, &value, sizeof(T));
+}
 template <class T>
 T load_global(const T* p, const Where& where = Where::current()) {
-  T value{};
-  if (emu::hooks::global_access(p, sizeof(T), /*write=*/false, where)) std::memcpy(&value, p, sizeof(T));
-  return value;
+  return checked_load<emu::hooks::global_access>(p, where);
 }
 template <class T>
 void store_global(T* p, T value, const Where& where = Where::current()) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (std::bit_cast<u32>(value) == emu::hooks::kInFlightPoison) emu::hooks::in_flight_value_stored(where);
-  }
-  if (emu::hooks::global_access(p, sizeof(T), /*write=*/true, where)) std::memcpy(p, &value, sizeof(T));
+  checked_store<emu::hooks::global_access>(p, value, where);
 }
 template <class T>
 T load_shared(const T* p, const Where& where = Where::current()) {
-  T value{};
-  if (emu::hooks::shared_access(p, sizeof(T), /*write=*/false, where)) std::memcpy(&value, p, sizeof(T));
-  return value;
+  return checked_load<emu::hooks::shared_access>(p, where);
 }
 template <class T>
 void store_shared(T* p, T value, const Where& where = Where::current()) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (std::bit_cast<u32>(value) == emu::hooks::kInFlightPoison) emu::hooks::in_flight_value_stored(where);
-  }
-  if (emu::hooks::shared_access(p, sizeof(T), /*write=*/true, where)) std::memcpy(p, &value, sizeof(T));
+  checked_store<emu::hooks::shared_access>(p, value, where);
 }
 
 inline void atomic_add(float* p, float value, const Where& where = Where::current()) {
@@ -164,24 +171,17 @@ void mma_m16n8k16(float (&d)[4], const u32 (&a)[4], const u32 (&b)[2], const flo
   emu::hooks::mma_m16n8k16(std::is_same_v<D, Bf16>, d, a, b, c, where);
 }
 
-inline void ldmatrix_x1(u32 (&r)[1], const void* row, const Where& where = Where::current()) {
-  emu::hooks::ldmatrix(1, false, r, row, where);
-}
-inline void ldmatrix_x2(u32 (&r)[2], const void* row, const Where& where = Where::current()) {
-  emu::hooks::ldmatrix(2, false, r, row, where);
-}
-inline void ldmatrix_x4(u32 (&r)[4], const void* row, const Where& where = Where::current()) {
-  emu::hooks::ldmatrix(4, false, r, row, where);
-}
-inline void ldmatrix_x1_trans(u32 (&r)[1], const void* row, const Where& where = Where::current()) {
-  emu::hooks::ldmatrix(1, true, r, row, where);
-}
-inline void ldmatrix_x2_trans(u32 (&r)[2], const void* row, const Where& where = Where::current()) {
-  emu::hooks::ldmatrix(2, true, r, row, where);
-}
-inline void ldmatrix_x4_trans(u32 (&r)[4], const void* row, const Where& where = Where::current()) {
-  emu::hooks::ldmatrix(4, true, r, row, where);
-}
+// ldmatrix_xN and ldmatrix_xN_trans, as in the CUDA primitives.
+#define ATTUNE_EMU_LDMATRIX(n)                                                                            \
+  inline void ldmatrix_x##n(u32(&r)[n], const void* row, const Where& where = Where::current()) {         \
+    emu::hooks::ldmatrix(n, false, r, row, where);                                                        \
+  }                                                                                                       \
+  inline void ldmatrix_x##n##_trans(u32(&r)[n], const void* row, const Where& where = Where::current()) { \
+    emu::hooks::ldmatrix(n, true, r, row, where);                                                         \
+  }
+ATTUNE_EMU_LDMATRIX(1)
+ATTUNE_EMU_LDMATRIX(2)
+ATTUNE_EMU_LDMATRIX(4)
 
 }  // namespace warp
 

@@ -104,172 +104,63 @@
 #define ATTUNE_WGMMA_REGS_240 ATTUNE_WGMMA_REGS_232 ", %116, %117, %118, %119"
 #define ATTUNE_WGMMA_REGS_248 ATTUNE_WGMMA_REGS_240 ", %120, %121, %122, %123"
 #define ATTUNE_WGMMA_REGS_256 ATTUNE_WGMMA_REGS_248 ", %124, %125, %126, %127"
-#define ATTUNE_WGMMA_SS_SETP_8 "setp.ne.b32 p, %6, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_8 "}, %4, %5, p, 1, 1, %7, %8;\n"
-#define ATTUNE_WGMMA_SS_SETP_16 "setp.ne.b32 p, %10, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_16 "}, %8, %9, p, 1, 1, %11, %12;\n"
-#define ATTUNE_WGMMA_SS_SETP_24 "setp.ne.b32 p, %14, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_24 "}, %12, %13, p, 1, 1, %15, %16;\n"
-#define ATTUNE_WGMMA_SS_SETP_32 "setp.ne.b32 p, %18, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_32 "}, %16, %17, p, 1, 1, %19, %20;\n"
-#define ATTUNE_WGMMA_SS_SETP_40 "setp.ne.b32 p, %22, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_40 "}, %20, %21, p, 1, 1, %23, %24;\n"
-#define ATTUNE_WGMMA_SS_SETP_48 "setp.ne.b32 p, %26, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_48 "}, %24, %25, p, 1, 1, %27, %28;\n"
-#define ATTUNE_WGMMA_SS_SETP_56 "setp.ne.b32 p, %30, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_56 "}, %28, %29, p, 1, 1, %31, %32;\n"
-#define ATTUNE_WGMMA_SS_SETP_64 "setp.ne.b32 p, %34, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_64 "}, %32, %33, p, 1, 1, %35, %36;\n"
-#define ATTUNE_WGMMA_SS_SETP_72 "setp.ne.b32 p, %38, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_72 "}, %36, %37, p, 1, 1, %39, %40;\n"
-#define ATTUNE_WGMMA_SS_SETP_80 "setp.ne.b32 p, %42, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_80 "}, %40, %41, p, 1, 1, %43, %44;\n"
-#define ATTUNE_WGMMA_SS_SETP_88 "setp.ne.b32 p, %46, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_88 "}, %44, %45, p, 1, 1, %47, %48;\n"
-#define ATTUNE_WGMMA_SS_SETP_96 "setp.ne.b32 p, %50, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_96 "}, %48, %49, p, 1, 1, %51, %52;\n"
-#define ATTUNE_WGMMA_SS_SETP_104 "setp.ne.b32 p, %54, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_104 "}, %52, %53, p, 1, 1, %55, %56;\n"
-#define ATTUNE_WGMMA_SS_SETP_112 "setp.ne.b32 p, %58, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_112 "}, %56, %57, p, 1, 1, %59, %60;\n"
-#define ATTUNE_WGMMA_SS_SETP_120 "setp.ne.b32 p, %62, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_120 "}, %60, %61, p, 1, 1, %63, %64;\n"
-#define ATTUNE_WGMMA_SS_SETP_128 "setp.ne.b32 p, %66, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_128 "}, %64, %65, p, 1, 1, %67, %68;\n"
-#define ATTUNE_WGMMA_SS_SETP_136 "setp.ne.b32 p, %70, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_136 "}, %68, %69, p, 1, 1, %71, %72;\n"
-#define ATTUNE_WGMMA_SS_SETP_144 "setp.ne.b32 p, %74, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_144 "}, %72, %73, p, 1, 1, %75, %76;\n"
-#define ATTUNE_WGMMA_SS_SETP_152 "setp.ne.b32 p, %78, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_152 "}, %76, %77, p, 1, 1, %79, %80;\n"
-#define ATTUNE_WGMMA_SS_SETP_160 "setp.ne.b32 p, %82, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_160 "}, %80, %81, p, 1, 1, %83, %84;\n"
-#define ATTUNE_WGMMA_SS_SETP_168 "setp.ne.b32 p, %86, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_168 "}, %84, %85, p, 1, 1, %87, %88;\n"
-#define ATTUNE_WGMMA_SS_SETP_176 "setp.ne.b32 p, %90, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_176 "}, %88, %89, p, 1, 1, %91, %92;\n"
-#define ATTUNE_WGMMA_SS_SETP_184 "setp.ne.b32 p, %94, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_184 "}, %92, %93, p, 1, 1, %95, %96;\n"
-#define ATTUNE_WGMMA_SS_SETP_192 "setp.ne.b32 p, %98, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_192 "}, %96, %97, p, 1, 1, %99, %100;\n"
-#define ATTUNE_WGMMA_SS_SETP_200 "setp.ne.b32 p, %102, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_200 "}, %100, %101, p, 1, 1, %103, %104;\n"
-#define ATTUNE_WGMMA_SS_SETP_208 "setp.ne.b32 p, %106, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_208 "}, %104, %105, p, 1, 1, %107, %108;\n"
-#define ATTUNE_WGMMA_SS_SETP_216 "setp.ne.b32 p, %110, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_216 "}, %108, %109, p, 1, 1, %111, %112;\n"
-#define ATTUNE_WGMMA_SS_SETP_224 "setp.ne.b32 p, %114, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_224 "}, %112, %113, p, 1, 1, %115, %116;\n"
-#define ATTUNE_WGMMA_SS_SETP_232 "setp.ne.b32 p, %118, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_232 "}, %116, %117, p, 1, 1, %119, %120;\n"
-#define ATTUNE_WGMMA_SS_SETP_240 "setp.ne.b32 p, %122, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_240 "}, %120, %121, p, 1, 1, %123, %124;\n"
-#define ATTUNE_WGMMA_SS_SETP_248 "setp.ne.b32 p, %126, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_248 "}, %124, %125, p, 1, 1, %127, %128;\n"
-#define ATTUNE_WGMMA_SS_SETP_256 "setp.ne.b32 p, %130, 0;\n"
-#define ATTUNE_WGMMA_SS_TAIL_256 "}, %128, %129, p, 1, 1, %131, %132;\n"
-#define ATTUNE_WGMMA_RS_SETP_8 "setp.ne.b32 p, %9, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_8 "}, {%4, %5, %6, %7}, %8, p, 1, 1, %10;\n"
-#define ATTUNE_WGMMA_RS_SETP_16 "setp.ne.b32 p, %13, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_16 "}, {%8, %9, %10, %11}, %12, p, 1, 1, %14;\n"
-#define ATTUNE_WGMMA_RS_SETP_24 "setp.ne.b32 p, %17, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_24 "}, {%12, %13, %14, %15}, %16, p, 1, 1, %18;\n"
-#define ATTUNE_WGMMA_RS_SETP_32 "setp.ne.b32 p, %21, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_32 "}, {%16, %17, %18, %19}, %20, p, 1, 1, %22;\n"
-#define ATTUNE_WGMMA_RS_SETP_40 "setp.ne.b32 p, %25, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_40 "}, {%20, %21, %22, %23}, %24, p, 1, 1, %26;\n"
-#define ATTUNE_WGMMA_RS_SETP_48 "setp.ne.b32 p, %29, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_48 "}, {%24, %25, %26, %27}, %28, p, 1, 1, %30;\n"
-#define ATTUNE_WGMMA_RS_SETP_56 "setp.ne.b32 p, %33, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_56 "}, {%28, %29, %30, %31}, %32, p, 1, 1, %34;\n"
-#define ATTUNE_WGMMA_RS_SETP_64 "setp.ne.b32 p, %37, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_64 "}, {%32, %33, %34, %35}, %36, p, 1, 1, %38;\n"
-#define ATTUNE_WGMMA_RS_SETP_72 "setp.ne.b32 p, %41, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_72 "}, {%36, %37, %38, %39}, %40, p, 1, 1, %42;\n"
-#define ATTUNE_WGMMA_RS_SETP_80 "setp.ne.b32 p, %45, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_80 "}, {%40, %41, %42, %43}, %44, p, 1, 1, %46;\n"
-#define ATTUNE_WGMMA_RS_SETP_88 "setp.ne.b32 p, %49, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_88 "}, {%44, %45, %46, %47}, %48, p, 1, 1, %50;\n"
-#define ATTUNE_WGMMA_RS_SETP_96 "setp.ne.b32 p, %53, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_96 "}, {%48, %49, %50, %51}, %52, p, 1, 1, %54;\n"
-#define ATTUNE_WGMMA_RS_SETP_104 "setp.ne.b32 p, %57, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_104 "}, {%52, %53, %54, %55}, %56, p, 1, 1, %58;\n"
-#define ATTUNE_WGMMA_RS_SETP_112 "setp.ne.b32 p, %61, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_112 "}, {%56, %57, %58, %59}, %60, p, 1, 1, %62;\n"
-#define ATTUNE_WGMMA_RS_SETP_120 "setp.ne.b32 p, %65, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_120 "}, {%60, %61, %62, %63}, %64, p, 1, 1, %66;\n"
-#define ATTUNE_WGMMA_RS_SETP_128 "setp.ne.b32 p, %69, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_128 "}, {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n"
-#define ATTUNE_WGMMA_RS_SETP_136 "setp.ne.b32 p, %73, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_136 "}, {%68, %69, %70, %71}, %72, p, 1, 1, %74;\n"
-#define ATTUNE_WGMMA_RS_SETP_144 "setp.ne.b32 p, %77, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_144 "}, {%72, %73, %74, %75}, %76, p, 1, 1, %78;\n"
-#define ATTUNE_WGMMA_RS_SETP_152 "setp.ne.b32 p, %81, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_152 "}, {%76, %77, %78, %79}, %80, p, 1, 1, %82;\n"
-#define ATTUNE_WGMMA_RS_SETP_160 "setp.ne.b32 p, %85, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_160 "}, {%80, %81, %82, %83}, %84, p, 1, 1, %86;\n"
-#define ATTUNE_WGMMA_RS_SETP_168 "setp.ne.b32 p, %89, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_168 "}, {%84, %85, %86, %87}, %88, p, 1, 1, %90;\n"
-#define ATTUNE_WGMMA_RS_SETP_176 "setp.ne.b32 p, %93, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_176 "}, {%88, %89, %90, %91}, %92, p, 1, 1, %94;\n"
-#define ATTUNE_WGMMA_RS_SETP_184 "setp.ne.b32 p, %97, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_184 "}, {%92, %93, %94, %95}, %96, p, 1, 1, %98;\n"
-#define ATTUNE_WGMMA_RS_SETP_192 "setp.ne.b32 p, %101, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_192 "}, {%96, %97, %98, %99}, %100, p, 1, 1, %102;\n"
-#define ATTUNE_WGMMA_RS_SETP_200 "setp.ne.b32 p, %105, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_200 "}, {%100, %101, %102, %103}, %104, p, 1, 1, %106;\n"
-#define ATTUNE_WGMMA_RS_SETP_208 "setp.ne.b32 p, %109, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_208 "}, {%104, %105, %106, %107}, %108, p, 1, 1, %110;\n"
-#define ATTUNE_WGMMA_RS_SETP_216 "setp.ne.b32 p, %113, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_216 "}, {%108, %109, %110, %111}, %112, p, 1, 1, %114;\n"
-#define ATTUNE_WGMMA_RS_SETP_224 "setp.ne.b32 p, %117, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_224 "}, {%112, %113, %114, %115}, %116, p, 1, 1, %118;\n"
-#define ATTUNE_WGMMA_RS_SETP_232 "setp.ne.b32 p, %121, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_232 "}, {%116, %117, %118, %119}, %120, p, 1, 1, %122;\n"
-#define ATTUNE_WGMMA_RS_SETP_240 "setp.ne.b32 p, %125, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_240 "}, {%120, %121, %122, %123}, %124, p, 1, 1, %126;\n"
-#define ATTUNE_WGMMA_RS_SETP_248 "setp.ne.b32 p, %129, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_248 "}, {%124, %125, %126, %127}, %128, p, 1, 1, %130;\n"
-#define ATTUNE_WGMMA_RS_SETP_256 "setp.ne.b32 p, %133, 0;\n"
-#define ATTUNE_WGMMA_RS_TAIL_256 "}, {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n"
-#define ATTUNE_WGMMA_SS_ALL(T)                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                        \
-  ATTUNE_WGMMA_SS_CASE(8, T)                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                          \
-  else ATTUNE_WGMMA_SS_CASE(16, T) else ATTUNE_WGMMA_SS_CASE(24, T) else ATTUNE_WGMMA_SS_CASE(32, T) else ATTUNE_WGMMA_SS_CASE(40, T) else ATTUNE_WGMMA_SS_CASE(                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                      \
-      48, T) else ATTUNE_WGMMA_SS_CASE(56, T) else ATTUNE_WGMMA_SS_CASE(64, T) else ATTUNE_WGMMA_SS_CASE(72,                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                          \
-                                                                                                         T) else ATTUNE_WGMMA_SS_CASE(80, T) else ATTUNE_WGMMA_SS_CASE(88, T) else ATTUNE_WGMMA_SS_CASE(96, T) else ATTUNE_WGMMA_SS_CASE(104, T) else ATTUNE_WGMMA_SS_CASE(112, T) else ATTUNE_WGMMA_SS_CASE(120,                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                     \
-                                                                                                                                                                                                                                                                                                             T) else ATTUNE_WGMMA_SS_CASE(128, T) else ATTUNE_WGMMA_SS_CASE(136, T) else ATTUNE_WGMMA_SS_CASE(144,                                                                                                                                                                                                                                                                                                                                                                                                                                                                    \
-                                                                                                                                                                                                                                                                                                                                                                                                              T) else ATTUNE_WGMMA_SS_CASE(152,                                                                                                                                                                                                                                                                                                                                                                                                                                       \
-                                                                                                                                                                                                                                                                                                                                                                                                                                           T) else ATTUNE_WGMMA_SS_CASE(160, T) else ATTUNE_WGMMA_SS_CASE(168, T) else ATTUNE_WGMMA_SS_CASE(176, T) else ATTUNE_WGMMA_SS_CASE(184, T) else ATTUNE_WGMMA_SS_CASE(192,                                                                                                                                                                                                                                                                  \
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                T) else ATTUNE_WGMMA_SS_CASE(200,                                                                                                                                                                                                                                     \
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                             T) else ATTUNE_WGMMA_SS_CASE(208, T) else ATTUNE_WGMMA_SS_CASE(216, T) else ATTUNE_WGMMA_SS_CASE(224, T) else ATTUNE_WGMMA_SS_CASE(232, T) else ATTUNE_WGMMA_SS_CASE(240, T) else ATTUNE_WGMMA_SS_CASE(248,                              \
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                    T) else ATTUNE_WGMMA_SS_CASE(256, \
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                 T)
-#define ATTUNE_WGMMA_RS_ALL(T)                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                        \
-  ATTUNE_WGMMA_RS_CASE(8, T)                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                          \
-  else ATTUNE_WGMMA_RS_CASE(16, T) else ATTUNE_WGMMA_RS_CASE(24, T) else ATTUNE_WGMMA_RS_CASE(32, T) else ATTUNE_WGMMA_RS_CASE(40, T) else ATTUNE_WGMMA_RS_CASE(                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                      \
-      48, T) else ATTUNE_WGMMA_RS_CASE(56, T) else ATTUNE_WGMMA_RS_CASE(64, T) else ATTUNE_WGMMA_RS_CASE(72,                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                          \
-                                                                                                         T) else ATTUNE_WGMMA_RS_CASE(80, T) else ATTUNE_WGMMA_RS_CASE(88, T) else ATTUNE_WGMMA_RS_CASE(96, T) else ATTUNE_WGMMA_RS_CASE(104, T) else ATTUNE_WGMMA_RS_CASE(112, T) else ATTUNE_WGMMA_RS_CASE(120,                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                     \
-                                                                                                                                                                                                                                                                                                             T) else ATTUNE_WGMMA_RS_CASE(128, T) else ATTUNE_WGMMA_RS_CASE(136, T) else ATTUNE_WGMMA_RS_CASE(144,                                                                                                                                                                                                                                                                                                                                                                                                                                                                    \
-                                                                                                                                                                                                                                                                                                                                                                                                              T) else ATTUNE_WGMMA_RS_CASE(152,                                                                                                                                                                                                                                                                                                                                                                                                                                       \
-                                                                                                                                                                                                                                                                                                                                                                                                                                           T) else ATTUNE_WGMMA_RS_CASE(160, T) else ATTUNE_WGMMA_RS_CASE(168, T) else ATTUNE_WGMMA_RS_CASE(176, T) else ATTUNE_WGMMA_RS_CASE(184, T) else ATTUNE_WGMMA_RS_CASE(192,                                                                                                                                                                                                                                                                  \
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                T) else ATTUNE_WGMMA_RS_CASE(200,                                                                                                                                                                                                                                     \
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                             T) else ATTUNE_WGMMA_RS_CASE(208, T) else ATTUNE_WGMMA_RS_CASE(216, T) else ATTUNE_WGMMA_RS_CASE(224, T) else ATTUNE_WGMMA_RS_CASE(232, T) else ATTUNE_WGMMA_RS_CASE(240, T) else ATTUNE_WGMMA_RS_CASE(248,                              \
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                    T) else ATTUNE_WGMMA_RS_CASE(256, \
-                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                                 T)
+// One row per N: X(T, N, b0..b6), where b0 = N/2 is the first operand after
+// the accumulators and b1..b6 the ones after it (literal numbers, because
+// the preprocessor pastes them into the PTX text and cannot add).
+// clang-format off
+#define ATTUNE_WGMMA_EACH_N(X, T) \
+  X(T, 8, 4, 5, 6, 7, 8, 9, 10) else \
+  X(T, 16, 8, 9, 10, 11, 12, 13, 14) else \
+  X(T, 24, 12, 13, 14, 15, 16, 17, 18) else \
+  X(T, 32, 16, 17, 18, 19, 20, 21, 22) else \
+  X(T, 40, 20, 21, 22, 23, 24, 25, 26) else \
+  X(T, 48, 24, 25, 26, 27, 28, 29, 30) else \
+  X(T, 56, 28, 29, 30, 31, 32, 33, 34) else \
+  X(T, 64, 32, 33, 34, 35, 36, 37, 38) else \
+  X(T, 72, 36, 37, 38, 39, 40, 41, 42) else \
+  X(T, 80, 40, 41, 42, 43, 44, 45, 46) else \
+  X(T, 88, 44, 45, 46, 47, 48, 49, 50) else \
+  X(T, 96, 48, 49, 50, 51, 52, 53, 54) else \
+  X(T, 104, 52, 53, 54, 55, 56, 57, 58) else \
+  X(T, 112, 56, 57, 58, 59, 60, 61, 62) else \
+  X(T, 120, 60, 61, 62, 63, 64, 65, 66) else \
+  X(T, 128, 64, 65, 66, 67, 68, 69, 70) else \
+  X(T, 136, 68, 69, 70, 71, 72, 73, 74) else \
+  X(T, 144, 72, 73, 74, 75, 76, 77, 78) else \
+  X(T, 152, 76, 77, 78, 79, 80, 81, 82) else \
+  X(T, 160, 80, 81, 82, 83, 84, 85, 86) else \
+  X(T, 168, 84, 85, 86, 87, 88, 89, 90) else \
+  X(T, 176, 88, 89, 90, 91, 92, 93, 94) else \
+  X(T, 184, 92, 93, 94, 95, 96, 97, 98) else \
+  X(T, 192, 96, 97, 98, 99, 100, 101, 102) else \
+  X(T, 200, 100, 101, 102, 103, 104, 105, 106) else \
+  X(T, 208, 104, 105, 106, 107, 108, 109, 110) else \
+  X(T, 216, 108, 109, 110, 111, 112, 113, 114) else \
+  X(T, 224, 112, 113, 114, 115, 116, 117, 118) else \
+  X(T, 232, 116, 117, 118, 119, 120, 121, 122) else \
+  X(T, 240, 120, 121, 122, 123, 124, 125, 126) else \
+  X(T, 248, 124, 125, 126, 127, 128, 129, 130) else \
+  X(T, 256, 128, 129, 130, 131, 132, 133, 134)
+// clang-format on
 
-#define ATTUNE_WGMMA_SS_CASE(N, T)                                                         \
-  if constexpr (kN == N) {                                                                 \
-    asm volatile("{\n.reg .pred p;\n" ATTUNE_WGMMA_SS_SETP_##N                             \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." T "." T                 \
-                 " {" ATTUNE_WGMMA_REGS_##N ATTUNE_WGMMA_SS_TAIL_##N "}\n"                 \
-                 : ATTUNE_WGMMA_OUT_##N                                                    \
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB)); \
+// mma_ss: the descriptors of A and B are b0, b1, the accumulate flag b2 and
+// the transpositions b3, b4. mma_rs: A's registers are b0..b3, B's
+// descriptor b4, the flag b5 and B's transposition b6.
+#define ATTUNE_WGMMA_SS_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                        \
+  if constexpr (kN == N) {                                                                            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b2                                             \
+                 ", 0;\n"                                                                             \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N \
+                 "}, %" #b0 ", %" #b1 ", p, 1, 1, %" #b3 ", %" #b4 ";\n}\n"                           \
+                 : ATTUNE_WGMMA_OUT_##N                                                               \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate), "n"(kTransA), "n"(kTransB));            \
   }
-#define ATTUNE_WGMMA_RS_CASE(N, T)                                                                          \
+#define ATTUNE_WGMMA_RS_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                              \
   if constexpr (kN == N) {                                                                                  \
-    asm volatile("{\n.reg .pred p;\n" ATTUNE_WGMMA_RS_SETP_##N                                              \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." T "." T                                  \
-                 " {" ATTUNE_WGMMA_REGS_##N ATTUNE_WGMMA_RS_TAIL_##N "}\n"                                  \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b5                                                   \
+                 ", 0;\n"                                                                                   \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N       \
+                 "}, {%" #b0 ", %" #b1 ", %" #b2 ", %" #b3 "}, %" #b4 ", p, 1, 1, %" #b6 ";\n}\n"           \
                  : ATTUNE_WGMMA_OUT_##N                                                                     \
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)); \
   }
@@ -335,9 +226,9 @@ template <class D, i32 kN, i32 kTransA, i32 kTransB>
 ATTUNE_DEVICE void mma_ss(float (&d)[kN / 2], u64 desc_a, u64 desc_b, i32 accumulate) {
   static_assert(kN >= 8 && kN <= 256 && kN % 8 == 0, "wgmma: N is 8..256 in steps of 8");
   if constexpr (kIsBf16<D>) {
-    ATTUNE_WGMMA_SS_ALL("bf16")
+    ATTUNE_WGMMA_EACH_N(ATTUNE_WGMMA_SS_CASE, "bf16")
   } else {
-    ATTUNE_WGMMA_SS_ALL("f16")
+    ATTUNE_WGMMA_EACH_N(ATTUNE_WGMMA_SS_CASE, "f16")
   }
 }
 
@@ -346,9 +237,9 @@ template <class D, i32 kN, i32 kTransB>
 ATTUNE_DEVICE void mma_rs(float (&d)[kN / 2], const u32 (&a)[4], u64 desc_b, i32 accumulate) {
   static_assert(kN >= 8 && kN <= 256 && kN % 8 == 0, "wgmma: N is 8..256 in steps of 8");
   if constexpr (kIsBf16<D>) {
-    ATTUNE_WGMMA_RS_ALL("bf16")
+    ATTUNE_WGMMA_EACH_N(ATTUNE_WGMMA_RS_CASE, "bf16")
   } else {
-    ATTUNE_WGMMA_RS_ALL("f16")
+    ATTUNE_WGMMA_EACH_N(ATTUNE_WGMMA_RS_CASE, "f16")
   }
 }
 
@@ -399,30 +290,27 @@ ATTUNE_DEVICE void expect_tx(u64* bar, u32 bytes) {
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)
                : "memory");
 }
-// True once the phase of this parity has completed.
-ATTUNE_DEVICE bool try_wait(u64* bar, u32 parity) {
-  u32 done;
-  asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-               : "=r"(done)
-               : "r"(shared_address(bar)), "r"(parity)
-               : "memory");
-  return done != 0;
-}
+// mbarrier.try_wait and mbarrier.test_wait ask the same question (has the
+// phase of this parity completed?); try_wait may suspend the thread a while
+// before it answers, test_wait answers at once. Each is a function of its
+// own name.
+#define ATTUNE_MBARRIER_PHASE_QUERY(op)                                                                               \
+  ATTUNE_DEVICE bool op(u64* bar, u32 parity) {                                                                       \
+    u32 done;                                                                                                         \
+    asm volatile("{\n.reg .pred p;\nmbarrier." #op ".parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n" \
+                 : "=r"(done)                                                                                         \
+                 : "r"(shared_address(bar)), "r"(parity)                                                              \
+                 : "memory");                                                                                         \
+    return done != 0;                                                                                                 \
+  }
+ATTUNE_MBARRIER_PHASE_QUERY(try_wait)
 #if defined(ATTUNE_WAIT_BOUND_MS)
 ATTUNE_DEVICE u64 global_ns() {
   u64 t;
   asm volatile("mov.u64 %0, %%globaltimer;\n" : "=l"(t));
   return t;
 }
-// Whether the phase of this parity has completed, without waiting.
-ATTUNE_DEVICE bool test_wait(u64* bar, u32 parity) {
-  u32 done;
-  asm volatile("{\n.reg .pred p;\nmbarrier.test_wait.parity.shared::cta.b64 p, [%1], %2;\nselp.u32 %0, 1, 0, p;\n}\n"
-               : "=r"(done)
-               : "r"(shared_address(bar)), "r"(parity)
-               : "memory");
-  return done != 0;
-}
+ATTUNE_MBARRIER_PHASE_QUERY(test_wait)
 // The first thread to give up fills the report and traps; the others go on
 // waiting (a trap ends the whole grid, so one of theirs could cut the
 // report's stores short). Without a slot every thread traps at once.
