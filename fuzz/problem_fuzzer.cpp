@@ -188,6 +188,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       CProblem c;
       build_c(in, c);
       problem = problem_from_c(c.c);
+      validate(problem);  // as every C entry point's runtime call does
     } else {
       problem = build_cpp(in);
     }

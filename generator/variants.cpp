@@ -100,6 +100,62 @@ Variant with_problem_features(Variant v, const AttentionProblem& p) {
   return v;
 }
 
+namespace {
+
+// The largest head-dim bucket of flash_fwd_sm90 (its first tunable), read
+// from the registry once.
+std::int64_t max_sm90_head_dim() {
+  static const std::int64_t largest = [] {
+    const KernelSpec* spec = find_kernel_spec("flash_fwd_sm90");
+    return spec == nullptr ? std::int64_t{0} : std::int64_t{spec->tunables.front().values.back()};
+  }();
+  return largest;
+}
+constexpr std::int64_t kStrideElements = 8;  // TMA: global strides are multiples of 16 bytes
+
+bool tma_stride(std::int64_t elements) { return elements > 0 && elements % kStrideElements == 0; }
+
+}  // namespace
+
+Sm90Fit tma_stride_fit(char tensor, const TensorStrides& s, bool single_batch) {
+  if (!tma_stride(s.seq)) return {Sm90Fit::Why::kStride, tensor, "row", s.seq};
+  if (!tma_stride(s.head)) return {Sm90Fit::Why::kStride, tensor, "head", s.head};
+  if (!single_batch && !tma_stride(s.batch)) return {Sm90Fit::Why::kStride, tensor, "batch", s.batch};
+  return {};
+}
+
+Sm90Fit sm90_fit(const AttentionProblem& p) {
+  if (p.modifiers.any()) return {Sm90Fit::Why::kModifiers};
+  if (p.is_paged()) return {Sm90Fit::Why::kPaged};
+  const std::int64_t d = std::max(p.head_dim_k, p.head_dim_v);
+  if (d > max_sm90_head_dim()) return {Sm90Fit::Why::kHeadDim, 0, nullptr, d};
+  const bool single_k = p.has_packed_keys() || p.batch <= 1;
+  Sm90Fit fit = tma_stride_fit('Q', p.q_strides, p.is_packed() || p.batch <= 1);
+  // Without keys the kernel loads no K or V tile: their maps are never built.
+  if (fit.fits() && p.seqlen_k > 0) fit = tma_stride_fit('K', p.k_strides, single_k);
+  if (fit.fits() && p.seqlen_k > 0) fit = tma_stride_fit('V', p.v_strides, single_k);
+  return fit;
+}
+
+std::string Sm90Fit::reason(const AttentionProblem& p) const {
+  switch (why) {
+    case Why::kFits:
+      return {};
+    case Why::kModifiers:
+      return "score modifiers (" + modifier_names(modifier_bits(p.modifiers)) + ")";
+    case Why::kPaged:
+      return "a paged KV cache";
+    case Why::kHeadDim:
+      return "head dim " + std::to_string(value) + " above " + std::to_string(max_sm90_head_dim());
+    case Why::kStride:
+      return std::string(1, tensor) + " " + stride + " stride " + std::to_string(value) +
+             " elements: TMA needs a positive multiple of " + std::to_string(kStrideElements);
+  }
+  return {};
+}
+
+std::string sm90_unfit_reason(const AttentionProblem& problem) { return sm90_fit(problem).reason(problem); }
+
 std::string feature_names(std::uint8_t bits) {
   const std::uint8_t mods = bits & kModAll;
   if ((bits & kFeaturePaged) == 0) return modifier_names(mods);

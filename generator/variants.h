@@ -120,6 +120,36 @@ Variant parse_variant_id(std::string_view id);
 void check_variant_modifiers(const Variant& variant, std::uint8_t problem_modifiers);
 void check_variant_fits(const Variant& variant, int dk, int dv, const ArchLimits& arch);
 
+// Whether a problem fits flash_fwd_sm90, the Hopper forward kernel family:
+// its tensors must be ones TMA can describe and its features ones the family
+// compiles. Dispatch asks on every call (so the answer allocates nothing);
+// the launch asks again with the call's pointers.
+// What keeps a problem off flash_fwd_sm90, and the one value that says why.
+struct Sm90Fit {
+  enum class Why : std::uint8_t { kFits, kModifiers, kPaged, kHeadDim, kStride };
+  Why why = Why::kFits;
+  char tensor = 0;               // kStride: 'Q', 'K', 'V' or 'O'
+  const char* stride = nullptr;  // kStride: "row", "head" or "batch"
+  std::int64_t value = 0;        // kHeadDim: the head dim; kStride: the stride in elements
+
+  bool fits() const { return why == Why::kFits; }
+  // "score modifiers (softcap)", "a paged KV cache", "head dim 320 above
+  // 256", "K row stride 100 elements: TMA needs a positive multiple of 8";
+  // empty when it fits.
+  std::string reason(const AttentionProblem& problem) const;
+};
+
+// The fit whatever the call's pointers. O needs no tensor map: without one
+// it leaves by direct stores, so O's strides are not asked here.
+Sm90Fit sm90_fit(const AttentionProblem& problem);
+// Whether TMA can describe one 16-bit [batch, rows, heads, D] tensor with
+// these strides; `single_batch` (packed, or a batch of one): the batch
+// stride is never stepped.
+Sm90Fit tma_stride_fit(char tensor, const TensorStrides& strides, bool single_batch);
+
+// sm90_fit(problem).reason(problem).
+std::string sm90_unfit_reason(const AttentionProblem& problem);
+
 // The candidate whose tunable values differ from `wanted` in the fewest
 // places (the first such in the list); candidates must not be empty.
 Variant nearest_variant(const std::vector<Variant>& candidates, const std::vector<int>& wanted);

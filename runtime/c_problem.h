@@ -10,9 +10,10 @@
 
 namespace attune {
 
-// Converts and validates. Length arrays are read for the counts the struct
-// gives (batch, batch + 1, batch x max_pages). Throws InvalidArgument naming
-// the field, the value and what was expected.
+// Converts; the runtime call or reference it is handed to validates it (once
+// per call). Length arrays are read for the counts the struct gives (batch,
+// batch + 1, batch x max_pages), so those counts are checked here: throws
+// InvalidArgument naming the field, the value and what was expected.
 // With `device_lengths` the length arrays stay in device memory: the
 // struct's must be NULL (a paged cache gives max_pages without a table),
 // and the bounds say which arrays each run passes.

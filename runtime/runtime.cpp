@@ -461,7 +461,7 @@ void Runtime::forward(const AttentionProblem& problem, const AttentionBuffers& b
     return;
   }
   const CallScope scope(impl_->options.backend);
-  const DispatchChoice& choice = impl_->dispatcher->choose(problem);
+  const DispatchChoice& choice = impl_->dispatcher->choose(Op::kForward, problem);
   impl_->call(Op::kForward, with_problem_features(choice.variant, problem), problem, buffers, {}, {}, stream);
 }
 

@@ -6,7 +6,6 @@
 #include "core/error.h"
 #include "runtime/dispatch/heuristics.h"
 #include "runtime/dispatch/tuned_id.h"
-#include "runtime/launch/flash_fwd_sm90_params.h"
 
 namespace attune {
 
@@ -21,7 +20,7 @@ Dispatcher::Dispatcher(std::string device_key, ArchLimits arch, const TunedSourc
 
 Dispatcher::~Dispatcher() = default;
 
-DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem) const {
+DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem, const Sm90Fit& fit) const {
   if (op == Op::kDecode) {
     DispatchChoice choice{heuristic_decode_variant(problem, arch_), DispatchRule::kHeuristic, "", 0};
     choice.splits = heuristic_splits(problem, choice.variant, sm_count_);
@@ -38,11 +37,10 @@ DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem) con
   ForwardHints hints{.masked = problem.mask.kind != MaskKind::kNone};
   std::string detail;
   if (const KernelSpec* hopper = find_kernel_spec("flash_fwd_sm90"); hopper != nullptr) {
-    const std::string unfit = sm90_unfit_reason(problem);
     if (!kernel_runs_on(*hopper, arch_)) {
       detail = "flash_fwd: flash_fwd_sm90 needs sm_90a, the device is " + arch_.name;
-    } else if (!unfit.empty()) {
-      detail = "flash_fwd: flash_fwd_sm90 cannot map this call (" + unfit + ")";
+    } else if (!fit.fits()) {
+      detail = "flash_fwd: flash_fwd_sm90 cannot map this call (" + fit.reason(problem) + ")";
       hints.portable_only = true;
     }
   }
@@ -55,10 +53,12 @@ DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem) con
 }
 
 DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem) const {
-  return resolve(op, problem, problem_key(op, problem));
+  // Only the forward has a second family to fall back from.
+  return resolve(op, problem, problem_key(op, problem), op == Op::kForward ? sm90_fit(problem) : Sm90Fit{});
 }
 
-DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem, const ProblemKey& key) const {
+DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem, const ProblemKey& key,
+                                   const Sm90Fit& fit) const {
   const int dk = static_cast<int>(problem.head_dim_k);
   const int dv = static_cast<int>(problem.head_dim_v);
   std::string passed_over;
@@ -77,10 +77,9 @@ DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem, const
           throw InvalidArgument("variant " + tuned.variant.id() + ": not a variant of a " + std::string(to_string(op)) +
                                 " kernel");
         }
-        if (tuned.variant.kernel->id == KernelId::kFlashFwdSm90) {
-          if (const std::string unfit = sm90_unfit_reason(problem); !unfit.empty()) {
-            throw InvalidArgument("variant " + tuned.variant.id() + ": cannot map this call (" + unfit + ")");
-          }
+        if (tuned.variant.kernel->id == KernelId::kFlashFwdSm90 && !fit.fits()) {
+          throw InvalidArgument("variant " + tuned.variant.id() + ": cannot map this call (" + fit.reason(problem) +
+                                ")");
         }
         if (op == Op::kDecode && tuned.splits == 0) {
           throw InvalidArgument("variant " + tuned.variant.id() + ": no split count; expected VARIANT/splitsN");
@@ -106,7 +105,7 @@ DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem, const
       return choice;
     }
   }
-  DispatchChoice choice = heuristic(op, problem);
+  DispatchChoice choice = heuristic(op, problem, fit);
   const std::string why =
       tuned_ == nullptr ? "no tuning database" : "no tuned key of this device for this problem class";
   choice.detail = choice.detail.empty() ? why : why + "; " + choice.detail;
@@ -115,20 +114,23 @@ DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem, const
 }
 
 const DispatchChoice& Dispatcher::choose(Op op, const AttentionProblem& problem) {
+  const Sm90Fit fit = op == Op::kForward ? sm90_fit(problem) : Sm90Fit{};
   const ProblemKey key = problem_key(op, problem);
   const std::size_t start = key.hash() & (kSlots - 1);
   // Hot path: acquire loads over an open-addressed table of immutable entries.
   for (std::size_t i = 0; i < kSlots; ++i) {
     const Entry* entry = slots_[(start + i) & (kSlots - 1)].load(std::memory_order_acquire);
     if (entry == nullptr) break;
-    if (entry->key == key) return entry->choice;
+    if (entry->key == key && entry->sm90_fits == fit.fits()) return entry->choice;
   }
-  auto fresh = std::make_unique<Entry>(Entry{key, resolve(op, problem, key)});
+  auto fresh = std::make_unique<Entry>(Entry{key, fit.fits(), resolve(op, problem, key, fit)});
   const std::lock_guard<std::mutex> lock(insert_mutex_);
   for (std::size_t i = 0; i < kSlots; ++i) {
     std::atomic<const Entry*>& slot = slots_[(start + i) & (kSlots - 1)];
     const Entry* entry = slot.load(std::memory_order_acquire);
-    if (entry != nullptr && entry->key == key) return entry->choice;  // another thread won
+    if (entry != nullptr && entry->key == key && entry->sm90_fits == fit.fits()) {
+      return entry->choice;  // another thread won
+    }
     if (entry == nullptr) {
       if (owned_.size() >= kMaxEntries) break;  // full: answer without remembering
       slot.store(fresh.get(), std::memory_order_release);

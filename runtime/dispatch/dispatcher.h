@@ -58,16 +58,19 @@ class Dispatcher {
   const std::string& device_key() const { return device_key_; }
 
  private:
+  // A forward's choice also depends on whether flash_fwd_sm90 can map the
+  // call (strides, paging), which the problem key does not hold.
   struct Entry {
     ProblemKey key;
+    bool sm90_fits;
     DispatchChoice choice;
   };
   static constexpr std::size_t kSlots = 4096;  // power of two
   static constexpr std::size_t kMaxEntries = kSlots * 3 / 4;
 
-  DispatchChoice heuristic(Op op, const AttentionProblem& problem) const;
-  // resolve() for a problem whose key the caller has made already.
-  DispatchChoice resolve(Op op, const AttentionProblem& problem, const ProblemKey& key) const;
+  DispatchChoice heuristic(Op op, const AttentionProblem& problem, const Sm90Fit& fit) const;
+  // resolve() for a problem whose key and fit the caller has made already.
+  DispatchChoice resolve(Op op, const AttentionProblem& problem, const ProblemKey& key, const Sm90Fit& fit) const;
 
   std::string device_key_;
   ArchLimits arch_;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <iterator>
 
 #include "generated/kernel_shapes.h"
 #include "runtime/launch/flash_fwd_params.h"
@@ -10,22 +9,6 @@
 namespace attune {
 
 namespace {
-
-// The largest head-dim bucket of the family.
-constexpr std::int64_t kMaxSm90HeadDim = std::end(FlashFwdSm90Tunables::kHeadDim)[-1];
-constexpr std::int64_t kStrideElements = 8;  // TMA: global strides are multiples of 16 bytes
-
-// `single_batch`: packed, or a batch of one, whose batch stride TMA never steps.
-std::string stride_reason(const char* tensor, const TensorStrides& s, bool single_batch) {
-  const auto bad = [&](const char* which, std::int64_t value) {
-    return std::string(tensor) + " " + which + " stride " + std::to_string(value) +
-           " elements: TMA needs a positive multiple of " + std::to_string(kStrideElements);
-  };
-  if (s.seq <= 0 || s.seq % kStrideElements != 0) return bad("row", s.seq);
-  if (s.head <= 0 || s.head % kStrideElements != 0) return bad("head", s.head);
-  if (!single_batch && (s.batch <= 0 || s.batch % kStrideElements != 0)) return bad("batch", s.batch);
-  return {};
-}
 
 // A 16-bit tensor [batch, rows, heads, head dim] as a 4-D map; a packed one
 // (batch 1) or a batch of one gets a batch stride TMA accepts, never stepped.
@@ -48,20 +31,6 @@ TensorMapSpec map_of(const void* base, const TensorStrides& s, bool packed, std:
 }
 
 }  // namespace
-
-std::string sm90_unfit_reason(const AttentionProblem& p) {
-  if (p.modifiers.any()) return "score modifiers (" + modifier_names(modifier_bits(p.modifiers)) + ")";
-  if (p.is_paged()) return "a paged KV cache";
-  const std::int64_t d = std::max(p.head_dim_k, p.head_dim_v);
-  if (d > kMaxSm90HeadDim) return "head dim " + std::to_string(d) + " above " + std::to_string(kMaxSm90HeadDim);
-  const bool single_q = p.is_packed() || p.batch <= 1;
-  const bool single_k = p.has_packed_keys() || p.batch <= 1;
-  std::string why = stride_reason("Q", p.q_strides, single_q);
-  // Without keys the kernel loads no K or V tile: their maps are never built.
-  if (why.empty() && p.seqlen_k > 0) why = stride_reason("K", p.k_strides, single_k);
-  if (why.empty() && p.seqlen_k > 0) why = stride_reason("V", p.v_strides, single_k);
-  return why;
-}
 
 std::string sm90_unfit_reason(const AttentionProblem& p, const AttentionBuffers& b) {
   std::string why = sm90_unfit_reason(p);
@@ -91,7 +60,7 @@ FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& p,
   k.fwd = flash_fwd_params(p, b, metadata);
   fill_tunable_fields(k, FlashFwdSm90Shape::of(variant));
   k.o_map_valid =
-      stride_reason("O", p.o_strides, p.is_packed()).empty() && reinterpret_cast<std::uintptr_t>(b.o) % 16 == 0 ? 1 : 0;
+      tma_stride_fit('O', p.o_strides, p.is_packed()).fits() && reinterpret_cast<std::uintptr_t>(b.o) % 16 == 0 ? 1 : 0;
   return k;
 }
 

@@ -13,12 +13,8 @@
 
 namespace attune {
 
-// Why a problem cannot run on flash_fwd_sm90 whatever its pointers ("score
-// modifiers", "a paged KV cache", "head dim 320 above 256", "K row stride
-// 100 elements: TMA needs a multiple of 8"); empty when it can. O needs no
-// tensor map: without one it leaves by direct stores.
-std::string sm90_unfit_reason(const AttentionProblem& problem);
-// The same with the call's pointers: TMA needs 16-byte aligned Q, K and V.
+// Why a call cannot run on flash_fwd_sm90 (sm90_fit, generator/variants.h) with its
+// pointers too: TMA needs 16-byte aligned Q, K and V. Empty when it can.
 std::string sm90_unfit_reason(const AttentionProblem& problem, const AttentionBuffers& buffers);
 
 // The tensor maps of a call: Q, K, V and O as 4-D tensors (head dim, rows,

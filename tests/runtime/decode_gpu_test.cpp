@@ -15,6 +15,7 @@
 #include "core/append_problem.h"
 #include "core/dtype.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "runtime/cuda/device_call.h"
 #include "runtime/runtime.h"
 #include "tests/support/covering_set.h"
 #include "tests/support/decode_cases.h"
@@ -164,28 +165,18 @@ TEST_F(DecodeGpuTest, AppendKvWritesWhatTheEmulatorWrites) {
     emulator.append_kv(p, {k_new.data(), v_new.data(), emu_k.data(), emu_v.data(), q.data(), emu_q.data(), cos.data(),
                            sin.data(), lens.data(), emu_lens.data(), table.data()});
 
-    cuda::Driver& driver = cuda::Driver::get();
-    cuda::DeviceBuffers d(driver, {{k_new.data(), k_new.size() * 2},
-                                   {v_new.data(), v_new.size() * 2},
-                                   {cache.data(), cache.size() * 2},
-                                   {cache.data(), cache.size() * 2},
-                                   {q.data(), q.size() * 2},
-                                   {nullptr, q.size() * 2},
-                                   {cos.data(), cos.size() * 2},
-                                   {sin.data(), sin.size() * 2},
-                                   {lens.data(), lens.size() * 4},
-                                   {nullptr, lens.size() * 4},
-                                   {table.data(), table.size() * 4}});
-    runtime_->append_kv(p, {d.at(0), d.at(1), d.at(2), d.at(3), d.at(4), d.at(5), d.at(6), d.at(7),
-                            static_cast<const std::int32_t*>(d.at(8)), static_cast<std::int32_t*>(d.at(9)),
-                            static_cast<const std::int32_t*>(d.at(10))});
-    driver.synchronize(nullptr);
-    std::vector<std::uint16_t> gpu_k(cache.size()), gpu_v(cache.size()), gpu_q(q.size());
+    // The caches start as the host's and come back appended.
+    std::vector<std::uint16_t> gpu_k = cache, gpu_v = cache, gpu_q(q.size());
     std::vector<std::int32_t> gpu_lens(kBatch);
-    driver.copy_to_host(gpu_k.data(), d.at(2), gpu_k.size() * 2);
-    driver.copy_to_host(gpu_v.data(), d.at(3), gpu_v.size() * 2);
-    driver.copy_to_host(gpu_q.data(), d.at(5), gpu_q.size() * 2);
-    driver.copy_to_host(gpu_lens.data(), d.at(9), gpu_lens.size() * 4);
+    cuda::run_on_device(
+        cuda::Driver::get(), nullptr,
+        {cuda::in(k_new), cuda::in(v_new), cuda::inout(gpu_k), cuda::inout(gpu_v), cuda::in(q), cuda::out(gpu_q),
+         cuda::in(cos), cuda::in(sin), cuda::in(lens), cuda::out(gpu_lens), cuda::in(table)},
+        [&](const std::vector<void*>& d) {
+          runtime_->append_kv(p,
+                              {d[0], d[1], d[2], d[3], d[4], d[5], d[6], d[7], static_cast<const std::int32_t*>(d[8]),
+                               static_cast<std::int32_t*>(d[9]), static_cast<const std::int32_t*>(d[10])});
+        });
 
     const std::string what = interleaved ? "interleaved" : "halves";
     EXPECT_EQ(gpu_lens, (std::vector<std::int32_t>{17, 65})) << what;

@@ -55,6 +55,21 @@ TEST(DispatcherTest, HeuristicWithoutDatabase) {
             "no tuning database; flash_fwd: flash_fwd_sm90 needs sm_90a, the device is sm_80");
 }
 
+// The problem key has no stride bits, but whether flash_fwd_sm90 can map a
+// call depends on them: the memo keeps the two answers of one key apart.
+TEST(DispatcherTest, MemoKeepsTheSm90FitApart) {
+  Dispatcher dispatcher("gpu-a", kArch, nullptr);
+  const AttentionProblem fits = problem(100, 100);
+  AttentionProblem odd_rows = fits;
+  odd_rows.q_strides.seq += 4;  // not a multiple of 8 elements: no TMA map
+  ASSERT_EQ(problem_key(Op::kForward, odd_rows), problem_key(Op::kForward, fits));
+  EXPECT_EQ(dispatcher.choose(fits).variant.kernel->id, KernelId::kFlashFwdSm90);
+  const DispatchChoice& fallback = dispatcher.choose(odd_rows);
+  EXPECT_EQ(fallback.variant.kernel->id, KernelId::kFlashFwd);
+  EXPECT_NE(fallback.detail.find("cannot map this call (Q row stride"), std::string::npos) << fallback.detail;
+  EXPECT_EQ(dispatcher.choose(fits).variant.kernel->id, KernelId::kFlashFwdSm90);  // both remembered
+}
+
 TEST(DispatcherTest, TunedThenNearestThenHeuristic) {
   FakeTuned tuned;
   tuned.device = "gpu-a";
