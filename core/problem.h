@@ -246,6 +246,7 @@ struct BackwardBuffers {
 // partial without keys), contiguous. The merged O and LSE have the same
 // layouts.
 struct MergeProblem {
+  static constexpr int kMaxParts = 16;  // partial results one merge takes
   DType dtype = DType::kBF16;
   int64_t rows = 0;
   int64_t heads = 1;
@@ -307,6 +308,11 @@ void validate_buffers(const AttentionProblem& problem, const BackwardBuffers& bu
 // What a backward needs of the problem besides the contract: contiguous or
 // packed keys (no paged cache, no per-sequence keys under packed queries).
 void validate_backward(const AttentionProblem& problem);
+// A merge: sizes and pointers (InvalidArgument naming the value and what
+// was expected): 1..kMaxParts parts, head_dim 1..kMaxHeadDim, every input
+// and out_o set when there are elements.
+void validate(const MergeProblem& problem, std::span<const void* const> o, std::span<const float* const> lse,
+              const void* out_o);
 // The same for a backward call: non-null tensors (LSE included), gradients
 // whose strides never map two elements to one address, and gradients that
 // overlap neither an input nor each other. Paged caches are refused.

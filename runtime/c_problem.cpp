@@ -108,7 +108,6 @@ AttentionProblem problem_from_c(const attune_problem& c, const std::optional<Len
   if (!all_zero(c.o_strides)) p.o_strides = strides_of(c.o_strides);
   if (!all_zero(c.lse_strides)) p.lse_strides = strides_of(c.lse_strides);
   return p;  // validated by the call it is handed to (core/problem.h), once
-
 }
 
 }  // namespace attune

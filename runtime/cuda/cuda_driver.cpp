@@ -3,7 +3,6 @@
 #include "runtime/cuda/driver_api.h"
 
 #include <cuda.h>
-#include <dlfcn.h>
 
 #include <algorithm>
 #include <array>
@@ -14,13 +13,10 @@
 #include <cstring>
 #include <limits>
 #include <mutex>
-#include <string_view>
-#include <type_traits>
 #include <utility>
 
 #include "core/bounds_text.h"
 #include "core/device_checks.h"
-#include "core/dl_symbol.h"
 #include "templates/primitives/bounds_report.h"
 #include "templates/primitives/wait_report.h"
 
