@@ -309,7 +309,10 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   softmax.init();
   typename Config::Scores s;  // S, as the softmax and the S GEMM's accumulators hold it
   u32 pa[kPSteps][4];         // P, the A operand of the P V GEMM
-  float factor[1][2];
+  // With the overlap, tile i's factor is applied to O before P V of tile i
+  // is issued: inside the next issue turn (behind the S GEMM), or at once
+  // after the wait for the previous P V (kRescaleAfter).
+  DeferredRescale<1, kHeadDim / 8> rescale{overlap && !rescale_after, {}};
 
   // Pingpong: a consumer issues its GEMMs in its turns (one per GEMM issue
   // point: both GEMMs of a tile in one with the overlap, else one each).
@@ -331,6 +334,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     dev::wgmma::commit();
   };
   const auto issue_pv = [&](i32 i) {
+    rescale.before_pv(softmax);
     const unsigned char* v_tile = smem + layout.v_offset(ring.stage(i));
     dev::wgmma::fence();
     ATTUNE_UNROLL
@@ -351,7 +355,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     } else {
       flash_detail::scale_and_mask<Config, true>(s, tile_mask, warp_row0, key0, q_len, k_len);
     }
-    softmax.update_scores(s.tiles, factor);
+    rescale.step(softmax, s.tiles);
   };
   const auto convert_p = [&] {
     ATTUNE_UNROLL
@@ -368,27 +372,23 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         turns.in_turn([&] { issue_s(i); });
         dev::wgmma::wait<0>();
         softmax_step(i);
-        softmax.rescale_u(factor);
+        rescale.settle(softmax);
         convert_p();
         turns.in_turn([&] { issue_pv(i); });
         dev::wgmma::wait<0>();
         ring.consumer_release(i, wt == 0);
       }
     } else {
-      // The factor of tile i is applied to O before P V of tile i is
-      // issued: inside the next issue turn (behind the S GEMM), or at once
-      // after the wait for the previous P V (kRescaleAfter).
       ring.consumer_wait(0);
       turns.in_turn([&] { issue_s(0); });
       dev::wgmma::wait<0>();
       softmax_step(0);
       convert_p();
-      if (rescale_after) softmax.rescale_u(factor);
+      rescale.settle(softmax);
       for (i32 i = 1; i < tiles; ++i) {
         ring.consumer_wait(i);
         turns.in_turn([&] {
-          issue_s(i);  // S of tile i ...
-          if (!rescale_after) softmax.rescale_u(factor);
+          issue_s(i);       // S of tile i ...
           issue_pv(i - 1);  // ... then P V of tile i-1, both in flight
         });
         dev::wgmma::wait<1>();  // S of tile i done
@@ -396,12 +396,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         dev::wgmma::wait<0>();
         ring.consumer_release(i - 1, wt == 0);
         convert_p();
-        if (rescale_after) softmax.rescale_u(factor);
+        rescale.settle(softmax);
       }
-      turns.in_turn([&] {
-        if (!rescale_after) softmax.rescale_u(factor);
-        issue_pv(tiles - 1);
-      });
+      turns.in_turn([&] { issue_pv(tiles - 1); });
       dev::wgmma::wait<0>();
       ring.consumer_release(tiles - 1, wt == 0);
     }
