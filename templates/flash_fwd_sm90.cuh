@@ -193,15 +193,12 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   // This sequence's rows and keys, by global position; the tensor maps see
   // packed tensors as one sequence of batch 1.
   const Sequence seq = sequence_of({f.cu_seqlens_q, f.cu_seqlens_k, f.seqlens_k, f.seqlen_q, f.seqlen_k}, batch);
-  const i64 q_begin = seq.q_begin;
-  const i64 k_begin = seq.k_begin;
-  const i64 q_len = seq.q_len;
-  const i64 k_len = seq.k_len;
   const i32 map_batch = f.cu_seqlens_q != nullptr ? 0 : batch;
   const i64 row0 = static_cast<i64>(m_block) * block_m;
-  if (row0 >= q_len) return;  // the whole block leaves together
+  if (row0 >= seq.q_len) return;  // the whole block leaves together
   // Key tiles any row of the block can see; the consumers all take them all.
-  const RowBlockKeys block_keys = row_block_keys(f.mask, row0, last_row_of(row0, block_m, q_len), q_len, k_len);
+  const RowBlockKeys block_keys =
+      row_block_keys(f.mask, row0, last_row_of(row0, block_m, seq.q_len), seq.q_len, seq.k_len);
   const i64 n_begin = block_keys.tile_begin<kBlockN>();
   const i64 n_end = block_keys.tile_end<kBlockN>();
   const i32 tiles = static_cast<i32>(n_end - n_begin);
@@ -241,20 +238,20 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
       dev::tma::prefetch(&p.v_map);
       dev::mbarrier::arrive_expect_tx(q_full, static_cast<u32>(layout.q_bytes()));
       for (i32 c = 0; c < kChunks; ++c) {
-        dev::tma::load(q_s + c * block_m * kRowBytes, &p.q_map, q_full, c * kBoxCols, static_cast<i32>(q_begin + row0),
-                       head, map_batch);
+        dev::tma::load(q_s + c * block_m * kRowBytes, &p.q_map, q_full, c * kBoxCols,
+                       static_cast<i32>(seq.q_begin + row0), head, map_batch);
       }
     }
     for (i32 i = 0; i < tiles; ++i) {
       const i32 s = ring.stage(i);
       const i64 key0 = (n_begin + i) * kBlockN;
-      const i32 key_row = static_cast<i32>(k_begin + key0);
+      const i32 key_row = static_cast<i32>(seq.k_begin + key0);
       unsigned char* k_tile = smem + layout.k_offset(s);
       unsigned char* v_tile = smem + layout.v_offset(s);
       // Keys past the sequence but inside the tensor hold another
       // sequence's keys or padding: masked out of S, but V's rows there
       // must read as zero (0 * NaN would reach O).
-      const bool zero_v = key0 + kBlockN > k_len && (f.cu_seqlens_k != nullptr || k_len < f.seqlen_k);
+      const bool zero_v = key0 + kBlockN > seq.k_len && (f.cu_seqlens_k != nullptr || seq.k_len < f.seqlen_k);
       ring.producer_acquire(i);
       u64* full = ring.full_barrier(i);
       if (leader) {
@@ -276,7 +273,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
       }
       if (zero_v) {  // at most one tile per block: its last
         dev::mbarrier::wait(v_fixed, 0);
-        const i32 valid = static_cast<i32>(k_len - key0);
+        const i32 valid = static_cast<i32>(seq.k_len - key0);
         const i32 words = (kBlockN - valid) * kRowBytes / 4;  // whole rows of every box
         for (i32 c = 0; c < kChunks; ++c) {
           u32* rows = dev::shared_as<u32>(v_tile + c * kBlockN * kRowBytes + valid * kRowBytes);
@@ -301,15 +298,18 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   const i64 c_row0 = row0 + 64 * consumer;                   // this consumer's first row
   const i64 warp_row0 = c_row0 + 16 * (dev::warp_id() % 4);  // this warp's first row
   // The tiles this consumer's rows all see need no mask.
-  const RowBlockKeys keys =
-      row_block_keys(f.mask, c_row0 < q_len ? c_row0 : q_len - 1, last_row_of(c_row0, 64, q_len), q_len, k_len);
+  const RowBlockKeys keys = row_block_keys(f.mask, c_row0 < seq.q_len ? c_row0 : seq.q_len - 1,
+                                           last_row_of(c_row0, 64, seq.q_len), seq.q_len, seq.k_len);
   const flash_detail::TileMask tile_mask{f.mask, f.scale_log2, 1, {}};
 
   Softmax softmax;
   softmax.init();
   typename Config::Scores s;  // S, as the softmax and the S GEMM's accumulators hold it
   u32 pa[kPSteps][4];         // P, the A operand of the P V GEMM
-  float factor[1][2];
+  // With the overlap, tile i's factor is applied to O before P V of tile i
+  // is issued: inside the next issue turn (behind the S GEMM), or at once
+  // after the wait for the previous P V (kRescaleAfter).
+  DeferredRescale<1, kHeadDim / 8> rescale{overlap && !rescale_after, {}};
 
   // Pingpong: a consumer issues its GEMMs in its turns (one per GEMM issue
   // point: both GEMMs of a tile in one with the overlap, else one each).
@@ -331,6 +331,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     dev::wgmma::commit();
   };
   const auto issue_pv = [&](i32 i) {
+    rescale.before_pv(softmax);
     const unsigned char* v_tile = smem + layout.v_offset(ring.stage(i));
     dev::wgmma::fence();
     ATTUNE_UNROLL
@@ -347,11 +348,11 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   const auto softmax_step = [&](i32 i) {
     const i64 key0 = (n_begin + i) * kBlockN;
     if (keys.sees_all(key0, kBlockN)) {
-      flash_detail::scale_and_mask<Config, false>(s, tile_mask, warp_row0, key0, q_len, k_len);
+      flash_detail::scale_and_mask<Config, false>(s, tile_mask, warp_row0, key0, seq.q_len, seq.k_len);
     } else {
-      flash_detail::scale_and_mask<Config, true>(s, tile_mask, warp_row0, key0, q_len, k_len);
+      flash_detail::scale_and_mask<Config, true>(s, tile_mask, warp_row0, key0, seq.q_len, seq.k_len);
     }
-    softmax.update_scores(s.tiles, factor);
+    rescale.step(softmax, s.tiles);
   };
   const auto convert_p = [&] {
     ATTUNE_UNROLL
@@ -368,27 +369,23 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         turns.in_turn([&] { issue_s(i); });
         dev::wgmma::wait<0>();
         softmax_step(i);
-        softmax.rescale_u(factor);
+        rescale.settle(softmax);
         convert_p();
         turns.in_turn([&] { issue_pv(i); });
         dev::wgmma::wait<0>();
         ring.consumer_release(i, wt == 0);
       }
     } else {
-      // The factor of tile i is applied to O before P V of tile i is
-      // issued: inside the next issue turn (behind the S GEMM), or at once
-      // after the wait for the previous P V (kRescaleAfter).
       ring.consumer_wait(0);
       turns.in_turn([&] { issue_s(0); });
       dev::wgmma::wait<0>();
       softmax_step(0);
       convert_p();
-      if (rescale_after) softmax.rescale_u(factor);
+      rescale.settle(softmax);
       for (i32 i = 1; i < tiles; ++i) {
         ring.consumer_wait(i);
         turns.in_turn([&] {
-          issue_s(i);  // S of tile i ...
-          if (!rescale_after) softmax.rescale_u(factor);
+          issue_s(i);       // S of tile i ...
           issue_pv(i - 1);  // ... then P V of tile i-1, both in flight
         });
         dev::wgmma::wait<1>();  // S of tile i done
@@ -396,12 +393,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         dev::wgmma::wait<0>();
         ring.consumer_release(i - 1, wt == 0);
         convert_p();
-        if (rescale_after) softmax.rescale_u(factor);
+        rescale.settle(softmax);
       }
-      turns.in_turn([&] {
-        if (!rescale_after) softmax.rescale_u(factor);
-        issue_pv(tiles - 1);
-      });
+      turns.in_turn([&] { issue_pv(tiles - 1); });
       dev::wgmma::wait<0>();
       ring.consumer_release(tiles - 1, wt == 0);
     }
@@ -410,17 +404,17 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
 
   // ---- epilogue: O = u / l (0 and LSE = -inf for rows that saw no key) ----
   const i32 lane = dev::lane_id();
-  const bool rows_whole = c_row0 + 64 <= q_len || f.cu_seqlens_q == nullptr;  // a TMA box never leaves the sequence
-  const bool via_tma = tma_store && p.o_map_valid != 0 && rows_whole && c_row0 < q_len;
+  const bool rows_whole = c_row0 + 64 <= seq.q_len || f.cu_seqlens_q == nullptr;  // a TMA box never leaves the sequence
+  const bool via_tma = tma_store && p.o_map_valid != 0 && rows_whole && c_row0 < seq.q_len;
   // This consumer's Q rows of each box hold its O tile for the TMA store.
   unsigned char* o_stage = q_s + 64 * consumer * kRowBytes;
   softmax.for_each_row(lane, [&](i32 warp_row, const typename Softmax::Row& r) {
     const i64 row = warp_row0 - row0 + warp_row;  // in the block
     const softmax::RowEnd end = softmax::finalize(r.m, r.l);
     const i64 q_row = row0 + row;
-    if (q_row < q_len && f.lse != nullptr && frag::row_leader(lane)) {
+    if (q_row < seq.q_len && f.lse != nullptr && frag::row_leader(lane)) {
       dev::store_global(
-          f.lse + batch * f.lse_batch_stride + head * f.lse_head_stride + (q_begin + q_row) * f.lse_row_stride,
+          f.lse + batch * f.lse_batch_stride + head * f.lse_head_stride + (seq.q_begin + q_row) * f.lse_row_stride,
           end.lse);
     }
     ATTUNE_UNROLL
@@ -435,9 +429,10 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
           const u32 at = static_cast<u32>(o_stage + (col / kBoxCols) * block_m * kRowBytes - smem) + offset;
           dev::store_shared(dev::shared_as<u16>(smem + sm90::swizzle_address(kSwizzle, at)),
                             bits);  // consumer: stage O
-        } else if (q_row < q_len && col < f.head_dim_v) {
+        } else if (q_row < seq.q_len && col < f.head_dim_v) {
           dev::store_global(
-              f.o + batch * f.o_batch_stride + (q_begin + q_row) * f.o_row_stride + head * f.o_head_stride + col, bits);
+              f.o + batch * f.o_batch_stride + (seq.q_begin + q_row) * f.o_row_stride + head * f.o_head_stride + col,
+              bits);
         }
       }
     }
@@ -447,8 +442,8 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     dev::named_barrier::sync(sm90_sync::kStore + consumer, 128);
     if (wt == 0) {
       for (i32 c = 0; c < kChunks; ++c) {
-        dev::tma::store(&p.o_map, o_stage + c * block_m * kRowBytes, c * kBoxCols, static_cast<i32>(q_begin + c_row0),
-                        head, map_batch);  // consumer: store O
+        dev::tma::store(&p.o_map, o_stage + c * block_m * kRowBytes, c * kBoxCols,
+                        static_cast<i32>(seq.q_begin + c_row0), head, map_batch);  // consumer: store O
       }
       dev::tma::commit();
       dev::tma::wait_read<0>();

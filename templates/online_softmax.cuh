@@ -254,4 +254,28 @@ struct OnlineSoftmax {
   }
 };
 
+// update() for kernels whose P V runs asynchronously (Hopper's wgmma): step()
+// takes a tile's scores at once (m, l and P) and leaves u's factor owed,
+// because the previous tile's P V may still be adding into u. The factor is
+// paid exactly once before the tile's own P V is issued: by settle() at a
+// point where no P V is in flight, or, with `pay_in_turn`, by before_pv()
+// right before that P V's issue (behind the next S GEMM).
+template <int kMTiles, int kDTiles>
+struct DeferredRescale {
+  using Softmax = OnlineSoftmax<kMTiles, kDTiles>;
+  bool pay_in_turn;
+  float factor[kMTiles][2];
+
+  template <int kNTiles>
+  ATTUNE_DEVICE void step(Softmax& softmax, float (&s)[kMTiles][kNTiles][4]) {
+    softmax.update_scores(s, factor);
+  }
+  ATTUNE_DEVICE void settle(Softmax& softmax) const {
+    if (!pay_in_turn) softmax.rescale_u(factor);
+  }
+  ATTUNE_DEVICE void before_pv(Softmax& softmax) const {
+    if (pay_in_turn) softmax.rescale_u(factor);
+  }
+};
+
 }  // namespace attune

@@ -25,7 +25,6 @@ class Tunable {
     }
   }
   ATTUNE_HOST_DEVICE constexpr bool on() const { return value() != 0; }
-  static constexpr bool kFixed = kValue != kAtRunTime;
 
  private:
   i32 at_run_time_;
