@@ -105,11 +105,11 @@ namespace {
 // The largest head-dim bucket of flash_fwd_sm90 (its first tunable), read
 // from the registry once.
 std::int64_t max_sm90_head_dim() {
-  static const std::int64_t largest = [] {
+  static const std::int64_t kLargest = [] {
     const KernelSpec* spec = find_kernel_spec("flash_fwd_sm90");
     return spec == nullptr ? std::int64_t{0} : std::int64_t{spec->tunables.front().values.back()};
   }();
-  return largest;
+  return kLargest;
 }
 constexpr std::int64_t kStrideElements = 8;  // TMA: global strides are multiples of 16 bytes
 
