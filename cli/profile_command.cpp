@@ -24,6 +24,47 @@ DType dtype_of(const std::string& name) {
   return *dtype;
 }
 
+json to_json(const profile::SassAudit& audit) {
+  json regions = json::array();
+  for (const profile::SassRegion& r : audit.regions) {
+    regions.push_back({{"function", r.function},
+                       {"first_address", r.first_address},
+                       {"register_limit", r.register_limit},
+                       {"highest_register", r.highest_register},
+                       {"instructions", r.instructions},
+                       {"spill_stores", r.spill_stores},
+                       {"spill_loads", r.spill_loads}});
+  }
+  json loops = json::array();
+  for (const profile::SassLoop& l : audit.loops) {
+    loops.push_back({{"function", l.function},
+                     {"begin_address", l.begin_address},
+                     {"end_address", l.end_address},
+                     {"instructions", l.instructions},
+                     {"mma", l.mma},
+                     {"mma_shapes", l.mma_shapes},
+                     {"instructions_per_mma", l.instructions_per_mma},
+                     {"classes", l.classes}});
+  }
+  return {{"regions", regions}, {"mma_loops", loops}};
+}
+
+// One line per setmaxnreg region and per MMA loop.
+void print_audit(const profile::SassAudit& audit) {
+  for (const profile::SassRegion& r : audit.regions) {
+    const std::string budget =
+        r.register_limit > 0 ? "after setmaxnreg " + std::to_string(r.register_limit) : std::string("entry");
+    std::printf("region:   0x%04x %s: %d instructions, highest register R%d, %d STL, %d LDL\n", r.first_address,
+                budget.c_str(), r.instructions, r.highest_register, r.spill_stores, r.spill_loads);
+  }
+  for (const profile::SassLoop& l : audit.loops) {
+    std::printf("mma loop: 0x%04x-0x%04x: %d instructions, %d MMA, %.1f per MMA;", l.begin_address, l.end_address,
+                l.instructions, l.mma, l.instructions_per_mma);
+    for (const auto& [name, count] : l.classes) std::printf(" %s %d", name.c_str(), count);
+    std::printf("\n");
+  }
+}
+
 json to_json(const profile::VariantProfile& p) {
   const profile::PerKeyTile& t = p.per_key_tile;
   json sites = json::array();
@@ -44,6 +85,7 @@ json to_json(const profile::VariantProfile& p) {
           {"ctas_limited_by", p.resources.ctas_limited_by},
           {"ptxas_warnings", p.resources.ptxas_warnings},
           {"sass", sass},
+          {"sass_audit", to_json(p.sass_audit)},
           {"sass_note", p.sass_note},
           {"per_key_tile",
            {{"mma", t.mma},
@@ -91,6 +133,7 @@ void print_text(const profile::VariantProfile& p) {
     int total = 0;
     for (const auto& [op, n] : p.sass) total += op == "MUFU.EX2" || op == "MUFU.TANH" ? 0 : n;
     std::printf(" (of %d instructions)\n", total);
+    print_audit(p.sass_audit);
   }
   std::printf("per key tile of one CTA (%s):\n", t.problem.c_str());
   std::printf(

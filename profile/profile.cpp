@@ -279,7 +279,9 @@ VariantProfile profile_variant(const Variant& variant, const std::string& arch, 
     p.resources.ctas_per_sm =
         ctas_per_sm(p.rates, c.registers, p.resources.threads, p.resources.shared_bytes, &p.resources.ctas_limited_by);
     try {
-      p.sass = count_sass(disassemble(c.cubin));
+      const std::string text = disassemble(c.cubin);
+      p.sass = count_sass(text);
+      p.sass_audit = audit_sass(text);
     } catch (const Error& e) {
       p.sass_note = e.what();
     }

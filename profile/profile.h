@@ -19,6 +19,7 @@
 #include "generator/variants.h"
 #include "profile/arch_rates.h"
 #include "profile/sass.h"
+#include "profile/sass_audit.h"
 
 namespace attune::profile {
 
@@ -78,6 +79,7 @@ struct VariantProfile {
   double clock_ghz = 0;
   StaticResources resources;
   SassMix sass;
+  SassAudit sass_audit;   // registers and spills per setmaxnreg region, MMA loops
   std::string sass_note;  // why there is no SASS, if there is none
   PerKeyTile per_key_tile;
   Bound bound;

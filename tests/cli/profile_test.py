@@ -100,6 +100,26 @@ def main():
         text = run("variants", "profile", ids[0], "--arch", "sm_90a")
         checks.check(text.returncode == 0 and "bound:" in text.stdout and "per key tile" in text.stdout,
                      "profile text format")
+        # The audit per setmaxnreg region and MMA loop (issue 33): the Hopper
+        # consumers' raised budget, the producer's lowered one, the main loop.
+        hopper = "flash_fwd_sm90/d128.bm128.bn128.st2.pp1.ov1.ra0.ts1"
+        r = run("variants", "profile", hopper, "--arch", "sm_90a", "--format", "json")
+        if tool is not None and checks.check(r.returncode == 0, "profile %s" % hopper):
+            audit = json.loads(r.stdout)["sass_audit"]
+            limits = {g["register_limit"]: g for g in audit["regions"]}
+            checks.check(set(limits) == {0, 240, 24} and limits[240]["highest_register"] < 240 and
+                         limits[24]["highest_register"] < 24 and
+                         all(g["spill_stores"] + g["spill_loads"] == 0 for g in audit["regions"]),
+                         "audit %s: regions %s" % (hopper, [(g["register_limit"], g["highest_register"])
+                                                            for g in audit["regions"]]))
+            loops = audit["mma_loops"]
+            checks.check(len(loops) >= 1 and all(any(k.startswith("HGMMA.64x128x16") for k in l["mma_shapes"]) and
+                                                 l["instructions"] == round(l["instructions_per_mma"] * l["mma"])
+                                                 for l in loops) and
+                         all(l["classes"].get("MUFU.EX2", 0) > 0 for l in loops),
+                         "audit %s: MMA loops %s" % (hopper, [(l["instructions"], l["mma"]) for l in loops]))
+            text = run("variants", "profile", hopper, "--arch", "sm_90a").stdout
+            checks.check("after setmaxnreg 240" in text and "mma loop:" in text, "audit in the text format")
         a100 = run("variants", "profile", ids[0], "--arch", "sm_80", "--format", "json", "--sm-count", "108")
         checks.check(a100.returncode == 0 and json.loads(a100.stdout)["bound"]["sm_count"] == 108, "profile on sm_80")
         for args, words in [(["flash_fwd/d64.bm99"], "bm99"), ([ids[0], "--arch", "sm_75"], "sm_75"),
