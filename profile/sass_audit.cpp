@@ -101,6 +101,18 @@ bool falls_through(const Instruction& i) {
   return !ends || i.guarded;
 }
 
+// Marks the blocks `edges` lead to from `work`, not going past a marked one.
+void mark_along(std::vector<std::size_t> work, const std::vector<std::vector<std::size_t>>& edges,
+                std::vector<bool>& marked) {
+  while (!work.empty()) {
+    const std::size_t b = work.back();
+    work.pop_back();
+    if (marked[b]) continue;
+    marked[b] = true;
+    for (std::size_t next : edges[b]) work.push_back(next);
+  }
+}
+
 // The control-flow graph of a listing: basic blocks (leaders are function
 // starts, branch targets and what follows a branch, exit or return), their
 // edges within a function, and their dominators.
@@ -154,13 +166,7 @@ struct Cfg {
     for (std::size_t b = 0; b < blocks; ++b) {
       if (b == 0 || code[first[b - 1]].function != code[first[b]].function) work.push_back(b);
     }
-    while (!work.empty()) {
-      const std::size_t b = work.back();
-      work.pop_back();
-      if (reached[b]) continue;
-      reached[b] = true;
-      for (std::size_t s : succ[b]) work.push_back(s);
-    }
+    mark_along(std::move(work), succ, reached);
     entry_.assign(blocks, false);
     dom.assign(blocks, std::vector<bool>(blocks, true));
     for (std::size_t b = 0; b < blocks; ++b) {
@@ -216,14 +222,7 @@ struct Cfg {
         if (!dom[b][h]) continue;
         std::vector<bool>& body = bodies.try_emplace(h, std::vector<bool>(blocks(), false)).first->second;
         body[h] = true;
-        std::vector<std::size_t> work{b};
-        while (!work.empty()) {
-          const std::size_t x = work.back();
-          work.pop_back();
-          if (body[x]) continue;
-          body[x] = true;
-          for (std::size_t p : pred[x]) work.push_back(p);
-        }
+        mark_along({b}, pred, body);
       }
     }
     return bodies;

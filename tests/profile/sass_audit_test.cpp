@@ -47,25 +47,21 @@ constexpr const char* kListing = R"(
         /*01a0*/                   BRA `(.L_x_6);
 )";
 
+// A region's budget, size, highest register and spills, in one comparison.
+std::vector<int> summary(const SassRegion& r) {
+  return {r.register_limit, r.instructions, r.highest_register, r.spill_stores, r.spill_loads};
+}
+
 TEST(SassAuditTest, RegionsFollowTheSetmaxnregThatDominatesThem) {
   const SassAudit audit = audit_sass(kListing);
   ASSERT_EQ(audit.regions.size(), 3u);
   // The entry: the role test and the padding.
-  EXPECT_EQ(audit.regions[0].register_limit, 0);
-  EXPECT_EQ(audit.regions[0].instructions, 4);
-  EXPECT_EQ(audit.regions[0].highest_register, 10);
+  EXPECT_EQ(summary(audit.regions[0]), (std::vector<int>{0, 4, 10, 0, 0}));
   // The consumer, with its wait retry placed at the end of the function.
-  EXPECT_EQ(audit.regions[1].register_limit, 240);
+  EXPECT_EQ(summary(audit.regions[1]), (std::vector<int>{240, 17, 200, 1, 1}));
   EXPECT_EQ(audit.regions[1].first_address, 0x30);
-  EXPECT_EQ(audit.regions[1].instructions, 17);
-  EXPECT_EQ(audit.regions[1].highest_register, 200);
-  EXPECT_EQ(audit.regions[1].spill_stores, 1);
-  EXPECT_EQ(audit.regions[1].spill_loads, 1);
   // The producer: never the consumer's registers.
-  EXPECT_EQ(audit.regions[2].register_limit, 24);
-  EXPECT_EQ(audit.regions[2].instructions, 6);
-  EXPECT_EQ(audit.regions[2].highest_register, 3);
-  EXPECT_EQ(audit.regions[2].spill_stores + audit.regions[2].spill_loads, 0);
+  EXPECT_EQ(summary(audit.regions[2]), (std::vector<int>{24, 6, 3, 0, 0}));
   EXPECT_EQ(audit.regions[0].function, "kernel");
 }
 
