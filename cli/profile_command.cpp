@@ -74,44 +74,42 @@ json to_json(const profile::VariantProfile& p) {
   }
   json sass = json::object();
   for (const auto& [opcode, count] : p.sass) sass[opcode] = count;
-  return {{"variant", p.variant},
-          {"arch", p.arch},
-          {"dtype", std::string(to_string(p.dtype))},
-          {"registers", p.resources.registers},
-          {"spill_bytes", p.resources.spill_bytes},
-          {"shared_bytes", p.resources.shared_bytes},
-          {"threads", p.resources.threads},
-          {"ctas_per_sm", p.resources.ctas_per_sm},
-          {"ctas_limited_by", p.resources.ctas_limited_by},
-          {"ptxas_warnings", p.resources.ptxas_warnings},
-          {"sass", sass},
-          {"sass_audit", to_json(p.sass_audit)},
-          {"sass_note", p.sass_note},
-          {"per_key_tile",
-           {{"mma", t.mma},
-            {"wgmma", t.wgmma},
-            {"wgmma_flops", t.wgmma_flops},
-            {"ldmatrix", t.ldmatrix},
-            {"shared_instructions", t.shared_instructions},
-            {"shuffles", t.shuffles},
-            {"smem_wavefronts", t.smem_wavefronts},
-            {"smem_wavefronts_ideal", t.smem_wavefronts_ideal},
-            {"ex2", t.ex2},
-            {"tanh", t.tanh},
-            {"barriers", t.barriers},
-            {"global_bytes", t.global_bytes},
-            {"flops", t.flops},
-            {"warp_instructions", t.warp_instructions},
-            {"worst_sites", sites},
-            {"problem", t.problem}}},
-          {"bound",
-           {{"limiter", p.bound.limiter},
-            {"tflops", p.bound.tflops},
-            {"cycles_per_tile", p.bound.cycles_per_tile},
-            {"cycles", p.bound.cycles},
-            {"sm_count", p.sm_count},
-            {"clock_ghz", p.clock_ghz},
-            {"rates_source", p.rates.source}}}};
+  json out = {{"variant", p.variant},
+              {"arch", p.arch},
+              {"dtype", std::string(to_string(p.dtype))},
+              {"registers", p.resources.registers},
+              {"spill_bytes", p.resources.spill_bytes},
+              {"shared_bytes", p.resources.shared_bytes},
+              {"threads", p.resources.threads},
+              {"ctas_per_sm", p.resources.ctas_per_sm},
+              {"ctas_limited_by", p.resources.ctas_limited_by},
+              {"ptxas_warnings", p.resources.ptxas_warnings},
+              {"sass", sass},
+              {"sass_audit", to_json(p.sass_audit)},
+              {"sass_note", p.sass_note},
+              {"emulated", p.emulated}};
+  if (!p.emulated) return out;  // --no-emulate: the compiled code only
+  out["per_key_tile"] = json{{"mma", t.mma},
+                             {"wgmma", t.wgmma},
+                             {"wgmma_flops", t.wgmma_flops},
+                             {"ldmatrix", t.ldmatrix},
+                             {"shared_instructions", t.shared_instructions},
+                             {"shuffles", t.shuffles},
+                             {"smem_wavefronts", t.smem_wavefronts},
+                             {"smem_wavefronts_ideal", t.smem_wavefronts_ideal},
+                             {"ex2", t.ex2},
+                             {"tanh", t.tanh},
+                             {"barriers", t.barriers},
+                             {"global_bytes", t.global_bytes},
+                             {"flops", t.flops},
+                             {"warp_instructions", t.warp_instructions},
+                             {"worst_sites", sites},
+                             {"problem", t.problem}};
+  out["bound"] =
+      json{{"limiter", p.bound.limiter},    {"tflops", p.bound.tflops}, {"cycles_per_tile", p.bound.cycles_per_tile},
+           {"cycles", p.bound.cycles},      {"sm_count", p.sm_count},   {"clock_ghz", p.clock_ghz},
+           {"rates_source", p.rates.source}};
+  return out;
 }
 
 void print_text(const profile::VariantProfile& p) {
@@ -134,6 +132,10 @@ void print_text(const profile::VariantProfile& p) {
     for (const auto& [op, n] : p.sass) total += op == "MUFU.EX2" || op == "MUFU.TANH" ? 0 : n;
     std::printf(" (of %d instructions)\n", total);
     print_audit(p.sass_audit);
+  }
+  if (!p.emulated) {
+    std::printf("emulated: not run (--no-emulate)\n");
+    return;
   }
   std::printf("per key tile of one CTA (%s):\n", t.problem.c_str());
   std::printf(
@@ -165,6 +167,7 @@ void run_variants_profile(const VariantsOptions& o) {
   profile::ProfileOptions options{.dtype = dtype_of(o.dtype)};
   if (o.sm_count > 0) options.sm_count = o.sm_count;
   if (o.clock_ghz > 0) options.clock_ghz = o.clock_ghz;
+  options.emulate = !o.no_emulate;
   const profile::VariantProfile p = profile::profile_variant(variant, o.arch, options);
   if (o.format == "json") {
     std::printf("%s\n", to_json(p).dump(2).c_str());

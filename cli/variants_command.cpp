@@ -43,6 +43,8 @@ VariantsCommands add_variants_command(CLI::App& app, VariantsOptions& o) {
       ->check(CLI::Range(1, 4096));
   profile->add_option("--clock-ghz", o.clock_ghz, "SM clock of the GPU in GHz (default: its peak-rate clock)")
       ->check(CLI::Range(0.1, 10.0));
+  profile->add_flag("--no-emulate", o.no_emulate,
+                    "Only the compiled code (resources and the SASS audit): no emulated cost per key tile, no bound");
 
   CLI::App* dump = variants->add_subcommand("dump", "Write a variant's bundled source, PTX, cubin and ptxas log");
   dump->add_option("id", o.id, "Variant id")->required();

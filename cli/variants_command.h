@@ -14,7 +14,8 @@ struct VariantsOptions {
   std::string format = "text";
   int sm_count = 0;      // 0: the architecture's example part
   double clock_ghz = 0;  // 0: the clock its peak is quoted at
-  std::string out;       // dump: the directory
+  bool no_emulate = false;
+  std::string out;  // dump: the directory
   std::string op = "fwd";
   std::string dtype = "bf16";
   int dk = 0;

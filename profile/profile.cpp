@@ -286,8 +286,10 @@ VariantProfile profile_variant(const Variant& variant, const std::string& arch, 
       p.sass_note = e.what();
     }
   }
+  if (!options.emulate) return p;
   p.per_key_tile = emulate_per_key_tile(variant, options.dtype);
   p.bound = bound_of(p.per_key_tile, p.rates, p.sm_count, p.clock_ghz);
+  p.emulated = true;
   return p;
 }
 

@@ -68,6 +68,7 @@ struct ProfileOptions {
   std::optional<int> sm_count;      // default: the architecture's example part
   std::optional<double> clock_ghz;  // default: the clock its peak is quoted at
   bool compile = true;              // static resources and SASS (needs NVRTC; SASS needs nvdisasm)
+  bool emulate = true;              // the emulated cost per key tile and the bound (needs the emulator's instance)
 };
 
 struct VariantProfile {
@@ -81,6 +82,7 @@ struct VariantProfile {
   SassMix sass;
   SassAudit sass_audit;   // registers and spills per setmaxnreg region, MMA loops
   std::string sass_note;  // why there is no SASS, if there is none
+  bool emulated = false;  // per_key_tile and bound hold a measurement
   PerKeyTile per_key_tile;
   Bound bound;
 };
