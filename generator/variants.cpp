@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <sstream>
 
 #include "core/error.h"
 #include "core/problem.h"
@@ -126,6 +127,9 @@ Sm90Fit tma_stride_fit(char tensor, const TensorStrides& s, bool single_batch) {
 
 Sm90Fit sm90_fit(const AttentionProblem& p) {
   if (p.modifiers.any()) return {Sm90Fit::Why::kModifiers};
+  // The kernel takes each row's maximum on the raw scores and folds the
+  // scale into the exponent: right for a positive scale only.
+  if (!(p.softmax_scale() > 0)) return {Sm90Fit::Why::kScale};
   if (p.is_paged()) return {Sm90Fit::Why::kPaged};
   const std::int64_t d = std::max(p.head_dim_k, p.head_dim_v);
   if (d > max_sm90_head_dim()) return {Sm90Fit::Why::kHeadDim, 0, nullptr, d};
@@ -143,6 +147,12 @@ std::string Sm90Fit::reason(const AttentionProblem& p) const {
       return {};
     case Why::kModifiers:
       return "score modifiers (" + modifier_names(modifier_bits(p.modifiers)) + ")";
+    case Why::kScale: {
+      std::ostringstream scale;
+      scale << p.softmax_scale();
+      return "softmax scale " + scale.str() +
+             ": the Hopper kernel takes the row maximum on unscaled scores and needs a scale above 0";
+    }
     case Why::kPaged:
       return "a paged KV cache";
     case Why::kHeadDim:

@@ -126,14 +126,14 @@ void check_variant_fits(const Variant& variant, int dk, int dv, const ArchLimits
 // the launch asks again with the call's pointers.
 // What keeps a problem off flash_fwd_sm90, and the one value that says why.
 struct Sm90Fit {
-  enum class Why : std::uint8_t { kFits, kModifiers, kPaged, kHeadDim, kStride };
+  enum class Why : std::uint8_t { kFits, kModifiers, kScale, kPaged, kHeadDim, kStride };
   Why why = Why::kFits;
   char tensor = 0;               // kStride: 'Q', 'K', 'V' or 'O'
   const char* stride = nullptr;  // kStride: "row", "head" or "batch"
   std::int64_t value = 0;        // kHeadDim: the head dim; kStride: the stride in elements
 
   bool fits() const { return why == Why::kFits; }
-  // "score modifiers (softcap)", "a paged KV cache", "head dim 320 above
+  // "score modifiers (softcap)", "softmax scale -0.5: ...", "a paged KV cache", "head dim 320 above
   // 256", "K row stride 100 elements: TMA needs a positive multiple of 8";
   // empty when it fits.
   std::string reason(const AttentionProblem& problem) const;

@@ -258,10 +258,9 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
       i32 begin = 0;
       i32 end = Config::kWarpKeys;
       if (kMasked) {
-        const KeyBounds bounds = key_bounds(m.mask, row0 + query, q_len, k_len);
-        const i64 base = key0 + warp_key0;
-        begin = static_cast<i32>(bounds.begin - base < 0 ? 0 : bounds.begin - base > end ? end : bounds.begin - base);
-        end = static_cast<i32>(bounds.end - base < begin ? begin : bounds.end - base > end ? end : bounds.end - base);
+        const KeyWindow window = key_window(key_bounds(m.mask, row0 + query, q_len, k_len), key0 + warp_key0, end);
+        begin = window.begin;
+        end = window.end;
       }
       ATTUNE_UNROLL
       for (int kt = 0; kt < Config::kKeyTiles; ++kt) {

@@ -297,10 +297,14 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   const i32 wt = dev::warpgroup::thread();
   const i64 c_row0 = row0 + 64 * consumer;                   // this consumer's first row
   const i64 warp_row0 = c_row0 + 16 * (dev::warp_id() % 4);  // this warp's first row
-  // The tiles this consumer's rows all see need no mask.
+  // The tiles this consumer's rows all see, [free_begin, free_end) of the
+  // block's, need no mask: the steady-state loop runs over them alone.
   const RowBlockKeys keys = row_block_keys(f.mask, c_row0 < seq.q_len ? c_row0 : seq.q_len - 1,
                                            last_row_of(c_row0, 64, seq.q_len), seq.q_len, seq.k_len);
-  const flash_detail::TileMask tile_mask{f.mask, f.scale_log2, 1, {}};
+  const i64 free_from = keys.free_tile_begin<kBlockN>() - n_begin;
+  const i64 free_to = keys.free_tile_end<kBlockN>() - n_begin;
+  const i32 free_begin = static_cast<i32>(free_from < 0 ? 0 : free_from > tiles ? tiles : free_from);
+  const i32 free_end = static_cast<i32>(free_to < free_begin ? free_begin : free_to > tiles ? tiles : free_to);
 
   Softmax softmax;
   softmax.init();
@@ -317,15 +321,16 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   const auto issue_s = [&](i32 i) {
     const unsigned char* k_tile = smem + layout.k_offset(ring.stage(i));
     const unsigned char* q_rows = q_s + 64 * consumer * kRowBytes;
+    // Every k-step's operands are the first ones moved by a constant.
+    const u64 q_desc = dev::wgmma::descriptor(q_rows, 16, kAtomStride, kSwizzle);
+    const u64 k_desc = dev::wgmma::descriptor(k_tile, 16, kAtomStride, kSwizzle);
     dev::wgmma::fence();
     ATTUNE_UNROLL
     for (i32 kk = 0; kk < kKSteps; ++kk) {
       const i32 box = kk / 4;
       const i32 col_bytes = (kk % 4) * 32;
-      const u64 desc_q =
-          dev::wgmma::descriptor(q_rows + box * block_m * kRowBytes + col_bytes, 16, kAtomStride, kSwizzle);
-      const u64 desc_k =
-          dev::wgmma::descriptor(k_tile + box * kBlockN * kRowBytes + col_bytes, 16, kAtomStride, kSwizzle);
+      const u64 desc_q = sm90::advance_descriptor(q_desc, static_cast<u32>(box * block_m * kRowBytes + col_bytes));
+      const u64 desc_k = sm90::advance_descriptor(k_desc, static_cast<u32>(box * kBlockN * kRowBytes + col_bytes));
       dev::wgmma::mma_ss<DType, kBlockN, 0, 0>(s.tiles, desc_q, desc_k, kk > 0);  // consumer: S GEMM
     }
     dev::wgmma::commit();
@@ -333,27 +338,32 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   const auto issue_pv = [&](i32 i) {
     rescale.before_pv(softmax);
     const unsigned char* v_tile = smem + layout.v_offset(ring.stage(i));
+    // V is MN-major for this GEMM: 16 key rows of every box; LBO steps a box.
+    const u64 v_desc = dev::wgmma::descriptor(v_tile, static_cast<u32>(kBlockN * kRowBytes), kAtomStride, kSwizzle);
     dev::wgmma::fence();
     ATTUNE_UNROLL
     for (i32 ks = 0; ks < kPSteps; ++ks) {
-      // V is MN-major for this GEMM: 16 key rows of every box; LBO steps a box.
-      const u64 desc_v = dev::wgmma::descriptor(v_tile + ks * 16 * kRowBytes, static_cast<u32>(kBlockN * kRowBytes),
-                                                kAtomStride, kSwizzle);
+      const u64 desc_v = sm90::advance_descriptor(v_desc, static_cast<u32>(ks * 16 * kRowBytes));
       dev::wgmma::mma_rs<DType, kHeadDim, 1>(softmax.u, pa[ks], desc_v, 1);  // consumer: P V GEMM
     }
     dev::wgmma::commit();
   };
-  // Scores of tile i to probabilities: scale and mask by global position
-  // (no mask where every row of the consumer sees every key), m and l.
-  const auto softmax_step = [&](i32 i) {
-    const i64 key0 = (n_begin + i) * kBlockN;
-    if (keys.sees_all(key0, kBlockN)) {
-      flash_detail::scale_and_mask<Config, false>(s, tile_mask, warp_row0, key0, seq.q_len, seq.k_len);
-    } else {
-      flash_detail::scale_and_mask<Config, true>(s, tile_mask, warp_row0, key0, seq.q_len, seq.k_len);
-    }
-    rescale.step(softmax, s.tiles);
+  // Scores of tile i to probabilities, m and l: the mask by global position
+  // on the tiles that need it, the scale folded into the exponent.
+  // (`masked` is a constant at every call: each loop below compiles its own
+  // body, the free tiles' without mask code.)
+  flash_detail::RowWindows<Config> windows;
+  windows.init(f.mask, warp_row0, n_begin * kBlockN, seq.q_len, seq.k_len);
+  const auto softmax_step = [&](bool masked, i32 i) {
+    if (masked) windows.apply(s, i * kBlockN);
+    rescale.step(softmax, s.tiles, f.scale_log2);
   };
+  // The loops run the tiles in order: the masked ones [first, free_a), the
+  // free ones [free_a, free_b), the masked ones [free_b, tiles); `first` is
+  // the first tile a loop takes (the overlap does tile 0 before its loop).
+  const i32 first = overlap ? 1 : 0;
+  const i32 free_a = first > free_begin ? first : free_begin;
+  const i32 free_b = free_a > free_end ? free_a : free_end;
   const auto convert_p = [&] {
     ATTUNE_UNROLL
     for (i32 ks = 0; ks < kPSteps; ++ks) {
@@ -364,37 +374,43 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   if (tiles > 0) {
     dev::mbarrier::wait(q_full, 0);  // consumer: wait Q
     if (!overlap) {
-      for (i32 i = 0; i < tiles; ++i) {
+      const auto tile = [&](bool masked, i32 i) {
         ring.consumer_wait(i);
         turns.in_turn([&] { issue_s(i); });
         dev::wgmma::wait<0>();
-        softmax_step(i);
+        softmax_step(masked, i);
         rescale.settle(softmax);
         convert_p();
         turns.in_turn([&] { issue_pv(i); });
         dev::wgmma::wait<0>();
         ring.consumer_release(i, wt == 0);
-      }
+      };
+      for (i32 i = 0; i < free_a; ++i) tile(true, i);
+      for (i32 i = free_a; i < free_b; ++i) tile(false, i);
+      for (i32 i = free_b; i < tiles; ++i) tile(true, i);
     } else {
       ring.consumer_wait(0);
       turns.in_turn([&] { issue_s(0); });
       dev::wgmma::wait<0>();
-      softmax_step(0);
+      softmax_step(true, 0);  // the mask is right for any tile
       convert_p();
       rescale.settle(softmax);
-      for (i32 i = 1; i < tiles; ++i) {
+      const auto tile = [&](bool masked, i32 i) {
         ring.consumer_wait(i);
         turns.in_turn([&] {
           issue_s(i);       // S of tile i ...
           issue_pv(i - 1);  // ... then P V of tile i-1, both in flight
         });
-        dev::wgmma::wait<1>();  // S of tile i done
-        softmax_step(i);        // while P V of tile i-1 runs
+        dev::wgmma::wait<1>();    // S of tile i done
+        softmax_step(masked, i);  // while P V of tile i-1 runs
         dev::wgmma::wait<0>();
         ring.consumer_release(i - 1, wt == 0);
         convert_p();
         rescale.settle(softmax);
-      }
+      };
+      for (i32 i = 1; i < free_a; ++i) tile(true, i);
+      for (i32 i = free_a; i < free_b; ++i) tile(false, i);
+      for (i32 i = free_b; i < tiles; ++i) tile(true, i);
       turns.in_turn([&] { issue_pv(tiles - 1); });
       dev::wgmma::wait<0>();
       ring.consumer_release(tiles - 1, wt == 0);

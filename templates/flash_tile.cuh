@@ -300,6 +300,68 @@ ATTUNE_DEVICE void scale_and_mask(typename Config::Scores& s, const TileMask& p,
   }
 }
 
+// The first n bits of a word (n >= 0; all 32 from 32 on).
+ATTUNE_DEVICE u32 low_bits(i32 n) { return n >= 32 ? ~0U : (1U << n) - 1U; }
+
+// The visible keys of the rows a thread holds, for kernels that fold the
+// scale into the exponent (OnlineSoftmax::update_scores with a scale) and
+// mask raw scores: each row's bounds are taken once, in 64 bits, as offsets
+// from this thread's first key of a reference tile; a tile `shift` keys
+// further on is then masked in 32-bit arithmetic (offsets within a sequence
+// fit: sizes are int32). Tiles every row sees whole need no mask.
+template <class Config>
+struct RowWindows {
+  i32 begin[Config::kMTiles][2];
+  i32 end[Config::kMTiles][2];
+
+  ATTUNE_DEVICE void init(const MaskParams& mask, i64 row0, i64 key0, i64 q_len, i64 k_len) {
+    const i32 lane = dev::lane_id();
+    const i64 first_key = key0 + frag::acc_col(lane, 0);
+    ATTUNE_UNROLL
+    for (int mt = 0; mt < Config::kMTiles; ++mt) {
+      ATTUNE_UNROLL
+      for (int half = 0; half < 2; ++half) {
+        const KeyBounds b = key_bounds(mask, row0 + mt * 16 + frag::acc_row(lane, half), q_len, k_len);
+        begin[mt][half] = static_cast<i32>(b.begin - first_key);
+        end[mt][half] = static_cast<i32>(b.end - first_key);
+      }
+    }
+  }
+
+  // -inf outside each row's keys. Per row the thread's visible columns
+  // become bits (its column j = 2 nt + e is key offset 8 nt + e, so the
+  // offsets below t are its first ceil(t/8) + ceil((t-1)/8) columns); per
+  // score one bit test and one select.
+  ATTUNE_DEVICE void apply(typename Config::Scores& s, i32 shift) const {
+    constexpr i32 kWidth = Config::kWarpKeys;
+    constexpr int kWords = (2 * Config::kNTiles + 31) / 32;
+    ATTUNE_UNROLL
+    for (int mt = 0; mt < Config::kMTiles; ++mt) {
+      ATTUNE_UNROLL
+      for (int half = 0; half < 2; ++half) {
+        const i32 lo = clamp(begin[mt][half] - shift, 0, kWidth);
+        const i32 hi = clamp(end[mt][half] - shift, lo, kWidth);
+        const i32 from = ((lo + 7) >> 3) + ((lo + 6) >> 3);
+        const i32 to = ((hi + 7) >> 3) + ((hi + 6) >> 3);
+        u32 visible[kWords];
+        ATTUNE_UNROLL
+        for (int word = 0; word < kWords; ++word) {
+          const i32 base = 32 * word;
+          visible[word] = low_bits(clamp(to - base, 0, 32)) & ~low_bits(clamp(from - base, 0, 32));
+        }
+        ATTUNE_UNROLL
+        for (int nt = 0; nt < Config::kNTiles; ++nt) {
+          ATTUNE_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            const int j = 2 * nt + e;
+            if ((visible[j / 32] & (1U << (j % 32))) == 0) s.at(mt, nt, half, e) = -dev::infinity();
+          }
+        }
+      }
+    }
+  }
+};
+
 // The A fragment of one 16-key step of P V (mma.sync, or wgmma with A from
 // registers): the accumulators of two adjacent 8-key tiles of the same rows
 // are exactly its layout, packed to the storage dtype.

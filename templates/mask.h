@@ -33,4 +33,18 @@ ATTUNE_DEVICE KeyBounds key_bounds(const MaskParams& mask, i64 row, i64 seqlen_q
   return b;
 }
 
+// A row's keys [begin, end) relative to `base` and clamped to [0, width]:
+// the per-element tests of a masked tile then compare 32-bit offsets.
+struct KeyWindow {
+  i32 begin;
+  i32 end;
+};
+
+ATTUNE_DEVICE KeyWindow key_window(const KeyBounds& b, i64 base, i32 width) {
+  const i64 begin = b.begin - base;
+  const i64 end = b.end - base;
+  const i32 lo = static_cast<i32>(begin < 0 ? 0 : begin > width ? width : begin);
+  return {lo, static_cast<i32>(end < lo ? lo : end > width ? width : end)};
+}
+
 }  // namespace attune

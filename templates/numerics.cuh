@@ -8,7 +8,13 @@ namespace attune {
 inline constexpr float kLn2 = 0.6931471805599453f;    // ln 2: base-2 log-sum-exp to natural units
 inline constexpr float kLog2e = 1.4426950408889634f;  // log2 e: natural units to base 2
 
-ATTUNE_DEVICE float max2(float a, float b) { return a > b ? a : b; }
+// One FMNMX, where `a > b ? a : b` costs a compare and a select. A NaN
+// score is passed over by the maximum but still reaches l and O through
+// its exponential.
+ATTUNE_DEVICE float max2(float a, float b) { return dev::fmax(a, b); }
+
+// x within [lo, hi] (lo <= hi): min and max, no branch.
+ATTUNE_DEVICE i32 clamp(i32 x, i32 lo, i32 hi) { return x < lo ? lo : x > hi ? hi : x; }
 
 // Sets every element of a register tile to `value` (unrolled, so the tile
 // stays in registers).

@@ -137,8 +137,13 @@ struct OnlineSoftmax {
   // by an asynchronous P V when the next tile's scores arrive (Hopper's
   // wgmma): the scores, m and l now, and the factor by which u must be
   // multiplied before the tile's P V is added to it.
+  //
+  // With `scale` (> 0), `s` holds scores whose logits are s * scale: the
+  // maximum is taken on them and the scale folded into the exponent, one
+  // FFMA per score (exp2(s scale - m), FlashAttention's form). At 1 the
+  // multiplications fold away.
   template <int kNTiles>
-  ATTUNE_DEVICE void update_scores(float (&s)[kMTiles][kNTiles][4], float (&factor)[kMTiles][2]) {
+  ATTUNE_DEVICE void update_scores(float (&s)[kMTiles][kNTiles][4], float (&factor)[kMTiles][2], float scale = 1.0f) {
     ATTUNE_UNROLL
     for (int mt = 0; mt < kMTiles; ++mt) {
       ATTUNE_UNROLL
@@ -151,13 +156,13 @@ struct OnlineSoftmax {
         // The four lanes of a quad hold the same row.
         tile_max = max2(tile_max, dev::warp::shfl_xor(tile_max, 1));
         tile_max = max2(tile_max, dev::warp::shfl_xor(tile_max, 2));
-        const softmax::Rescale r = softmax::rescale(m[mt][half], tile_max);
+        const softmax::Rescale r = softmax::rescale(m[mt][half], tile_max * scale);
         float mass = 0.0f;
         ATTUNE_UNROLL
         for (int nt = 0; nt < kNTiles; ++nt) {
           ATTUNE_UNROLL
           for (int e = 0; e < 2; ++e) {
-            const float p = dev::exp2_approx(s[mt][nt][2 * half + e] - r.ref);
+            const float p = dev::exp2_approx(s[mt][nt][2 * half + e] * scale - r.ref);
             s[mt][nt][2 * half + e] = p;
             mass += p;
           }
@@ -267,8 +272,8 @@ struct DeferredRescale {
   float factor[kMTiles][2];
 
   template <int kNTiles>
-  ATTUNE_DEVICE void step(Softmax& softmax, float (&s)[kMTiles][kNTiles][4]) {
-    softmax.update_scores(s, factor);
+  ATTUNE_DEVICE void step(Softmax& softmax, float (&s)[kMTiles][kNTiles][4], float scale = 1.0f) {
+    softmax.update_scores(s, factor, scale);
   }
   ATTUNE_DEVICE void settle(Softmax& softmax) const {
     if (!pay_in_turn) softmax.rescale_u(factor);

@@ -86,6 +86,16 @@ struct RowBlockKeys {
   // Every row of the block sees every key of [key0, key0 + block_n): the
   // tile needs no mask.
   ATTUNE_DEVICE bool sees_all(i64 key0, i64 block_n) const { return key0 >= last.begin && key0 + block_n <= first.end; }
+  // The key tiles of kBlockN keys [free_tile_begin, free_tile_end) every row
+  // of the block sees whole (sees_all); the range may be empty.
+  template <int kBlockN>
+  ATTUNE_DEVICE i64 free_tile_begin() const {
+    return (last.begin + kBlockN - 1) / kBlockN;
+  }
+  template <int kBlockN>
+  ATTUNE_DEVICE i64 free_tile_end() const {
+    return first.end / kBlockN;
+  }
   // The key tiles of kBlockN keys [tile_begin, tile_end) some row sees.
   template <int kBlockN>
   ATTUNE_DEVICE i64 tile_begin() const {

@@ -88,6 +88,11 @@ ATTUNE_DEVICE float tanh_approx(float x) {
 }
 
 ATTUNE_DEVICE float infinity() { return __int_as_float(0x7F800000); }
+ATTUNE_DEVICE float fmax(float a, float b) {
+  float y;
+  asm("max.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));
+  return y;
+}
 
 // `value`, unknown to the compiler from here on: values derived from it are
 // computed where they are used instead of being hoisted out of loops and
