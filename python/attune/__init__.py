@@ -8,7 +8,10 @@ float16/bfloat16 tensors run the same kernels on attune's CPU emulator;
 float32/float64 CPU tensors run the fp64 reference (gradcheck works).
 The functions are torch.library ops: autograd, torch.compile(fullgraph=True)
 and torch.export trace them. Without torch, the same functions take NumPy
-arrays (forward only). docs/python.md has the details.
+arrays (forward only). `import attune.transformers` registers
+attn_implementation="attune" with Hugging Face transformers;
+`attune.flashinfer` has FlashInfer's serving wrappers. docs/python.md has
+the details.
 """
 from . import db
 from ._engine import reset, set_tuning_db

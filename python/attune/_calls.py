@@ -20,7 +20,7 @@ class Arrays:
 
     def ptr(self, x): ...  # x's address
 
-    def fast_key(self, q, k, v, lengths, alibi): ...  # what a prepared call's checks read, or None
+    def fast_key(self, q, k, v, lengths, alibi, sinks): ...  # what a prepared call's checks read, or None
 
     def empty(self, shape, dtype, like): ...  # a new contiguous array on like's device (dtype None: like's)
 
@@ -95,18 +95,19 @@ _entries = {}  # fast key -> _Entry
 
 
 def forward(arrays, q, k, v, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None, block_table=None,
-            max_seqlen_q=0, max_seqlen_k=0, alibi_slopes=None, num_splits=0, decode=False):
+            max_seqlen_q=0, max_seqlen_k=0, alibi_slopes=None, sinks=None, num_splits=0, decode=False):
     """O and LSE of one call: O shaped like q with v's head dim, LSE
     [B, Hq, Sq] (packed [Hq, Tq]), float32 (float64 for float64 inputs).
     decode (or num_splits > 0): the split-KV decode kernel; a forward over a
-    paged cache picks between the two itself (Runtime::plan)."""
+    paged cache picks between the two itself (Runtime::plan). sinks: float32
+    [Hq] sink logits (spec.has_sinks)."""
     lengths_in = (cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table)
-    fast = arrays.fast_key(q, k, v, lengths_in, alibi_slopes)
+    fast = arrays.fast_key(q, k, v, lengths_in, alibi_slopes, sinks)
     if fast is not None:
         fast = (fast, spec, max_seqlen_q, max_seqlen_k, num_splits, decode)
         entry = _entries.get(fast)
         if entry is not None and entry.plan.alive():
-            return _run(arrays, entry, q, k, v, lengths_in, alibi_slopes)
+            return _run(arrays, entry, q, k, v, lengths_in, alibi_slopes, sinks)
     lengths, keep = _lengths(arrays, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_seqlen_q, max_seqlen_k)
     qv, kv, vv = arrays.view(q), arrays.view(k), arrays.view(v)
     s = engine.shape_of(qv, kv, vv, lengths)
@@ -117,8 +118,8 @@ def forward(arrays, q, k, v, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seql
     problem = _record.problem_of("decode" if decode else "fwd", qv.dtype, s, spec, lengths)
     if backend == "reference":
         _record.add(problem)
-        return _reference_forward(arrays, q, k, v, spec, s, lengths, keep, alibi_slopes, o_shape, lse_shape,
-                                  cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table)
+        return _reference_forward(arrays, q, k, v, spec, s, lengths, keep, (alibi_slopes, sinks), o_shape,
+                                  lse_shape, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table)
     key = engine.problem_key(qv.dtype, s, spec, qv, kv, vv, o_strides, lse_strides, lengths, lengths.any())
     op = native.OP_DECODE if decode else native.OP_FORWARD
     plan = engine.plan_for(backend, device, key, op, lengths, splits=num_splits, alibi=alibi_slopes is not None)
@@ -127,12 +128,13 @@ def forward(arrays, q, k, v, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seql
         _entries[fast] = entry
     converted = tuple(arrays.int32(x) if x is not None else None for x in lengths_in)
     slopes = arrays.float32(alibi_slopes) if alibi_slopes is not None else None
-    out = _run(arrays, entry, q, k, v, converted, slopes)
+    sinks = arrays.float32(sinks) if sinks is not None else None
+    out = _run(arrays, entry, q, k, v, converted, slopes, sinks)
     del keep
     return out
 
 
-def _run(arrays, entry, q, k, v, lengths, alibi_slopes):
+def _run(arrays, entry, q, k, v, lengths, alibi_slopes, sinks):
     """One run of a prepared call: outputs allocated by the caller's
     library, then the plan's launches on the current stream."""
     if entry.pages is not None:
@@ -149,7 +151,8 @@ def _run(arrays, entry, q, k, v, lengths, alibi_slopes):
     o = arrays.empty(entry.o_shape, None, q)
     lse = arrays.empty(entry.lse_shape, "fp32", q)
     plan = entry.plan
-    buffers = native.Buffers(ptr(q), ptr(k), ptr(v), ptr(o), ptr(lse), None, None, None, None, None,
+    buffers = native.Buffers(ptr(q), ptr(k), ptr(v), ptr(o), ptr(lse), None, None, None, None,
+                             ptr(sinks) if sinks is not None else None,
                              ptr(alibi_slopes) if alibi_slopes is not None else None, None)
     workspace = _workspace(arrays, plan, q) if plan.workspace_bytes else None
     length_ptrs = None
@@ -160,8 +163,9 @@ def _run(arrays, entry, q, k, v, lengths, alibi_slopes):
 
 
 def backward(arrays, dout, q, k, v, out, lse, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None,
-             max_seqlen_q=0, max_seqlen_k=0, alibi_slopes=None, deterministic=False):
-    """dQ, dK, dV (contiguous, shaped like q, k, v) of sum(dout * out)."""
+             max_seqlen_q=0, max_seqlen_k=0, alibi_slopes=None, sinks=None, deterministic=False):
+    """dQ, dK, dV (contiguous, shaped like q, k, v) of sum(dout * out), and
+    dsink (float32 [Hq]; None without sinks)."""
     lengths, keep = _lengths(arrays, cu_seqlens_q, cu_seqlens_k, seqlens_k, None, max_seqlen_q, max_seqlen_k)
     qv, kv, vv = arrays.view(q), arrays.view(k), arrays.view(v)
     s = engine.shape_of(qv, kv, vv, lengths)
@@ -169,8 +173,8 @@ def backward(arrays, dout, q, k, v, out, lse, spec, *, cu_seqlens_q=None, cu_seq
     backend, device = engine.backend_of(qv)
     _record.note("bwd", qv.dtype, s, spec, lengths)
     if backend == "reference":
-        return _reference_backward(arrays, dout, q, k, v, spec, s, keep, alibi_slopes, cu_seqlens_q, cu_seqlens_k,
-                                   seqlens_k)
+        return _reference_backward(arrays, dout, q, k, v, spec, s, keep, (alibi_slopes, sinks), cu_seqlens_q,
+                                   cu_seqlens_k, seqlens_k)
     o_shape, o_strides, lse_shape, lse_strides = _out_layout(s)
     ov, dov, lv = arrays.view(out), arrays.view(dout), arrays.view(lse)
     _require_contiguous(ov, o_shape, "out")
@@ -187,12 +191,14 @@ def backward(arrays, dout, q, k, v, out, lse, spec, *, cu_seqlens_q=None, cu_seq
     plan = engine.plan_for(backend, device, key, native.OP_BACKWARD, lengths, deterministic=deterministic,
                            alibi=alibi_slopes is not None)
     alibi = arrays.view(alibi_slopes).ptr if alibi_slopes is not None else None
-    buffers = native.Buffers(qv.ptr, kv.ptr, vv.ptr, ov.ptr, lv.ptr, dov.ptr, dqv.ptr, dkv.ptr, dvv.ptr, None,
-                             alibi, None)
+    dsink = arrays.empty((s.heads_q,), "fp32", q) if sinks is not None else None
+    buffers = native.Buffers(qv.ptr, kv.ptr, vv.ptr, ov.ptr, lv.ptr, dov.ptr, dqv.ptr, dkv.ptr, dvv.ptr,
+                             arrays.view(sinks).ptr if sinks is not None else None, alibi,
+                             arrays.view(dsink).ptr if dsink is not None else None)
     workspace = _workspace(arrays, plan, q)
     plan.run(buffers, lengths, arrays.view(workspace).ptr if workspace is not None else None, arrays.stream(q))
     del keep
-    return dq, dk, dv
+    return dq, dk, dv, dsink
 
 
 def _require_contiguous(view, shape, name):
@@ -244,25 +250,28 @@ def _unpaged(arrays, k, v, s, block_table):
 
 class _ReferenceCall:
     """The fp64 reference's inputs: q, k, v (and more) as contiguous
-    float64 copies, the length arrays and ALiBi slopes in host memory, and
-    the C problem over them; the copies live as long as the call."""
+    float64 copies, the length arrays, ALiBi slopes and sinks in host
+    memory, and the C problem over them; the copies live as long as the
+    call. modifiers: (alibi_slopes, sinks), either None."""
 
-    def __init__(self, arrays, s, spec, tensors, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k):
+    def __init__(self, arrays, s, spec, tensors, modifiers, cu_seqlens_q, cu_seqlens_k, seqlens_k):
         self.f64 = [arrays.float64(x) for x in tensors]
         host, self.keep = _host_lengths(arrays, {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
                                                  "seqlens_k": seqlens_k})
-        self.slopes = arrays.float32(alibi_slopes) if alibi_slopes is not None else None
+        self.slopes, self.sinks = (arrays.float32(x) if x is not None else None for x in modifiers)
         if self.slopes is not None:
             host["alibi_slopes"] = arrays.view(self.slopes).ptr
+        if self.sinks is not None:
+            host["sinks"] = arrays.view(self.sinks).ptr
         self.problem, self.views = _reference_problem(arrays, "fp64", s, spec, *self.f64[:3], host, self.keep)
         self.ptrs = [arrays.view(x).ptr for x in self.f64]
 
 
-def _reference_forward(arrays, q, k, v, spec, s, lengths, keep, alibi_slopes, o_shape, lse_shape, cu_seqlens_q,
+def _reference_forward(arrays, q, k, v, spec, s, lengths, keep, modifiers, o_shape, lse_shape, cu_seqlens_q,
                        cu_seqlens_k, seqlens_k, block_table):
     if block_table is not None:
         k, v = _unpaged(arrays, k, v, s, block_table)
-    call = _ReferenceCall(arrays, s, spec, (q, k, v), alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k)
+    call = _ReferenceCall(arrays, s, spec, (q, k, v), modifiers, cu_seqlens_q, cu_seqlens_k, seqlens_k)
     o = arrays.empty(o_shape, "fp64", q)
     lse = arrays.empty(lse_shape, "fp64", q)
     native.check(native.lib().attune_reference_forward(ctypes.byref(call.problem), *call.ptrs,
@@ -271,12 +280,15 @@ def _reference_forward(arrays, q, k, v, spec, s, lengths, keep, alibi_slopes, o_
     return arrays.cast(o, q), arrays.cast(lse, lse_dtype)
 
 
-def _reference_backward(arrays, dout, q, k, v, spec, s, keep, alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k):
-    call = _ReferenceCall(arrays, s, spec, (q, k, v, dout), alibi_slopes, cu_seqlens_q, cu_seqlens_k, seqlens_k)
+def _reference_backward(arrays, dout, q, k, v, spec, s, keep, modifiers, cu_seqlens_q, cu_seqlens_k, seqlens_k):
+    call = _ReferenceCall(arrays, s, spec, (q, k, v, dout), modifiers, cu_seqlens_q, cu_seqlens_k, seqlens_k)
     grads = [arrays.empty(arrays.view(x).shape, "fp64", q) for x in call.f64[:3]]
+    dsink = arrays.empty((s.heads_q,), "fp32", q) if call.sinks is not None else None
+    if dsink is not None:
+        call.problem.dsink = arrays.view(dsink).ptr
     native.check(native.lib().attune_reference_backward(ctypes.byref(call.problem), *call.ptrs,
                                                         *[arrays.view(g).ptr for g in grads]))
-    return tuple(arrays.cast(g, x) for g, x in zip(grads, (q, k, v)))
+    return (*(arrays.cast(g, x) for g, x in zip(grads, (q, k, v))), dsink)
 
 
 def explain(arrays, q, k, v, spec, *, op="fwd", cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None,

@@ -42,6 +42,7 @@ class Spec(NamedTuple):
     softcap: float = 0.0
     alibi_per_batch: bool = False  # slopes [B, Hq] rather than [Hq]
     has_alibi: bool = False
+    has_sinks: bool = False  # a float32 sink logit per query head joins every row's softmax
 
 
 def mask_of(causal, window_size, top_left=False):
@@ -269,11 +270,20 @@ def problem_key(dtype, s, spec, q, k, v, o_strides, lse_strides, lengths, device
     """The tuple a plan is cached under: everything the C problem holds but
     the pointers."""
     kv_packed = s.packed_k
-    return (dtype, s.batch, s.seqlen_q, s.seqlen_k, s.heads_q, s.heads_kv, s.head_dim_k, s.head_dim_v,
-            spec, _strides3(q, s.packed_q), _strides3(k, kv_packed), _strides3(v, kv_packed), o_strides,
-            lse_strides, s.page_size, s.max_pages, s.num_pages,
+    return key_of(dtype, s, spec, (_strides3(q, s.packed_q), _strides3(k, kv_packed), _strides3(v, kv_packed),
+                                   o_strides, lse_strides), lengths, device_lengths)
+
+
+def key_of(dtype, s, spec, strides, lengths, device_lengths):
+    """problem_key from the (batch, seq, head) strides of q, k, v, o and lse
+    (batch stride 0 where packed): a plan made before its tensors exist."""
+    return (dtype, s.batch, s.seqlen_q, s.seqlen_k, s.heads_q, s.heads_kv, s.head_dim_k, s.head_dim_v, spec,
+            *strides, s.page_size, s.max_pages, s.num_pages,
             lengths.cu_seqlens_q is not None, lengths.cu_seqlens_k is not None, lengths.seqlens_k is not None,
             lengths.max_seqlen_q, lengths.max_seqlen_k, device_lengths)
+
+
+_KEY_SPEC = 8  # where problem_key puts the Spec
 
 
 def make_problem(key, host_lengths=None):
@@ -308,8 +318,11 @@ class Plan:
         self.runtime = rt  # keeps the runtime alive while the plan is
         self.generation = _generation
         problem = make_problem(key)
-        if alibi:  # the plan must know the problem has ALiBi: any non-null pointer marks it
+        # The plan must know the problem has ALiBi or sinks: any non-null pointer marks them.
+        if alibi:
             problem.alibi_slopes = 1
+        if key[_KEY_SPEC].has_sinks:
+            problem.sinks = 1
         opts = native.PlanOptions()
         native.lib().attune_plan_options_init(ctypes.byref(opts))
         opts.op = op

@@ -63,9 +63,12 @@ def contiguous_rows(q, k, v, copy_kv=True):
 
 def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, deterministic, cu_seqlens_q=None,
          cu_seqlens_k=None, seqlens_k=None, block_table=None, max_seqlen_q=0, max_seqlen_k=0, num_splits=0,
-         top_left=False, copy_kv=True):
+         top_left=False, copy_kv=True, sinks=None):
     """num_splits: 0 the forward; -1 decode with the built-in split count;
-    N > 0 decode with N splits. copy_kv: see contiguous_rows."""
+    N > 0 decode with N splits. copy_kv: see contiguous_rows. sinks: [Hq]
+    sink logits (any float dtype), each joining its head's softmax as one
+    more term with no value (docs/contract.md); for torch tensors their
+    gradient flows back through autograd."""
     mask, window = _mask(causal, window_size, top_left)
     softcap = float(softcap or 0.0)
     if softcap < 0:
@@ -75,16 +78,18 @@ def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, determin
         from . import _numpy
         spec = engine.Spec(scale=scale, mask=mask, window=window, softcap=softcap,
                            alibi_per_batch=alibi_slopes is not None and alibi_slopes.ndim == 2,
-                           has_alibi=alibi_slopes is not None)
+                           has_alibi=alibi_slopes is not None, has_sinks=sinks is not None)
         return calls.forward(_numpy.ARRAYS, q, k, v, spec, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                              seqlens_k=seqlens_k, block_table=block_table, max_seqlen_q=max_seqlen_q,
-                             max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, num_splits=max(num_splits, 0),
-                             decode=num_splits != 0)
+                             max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, sinks=sinks,
+                             num_splits=max(num_splits, 0), decode=num_splits != 0)
     if not (q.is_contiguous() and k.is_contiguous() and v.is_contiguous()):  # cheaper than stride(-1) x 3
         q, k, v, _ = contiguous_rows(q, k, v, copy_kv)
-    return _torch_module().call(q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, int(max_seqlen_q),
-                       int(max_seqlen_k), scale, mask, window[0], window[1], softcap, alibi_slopes, int(num_splits),
-                       bool(deterministic))
+    args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, int(max_seqlen_q), int(max_seqlen_k), scale,
+            mask, window[0], window[1], softcap, alibi_slopes, int(num_splits), bool(deterministic))
+    if sinks is not None:
+        args += (sinks.float(),)  # itself when float32; else a copy autograd sees through
+    return _torch_module().call(*args)
 
 
 _masks = {}  # (causal, (left, right) as ints, top_left) -> (mask, window): the same few on every call
@@ -136,30 +141,32 @@ def _returned(q, out, lse, return_attn_probs):
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False):
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, sinks=None):
     """Attention over q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (Hq a
     multiple of Hkv; v's head dim may differ), as flash-attn's: causal is
     aligned bottom-right, window_size (left, right) with -1 unbounded,
     softmax_scale defaults to 1/sqrt(D). Returns out [B, Sq, Hq, Dv], or
     (out, softmax_lse [B, Hq, Sq] float32, an empty tensor) with
     return_attn_probs (attune never returns the probabilities; a row that
-    sees no key has LSE +inf, as in flash-attn)."""
+    sees no key has LSE +inf, as in flash-attn). sinks (attune's): [Hq]
+    logits, each one more term of its head's softmax with no value
+    (gpt-oss), with a gradient for torch tensors."""
     if dropout_p:
         _unsupported("dropout_p", f"got {dropout_p}; attune computes attention without dropout")
     out, lse = _run(q, k, v, scale=_scale(softmax_scale, q.shape[-1]), causal=causal, window_size=window_size,
-                    softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic)
+                    softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic, sinks=sinks)
     return _returned(q, out, lse, return_attn_probs)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None):
+                           deterministic=False, return_attn_probs=False, block_table=None, *, sinks=None):
     """Packed sequences: q [Tq, Hq, D], k and v [Tk, Hkv, D], cu_seqlens
     int32 [B + 1] offsets, max_seqlen the longest sequence (a bound the plan
     is made for). With block_table, k and v are page pools [pages,
     page_size, Hkv, D] and cu_seqlens_k counts each sequence's cached keys.
     Returns out [Tq, Hq, Dv], or (out, softmax_lse [Hq, Tq], an empty
-    tensor)."""
+    tensor). sinks: as in flash_attn_func."""
     if dropout_p:
         _unsupported("dropout_p", f"got {dropout_p}; attune computes attention without dropout")
     seqlens_k = None
@@ -169,7 +176,7 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     out, lse = _run(q, k, v, scale=_scale(softmax_scale, q.shape[-1]), causal=causal, window_size=window_size,
                     softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
                     cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqlens_k=seqlens_k,
-                    block_table=block_table, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+                    block_table=block_table, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, sinks=sinks)
     return _returned(q, out, lse, return_attn_probs)
 
 

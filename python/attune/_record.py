@@ -24,6 +24,7 @@ class Problem:
     mask: str  # "none", "causal", "causal-top-left", "window"
     softcap: bool = False
     alibi: bool = False
+    sinks: bool = False
 
 
 class Recorder:
@@ -65,7 +66,7 @@ def problem_of(op, dtype, shape, spec, lengths):
     seqlen_k = lengths.max_seqlen_k if lengths.max_seqlen_k > 0 else shape.seqlen_k
     return Problem(op, dtype, shape.batch, int(seqlen_q), int(seqlen_k), shape.heads_q, shape.heads_kv,
                    shape.head_dim_k, shape.head_dim_v, _MASKS.get(spec.mask, "none"), spec.softcap > 0,
-                   spec.has_alibi)
+                   spec.has_alibi, spec.has_sinks)
 
 
 def active():

@@ -37,7 +37,8 @@ class BatchDecode:
     def plan(self, *, batch_size, num_qo_heads, num_kv_heads, head_dim, page_size, max_pages, num_pages,
              dtype=None, head_dim_v=None, max_seqlen_q=1, total_q=None, max_seqlen_k=None, causal=True,
              window_size=(-1, -1), softmax_scale=None, softcap=0.0, num_splits=0, split_size=0, append_kv=False,
-             rotary_dim=0, rotary_interleaved=True, seqlen_ro=None):
+             rotary_dim=0, rotary_interleaved=True, seqlen_ro=None, sinks=False, k_strides=None, v_strides=None,
+             lse_strides=None):
         """Plans runs over q [batch_size, max_seqlen_q, Hq, D] (or, with
         total_q, packed [total_q, Hq, D] and cu_seqlens_q), page pools
         [num_pages, page_size, Hkv, D] and block tables [batch_size,
@@ -52,7 +53,15 @@ class BatchDecode:
         [seqlen_ro, rotary_dim / 2], seqlen_ro default max_pages x
         page_size; rows rotated one position each when causal or local).
         The buffers the append writes (q rotated, the lengths after it) are
-        allocated here, so runs still only launch."""
+        allocated here, so runs still only launch.
+
+        sinks: each run takes float32 [Hq] sink logits (docs/contract.md).
+        k_strides, v_strides: the pools' (page, row, head) strides in
+        elements, for pools that are views (a [pages, Hkv, page_size, D]
+        "HND" pool transposed, or one half of a [pages, 2, ...] pool);
+        default contiguous. lse_strides: where runs write softmax_lse, as
+        (batch, row, head) strides (default [B, Hq, rows], packed [Hq,
+        total_q])."""
         import torch
 
         dtype = dtype or torch.bfloat16
@@ -71,31 +80,33 @@ class BatchDecode:
                          packed_q=packed)
         hq, hkv = s.heads_q, s.heads_kv
         q_strides = (0, hq * head_dim, head_dim) if packed else (rows * hq * head_dim, hq * head_dim, head_dim)
-        k_strides = (page_size * hkv * head_dim, hkv * head_dim, head_dim)
-        v_strides = (page_size * hkv * dv, hkv * dv, dv)
+        k_strides = tuple(k_strides) if k_strides is not None else (page_size * hkv * head_dim, hkv * head_dim,
+                                                                     head_dim)
+        v_strides = tuple(v_strides) if v_strides is not None else (page_size * hkv * dv, hkv * dv, dv)
         if packed:
-            o_strides, lse_strides = (0, hq * dv, dv), (0, 1, rows)
+            o_strides, lse_default = (0, hq * dv, dv), (0, 1, rows)
         else:
-            o_strides, lse_strides = (rows * hq * dv, hq * dv, dv), (hq * rows, 1, rows)
+            o_strides, lse_default = (rows * hq * dv, hq * dv, dv), (hq * rows, 1, rows)
+        lse_strides = tuple(lse_strides) if lse_strides is not None else lse_default
         mask, window = engine.mask_of(causal, window_size)
         scale = engine.default_scale(head_dim) if softmax_scale is None else float(softmax_scale)
-        spec = engine.Spec(scale=scale, mask=mask, window=window, softcap=float(softcap))
+        spec = engine.Spec(scale=scale, mask=mask, window=window, softcap=float(softcap), has_sinks=bool(sinks))
         lengths = engine.Lengths(cu_seqlens_q=engine.View(0, (), (), "int32") if packed else None,
                                  seqlens_k=engine.View(0, (), (), "int32"),
                                  block_table=engine.View(0, (), (), "int32"),
                                  max_seqlen_q=int(max_seqlen_q), max_seqlen_k=max_k)
-        key = (names[dtype], s.batch, s.seqlen_q, s.seqlen_k, hq, hkv, s.head_dim_k, s.head_dim_v, spec, q_strides,
-               k_strides, v_strides, o_strides, lse_strides, s.page_size, s.max_pages, s.num_pages, packed, False,
-               True, int(max_seqlen_q), max_k, True)
+        key = engine.key_of(names[dtype], s, spec, (q_strides, k_strides, v_strides, o_strides, lse_strides),
+                            lengths, True)
         backend = "cuda" if device.type == "cuda" else engine.cpu_backend()
         op = native.OP_FORWARD if (packed and num_splits == 0 and split_size == 0) else native.OP_DECODE
         self._plan = engine.Plan(engine.runtime(backend, device.index or 0), key, op, lengths,
                                  splits=int(num_splits), split_size=int(split_size))
         self._shapes = ((rows, hq, head_dim) if packed else (s.batch, rows, hq, head_dim),
                         (int(num_pages), int(page_size), hkv, head_dim), (int(num_pages), int(page_size), hkv, dv))
+        self._pool_strides = (k_strides, v_strides)
         self._out_shape = (rows, hq, dv) if packed else (s.batch, rows, hq, dv)
         self._lse_shape = (hq, rows) if packed else (s.batch, hq, rows)
-        self._dtype, self._packed = dtype, packed
+        self._dtype, self._packed, self._plan_sinks = dtype, packed, bool(sinks)
         self._pages = (s.batch, s.max_pages, s.page_size, s.num_pages)
         self._append = None
         if append_kv:
@@ -130,7 +141,7 @@ class BatchDecode:
         return self._plan.description if self._plan else "not planned"
 
     def run(self, q, k_cache, v_cache, block_table, cache_seqlens, cu_seqlens_q=None, out=None, lse=None,
-            batch=None, k=None, v=None, rotary_cos=None, rotary_sin=None):
+            batch=None, k=None, v=None, rotary_cos=None, rotary_sin=None, sinks=None):
         """Launches the plan on the current stream: out [shape of q with
         head_dim_v] (written into `out` when given), and softmax_lse into
         `lse` when given. block_table int32 [batch_size, max_pages],
@@ -139,17 +150,27 @@ class BatchDecode:
         this run (default: the plan's). A plan with append_kv takes k and v
         [batch_size, max_seqlen_q, Hkv, D] (and the rotary tables when
         planned with rotary_dim) and appends them first; cache_seqlens stays
-        as given (the caller advances it)."""
+        as given (the caller advances it). sinks: float32 [Hq] on the plan's
+        device (a plan with sinks)."""
         import torch
 
         if self._plan is None:
             raise InvalidArgument("BatchDecode.run before plan(); expected plan() first")
-        for name, t, shape in (("q", q, self._shapes[0]), ("k_cache", k_cache, self._shapes[1]),
-                               ("v_cache", v_cache, self._shapes[2])):
-            if tuple(t.shape) != shape or t.dtype != self._dtype or not t.is_contiguous():
-                raise InvalidArgument(f"{name}: got {list(t.shape)} {t.dtype}"
-                                      f"{'' if t.is_contiguous() else ' (not contiguous)'}; expected a contiguous "
-                                      f"{list(shape)} {self._dtype} (as planned)")
+        for name, t, shape, strides in (("q", q, self._shapes[0], None),
+                                        ("k_cache", k_cache, self._shapes[1], self._pool_strides[0]),
+                                        ("v_cache", v_cache, self._shapes[2], self._pool_strides[1])):
+            laid_out = t.is_contiguous() if strides is None else tuple(t.stride()) == (*strides, 1)
+            if tuple(t.shape) != shape or t.dtype != self._dtype or not laid_out:
+                layout = "contiguous" if strides is None else f"strides {[*strides, 1]}"
+                raise InvalidArgument(f"{name}: got {list(t.shape)} {t.dtype} strides {list(t.stride())}; expected "
+                                      f"{list(shape)} {self._dtype} {layout} (as planned)")
+        planned_sinks = self._plan_sinks
+        if (sinks is None) == planned_sinks or (sinks is not None and (
+                sinks.dtype != torch.float32 or tuple(sinks.shape) != (self._shapes[0][-2],))):
+            got = "None" if sinks is None else f"{list(sinks.shape)} {sinks.dtype}"
+            want = f"float32 [{self._shapes[0][-2]}] (planned with sinks)" if planned_sinks else \
+                "None (a plan without sinks; plan(sinks=True) for them)"
+            raise InvalidArgument(f"sinks: got {got}; expected {want}")
         if self._packed and cu_seqlens_q is None:
             raise InvalidArgument("cu_seqlens_q: got None; expected int32 [batch_size + 1] (a packed plan)")
         for name, t in (("block_table", block_table), ("cache_seqlens", cache_seqlens),
@@ -176,18 +197,24 @@ class BatchDecode:
                                                 rotary_sin, rows)
         if out is None:
             out = torch.empty(self._out_shape, dtype=self._dtype, device=q.device)
-        lengths = engine.Lengths(
-            cu_seqlens_q=engine.View(cu_seqlens_q.data_ptr(), (), (), "int32") if cu_seqlens_q is not None else None,
-            seqlens_k=engine.View(cache_seqlens.data_ptr(), (), (), "int32"),
-            block_table=engine.View(block_table.data_ptr(), (), (), "int32"))
-        buffers = native.Buffers(q.data_ptr(), k_cache.data_ptr(), v_cache.data_ptr(), out.data_ptr(),
-                                 lse.data_ptr() if lse is not None else None, None, None, None, None, None, None,
-                                 None)
-        from . import _torch
-        stream = _torch.ARRAYS.stream(q)
-        workspace = self._workspace.data_ptr() if self._plan.workspace_bytes else None
-        self._plan.run(buffers, lengths, workspace, stream, batch=-1 if batch is None else int(batch))
+        launch(self._plan, self._workspace, q, k_cache, v_cache, out, lse, sinks, cu_seqlens_q=cu_seqlens_q,
+               seqlens_k=cache_seqlens, block_table=block_table, batch=batch)
         return out
+
+
+def launch(plan, workspace, q, k, v, out, lse, sinks, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None,
+           block_table=None, batch=None):
+    """One run of a plan on the current stream of q's device: the tensors'
+    addresses and nothing else (no check, allocation or copy). lse, sinks
+    and the length arrays may be None; batch: the run's sequences (None:
+    the plan's)."""
+    from . import _torch
+    ptr = (lambda t: t.data_ptr() if t is not None else None)
+    buffers = native.Buffers(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), ptr(lse), None, None, None,
+                             None, ptr(sinks), None, None)
+    lengths = [ptr(t) for t in (cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table)]
+    plan.run_pointers(buffers, lengths, workspace.data_ptr() if plan.workspace_bytes else None,
+                      _torch.ARRAYS.stream(q), batch=-1 if batch is None else int(batch))
 
 
 class _AppendPlan:

@@ -4,11 +4,16 @@ implementations that compute shapes only, autograd through the backward
 op), so torch.compile(fullgraph=True) and torch.export trace them.
 
     attune::fwd(q, k, v, cu_seqlens_q?, cu_seqlens_k?, seqlens_k?, block_table?, max_seqlen_q, max_seqlen_k,
-                scale, mask, window_left, window_right, softcap, alibi_slopes?, num_splits, deterministic)
+                scale, mask, window_left, window_right, softcap, alibi_slopes?, num_splits, deterministic,
+                sinks?=None)
         -> (out, softmax_lse)
     attune::bwd(dout, q, k, v, out, softmax_lse, cu_seqlens_q?, cu_seqlens_k?, seqlens_k?, max_seqlen_q,
-                max_seqlen_k, scale, mask, window_left, window_right, softcap, alibi_slopes?, deterministic)
-        -> (dq, dk, dv)
+                max_seqlen_k, scale, mask, window_left, window_right, softcap, alibi_slopes?, deterministic,
+                sinks?=None)
+        -> (dq, dk, dv, dsink)
+
+sinks: float32 [Hq] sink logits (docs/contract.md); dsink is their
+gradient, an empty tensor without sinks (an op returns tensors, not None).
 
 Tensors are [B, S, H, D] or packed [T, H, D]; CPU float16/bfloat16 run on
 the emulator (the real kernels), float32/float64 on the fp64 reference;
@@ -41,10 +46,10 @@ class TorchArrays(calls.Arrays):
     def ptr(x):
         return x.data_ptr()
 
-    def fast_key(self, q, k, v, lengths, alibi):
+    def fast_key(self, q, k, v, lengths, alibi, sinks):
         """Everything a prepared call's checks read of its tensors (shapes,
         strides, dtypes, devices), or None where the slow path must convert
-        something (a length array not contiguous int32, slopes not
+        something (a length array not contiguous int32, slopes or sinks not
         contiguous float32) or the call runs on the reference."""
         if q.dtype not in _KERNEL:
             return None
@@ -57,10 +62,13 @@ class TorchArrays(calls.Arrays):
                 return None
             else:
                 key.append((x.shape, x.device))
-        if alibi is not None:
-            if alibi.dtype != torch.float32 or not alibi.is_contiguous():
+        for x in (alibi, sinks):
+            if x is None:
+                key.append(None)
+            elif x.dtype != torch.float32 or not x.is_contiguous():
                 return None
-            key.append((alibi.shape, alibi.device))
+            else:
+                key.append((x.shape, x.device))
         return tuple(key)
 
     def float64(self, x):
@@ -104,10 +112,12 @@ def _raw_stream(device):
 ARRAYS = TorchArrays()
 
 
-def _spec(scale, mask, window_left, window_right, softcap, alibi_slopes):
-    if alibi_slopes is None:
+def _spec(scale, mask, window_left, window_right, softcap, alibi_slopes, sinks=None):
+    if alibi_slopes is None and sinks is None:
         return engine.Spec(scale, mask, (window_left, window_right), softcap)
-    return engine.Spec(scale, mask, (window_left, window_right), softcap, alibi_slopes.dim() == 2, True)
+    return engine.Spec(scale, mask, (window_left, window_right), softcap,
+                       alibi_slopes is not None and alibi_slopes.dim() == 2, alibi_slopes is not None,
+                       sinks is not None)
 
 
 def _lse_dtype(q):
@@ -118,13 +128,14 @@ def fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
              cu_seqlens_k: Optional[torch.Tensor], seqlens_k: Optional[torch.Tensor],
              block_table: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int,
              window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
-             num_splits: int, deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
+             num_splits: int, deterministic: bool,
+             sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     # num_splits: 0 the forward (a paged cache picks its kernel), -1 decode
     # with the built-in split count, N > 0 decode with N splits.
-    spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes)
+    spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes, sinks)
     out, lse = calls.forward(ARRAYS, q, k, v, spec, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                              seqlens_k=seqlens_k, block_table=block_table, max_seqlen_q=max_seqlen_q,
-                             max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes,
+                             max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, sinks=sinks,
                              num_splits=num_splits if num_splits > 0 else 0, decode=num_splits != 0)
     return out, (lse if lse.dtype == _lse_dtype(q) else lse.to(_lse_dtype(q)))
 
@@ -134,7 +145,7 @@ fwd = torch.library.custom_op("attune::fwd", mutates_args=())(fwd_impl)
 
 @fwd.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_seqlen_q, max_seqlen_k, scale, mask,
-              window_left, window_right, softcap, alibi_slopes, num_splits, deterministic):
+              window_left, window_right, softcap, alibi_slopes, num_splits, deterministic, sinks=None):
     if q.dim() == 3:  # packed [T, H, D]
         out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
         lse = q.new_empty((q.shape[1], q.shape[0]), dtype=_lse_dtype(q))
@@ -148,17 +159,23 @@ def bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
              softmax_lse: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
              seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int,
              window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
-             deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes)
+             deterministic: bool, sinks: Optional[torch.Tensor] = None
+             ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes, sinks)
     if q.dtype in _KERNEL:
         # The kernels write the gradients laid out like q, k and v, and read
         # dO laid out like O and the forward's float32 LSE.
         q, k, v, dout = q.contiguous(), k.contiguous(), v.contiguous(), dout.contiguous()
         out, softmax_lse = out.contiguous(), softmax_lse.to(torch.float32).contiguous()
-    dq, dk, dv = calls.backward(ARRAYS, dout, q, k, v, out, softmax_lse, spec, cu_seqlens_q=cu_seqlens_q,
-                                cu_seqlens_k=cu_seqlens_k, seqlens_k=seqlens_k, max_seqlen_q=max_seqlen_q,
-                                max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, deterministic=deterministic)
-    return dq, dk, dv
+    dq, dk, dv, dsink = calls.backward(ARRAYS, dout, q, k, v, out, softmax_lse, spec, cu_seqlens_q=cu_seqlens_q,
+                                       cu_seqlens_k=cu_seqlens_k, seqlens_k=seqlens_k, max_seqlen_q=max_seqlen_q,
+                                       max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, sinks=sinks,
+                                       deterministic=deterministic)
+    return dq, dk, dv, dsink if dsink is not None else _no_dsink(q)
+
+
+def _no_dsink(q):
+    return q.new_empty((0,), dtype=torch.float32)
 
 
 bwd = torch.library.custom_op("attune::bwd", mutates_args=())(bwd_impl)
@@ -166,15 +183,18 @@ bwd = torch.library.custom_op("attune::bwd", mutates_args=())(bwd_impl)
 
 @bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, max_seqlen_q, max_seqlen_k,
-              scale, mask, window_left, window_right, softcap, alibi_slopes, deterministic):
-    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape)
+              scale, mask, window_left, window_right, softcap, alibi_slopes, deterministic, sinks=None):
+    dsink = sinks.new_empty(sinks.shape, dtype=torch.float32) if sinks is not None else _no_dsink(q)
+    return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
 
 
 def _setup_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_seqlen_q, max_seqlen_k, scale, mask,
-     window_left, window_right, softcap, alibi_slopes, num_splits, deterministic) = inputs
+     window_left, window_right, softcap, alibi_slopes, num_splits, deterministic, *rest) = inputs
+    sinks = rest[0] if rest else None
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, alibi_slopes)
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, alibi_slopes, sinks)
+    ctx.inputs = len(inputs)  # sinks may be left out (its default, None)
     ctx.args = (max_seqlen_q, max_seqlen_k, scale, mask, window_left, window_right, softcap, deterministic)
     ctx.paged = block_table is not None
     ctx.mark_non_differentiable(lse)
@@ -184,11 +204,12 @@ def _backward(ctx, dout, dlse):
     if ctx.paged:
         raise NotImplementedError("attune: backward through a paged KV cache (block_table) is not supported; "
                                   "expected contiguous or packed K and V")
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, alibi_slopes = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, alibi_slopes, sinks = ctx.saved_tensors
     (max_seqlen_q, max_seqlen_k, scale, mask, window_left, window_right, softcap, deterministic) = ctx.args
-    dq, dk, dv = bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, max_seqlen_q, max_seqlen_k,
-                     scale, mask, window_left, window_right, softcap, alibi_slopes, deterministic)
-    return (dq, dk, dv) + (None,) * 14
+    dq, dk, dv, dsink = bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, max_seqlen_q,
+                            max_seqlen_k, scale, mask, window_left, window_right, softcap, alibi_slopes,
+                            deterministic, sinks)
+    return ((dq, dk, dv) + (None,) * 14 + ((dsink if sinks is not None else None),))[:ctx.inputs]
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)
@@ -212,6 +233,7 @@ class _Attention(torch.autograd.Function):
 
 
 _is_compiling = torch.compiler.is_compiling
+_SINKS = 17  # the position of sinks among attune::fwd's arguments
 
 
 def call(*args):
@@ -220,6 +242,7 @@ def call(*args):
     mode (through _Attention when autograd needs a node)."""
     if _is_compiling():
         return fwd(*args)
-    if torch.is_grad_enabled() and (args[0].requires_grad or args[1].requires_grad or args[2].requires_grad):
+    if torch.is_grad_enabled() and (args[0].requires_grad or args[1].requires_grad or args[2].requires_grad or (
+            len(args) > _SINKS and args[_SINKS] is not None and args[_SINKS].requires_grad)):
         return _Attention.apply(*args)
     return fwd_impl(*args)

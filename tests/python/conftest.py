@@ -1,6 +1,6 @@
 """Shared pieces of the Python package's tests: an independent fp64
 attention in PyTorch (per sequence, every mask kind, GQA, Dk != Dv,
-softcap, ALiBi), the naive storage-dtype computation, and FlashAttention's
+softcap, ALiBi, sinks), the naive storage-dtype computation, and FlashAttention's
 accuracy rule. Under CI (ATTUNE_REQUIRE_TORCH=1) a missing torch fails the
 run instead of skipping it."""
 import math
@@ -36,9 +36,11 @@ def visible(sq, sk, causal=False, top_left=False, window=(-1, -1)):
 
 
 def attention_one(q, k, v, *, scale, causal=False, top_left=False, window=(-1, -1), softcap=0.0, slopes=None,
-                  dtype=torch.float64):
+                  sinks=None, dtype=torch.float64):
     """One sequence: q [sq, hq, dk], k [sk, hkv, dk], v [sk, hkv, dv] ->
-    (out [sq, hq, dv], lse [hq, sq]); rows without keys give 0 and -inf."""
+    (out [sq, hq, dv], lse [hq, sq]); rows without keys give 0 and -inf
+    (with sinks [hq]: 0 and the sink, each sink one more softmax term
+    without a value)."""
     sq, hq, _ = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
@@ -54,17 +56,20 @@ def attention_one(q, k, v, *, scale, causal=False, top_left=False, window=(-1, -
     ok = visible(sq, sk, causal, top_left, window)
     s = s.masked_fill(~ok, float("-inf"))
     lse = torch.logsumexp(s, dim=-1)
+    if sinks is not None:
+        lse = torch.logaddexp(lse, sinks.to(dtype)[:, None])
     p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
     out = torch.einsum("hqk,khd->qhd", p.to(dtype), v.to(dtype))
     return out, lse
 
 
 def reference(q, k, v, *, causal=False, top_left=False, window=(-1, -1), scale=None, softcap=0.0, alibi=None,
-              cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None, dtype=torch.float64):
+              sinks=None, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None, dtype=torch.float64):
     """fp64 attention (differentiable) of dense [B, S, H, D] or packed
     [T, H, D] tensors; returns (out, lse) in flash-attn's layouts."""
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    kw = dict(scale=scale, causal=causal, top_left=top_left, window=window, softcap=softcap, dtype=dtype)
+    kw = dict(scale=scale, causal=causal, top_left=top_left, window=window, softcap=softcap, sinks=sinks,
+              dtype=dtype)
     outs, lses = [], []
     if q.dim() == 3:
         batch = len(cu_seqlens_q) - 1

@@ -1,6 +1,6 @@
 """Gradients: torch.autograd.gradcheck in float64 (the fp64 reference
 forward and backward) over dense, varlen, GQA, Dk != Dv, both causal
-alignments with empty rows, windows and padding; and the emulator's
+alignments with empty rows, windows, padding and sinks; and the emulator's
 bfloat16/float16 gradients (the backward kernel) against the fp64
 reference's, with the accuracy rule. flash-attn's packed functions and
 rows without keys (whose returned LSE is flash-attn's +inf) too."""
@@ -51,6 +51,20 @@ def test_gradcheck_softcap_and_alibi():
     assert torch.autograd.gradcheck(fn, (q, k, v))
 
 
+def test_gradcheck_with_sinks_and_their_gradient():
+    # sinks are float32 (the kernels' type): gradcheck over q, k, v; dsink
+    # against the fp64 formula's autograd.
+    q, k, v = f64(1, 6, 2, 8, seed=33), f64(1, 4, 1, 8, seed=34), f64(1, 4, 1, 8, seed=35)
+    sinks = torch.tensor([0.7, -1.2], requires_grad=True)
+    fn = lambda q, k, v: attune.flash_attn_func(q, k, v, causal=True, sinks=sinks.detach())  # noqa: E731
+    assert torch.autograd.gradcheck(fn, (q, k, v))
+    out = attune.flash_attn_func(q, k, v, causal=True, sinks=sinks)
+    dsink, = torch.autograd.grad(out.sum(), (sinks,))
+    s64 = sinks.detach().double().requires_grad_()
+    want, = torch.autograd.grad(reference(q, k, v, causal=True, sinks=s64)[0].sum(), (s64,))
+    assert (dsink.double() - want).abs().max() < 1e-6
+
+
 def test_gradcheck_packed_functions():
     # The gradient of a packed input comes back packed: unbind's gradient stacks the parts'.
     qkv = f64(1, 5, 3, 2, 8, seed=30)
@@ -90,6 +104,31 @@ def test_kernel_gradients_meet_the_accuracy_rule(dtype, case):
     naive_out, _ = reference(q, k, v, causal=case["causal"], dtype=dtype, **kw)  # autograd in the storage dtype
     naive_grads = torch.autograd.grad(naive_out, (q, k, v), dout)
     for name, g, w, n in zip(("dq", "dk", "dv"), got, want, naive_grads):
+        assert_accurate(g, w, n, name)
+
+
+@pytest.mark.parametrize("varlen", [False, True])
+def test_kernel_gradients_with_sinks(varlen):
+    sinks = torch.tensor([0.5, -1.0, 2.0, 0.0], requires_grad=True)
+    if varlen:
+        cu_q, cu_k = torch.tensor([0, 9, 30], dtype=torch.int32), torch.tensor([0, 20, 24], dtype=torch.int32)
+        q = randn(30, 4, 64, requires_grad=True, seed=36)
+        k, v = (randn(24, 2, 64, requires_grad=True, seed=s) for s in (37, 38))
+        kw = dict(cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+        out = attune.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 21, 20, causal=True, sinks=sinks)
+    else:
+        q = randn(2, 24, 4, 64, requires_grad=True, seed=36)
+        k, v = (randn(2, 17, 2, 64, requires_grad=True, seed=s) for s in (37, 38))
+        kw = {}
+        out = attune.flash_attn_func(q, k, v, causal=True, sinks=sinks)
+    got, dout = _grads(out, q, k, v, sinks, seed=39)
+    s64 = sinks.detach().double().requires_grad_()
+    ref_out, _ = reference(q, k, v, causal=True, sinks=s64, **kw)
+    want = torch.autograd.grad(ref_out, (q, k, v, s64), dout.double())
+    s16 = sinks.detach().bfloat16().requires_grad_()
+    naive_out, _ = reference(q, k, v, causal=True, sinks=s16, dtype=torch.bfloat16, **kw)
+    naive_grads = torch.autograd.grad(naive_out, (q, k, v, s16), dout)
+    for name, g, w, n in zip(("dq", "dk", "dv", "dsink"), got, want, naive_grads):
         assert_accurate(g, w, n, name)
 
 

@@ -138,6 +138,24 @@ def test_softcap_and_alibi():
     assert_accurate(out, reference(q, k, v, **kw)[0], naive(q, k, v, **kw), "softcap + alibi")
 
 
+def test_sinks_dense_and_varlen():
+    """attune's sinks (gpt-oss): one more softmax term per head with no
+    value; a row without keys gives 0 and LSE = its sink."""
+    sinks = torch.tensor([1.5, -0.5, 0.0, 3.0])
+    q, k, v = randn(2, 20, 4, 64, seed=40), randn(2, 12, 2, 64, seed=41), randn(2, 12, 2, 64, seed=42)
+    out, lse, _ = attune.flash_attn_func(q, k, v, causal=True, sinks=sinks, return_attn_probs=True)
+    kw = dict(causal=True, sinks=sinks)
+    want, want_lse = reference(q, k, v, **kw)
+    assert_accurate(out, want, naive(q, k, v, **kw), "dense sinks")
+    assert (lse[:, :, :8] == sinks[None, :, None]).all(), "rows without keys: LSE is the sink"
+    assert (lse.double() - want_lse).abs().max() < 1e-3
+    cu_q, cu_k = torch.tensor([0, 5, 5, 19], dtype=torch.int32), torch.tensor([0, 9, 11, 11], dtype=torch.int32)
+    q, k, v = randn(19, 4, 64, seed=43), randn(11, 2, 64, seed=44), randn(11, 2, 64, seed=45)
+    out = attune.flash_attn_varlen_func(q, k, v, cu_q, cu_k, 14, 9, sinks=sinks)
+    kw = dict(sinks=sinks, cu_seqlens_q=cu_q, cu_seqlens_k=cu_k)
+    assert_accurate(out, reference(q, k, v, **kw)[0], naive(q, k, v, **kw), "varlen sinks")
+
+
 def test_float32_and_float64_run_the_reference_exactly():
     for dtype, tol in ((torch.float64, 1e-12), (torch.float32, 1e-5)):
         q, k, v = (randn(2, 9, 2, 16, dtype=dtype, seed=s) for s in (22, 23, 24))
