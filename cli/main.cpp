@@ -63,6 +63,7 @@ int main(int argc, char** argv) {
     if (variants_cmds.profile->parsed()) attune::cli::run_variants_profile(variants);
     if (variants_cmds.dump->parsed()) attune::cli::run_variants_dump(variants);
     if (variants_cmds.compile->parsed()) attune::cli::run_variants_compile(variants);
+    if (variants_cmds.audit->parsed()) attune::cli::run_variants_audit(variants);
     if (explain_cmd->parsed()) attune::cli::run_explain(explain);
     if (merge_cmd->parsed()) attune::cli::run_merge_states(merge);
     if (doctor_cmd->parsed()) attune::cli::run_doctor();

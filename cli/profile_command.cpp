@@ -2,13 +2,19 @@
 // model and what it compiles to (declared in cli/variants_command.h).
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "cli/variants_command.h"
 #include "core/error.h"
 #include "io/atomic_file.h"
 #include "profile/profile.h"
+#include "profile/sass.h"
+#include "profile/sass_audit.h"
 #include "runtime/jit/nvrtc_compiler.h"
 #include "runtime/jit/nvrtc_library.h"
 
@@ -173,6 +179,39 @@ void run_variants_profile(const VariantsOptions& o) {
     std::printf("%s\n", to_json(p).dump(2).c_str());
   } else {
     print_text(p);
+  }
+}
+
+void run_variants_audit(const VariantsOptions& o) {
+  if (o.format != "text" && o.format != "json") {
+    throw InvalidArgument("--format: got '" + o.format + "'; expected text or json");
+  }
+  std::ifstream in(o.cubin, std::ios::binary);
+  if (!in) throw InvalidArgument("--cubin: cannot read '" + o.cubin + "'");
+  const std::vector<char> cubin((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const profile::SassAudit all = profile::audit_sass(profile::disassemble(cubin));
+  // Per function, in the order the cubin lists them.
+  std::vector<std::string> functions;
+  std::map<std::string, profile::SassAudit> by_function;
+  for (const profile::SassRegion& r : all.regions) {
+    if (r.function.find(o.function) == std::string::npos) continue;
+    if (!by_function.contains(r.function)) functions.push_back(r.function);
+    by_function[r.function].regions.push_back(r);
+  }
+  for (const profile::SassLoop& l : all.loops) {
+    if (by_function.contains(l.function)) by_function[l.function].loops.push_back(l);
+  }
+  if (functions.empty())
+    throw InvalidArgument("--function: no kernel of " + o.cubin + " contains '" + o.function + "'");
+  if (o.format == "json") {
+    json out = json::array();
+    for (const std::string& f : functions) out.push_back({{"function", f}, {"sass_audit", to_json(by_function[f])}});
+    std::printf("%s\n", out.dump(2).c_str());
+    return;
+  }
+  for (const std::string& f : functions) {
+    std::printf("function: %s\n", f.c_str());
+    print_audit(by_function[f]);
   }
 }
 

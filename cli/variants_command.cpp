@@ -58,7 +58,14 @@ VariantsCommands add_variants_command(CLI::App& app, VariantsOptions& o) {
   compile->add_option("--arch", o.arch, "GPU architecture: " + known_archs())->capture_default_str();
   compile->add_option("--dtype", o.dtype, "Storage dtype of ids without @: fp16 or bf16")->capture_default_str();
   compile->add_option("--jobs", o.jobs, "Parallel compiles (default: one per core)")->check(CLI::Range(0, 256));
-  return {list, profile, dump, compile};
+  CLI::App* audit = variants->add_subcommand(
+      "audit", "The SASS audit of every kernel in a cubin: registers and spills per setmaxnreg region, MMA loops");
+  audit
+      ->add_option("--cubin", o.cubin, "A cubin (sm_90a or sm_80), e.g. from 'attune variants dump' or cuobjdump -xelf")
+      ->required();
+  audit->add_option("--function", o.function, "Only the functions whose mangled name contains this text");
+  audit->add_option("--format", o.format, "text or json")->capture_default_str();
+  return {list, profile, dump, compile, audit};
 }
 
 void run_variants_list(const VariantsOptions& o) {

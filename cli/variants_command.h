@@ -26,6 +26,8 @@ struct VariantsOptions {
   std::string modifiers;         // list: the score modifiers compiled in (none, softcap+sinks, ...)
   std::vector<std::string> ids;  // compile: variant ids, each optionally "@fp16" / "@bf16"
   std::string from;              // compile: a file of ids, one per line ('#' comments)
+  std::string cubin;             // audit: any cubin (another library's kernels too)
+  std::string function;          // audit: only functions whose mangled name contains it
 };
 
 struct VariantsCommands {
@@ -33,6 +35,7 @@ struct VariantsCommands {
   CLI::App* profile;
   CLI::App* dump;
   CLI::App* compile;
+  CLI::App* audit;
 };
 
 // Registers `variants list|profile|dump` on `app`.
@@ -49,5 +52,9 @@ void run_variants_dump(const VariantsOptions& options);
 // later launches load without compiling (a GPU run compiles everything
 // before its first launch). One line per variant; fails when any failed.
 void run_variants_compile(const VariantsOptions& options);
+// `attune variants audit --cubin FILE [--function TEXT]`: the SASS audit
+// (profile/sass_audit.h) of every kernel in a cubin, e.g. one extracted from
+// FlashAttention-3's wheel (docs/perf/hopper_forward.md), per function.
+void run_variants_audit(const VariantsOptions& options);
 
 }  // namespace attune::cli

@@ -29,6 +29,7 @@
 #pragma once
 
 #include "templates/flash_fwd_params.h"
+#include "templates/flash_fwd_sm90_registers.h"
 #include "templates/primitives/hopper.h"
 #include "templates/sm90_pipeline.cuh"
 #include "templates/tunable.cuh"
@@ -75,26 +76,25 @@ struct FlashFwdSm90Tunables {
   // 64K-register file): the producer keeps the minimum that its loop needs.
   ATTUNE_HOST_DEVICE static constexpr int consumer_registers(int consumers) { return consumers == 3 ? 160 : 240; }
   ATTUNE_HOST_DEVICE static constexpr int producer_registers(int consumers) { return consumers == 3 ? 32 : 24; }
-  // Register model of a consumer thread, fitted to ptxas (NVRTC 13.0; the
-  // measurements are in docs/kernels.md): O and S accumulators one register
-  // per float, P packed where S was, plus P's registers again while the
-  // overlap keeps the previous tile's P in flight, plus what ptxas keeps
-  // besides at each budget (8 at 168, 40 at 255 registers; at 128, 0 for
-  // d64 and 16 above).
-  // ptxas allocates the whole kernel within the launch bound's share of the
-  // register file (255 at 256 threads, 168 at 384, 128 at 512), whatever
-  // setmaxnreg gives the consumers later: that share is the budget. Three
-  // consumers spill past 128-key tiles whatever the model says, and one
-  // consumer at d256 spills in the TMA-store epilogue (8 bytes).
+  // Whether the consumers of a variant fit their registers, from
+  // measurements (flash_fwd_sm90_registers.h, tools/sm90_registers.py):
+  // ptxas compiles the code after `setmaxnreg.inc` for the raised budget
+  // (`ptxas -v` prints only the entry's), so the SASS audit of the
+  // consumers' region decides. One consumer moves no registers: the
+  // launch bound's 255. The stages, pingpong, rescale and store tunables
+  // share their measurement (the NVRTC covering set checks them).
+  // kMeasuring lifts the table, to measure past it.
+  static constexpr bool kMeasuring = false;
   ATTUNE_HOST_DEVICE static constexpr int register_budget(int consumers) {
-    const int share = 65536 / (128 * (1 + consumers)) / 8 * 8;
-    return share > 255 ? 255 : share;
+    return consumers == 1 ? 255 : consumer_registers(consumers);
   }
-  ATTUNE_HOST_DEVICE static constexpr int consumer_registers_needed(int head_dim, int block_n, int overlap,
-                                                                    int consumers) {
-    const int budget = register_budget(consumers);
-    const int besides = budget >= 255 ? 40 : budget >= 168 ? 8 : head_dim > 64 ? 16 : 0;
-    return head_dim / 2 + block_n / 2 + (overlap != 0 ? block_n / 4 : 0) + besides;
+  ATTUNE_HOST_DEVICE static constexpr bool registers_fit(int head_dim, int block_n, int overlap, int consumers) {
+    for (const Sm90RegisterMeasurement& m : kSm90Registers) {
+      if (m.head_dim == head_dim && m.consumers == consumers && m.block_n == block_n && m.overlap == overlap) {
+        return m.spills == 0 && m.highest_register + 1 <= register_budget(consumers);
+      }
+    }
+    return kMeasuring;  // not measured: not in the space
   }
 
   ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int block_m, int /*block_n*/, int /*stages*/,
@@ -116,7 +116,7 @@ struct FlashFwdSm90Tunables {
            (overlap == 0 || overlap == 1) && (rescale_after == 0 || overlap == 1) &&
            (tma_store == 0 || tma_store == 1) && (consumers < 3 || block_n <= 128) &&
            (tma_store == 0 || head_dim < 256 || consumers > 1) &&
-           consumer_registers_needed(head_dim, block_n, overlap, consumers) <= register_budget(consumers);
+           (kMeasuring || registers_fit(head_dim, block_n, overlap, consumers));
   }
 };
 
@@ -329,8 +329,8 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     for (i32 kk = 0; kk < kKSteps; ++kk) {
       const i32 box = kk / 4;
       const i32 col_bytes = (kk % 4) * 32;
-      const u64 desc_q = sm90::advance_descriptor(q_desc, static_cast<u32>(box * block_m * kRowBytes + col_bytes));
-      const u64 desc_k = sm90::advance_descriptor(k_desc, static_cast<u32>(box * kBlockN * kRowBytes + col_bytes));
+      const u64 desc_q = dev::wgmma::advance(q_desc, static_cast<u32>(box * block_m * kRowBytes + col_bytes));
+      const u64 desc_k = dev::wgmma::advance(k_desc, static_cast<u32>(box * kBlockN * kRowBytes + col_bytes));
       dev::wgmma::mma_ss<DType, kBlockN, 0, 0>(s.tiles, desc_q, desc_k, kk > 0);  // consumer: S GEMM
     }
     dev::wgmma::commit();
@@ -343,7 +343,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     dev::wgmma::fence();
     ATTUNE_UNROLL
     for (i32 ks = 0; ks < kPSteps; ++ks) {
-      const u64 desc_v = sm90::advance_descriptor(v_desc, static_cast<u32>(ks * 16 * kRowBytes));
+      const u64 desc_v = dev::wgmma::advance(v_desc, static_cast<u32>(ks * 16 * kRowBytes));
       dev::wgmma::mma_rs<DType, kHeadDim, 1>(softmax.u, pa[ks], desc_v, 1);  // consumer: P V GEMM
     }
     dev::wgmma::commit();
@@ -353,64 +353,70 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   // (`masked` is a constant at every call: each loop below compiles its own
   // body, the free tiles' without mask code.)
   flash_detail::RowWindows<Config> windows;
-  windows.init(f.mask, warp_row0, n_begin * kBlockN, seq.q_len, seq.k_len);
   const auto softmax_step = [&](bool masked, i32 i) {
-    if (masked) windows.apply(s, i * kBlockN);
+    if (masked) windows.apply(s, i);
     rescale.step(softmax, s.tiles, f.scale_log2);
   };
-  // The loops run the tiles in order: the masked ones [first, free_a), the
-  // free ones [free_a, free_b), the masked ones [free_b, tiles); `first` is
-  // the first tile a loop takes (the overlap does tile 0 before its loop).
-  const i32 first = overlap ? 1 : 0;
-  const i32 free_a = first > free_begin ? first : free_begin;
-  const i32 free_b = free_a > free_end ? free_a : free_end;
   const auto convert_p = [&] {
     ATTUNE_UNROLL
     for (i32 ks = 0; ks < kPSteps; ++ks) {
       flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
     }
   };
+  // One key tile i >= first. With the overlap, tile 0 runs before the loops
+  // and the P V of the last tile after them.
+  const auto tile = [&](bool masked, i32 i) {
+    ring.consumer_wait(i);
+    if (!overlap) {
+      turns.in_turn([&] { issue_s(i); });
+      dev::wgmma::wait<0>();
+      softmax_step(masked, i);
+      rescale.settle(softmax);
+      convert_p();
+      turns.in_turn([&] { issue_pv(i); });
+      dev::wgmma::wait<0>();
+      ring.consumer_release(i, wt == 0);
+    } else {
+      turns.in_turn([&] {
+        issue_s(i);       // S of tile i ...
+        issue_pv(i - 1);  // ... then P V of tile i-1, both in flight
+      });
+      dev::wgmma::wait<1>();    // S of tile i done
+      softmax_step(masked, i);  // while P V of tile i-1 runs
+      dev::wgmma::wait<0>();
+      ring.consumer_release(i - 1, wt == 0);
+      convert_p();
+      rescale.settle(softmax);
+    }
+  };
+  // The row windows are taken before each masked loop (from an opaque row,
+  // so they are not kept from one to the next): no registers held for them
+  // through the free loop.
+  const auto take_windows = [&] {
+    windows.init(f.mask, warp_row0 + dev::opaque(0), n_begin * kBlockN, seq.q_len, seq.k_len);
+  };
 
   if (tiles > 0) {
     dev::mbarrier::wait(q_full, 0);  // consumer: wait Q
-    if (!overlap) {
-      const auto tile = [&](bool masked, i32 i) {
-        ring.consumer_wait(i);
-        turns.in_turn([&] { issue_s(i); });
-        dev::wgmma::wait<0>();
-        softmax_step(masked, i);
-        rescale.settle(softmax);
-        convert_p();
-        turns.in_turn([&] { issue_pv(i); });
-        dev::wgmma::wait<0>();
-        ring.consumer_release(i, wt == 0);
-      };
-      for (i32 i = 0; i < free_a; ++i) tile(true, i);
-      for (i32 i = free_a; i < free_b; ++i) tile(false, i);
-      for (i32 i = free_b; i < tiles; ++i) tile(true, i);
-    } else {
+    take_windows();
+    const i32 first = overlap ? 1 : 0;
+    if (overlap) {
       ring.consumer_wait(0);
       turns.in_turn([&] { issue_s(0); });
       dev::wgmma::wait<0>();
       softmax_step(true, 0);  // the mask is right for any tile
       convert_p();
       rescale.settle(softmax);
-      const auto tile = [&](bool masked, i32 i) {
-        ring.consumer_wait(i);
-        turns.in_turn([&] {
-          issue_s(i);       // S of tile i ...
-          issue_pv(i - 1);  // ... then P V of tile i-1, both in flight
-        });
-        dev::wgmma::wait<1>();    // S of tile i done
-        softmax_step(masked, i);  // while P V of tile i-1 runs
-        dev::wgmma::wait<0>();
-        ring.consumer_release(i - 1, wt == 0);
-        convert_p();
-        rescale.settle(softmax);
-      };
-      for (i32 i = 1; i < free_a; ++i) tile(true, i);
-      for (i32 i = free_a; i < free_b; ++i) tile(false, i);
-      for (i32 i = free_b; i < tiles; ++i) tile(true, i);
+    }
+    // The tiles in order: masked [first, free_a), free [free_a, free_b),
+    // masked [free_b, tiles).
+    const i32 free_a = first > free_begin ? first : free_begin;
+    const i32 free_b = free_a > free_end ? free_a : free_end;
+    for (i32 i = first; i < free_a; ++i) tile(true, i);
+    for (i32 i = free_a; i < free_b; ++i) tile(false, i);
+    take_windows();
+    for (i32 i = free_b; i < tiles; ++i) tile(true, i);
+    if (overlap) {
       turns.in_turn([&] { issue_pv(tiles - 1); });
       dev::wgmma::wait<0>();
       ring.consumer_release(tiles - 1, wt == 0);

@@ -300,19 +300,36 @@ ATTUNE_DEVICE void scale_and_mask(typename Config::Scores& s, const TileMask& p,
   }
 }
 
-// The first n bits of a word (n >= 0; all 32 from 32 on).
-ATTUNE_DEVICE u32 low_bits(i32 n) { return n >= 32 ? ~0U : (1U << n) - 1U; }
+// The first n bits of a 64-bit word, 0 <= n <= kMax (a compile-time
+// bound: below 64 one shift and one subtraction).
+template <int kMax>
+ATTUNE_DEVICE u64 low_bits(i32 n) {
+  const u64 below = (1ULL << (n & 63)) - 1ULL;
+  if constexpr (kMax < 64) {
+    return below;
+  } else {
+    return n >= 64 ? ~0ULL : below;
+  }
+}
 
 // The visible keys of the rows a thread holds, for kernels that fold the
 // scale into the exponent (OnlineSoftmax::update_scores with a scale) and
-// mask raw scores: each row's bounds are taken once, in 64 bits, as offsets
-// from this thread's first key of a reference tile; a tile `shift` keys
-// further on is then masked in 32-bit arithmetic (offsets within a sequence
-// fit: sizes are int32). Tiles every row sees whole need no mask.
+// mask raw scores tile by tile. The thread's column j = 2 nt + e of a tile
+// is key offset 8 nt + e from its first key, so the columns below key
+// offset t number cols(t) = 2 floor(t / 8) + min(t mod 8, 2), and the
+// next tile (kBlockN keys on, a multiple of 8) lowers that by the tile's
+// columns. Each row's bounds are taken once, in 64 bits, as such counts
+// from the first tile; tile i then masks with a clamp, two shifts and one
+// select per score, in 32 bits (offsets within a sequence fit: sizes are
+// int32). Tiles every row sees whole need no mask.
 template <class Config>
 struct RowWindows {
-  i32 begin[Config::kMTiles][2];
-  i32 end[Config::kMTiles][2];
+  static constexpr i32 kColumns = 2 * Config::kNTiles;  // this thread's per tile, at most 64 (256 keys)
+  static_assert(kColumns <= 64, "RowWindows: at most 256 keys per warp");
+  i32 from[Config::kMTiles][2];  // cols(first visible key), from the first tile
+  i32 to[Config::kMTiles][2];    // cols(last visible key + 1)
+
+  ATTUNE_DEVICE static i32 columns_below(i32 offset) { return 2 * (offset >> 3) + min2(offset & 7, 2); }
 
   ATTUNE_DEVICE void init(const MaskParams& mask, i64 row0, i64 key0, i64 q_len, i64 k_len) {
     const i32 lane = dev::lane_id();
@@ -322,39 +339,27 @@ struct RowWindows {
       ATTUNE_UNROLL
       for (int half = 0; half < 2; ++half) {
         const KeyBounds b = key_bounds(mask, row0 + mt * 16 + frag::acc_row(lane, half), q_len, k_len);
-        begin[mt][half] = static_cast<i32>(b.begin - first_key);
-        end[mt][half] = static_cast<i32>(b.end - first_key);
+        from[mt][half] = columns_below(static_cast<i32>(b.begin - first_key));
+        to[mt][half] = columns_below(static_cast<i32>(b.end - first_key));
       }
     }
   }
 
-  // -inf outside each row's keys. Per row the thread's visible columns
-  // become bits (its column j = 2 nt + e is key offset 8 nt + e, so the
-  // offsets below t are its first ceil(t/8) + ceil((t-1)/8) columns); per
-  // score one bit test and one select.
-  ATTUNE_DEVICE void apply(typename Config::Scores& s, i32 shift) const {
-    constexpr i32 kWidth = Config::kWarpKeys;
-    constexpr int kWords = (2 * Config::kNTiles + 31) / 32;
+  // -inf outside each row's keys in tile `tile` (counted from the first).
+  ATTUNE_DEVICE void apply(typename Config::Scores& s, i32 tile) const {
+    const i32 shift = tile * kColumns;
     ATTUNE_UNROLL
     for (int mt = 0; mt < Config::kMTiles; ++mt) {
       ATTUNE_UNROLL
       for (int half = 0; half < 2; ++half) {
-        const i32 lo = clamp(begin[mt][half] - shift, 0, kWidth);
-        const i32 hi = clamp(end[mt][half] - shift, lo, kWidth);
-        const i32 from = ((lo + 7) >> 3) + ((lo + 6) >> 3);
-        const i32 to = ((hi + 7) >> 3) + ((hi + 6) >> 3);
-        u32 visible[kWords];
-        ATTUNE_UNROLL
-        for (int word = 0; word < kWords; ++word) {
-          const i32 base = 32 * word;
-          visible[word] = low_bits(clamp(to - base, 0, 32)) & ~low_bits(clamp(from - base, 0, 32));
-        }
+        const i32 lo = clamp(from[mt][half] - shift, 0, kColumns);
+        const i32 hi = clamp(to[mt][half] - shift, 0, kColumns);
+        const u64 visible = low_bits<kColumns>(hi) & ~low_bits<kColumns>(lo);
         ATTUNE_UNROLL
         for (int nt = 0; nt < Config::kNTiles; ++nt) {
           ATTUNE_UNROLL
           for (int e = 0; e < 2; ++e) {
-            const int j = 2 * nt + e;
-            if ((visible[j / 32] & (1U << (j % 32))) == 0) s.at(mt, nt, half, e) = -dev::infinity();
+            if ((visible & (1ULL << (2 * nt + e))) == 0) s.at(mt, nt, half, e) = -dev::infinity();
           }
         }
       }

@@ -13,6 +13,8 @@ inline constexpr float kLog2e = 1.4426950408889634f;  // log2 e: natural units t
 // its exponential.
 ATTUNE_DEVICE float max2(float a, float b) { return dev::fmax(a, b); }
 
+ATTUNE_DEVICE i32 min2(i32 a, i32 b) { return a < b ? a : b; }
+
 // x within [lo, hi] (lo <= hi): min and max, no branch.
 ATTUNE_DEVICE i32 clamp(i32 x, i32 lo, i32 hi) { return x < lo ? lo : x > hi ? hi : x; }
 

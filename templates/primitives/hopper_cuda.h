@@ -12,6 +12,7 @@
 //   wgmma::mma_rs<D, N, kTransB>(float (&d)[N/2], const u32 (&a)[4], u64 desc_b, i32 accumulate)
 //   (both also take d as mma.sync's C fragment of a warp, float (&d)[1][N/8][4])
 //   wgmma::descriptor(const void* smem, lbo, sbo, Swizzle)   // sm90::encode_descriptor
+//   wgmma::advance(u64 desc, u32 bytes)                      // sm90::advance_descriptor
 //   registers::increase<R>(), registers::decrease<R>()  // setmaxnreg.{inc,dec}
 //   mbarrier::init(bar, count), arrive(bar), arrive_expect_tx(bar, bytes), expect_tx(bar, bytes),
 //     try_wait(bar, parity) -> bool, wait(bar, parity), invalidate(bar); fence_init()
@@ -204,6 +205,19 @@ template <i32 R>
 ATTUNE_DEVICE void fence_operands(u32 (&r)[R]) {
   ATTUNE_UNROLL
   for (i32 i = 0; i < R; ++i) asm volatile("" : "+r"(r[i])::"memory");
+}
+
+// sm90::advance_descriptor on the two halves, so the compiler adds in 32
+// bits (left to itself it widens the add and carries into the high word:
+// two more uniform instructions per wgmma).
+ATTUNE_DEVICE u64 advance(u64 descriptor, u32 bytes) {
+  u32 lo;
+  u32 hi;
+  asm("mov.b64 {%0, %1}, %2;" : "=r"(lo), "=r"(hi) : "l"(descriptor));
+  lo += bytes >> 4;
+  u64 out;
+  asm("mov.b64 %0, {%1, %2};" : "=l"(out) : "r"(lo), "r"(hi));
+  return out;
 }
 
 ATTUNE_DEVICE u64 descriptor(const void* smem, u32 leading_bytes, u32 stride_bytes, sm90::Swizzle swizzle) {

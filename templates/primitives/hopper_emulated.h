@@ -58,6 +58,8 @@ void fence_operands(u32 (&)[R]) {}
 
 // The shared-window address of the emulator is the offset in its dynamic
 // shared memory.
+inline u64 advance(u64 descriptor, u32 bytes) { return sm90::advance_descriptor(descriptor, bytes); }
+
 inline u64 descriptor(const void* smem, u32 leading_bytes, u32 stride_bytes, sm90::Swizzle swizzle) {
   sm90::MatrixDescriptor d;
   d.start = static_cast<u32>(static_cast<const unsigned char*>(smem) - emu::hooks::shared_base());

@@ -1,0 +1,82 @@
+// The registers flash_fwd_sm90's consumers use, measured on the compiled
+// variants (sm_90a, bf16; SASS audit per setmaxnreg region) by
+// tools/sm90_registers.py, which writes this file: do not edit by hand.
+// FlashFwdSm90Tunables::valid draws the variant space from it.
+#pragma once
+
+namespace attune {
+
+struct Sm90RegisterMeasurement {
+  int head_dim;
+  int consumers;
+  int block_n;
+  int overlap;
+  int highest_register;  // in the consumers' region
+  int spills;            // STL and LDL instructions, every region
+};
+
+// {head dim, consumers, key tile, overlap, highest register, spills}: the variant
+inline constexpr Sm90RegisterMeasurement kSm90Registers[] = {
+    {64, 1, 64, 0, 109, 0},      // d64.bm64.bn64.st2.pp0.ov0.ra0.ts1
+    {64, 1, 64, 1, 111, 0},      // d64.bm64.bn64.st2.pp0.ov1.ra0.ts1
+    {64, 1, 80, 0, 115, 0},      // d64.bm64.bn80.st2.pp0.ov0.ra0.ts1
+    {64, 1, 80, 1, 119, 0},      // d64.bm64.bn80.st2.pp0.ov1.ra0.ts1
+    {64, 1, 128, 0, 151, 0},     // d64.bm64.bn128.st2.pp0.ov0.ra0.ts1
+    {64, 1, 128, 1, 165, 0},     // d64.bm64.bn128.st2.pp0.ov1.ra0.ts1
+    {64, 1, 176, 0, 190, 0},     // d64.bm64.bn176.st2.pp0.ov0.ra0.ts1
+    {64, 1, 176, 1, 215, 0},     // d64.bm64.bn176.st2.pp0.ov1.ra0.ts1
+    {64, 2, 64, 0, 120, 0},      // d64.bm128.bn64.st2.pp1.ov0.ra0.ts1
+    {64, 2, 64, 1, 111, 0},      // d64.bm128.bn64.st2.pp1.ov1.ra0.ts1
+    {64, 2, 80, 0, 129, 0},      // d64.bm128.bn80.st2.pp1.ov0.ra0.ts1
+    {64, 2, 80, 1, 120, 0},      // d64.bm128.bn80.st2.pp1.ov1.ra0.ts1
+    {64, 2, 128, 0, 173, 0},     // d64.bm128.bn128.st2.pp1.ov0.ra0.ts1
+    {64, 2, 128, 1, 165, 0},     // d64.bm128.bn128.st2.pp1.ov1.ra0.ts1
+    {64, 2, 176, 0, 198, 0},     // d64.bm128.bn176.st2.pp1.ov0.ra0.ts1
+    {64, 2, 176, 1, 217, 0},     // d64.bm128.bn176.st2.pp1.ov1.ra0.ts1
+    {64, 3, 64, 0, 113, 0},      // d64.bm192.bn64.st2.pp0.ov0.ra0.ts1
+    {64, 3, 64, 1, 113, 0},      // d64.bm192.bn64.st2.pp0.ov1.ra0.ts1
+    {64, 3, 80, 0, 125, 0},      // d64.bm192.bn80.st2.pp0.ov0.ra0.ts1
+    {64, 3, 80, 1, 119, 0},      // d64.bm192.bn80.st2.pp0.ov1.ra0.ts1
+    {64, 3, 128, 0, 153, 0},     // d64.bm192.bn128.st2.pp0.ov0.ra0.ts1
+    {64, 3, 128, 1, 157, 0},     // d64.bm192.bn128.st2.pp0.ov1.ra0.ts1
+    {128, 1, 64, 0, 165, 0},     // d128.bm64.bn64.st2.pp0.ov0.ra0.ts1
+    {128, 1, 64, 1, 165, 0},     // d128.bm64.bn64.st2.pp0.ov1.ra0.ts1
+    {128, 1, 80, 0, 164, 0},     // d128.bm64.bn80.st2.pp0.ov0.ra0.ts1
+    {128, 1, 80, 1, 164, 0},     // d128.bm64.bn80.st2.pp0.ov1.ra0.ts1
+    {128, 1, 128, 0, 203, 0},    // d128.bm64.bn128.st2.pp0.ov0.ra0.ts1
+    {128, 1, 128, 1, 221, 0},    // d128.bm64.bn128.st2.pp0.ov1.ra0.ts1
+    {128, 1, 176, 0, 219, 0},    // d128.bm64.bn176.st2.pp0.ov0.ra0.ts1
+    {128, 1, 176, 1, 249, 0},    // d128.bm64.bn176.st2.pp0.ov1.ra0.ts1
+    {128, 2, 64, 0, 202, 0},     // d128.bm128.bn64.st2.pp1.ov0.ra0.ts1
+    {128, 2, 64, 1, 202, 0},     // d128.bm128.bn64.st2.pp1.ov1.ra0.ts1
+    {128, 2, 80, 0, 199, 0},     // d128.bm128.bn80.st2.pp1.ov0.ra0.ts1
+    {128, 2, 80, 1, 197, 0},     // d128.bm128.bn80.st2.pp1.ov1.ra0.ts1
+    {128, 2, 128, 0, 214, 0},    // d128.bm128.bn128.st2.pp1.ov0.ra0.ts1
+    {128, 2, 128, 1, 203, 0},    // d128.bm128.bn128.st2.pp1.ov1.ra0.ts1
+    {128, 2, 176, 0, 219, 0},    // d128.bm128.bn176.st2.pp1.ov0.ra0.ts1
+    {128, 2, 176, 1, 237, 0},    // d128.bm128.bn176.st2.pp1.ov1.ra0.ts1
+    {128, 3, 64, 0, 156, 0},     // d128.bm192.bn64.st2.pp0.ov0.ra0.ts1
+    {128, 3, 64, 1, 138, 0},     // d128.bm192.bn64.st2.pp0.ov1.ra0.ts1
+    {128, 3, 80, 0, 156, 0},     // d128.bm192.bn80.st2.pp0.ov0.ra0.ts1
+    {128, 3, 80, 1, 157, 0},     // d128.bm192.bn80.st2.pp0.ov1.ra0.ts1
+    {128, 3, 128, 0, 157, 0},    // d128.bm192.bn128.st2.pp0.ov0.ra0.ts1
+    {128, 3, 128, 1, 157, 254},  // d128.bm192.bn128.st2.pp0.ov1.ra0.ts1
+    {256, 1, 64, 0, 217, 0},     // d256.bm64.bn64.st2.pp0.ov0.ra0.ts0
+    {256, 1, 64, 1, 217, 0},     // d256.bm64.bn64.st2.pp0.ov1.ra0.ts0
+    {256, 1, 80, 0, 215, 0},     // d256.bm64.bn80.st2.pp0.ov0.ra0.ts0
+    {256, 1, 80, 1, 215, 0},     // d256.bm64.bn80.st2.pp0.ov1.ra0.ts0
+    {256, 1, 128, 0, 249, 0},    // d256.bm64.bn128.st2.pp0.ov0.ra0.ts0
+    {256, 1, 128, 1, 251, 0},    // d256.bm64.bn128.st2.pp0.ov1.ra0.ts0
+    {256, 1, 176, 0, 252, 0},    // d256.bm64.bn176.st2.pp0.ov0.ra0.ts0
+    {256, 1, 176, 1, 251, 280},  // d256.bm64.bn176.st2.pp0.ov1.ra0.ts0
+    {256, 2, 64, 0, 237, 2},     // d256.bm128.bn64.st2.pp1.ov0.ra0.ts1
+    {256, 2, 64, 1, 237, 3},     // d256.bm128.bn64.st2.pp1.ov1.ra0.ts1
+    {256, 2, 80, 0, 237, 2},     // d256.bm128.bn80.st2.pp1.ov0.ra0.ts1
+    {256, 2, 80, 1, 237, 2},     // d256.bm128.bn80.st2.pp1.ov1.ra0.ts1
+    {256, 2, 128, 0, 235, 6},    // d256.bm128.bn128.st2.pp1.ov0.ra0.ts1
+    {256, 2, 128, 1, 237, 114},  // d256.bm128.bn128.st2.pp1.ov1.ra0.ts1
+    {256, 2, 176, 0, 237, 493},  // d256.bm128.bn176.st2.pp1.ov0.ra0.ts1
+    {256, 2, 176, 1, 237, 982},  // d256.bm128.bn176.st2.pp1.ov1.ra0.ts1
+};
+
+}  // namespace attune

@@ -1,0 +1,105 @@
+#!/usr/bin/env python3
+"""Measures the registers flash_fwd_sm90's consumers use, and writes the
+table its variant space is drawn from (templates/flash_fwd_sm90_registers.h:
+FlashFwdSm90Tunables::valid admits a head dim, consumer count, key tile and
+overlap only where the measured variant spilled nothing and its consumers
+stayed within their setmaxnreg budget).
+
+For each head dim, query tile (consumer count), key tile and overlap: the
+variant with 2 stages, pingpong where two consumers allow it, no rescale
+after, the TMA store (direct stores at d256 with one consumer, where the
+store needs more), compiled for sm_90a in bf16 by `attune variants profile
+--no-emulate --format json`. From its SASS audit, the consumers' region
+(after `setmaxnreg` 160 or 240; with one consumer the entry, which moves no
+registers) gives the highest register; every region its spills.
+
+  tools/sm90_registers.py ATTUNE [--out FILE] [--jobs N]
+
+A variant outside the current table does not compile (the template's
+static_assert): to refresh, build ATTUNE with FlashFwdSm90Tunables::
+kMeasuring set to true, run this with --out templates/flash_fwd_sm90_registers.h,
+set kMeasuring back, rebuild (docs/kernels.md). Takes about a minute.
+"""
+import argparse
+import concurrent.futures
+import json
+import subprocess
+import sys
+
+HEAD_DIMS = (64, 128, 256)
+BLOCK_M = (64, 128, 192)
+BLOCK_N = (64, 80, 128, 176)
+HEADER = """// The registers flash_fwd_sm90's consumers use, measured on the compiled
+// variants (sm_90a, bf16; SASS audit per setmaxnreg region) by
+// tools/sm90_registers.py, which writes this file: do not edit by hand.
+// FlashFwdSm90Tunables::valid draws the variant space from it.
+#pragma once
+
+namespace attune {
+
+struct Sm90RegisterMeasurement {
+  int head_dim;
+  int consumers;
+  int block_n;
+  int overlap;
+  int highest_register;  // in the consumers' region
+  int spills;            // STL and LDL instructions, every region
+};
+
+// {head dim, consumers, key tile, overlap, highest register, spills}: the variant
+inline constexpr Sm90RegisterMeasurement kSm90Registers[] = {
+"""
+FOOTER = """};
+
+}  // namespace attune
+"""
+
+
+def budget(consumers):
+    return {1: 255, 2: 240, 3: 160}[consumers]
+
+
+def variant_id(d, bm, bn, ov):
+    pp = 1 if bm == 128 else 0
+    ts = 0 if d == 256 and bm == 64 else 1
+    return f"flash_fwd_sm90/d{d}.bm{bm}.bn{bn}.st2.pp{pp}.ov{ov}.ra0.ts{ts}"
+
+
+def measure(attune, vid):
+    r = subprocess.run([attune, "variants", "profile", vid, "--no-emulate", "--format", "json"],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        return None  # not in the variant space (shared memory, or the model)
+    p = json.loads(r.stdout)
+    consumers = int(vid.split(".bm")[1].split(".")[0]) // 64
+    regions = p["sass_audit"]["regions"]
+    want = 0 if consumers == 1 else budget(consumers)
+    consumer = [x for x in regions if x["register_limit"] == want]
+    highest = max(x["highest_register"] for x in consumer) if consumer else -1
+    spills = sum(x["spill_stores"] + x["spill_loads"] for x in regions)
+    d = int(vid.split("/d")[1].split(".")[0])
+    bn = int(vid.split(".bn")[1].split(".")[0])
+    ov = int(vid.split(".ov")[1].split(".")[0])
+    return f"    {{{d}, {consumers}, {bn}, {ov}, {highest}, {spills}}},  // {vid.split('/')[1]}\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("attune")
+    ap.add_argument("--out", default="-")
+    ap.add_argument("--jobs", type=int, default=2)
+    a = ap.parse_args()
+    ids = [variant_id(d, bm, bn, ov) for d in HEAD_DIMS for bm in BLOCK_M for bn in BLOCK_N for ov in (0, 1)]
+    with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
+        rows = list(pool.map(lambda v: measure(a.attune, v), ids))
+    text = HEADER + "".join(r for r in rows if r is not None) + FOOTER
+    if a.out == "-":
+        sys.stdout.write(text)
+    else:
+        with open(a.out, "w") as f:
+            f.write(text)
+    print(f"sm90_registers: {sum(r is not None for r in rows)} of {len(ids)} variants measured", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
