@@ -48,6 +48,7 @@ json to_json(const profile::SassAudit& audit) {
                      {"end_address", l.end_address},
                      {"instructions", l.instructions},
                      {"mma", l.mma},
+                     {"inner_mma_loops", l.inner_mma_loops},
                      {"mma_shapes", l.mma_shapes},
                      {"instructions_per_mma", l.instructions_per_mma},
                      {"classes", l.classes}});
@@ -67,6 +68,8 @@ void print_audit(const profile::SassAudit& audit) {
     std::printf("mma loop: 0x%04x-0x%04x: %d instructions, %d MMA, %.1f per MMA;", l.begin_address, l.end_address,
                 l.instructions, l.mma, l.instructions_per_mma);
     for (const auto& [name, count] : l.classes) std::printf(" %s %d", name.c_str(), count);
+    if (l.inner_mma_loops > 0)
+      std::printf(" (outer: holds %d MMA loop%s)", l.inner_mma_loops, l.inner_mma_loops > 1 ? "s" : "");
     std::printf("\n");
   }
 }

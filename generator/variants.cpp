@@ -129,7 +129,8 @@ Sm90Fit sm90_fit(const AttentionProblem& p) {
   if (p.modifiers.any()) return {Sm90Fit::Why::kModifiers};
   // The kernel takes each row's maximum on the raw scores and folds the
   // scale into the exponent: right for a positive scale only.
-  if (!(p.softmax_scale() > 0)) return {Sm90Fit::Why::kScale};
+  // (The default, 1/sqrt(Dk), is: no square root on the dispatch path.)
+  if (p.scale && !(*p.scale > 0)) return {Sm90Fit::Why::kScale};
   if (p.is_paged()) return {Sm90Fit::Why::kPaged};
   const std::int64_t d = std::max(p.head_dim_k, p.head_dim_v);
   if (d > max_sm90_head_dim()) return {Sm90Fit::Why::kHeadDim, 0, nullptr, d};

@@ -1,12 +1,15 @@
 #include "profile/sass_audit.h"
 
 #include <algorithm>
+#include <cctype>
+#include <map>
 #include <optional>
 #include <regex>
 #include <sstream>
 #include <string>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 namespace attune::profile {
 
@@ -121,6 +124,7 @@ struct Cfg {
   std::vector<std::size_t> last;   // block -> its last instruction
   std::vector<std::vector<std::size_t>> succ, pred;
   std::vector<std::vector<bool>> dom;  // dom[b][d]: d dominates b
+  std::vector<std::ptrdiff_t> depth;   // dominators of a block, itself included
   std::vector<bool> entry_;            // a function's first block, or one no entry reaches
 
   explicit Cfg(const Listing& listing) {
@@ -193,6 +197,8 @@ struct Cfg {
         }
       }
     }
+    depth.resize(blocks);
+    for (std::size_t b = 0; b < blocks; ++b) depth[b] = std::count(dom[b].begin(), dom[b].end(), true);
   }
 
   std::size_t blocks() const { return first.size(); }
@@ -203,10 +209,9 @@ struct Cfg {
     std::ptrdiff_t best_depth = -1;
     for (std::size_t d = 0; d < blocks(); ++d) {
       if (d == b || !dom[b][d]) continue;
-      const auto depth = std::count(dom[d].begin(), dom[d].end(), true);
-      if (depth > best_depth) {
+      if (depth[d] > best_depth) {
         best = d;
-        best_depth = depth;
+        best_depth = depth[d];
       }
     }
     return best;
@@ -243,8 +248,8 @@ SassAudit audit_sass(std::string_view sass) {
   std::vector<std::ptrdiff_t> opener_at_end(cfg.blocks(), -1);
   std::vector<std::size_t> order(cfg.blocks());
   for (std::size_t b = 0; b < order.size(); ++b) order[b] = b;
-  const auto depth = [&](std::size_t b) { return std::count(cfg.dom[b].begin(), cfg.dom[b].end(), true); };
-  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return depth(a) < depth(b); });
+  std::stable_sort(order.begin(), order.end(),
+                   [&](std::size_t a, std::size_t b) { return cfg.depth[a] < cfg.depth[b]; });
   for (std::size_t b : order) {
     const std::optional<std::size_t> up = cfg.idom(b);
     std::ptrdiff_t opener = up ? opener_at_end[*up] : -1;
@@ -268,8 +273,21 @@ SassAudit audit_sass(std::string_view sass) {
   std::stable_sort(audit.regions.begin(), audit.regions.end(), [](const SassRegion& a, const SassRegion& b) {
     return a.function != b.function ? a.function < b.function : a.first_address < b.first_address;
   });
-  for (const auto& [header, body] : cfg.natural_loops()) {
+  const std::map<std::size_t, std::vector<bool>> loops = cfg.natural_loops();
+  std::vector<std::size_t> mma_headers;  // the headers of loops that issue an MMA
+  for (const auto& [header, body] : loops) {
+    for (std::size_t b = 0; b < cfg.blocks(); ++b) {
+      if (body[b] && std::any_of(code.begin() + static_cast<std::ptrdiff_t>(cfg.first[b]),
+                                 code.begin() + static_cast<std::ptrdiff_t>(cfg.last[b]) + 1, is_mma)) {
+        mma_headers.push_back(header);
+        break;
+      }
+    }
+  }
+  for (const auto& [header, body] : loops) {
     SassLoop loop;
+    loop.inner_mma_loops = static_cast<int>(
+        std::count_if(mma_headers.begin(), mma_headers.end(), [&](std::size_t h) { return h != header && body[h]; }));
     loop.function = listing.functions[static_cast<std::size_t>(code[cfg.first[header]].function)];
     loop.begin_address = code[cfg.first[header]].address;
     for (std::size_t b = 0; b < cfg.blocks(); ++b) {

@@ -37,6 +37,7 @@ struct SassLoop {
   int end_address = 0;    // the highest address in the loop
   int instructions = 0;
   int mma = 0;                            // HGMMA and HMMA
+  int inner_mma_loops = 0;                // MMA loops inside this one (0: innermost; a persistent tile loop holds some)
   std::map<std::string, int> mma_shapes;  // "HGMMA.64x128x16.F32.BF16": count
   double instructions_per_mma = 0;
   // MUFU.EX2, FMNMX, FSETP, FSEL, FFMA, FMUL, FADD, ISETP.EX (64-bit

@@ -9,8 +9,8 @@ inline constexpr float kLn2 = 0.6931471805599453f;    // ln 2: base-2 log-sum-ex
 inline constexpr float kLog2e = 1.4426950408889634f;  // log2 e: natural units to base 2
 
 // One FMNMX, where `a > b ? a : b` costs a compare and a select. A NaN
-// score is passed over by the maximum but still reaches l and O through
-// its exponential.
+// score is passed over by the maximum but still reaches l through its
+// exponential.
 ATTUNE_DEVICE float max2(float a, float b) { return dev::fmax(a, b); }
 
 ATTUNE_DEVICE i32 min2(i32 a, i32 b) { return a < b ? a : b; }

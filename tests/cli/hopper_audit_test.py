@@ -26,8 +26,10 @@ BEST, WORST = 32.0, 40.0
 
 
 def loops_within(audit, best=BEST, worst=WORST):
-    """None, or why the HGMMA loops of an audit miss the budget."""
-    per = [l["instructions_per_mma"] for l in audit["mma_loops"] if any(k.startswith("HGMMA") for k in l["mma_shapes"])]
+    """None, or why the innermost HGMMA loops of an audit miss the budget
+    (an outer loop, such as a persistent tile loop, is not a main loop)."""
+    per = [l["instructions_per_mma"] for l in audit["mma_loops"]
+           if any(k.startswith("HGMMA") for k in l["mma_shapes"]) and l.get("inner_mma_loops", 0) == 0]
     if not per:
         return "no HGMMA loop"
     if min(per) > best or max(per) > worst:

@@ -75,6 +75,19 @@ TEST(FlashFwdSm90EmuTest, CallsTmaCannotMapFallBackToFlashFwd) {
   testing::expect_forward_matches_reference(v, contiguous, "square_causal, contiguous");
 }
 
+// The kernel takes the row maximum on unscaled scores (the scale folded
+// into the exponent): a scale <= 0 is declined with its value and runs on
+// flash_fwd, with the same result.
+TEST(FlashFwdSm90EmuTest, ANonPositiveScaleFallsBackToFlashFwd) {
+  const Variant v = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1");
+  testing::Inputs in = testing::with_tma_strides(testing::make_inputs(testing::seed_families(DType::kBF16)[0]));
+  EXPECT_EQ(sm90_unfit_reason(in.problem), "");
+  in.problem.scale = -0.25;
+  EXPECT_NE(sm90_unfit_reason(in.problem).find("softmax scale -0.25"), std::string::npos)
+      << sm90_unfit_reason(in.problem);
+  testing::expect_forward_matches_reference(v, in, "negative scale");
+}
+
 // The tensor maps of a call are built from its pointers and strides each
 // call, and encoded once: the same call again encodes none.
 TEST(FlashFwdSm90EmuTest, RepeatedCallEncodesNoTensorMap) {

@@ -96,6 +96,32 @@ TEST(SassAuditTest, AListingWithoutSetmaxnregIsOneRegion) {
   ASSERT_EQ(audit.loops.size(), 1u);
   EXPECT_EQ(audit.loops[0].instructions, 3);
   EXPECT_EQ(audit.loops[0].classes, (std::map<std::string, int>{{"FFMA", 1}}));
+  EXPECT_EQ(audit.loops[0].inner_mma_loops, 0);
+}
+
+// A persistent kernel: a tile loop around the key loop. Both are reported;
+// the outer one says it holds the inner one, so a reader (and
+// cli.hopper_audit) takes the main loop's count from the inner.
+TEST(SassAuditTest, AnOuterLoopNamesTheMmaLoopsItHolds) {
+  const SassAudit audit = audit_sass(R"(
+.text.persistent:
+        /*0000*/                   MOV R4, RZ ;
+.L_x_0:
+        /*0010*/                   IADD3 R4, R4, 0x1, RZ ;
+.L_x_1:
+        /*0020*/                   HMMA.16816.F32.BF16 R8, R12, R16, R8 ;
+        /*0030*/               @P1 BRA `(.L_x_1) ;
+        /*0040*/                   STG.E [R2.64], R8 ;
+        /*0050*/               @P0 BRA `(.L_x_0) ;
+        /*0060*/                   EXIT ;
+)");
+  ASSERT_EQ(audit.loops.size(), 2u);
+  EXPECT_EQ(audit.loops[0].begin_address, 0x10);
+  EXPECT_EQ(audit.loops[0].instructions, 5);
+  EXPECT_EQ(audit.loops[0].inner_mma_loops, 1);
+  EXPECT_EQ(audit.loops[1].begin_address, 0x20);
+  EXPECT_EQ(audit.loops[1].instructions, 2);
+  EXPECT_EQ(audit.loops[1].inner_mma_loops, 0);
 }
 
 }  // namespace
