@@ -425,11 +425,20 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   softmax.merge_quad();
 
   // ---- epilogue: O = u / l (0 and LSE = -inf for rows that saw no key) ----
+  // O is staged in this consumer's Q rows of each box (free since its last
+  // S GEMM), so its registers are dead before any global address is
+  // computed; then one TMA store, or the consumer's threads copy the rows
+  // out (packed tails, layouts TMA cannot map).
   const i32 lane = dev::lane_id();
   const bool rows_whole = c_row0 + 64 <= seq.q_len || f.cu_seqlens_q == nullptr;  // a TMA box never leaves the sequence
   const bool via_tma = tma_store && p.o_map_valid != 0 && rows_whole && c_row0 < seq.q_len;
-  // This consumer's Q rows of each box hold its O tile for the TMA store.
   unsigned char* o_stage = q_s + 64 * consumer * kRowBytes;
+  // Element (row, col) of the staged tile, row counted from the consumer's first.
+  const auto staged = [&](i32 row, i32 col) {
+    const u32 at = static_cast<u32>(o_stage + (col / kBoxCols) * block_m * kRowBytes - smem) +
+                   static_cast<u32>(row * kRowBytes + (col % kBoxCols) * 2);
+    return dev::shared_as<u16>(smem + sm90::swizzle_address(kSwizzle, at));
+  };
   softmax.for_each_row(lane, [&](i32 warp_row, const typename Softmax::Row& r) {
     const i64 row = warp_row0 - row0 + warp_row;  // in the block
     const softmax::RowEnd end = softmax::finalize(r.m, r.l);
@@ -443,25 +452,14 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     for (int dt = 0; dt < kHeadDim / 8; ++dt) {
       ATTUNE_UNROLL
       for (int e = 0; e < 2; ++e) {
-        const i32 col = Softmax::column(lane, dt, e);
-        const u16 bits = dev::to_bits<DType>(r.u[dt][e] * end.inv_l);
-        if (via_tma) {
-          const i32 local = static_cast<i32>(row - 64 * consumer);
-          const u32 offset = static_cast<u32>(local * kRowBytes + (col % kBoxCols) * 2);
-          const u32 at = static_cast<u32>(o_stage + (col / kBoxCols) * block_m * kRowBytes - smem) + offset;
-          dev::store_shared(dev::shared_as<u16>(smem + sm90::swizzle_address(kSwizzle, at)),
-                            bits);  // consumer: stage O
-        } else if (q_row < seq.q_len && col < f.head_dim_v) {
-          dev::store_global(
-              f.o + batch * f.o_batch_stride + (seq.q_begin + q_row) * f.o_row_stride + head * f.o_head_stride + col,
-              bits);
-        }
+        dev::store_shared(staged(static_cast<i32>(row - 64 * consumer), Softmax::column(lane, dt, e)),
+                          dev::to_bits<DType>(r.u[dt][e] * end.inv_l));  // consumer: stage O
       }
     }
   });
+  if (via_tma) dev::fence_proxy_async();  // the staged O before the TMA store reads it
+  dev::named_barrier::sync(sm90_sync::kStore + consumer, 128);
   if (via_tma) {
-    dev::fence_proxy_async();  // the staged O before the TMA store reads it
-    dev::named_barrier::sync(sm90_sync::kStore + consumer, 128);
     if (wt == 0) {
       for (i32 c = 0; c < kChunks; ++c) {
         dev::tma::store(&p.o_map, o_stage + c * block_m * kRowBytes, c * kBoxCols,
@@ -469,6 +467,19 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
       }
       dev::tma::commit();
       dev::tma::wait_read<0>();
+    }
+  } else {
+    // Consecutive threads take consecutive columns of a row.
+    const i64 rows_left = seq.q_len - c_row0;
+    const i32 rows = static_cast<i32>(rows_left < 0 ? 0 : rows_left < 64 ? rows_left : 64);
+    for (i32 at = wt; at < rows * kHeadDim; at += 128) {
+      const i32 row = at / kHeadDim;
+      const i32 col = at % kHeadDim;
+      if (col < f.head_dim_v) {
+        dev::store_global(f.o + batch * f.o_batch_stride + (seq.q_begin + c_row0 + row) * f.o_row_stride +
+                              head * f.o_head_stride + col,
+                          dev::load_shared(staged(row, col)));  // consumer: store O
+      }
     }
   }
 }
