@@ -98,14 +98,13 @@ TEST(VariantsTest, HeuristicIsAnEnumeratedVariant) {
       EXPECT_NE(std::find(all.begin(), all.end(), h), all.end()) << h.id();
     }
   }
-  // FlashAttention-3's tiles on Hopper where the measured registers admit
-  // them (128 x 176 at d128, 192 x 128 at d64; its 128 x 80 at d256 spills
-  // with two consumers: one consumer there), FlashAttention-2's elsewhere
-  // and where the Hopper family cannot map a call.
+  // FlashAttention-3's tiles on Hopper, which the measured registers admit
+  // (192 x 128 at d64, 128 x 176 at d128, 128 x 80 at d256),
+  // FlashAttention-2's elsewhere and where the Hopper family cannot map a call.
   EXPECT_EQ(heuristic_variant("fwd", DType::kBF16, 128, 128, *parse_arch("sm_90a")).id(),
             "flash_fwd_sm90/d128.bm128.bn176.st2.pp1.ov1.ra0.ts1");
   EXPECT_EQ(heuristic_variant("fwd", DType::kBF16, 256, 256, *parse_arch("sm_90a")).id(),
-            "flash_fwd_sm90/d256.bm64.bn80.st2.pp0.ov1.ra0.ts0");
+            "flash_fwd_sm90/d256.bm128.bn80.st2.pp1.ov1.ra0.ts1");
   EXPECT_EQ(heuristic_variant("fwd", DType::kBF16, 64, 64, *parse_arch("sm_90a")).id(),
             "flash_fwd_sm90/d64.bm192.bn128.st2.pp0.ov1.ra0.ts1");
   EXPECT_EQ(heuristic_variant("fwd", DType::kBF16, 128, 128, *parse_arch("sm_90a"), 0, {.masked = true}).id(),
