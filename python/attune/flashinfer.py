@@ -26,7 +26,9 @@ pos_encoding_mode other than "NONE", custom masks, fp8 data types and
 their scales, jit_args. Where attune's plan needs what FlashInfer's plan
 does not take (the pool's page count and strides, known at the first run),
 the first run after the wrapper is made, or after the pool changes, plans
-(later plan() calls reuse what it learned).
+(later plan() calls reuse what it learned). So with use_cuda_graph, run
+once before capturing (a warm-up, as SGLang and vLLM do): a run that would
+plan under capture is refused, saying so.
 """
 import math
 
@@ -210,6 +212,12 @@ class _PagedWrapper:
         num_pages, k_strides, v_strides = pool
         full = dict(self._request, num_pages=num_pages, k_strides=k_strides, v_strides=v_strides, sinks=sinks)
         if full != self._planned:
+            if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+                # Planning allocates and copies: not inside a CUDA graph.
+                raise InvalidArgument(
+                    "run() under CUDA-graph capture needs a plan for this KV pool, which FlashInfer's plan() does "
+                    "not receive: run once before capturing (a warm-up run, as SGLang and vLLM do), with the "
+                    "same pool")
             self._decode.plan(**full)
             self._planned = full
 
