@@ -427,8 +427,8 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   // ---- epilogue: O = u / l (0 and LSE = -inf for rows that saw no key) ----
   // O is staged in this consumer's Q rows of each box (free since its last
   // S GEMM), so its registers are dead before any global address is
-  // computed; then one TMA store, or the consumer's threads copy the rows
-  // out (packed tails, layouts TMA cannot map).
+  // computed; then one TMA store, or each thread stores what it staged
+  // (packed tails, layouts TMA cannot map).
   const i32 lane = dev::lane_id();
   const bool rows_whole = c_row0 + 64 <= seq.q_len || f.cu_seqlens_q == nullptr;  // a TMA box never leaves the sequence
   const bool via_tma = tma_store && p.o_map_valid != 0 && rows_whole && c_row0 < seq.q_len;
@@ -457,9 +457,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
       }
     }
   });
-  if (via_tma) dev::fence_proxy_async();  // the staged O before the TMA store reads it
-  dev::named_barrier::sync(sm90_sync::kStore + consumer, 128);
   if (via_tma) {
+    dev::fence_proxy_async();  // the staged O before the TMA store reads it
+    dev::named_barrier::sync(sm90_sync::kStore + consumer, 128);
     if (wt == 0) {
       for (i32 c = 0; c < kChunks; ++c) {
         dev::tma::store(&p.o_map, o_stage + c * block_m * kRowBytes, c * kBoxCols,
@@ -469,16 +469,24 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
       dev::tma::wait_read<0>();
     }
   } else {
-    // Consecutive threads take consecutive columns of a row.
-    const i64 rows_left = seq.q_len - c_row0;
-    const i32 rows = static_cast<i32>(rows_left < 0 ? 0 : rows_left < 64 ? rows_left : 64);
-    for (i32 at = wt; at < rows * kHeadDim; at += 128) {
-      const i32 row = at / kHeadDim;
-      const i32 col = at % kHeadDim;
-      if (col < f.head_dim_v) {
-        dev::store_global(f.o + batch * f.o_batch_stride + (seq.q_begin + c_row0 + row) * f.o_row_stride +
-                              head * f.o_head_stride + col,
-                          dev::load_shared(staged(row, col)));  // consumer: store O
+    // Each thread copies out the elements it staged: nothing passes between
+    // threads, and O's registers are dead by now.
+    static_assert(Softmax::kRows == 2, "one m-tile of 16 rows per warp");
+    ATTUNE_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      const i32 row = static_cast<i32>(warp_row0 - c_row0) + frag::acc_row(lane, half);  // in the consumer's rows
+      if (c_row0 + row < seq.q_len) {
+        u16* o_row =
+            f.o + batch * f.o_batch_stride + (seq.q_begin + c_row0 + row) * f.o_row_stride + head * f.o_head_stride;
+        ATTUNE_UNROLL
+        for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+          ATTUNE_UNROLL
+          for (int e = 0; e < 2; ++e) {
+            const i32 col = Softmax::column(lane, dt, e);
+            if (col < f.head_dim_v)
+              dev::store_global(o_row + col, dev::load_shared(staged(row, col)));  // consumer: store O
+          }
+        }
       }
     }
   }
