@@ -3,7 +3,9 @@
 recorded as failed, never becomes best, and the sweep goes on; one stopped
 from outside (SIGTERM of a cancelled job) stops the sweep and is not recorded. Faults are
 injected with a wrapper (ATTUNE_TUNE_WORKER) that crashes for variants with
-pipeline depth `st1` and hangs for `st3`, and runs the real worker otherwise. Also:
+pipeline depth `st1` and hangs for `st3` or a pingpong Hopper variant
+(`pp1`: the sampled Hopper variants need not include a 3-stage one), and
+runs the real worker otherwise. Also:
 export to JSON and import into a fresh database round-trips.
 
 Usage: tune_isolation_test.py PATH_TO_ATTUNE
@@ -19,7 +21,7 @@ WRAPPER = """#!/bin/bash
 for a in "$@"; do
   case "$a" in
     *.st1 | *.st1.*) kill -SEGV $$ ;;
-    *.st3 | *.st3.*) sleep 1000 ;;
+    *.st3 | *.st3.* | *.pp1.*) sleep 1000 ;;
   esac
 done
 exec "%s" "$@"
@@ -46,12 +48,14 @@ def main():
         rows = con.execute("select v.variant_id, m.ok from measurements m join variants v on v.id = m.variant").fetchall()
         best = {r[0] for r in con.execute("select v.variant_id from best b join variants v on v.id = b.variant")}
         con.close()
-        stages = lambda v: [p for p in v.split("/")[1].split(".") if p.startswith("st")][0]
-        faulty = [v for v, ok in rows if stages(v) in ("st1", "st3")]
-        if not any(stages(v) == "st1" for v in faulty) or not any(stages(v) == "st3" for v in faulty):
+        def fault(v):  # what the wrapper does to a candidate: "crash", "hang" or None
+            parts = v.split("/")[1].split(".")
+            return "crash" if "st1" in parts else "hang" if "st3" in parts or "pp1" in parts else None
+        faulty = [v for v, ok in rows if fault(v)]
+        if not any(fault(v) == "crash" for v in faulty) or not any(fault(v) == "hang" for v in faulty):
             failures.append("the sweep did not include both a crashing and a hanging candidate: %s" % rows)
         for variant, ok in rows:
-            should_fail = stages(variant) in ("st1", "st3")
+            should_fail = fault(variant) is not None
             if bool(ok) == should_fail:
                 failures.append("%s recorded ok=%d" % (variant, ok))
         if best & set(faulty):
