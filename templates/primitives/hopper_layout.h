@@ -86,7 +86,7 @@ ATTUNE_HOST_DEVICE constexpr MatrixDescriptor decode_descriptor(u64 bits) {
 // alone (a shared-memory address below 256 KB never carries out of its 14
 // bits), so a GEMM's k-steps cost one integer add each.
 ATTUNE_HOST_DEVICE constexpr u64 advance_descriptor(u64 descriptor, u32 bytes) {
-  return (descriptor & 0xFFFFFFFF00000000ULL) | static_cast<u32>(static_cast<u32>(descriptor) + (bytes >> 4));
+  return (descriptor & 0xFFFFFFFF00000000ULL) | (static_cast<u32>(descriptor) + (bytes >> 4));
 }
 
 // How an operand is stored: K-major (A as M x K rows, B as N x K rows: the
