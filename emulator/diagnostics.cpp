@@ -34,9 +34,11 @@ std::string range_text(std::uint64_t begin, std::uint64_t bytes) {
   return "[" + std::to_string(begin) + ", " + std::to_string(begin + bytes) + ")";
 }
 
-std::string thread_text(const Thread& t) {
-  return "(" + std::to_string(t.index.x) + "," + std::to_string(t.index.y) + "," + std::to_string(t.index.z) + ")";
+std::string dim3_text(const Dim3& d) {
+  return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
 }
+
+std::string thread_text(const Thread& t) { return dim3_text(t.index); }
 
 std::string id_ranges(const std::vector<i32>& ids) {
   std::string text;

@@ -59,6 +59,8 @@ void cp_async_wait(i32 pending, const Where& where) { emulator().cp_async_wait(p
 
 void atomic_add(float* p, float value, const Where& where) { emulator().atomic_add(p, value, where); }
 
+i32 atomic_fetch_add(i32* p, i32 value, const Where& where) { return emulator().atomic_fetch_add(p, value, where); }
+
 void wgmma_fence(const Where& /*where*/) { emulator().wgmma_fence(); }
 
 void wgmma_commit(const Where& /*where*/) { emulator().wgmma_commit(); }

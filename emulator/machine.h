@@ -39,6 +39,7 @@
 #include "core/tensor_map.h"
 #include "emulator/bank_model.h"
 #include "emulator/fiber.h"
+#include "emulator/global_writes.h"
 #include "emulator/shared_shadow.h"
 #include "emulator/sync_objects.h"
 #include "emulator/warp_ops.h"
@@ -212,12 +213,15 @@ struct Thread {
 };
 
 struct Buffer {
+  std::uintptr_t begin;
   std::uintptr_t end;
   std::string name;
+  GlobalWrites writes;  // which block of the launch wrote each byte
 };
 
 std::string range_text(std::uint64_t begin, std::uint64_t bytes);
 std::string thread_text(const Thread& t);
+std::string dim3_text(const Dim3& d);  // "(x,y,z)"
 // "0-63, 96" from sorted linear ids.
 std::string id_ranges(const std::vector<i32>& ids);
 std::string shape_text(const WgmmaShape& s);
@@ -244,6 +248,10 @@ struct ProxyCell {
 struct Emulator::Impl {
   Options options;
   std::map<std::uintptr_t, Buffer> buffers;  // by start address
+  // This launch's tag in the buffers' write records, and the running
+  // block's record (0: a grid too large to check).
+  std::uint32_t launch_tag = 0;
+  std::uint32_t block_record = 0;
   std::vector<std::unique_ptr<Fiber>> fibers;
 
   // The block being run.
@@ -299,7 +307,14 @@ struct Emulator::Impl {
   // --- memory checks (memory_checks.cpp) --------------------------------
   // `alignment` is what the access needs (its size for plain loads and
   // stores, 1 where the caller checks alignment itself).
-  bool check_global(const Thread& t, const void* p, u64 bytes, bool write, const Where& where, u64 alignment);
+  bool check_global(const Thread& t, const void* p, u64 bytes, bool write, const Where& where, u64 alignment) {
+    return global_buffer(t, p, bytes, write, where, alignment) != nullptr;
+  }
+  // The same check; the buffer the access is in when it is valid.
+  Buffer* global_buffer(const Thread& t, const void* p, u64 bytes, bool write, const Where& where, u64 alignment);
+  // An ordinary or TMA store of the running block (not an atomic): bytes
+  // another block of the launch wrote are reported.
+  void record_global_write(const Thread& t, Buffer& buffer, const void* p, u64 bytes, const Where& where);
   // Bounds and alignment of a shared access; the offset when it is valid.
   std::optional<u64> shared_offset(const Thread& t, const void* p, u64 bytes, const char* verb, const Where& where);
   // Race and in-flight-copy checks of a valid shared access.
@@ -309,6 +324,7 @@ struct Emulator::Impl {
   void check_async_visible(const Thread& t, u64 offset, u64 bytes, const char* what, const Where& where);
   bool global_access(const void* p, u64 bytes, bool write, const Where& where);
   void atomic_add(float* p, float value, const Where& where);
+  i32 atomic_fetch_add(i32* p, i32 value, const Where& where);
 
   // --- TMA (tma.cpp) ----------------------------------------------------
   bool tma_map(const Thread& t, const TensorMap* map, i32 rank, const Where& where, TensorMapSpec* spec);

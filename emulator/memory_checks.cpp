@@ -1,5 +1,6 @@
-// Memory checks: global bounds against registered buffers, shared bounds and
-// alignment, races between barriers (the shadow), and the async proxy's
+// Memory checks: global bounds against registered buffers, global bytes two
+// blocks write, shared bounds and alignment, races between barriers and
+// mbarrier or named-barrier hand-offs (the shadow), and the async proxy's
 // ordering against ordinary stores.
 #include "emulator/machine.h"
 
@@ -7,8 +8,8 @@ namespace attune::emu {
 
 // `alignment` is what the access needs (its size for plain loads and
 // stores, 1 where the caller checks alignment itself).
-bool Emulator::Impl::check_global(const Thread& t, const void* p, u64 bytes, bool write, const Where& where,
-                                  u64 alignment) {
+Buffer* Emulator::Impl::global_buffer(const Thread& t, const void* p, u64 bytes, bool write, const Where& where,
+                                      u64 alignment) {
   const auto addr = reinterpret_cast<std::uintptr_t>(p);
   const char* verb = write ? "write" : "read";
   auto it = buffers.upper_bound(addr);
@@ -21,19 +22,36 @@ bool Emulator::Impl::check_global(const Thread& t, const void* p, u64 bytes, boo
         report(BugKind::kGlobalOutOfBounds, t, where,
                std::string("misaligned ") + verb + " of " + std::to_string(bytes) + " bytes at byte " +
                    std::to_string(addr - begin) + " of buffer '" + it->second.name + "'");
-        return false;
+        return nullptr;
       }
-      return true;
+      return &it->second;
     }
     // Past the end of the nearest buffer below: say where, relative to it.
     report(BugKind::kGlobalOutOfBounds, t, where,
            std::string(verb) + " of bytes " + range_text(addr - begin, bytes) + " of buffer '" + it->second.name +
                "', which has " + std::to_string(size) + " bytes");
-    return false;
+    return nullptr;
   }
   report(BugKind::kGlobalOutOfBounds, t, where,
          std::string(verb) + " of " + std::to_string(bytes) + " bytes outside every registered buffer");
-  return false;
+  return nullptr;
+}
+
+void Emulator::Impl::record_global_write(const Thread& t, Buffer& buffer, const void* p, u64 bytes,
+                                         const Where& where) {
+  if (block_record == 0) return;
+  const u64 offset = reinterpret_cast<std::uintptr_t>(p) - buffer.begin;
+  const auto conflict = buffer.writes.write(offset, bytes, block_record);
+  if (!conflict) return;
+  const i64 other = conflict->block;
+  const i64 plane = static_cast<i64>(config.grid.x) * config.grid.y;
+  const Dim3 other_index{static_cast<i32>(other % config.grid.x), static_cast<i32>(other % plane / config.grid.x),
+                         static_cast<i32>(other / plane)};
+  report(BugKind::kGlobalRace, t, where,
+         "write of bytes " + range_text(offset, bytes) + " of buffer '" + buffer.name + "' by block " +
+             dim3_text(block_index) + ": byte " + std::to_string(conflict->offset) + " was written by block " +
+             dim3_text(other_index) +
+             " of the same launch, and nothing orders two blocks (use an atomic, or give each byte one block)");
 }
 
 // Bounds and alignment of a shared access; the offset when it is valid.
@@ -62,7 +80,8 @@ std::optional<u64> Emulator::Impl::shared_offset(const Thread& t, const void* p,
 
 // Race and in-flight-copy checks of a valid shared access.
 void Emulator::Impl::track_shared(const Thread& t, u64 offset, u64 bytes, bool write, const Where& where) {
-  const auto conflict = shadow.access(t.linear, offset, bytes, write);
+  const auto conflict = track_clocks ? shadow.access(t.linear, t.clock.data(), offset, bytes, write)
+                                     : shadow.access(t.linear, offset, bytes, write);
   if (!conflict) return;
   const Thread& other = threads[static_cast<std::size_t>(conflict->other_thread)];
   const char* verb = write ? "write" : "read";
@@ -76,7 +95,10 @@ void Emulator::Impl::track_shared(const Thread& t, u64 offset, u64 bytes, bool w
   report(BugKind::kSharedRace, t, where,
          std::string(verb) + " of shared bytes " + range_text(offset, bytes) + " races with a " +
              (conflict->other_wrote ? "write" : "read") + " of byte " + std::to_string(conflict->offset) +
-             " by thread " + thread_text(other) + " since the last barrier");
+             " by thread " + thread_text(other) +
+             (track_clocks ? " with no happens-before between them (no block barrier, and no mbarrier or named "
+                             "barrier hand-off)"
+                           : " since the last barrier"));
 }
 
 bool Emulator::Impl::check_shared(Thread& t, const void* p, u64 bytes, bool write, const Where& where) {
@@ -147,15 +169,28 @@ void Emulator::Impl::check_async_visible(const Thread& t, u64 offset, u64 bytes,
 
 bool Emulator::Impl::global_access(const void* p, u64 bytes, bool write, const Where& where) {
   counters.global_bytes += bytes;
-  return check_global(*current, p, bytes, write, where, std::min<u64>(bytes, 16));
+  Buffer* buffer = global_buffer(*current, p, bytes, write, where, std::min<u64>(bytes, 16));
+  if (buffer == nullptr) return false;
+  if (write) record_global_write(*current, *buffer, p, bytes, where);
+  return true;
 }
 
+// Atomics are not recorded as writes: blocks may share them.
 void Emulator::Impl::atomic_add(float* p, float value, const Where& where) {
   if (!check_global(*current, p, sizeof(float), /*write=*/true, where, sizeof(float))) return;
   float old = 0;
   std::memcpy(&old, p, sizeof(float));
   old += value;
   std::memcpy(p, &old, sizeof(float));
+}
+
+i32 Emulator::Impl::atomic_fetch_add(i32* p, i32 value, const Where& where) {
+  if (!check_global(*current, p, sizeof(i32), /*write=*/true, where, sizeof(i32))) return 0;
+  i32 old = 0;
+  std::memcpy(&old, p, sizeof(i32));
+  const auto sum = static_cast<i32>(static_cast<u32>(old) + static_cast<u32>(value));  // wraps, as on the GPU
+  std::memcpy(p, &sum, sizeof(i32));
+  return old;
 }
 
 }  // namespace attune::emu

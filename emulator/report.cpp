@@ -35,7 +35,8 @@ constexpr NamedValue<BugKind> kBugKindNames[] = {
     {BugKind::kIllegalRegisterCount, "illegal setmaxnreg"},
     {BugKind::kMbarrierMisuse, "mbarrier misuse"},
     {BugKind::kDeadlock, "deadlock"},
-    {BugKind::kTmaMisuse, "TMA misuse"}};
+    {BugKind::kTmaMisuse, "TMA misuse"},
+    {BugKind::kGlobalRace, "global write race between blocks"}};
 
 std::string_view to_string(BugKind kind) { return name_of(kBugKindNames, kind); }
 

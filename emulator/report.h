@@ -27,6 +27,8 @@ enum class BugKind {
   kMbarrierMisuse,        // use before init, double init, a wrong parity, an unobserved phase, bytes beyond expected
   kDeadlock,              // every thread waits (mbarriers, named barriers), with each barrier's state
   kTmaMisuse,             // a box misaligned or outside shared memory, a bad tensor map, a rank mismatch
+  // Between blocks:
+  kGlobalRace,  // two blocks of one launch write the same global bytes with no order between them
 };
 
 std::string_view to_string(BugKind kind);

@@ -44,6 +44,12 @@ void Emulator::Impl::launch(const LaunchConfig& launch_config, const std::functi
   proxy.assign(shared.size(), ProxyCell{});
   proxy_block = 0;
   track_clocks = false;
+  // Global write records of earlier launches have other tags; once the tags
+  // wrap, an old record could carry this launch's, so all are forgotten.
+  if (++launch_tag > GlobalWrites::kLaunchTags) {
+    for (auto& [begin, buffer] : buffers) buffer.writes.clear();
+    launch_tag = 1;
+  }
   while (fibers.size() < static_cast<std::size_t>(block_threads)) {
     fibers.push_back(std::make_unique<Fiber>(options.stack_bytes));
   }
@@ -73,6 +79,9 @@ void Emulator::Impl::launch(const LaunchConfig& launch_config, const std::functi
 
 void Emulator::Impl::run_block(const Dim3& index) {
   block_index = index;
+  // What this block's global writes record (0: a grid too large to check).
+  const i64 linear = index.x + static_cast<i64>(config.grid.x) * (index.y + static_cast<i64>(config.grid.y) * index.z);
+  block_record = volume(config.grid) <= GlobalWrites::kMaxBlocks ? GlobalWrites::record(launch_tag, linear) : 0;
   std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xFF));  // NaN in every float format
   shadow.reset(shared.size());
   ++proxy_block;

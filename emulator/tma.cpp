@@ -110,7 +110,10 @@ void Emulator::Impl::perform_store(const Thread& t, const TmaStore& store) {
       }
     }
     if (global == nullptr) return;  // outside the tensor: not written
-    if (check_global(t, global, elem, true, store.site, 1)) std::memcpy(global, shared.data() + at, elem);
+    if (Buffer* buffer = global_buffer(t, global, elem, true, store.site, 1)) {
+      record_global_write(t, *buffer, global, elem, store.site);
+      std::memcpy(global, shared.data() + at, elem);
+    }
   });
 }
 

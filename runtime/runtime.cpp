@@ -143,6 +143,7 @@ struct Runtime::Impl {
     switch (op) {
       case Op::kForward:
         s->forward = load_forward(*backend, variant, problem.dtype, compile);
+        s->workspace_bytes = forward_workspace_bytes(s->forward);
         break;
       case Op::kDecode: {
         DecodeSplit split{o.splits, 0};
@@ -204,14 +205,14 @@ struct Runtime::Impl {
     const AttentionProblem& p = run_problem(s, m, storage);
     if (!buffers_validated) validate_buffers(p, buffers);
     if (!cuda()) check_modifier_values(p, {buffers.sinks, buffers.alibi_slopes});  // host memory
-    auto* workspace = static_cast<float*>(s.workspace_bytes > 0 ? w.data : nullptr);
+    void* workspace = s.workspace_bytes > 0 ? w.data : nullptr;
     const std::unique_ptr<LaunchBackend::Call> call = backend->begin(stream);
     if constexpr (std::is_same_v<Buffers, BackwardBuffers>) {
-      launch_backward(*call, p, s.backward, buffers, m, workspace);
+      launch_backward(*call, p, s.backward, buffers, m, static_cast<float*>(workspace));
     } else if (s.op == Op::kDecode) {
-      launch_decode(*call, p, s.decode, buffers, m, workspace);
+      launch_decode(*call, p, s.decode, buffers, m, static_cast<float*>(workspace));
     } else {
-      launch_forward(*call, p, s.forward, buffers, m);
+      launch_forward(*call, p, s.forward, buffers, m, workspace);
     }
   }
 
@@ -306,8 +307,8 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     s.device_key = kEmulatorDeviceKey;
     s.device_name = "attune emulator (CPU)";
     s.arch = require_arch(kEmulatedArch);
-    s.sm_count = kEmulatedSmCount;
     s.backend = std::make_unique<EmuBackend>();
+    s.sm_count = s.backend->sm_count();
   }
   s.dispatcher = std::make_unique<Dispatcher>(s.device_key, s.arch, s.options.tuned, s.sm_count);
 }

@@ -185,7 +185,7 @@ class Runtime {
   Backend backend() const;
   const std::string& device_key() const;
   const ArchLimits& arch() const;
-  int sm_count() const;  // the emulator: kEmulatedSmCount
+  int sm_count() const;  // the emulator: kEmulatedSmCount, or ATTUNE_EMU_SMS
   std::string device_name() const;
 
  private:

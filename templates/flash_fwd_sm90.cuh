@@ -32,6 +32,7 @@
 #include "templates/flash_fwd_sm90_registers.h"
 #include "templates/primitives/hopper.h"
 #include "templates/sm90_pipeline.cuh"
+#include "templates/sm90_scheduler.cuh"
 #include "templates/tunable.cuh"
 
 namespace attune {
@@ -45,6 +46,10 @@ struct FlashFwdSm90Params {
   // direct O stores, LSE and the sequence arrays read them).
   FlashFwdParams fwd;
   i32 o_map_valid;  // 0: O's layout or address is not TMA's (O then leaves by direct stores)
+  // The tiles and their order (sm90_scheduler.cuh), and the dynamic
+  // scheduler's counter (one i32, zero at launch; null for the others).
+  sm90_sched::TileOrder tiles;
+  i32* tile_counter;
   // The schedule tunables, read by the emulator's one instantiation per
   // (head dim, key tile, dtype); variants compiled by NVRTC use constants.
   i32 block_m ATTUNE_TUNABLE_OF(flash_fwd_sm90, kBlockM);
@@ -53,6 +58,7 @@ struct FlashFwdSm90Params {
   i32 overlap ATTUNE_TUNABLE_OF(flash_fwd_sm90, kOverlap);
   i32 rescale_after ATTUNE_TUNABLE_OF(flash_fwd_sm90, kRescaleAfter);
   i32 tma_store ATTUNE_TUNABLE_OF(flash_fwd_sm90, kTmaStore);
+  i32 scheduler ATTUNE_TUNABLE_OF(flash_fwd_sm90, kScheduler);
 };
 
 struct FlashFwdSm90Tunables {
@@ -64,12 +70,13 @@ struct FlashFwdSm90Tunables {
   static constexpr int kOverlap[] = {0, 1};             // S GEMM of tile n issued before P V of tile n-1
   static constexpr int kRescaleAfter[] = {0, 1};        // O rescaled after the P V wait (with kOverlap)
   static constexpr int kTmaStore[] = {0, 1};            // O through shared memory and a TMA store
-  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st", "pp", "ov", "ra", "ts"};
+  static constexpr int kScheduler[] = {0, 1, 2};        // tiles: one CTA each, static persistent, dynamic
+  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st", "pp", "ov", "ra", "ts", "sc"};
   static constexpr const char* kArchs[] = {"sm_90a"};  // wgmma and setmaxnreg exist on sm_90a only
   // Read from the params by the emulator's instantiation (one per head dim,
   // key tile and dtype): they shape no array.
-  static constexpr const char* kEmulatedAtRunTime[] = {"kBlockM",  "kStages",       "kPingpong",
-                                                       "kOverlap", "kRescaleAfter", "kTmaStore"};
+  static constexpr const char* kEmulatedAtRunTime[] = {"kBlockM",       "kStages",   "kPingpong", "kOverlap",
+                                                       "kRescaleAfter", "kTmaStore", "kScheduler"};
 
   static constexpr int kSharedAlign = 1024;  // the barriers, then every buffer on a 128-byte-swizzle atom
   // Registers per thread after setmaxnreg (FlashAttention-3's split of the
@@ -99,23 +106,23 @@ struct FlashFwdSm90Tunables {
 
   ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int block_m, int /*block_n*/, int /*stages*/,
                                                   int /*pingpong*/, int /*overlap*/, int /*rescale_after*/,
-                                                  int /*tma_store*/) {
+                                                  int /*tma_store*/, int /*scheduler*/) {
     return 128 * (1 + block_m / 64);
   }
   ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int head_dim, int block_m, int block_n, int stages,
                                                        int /*pingpong*/, int /*overlap*/, int /*rescale_after*/,
-                                                       int /*tma_store*/) {
+                                                       int /*tma_store*/, int /*scheduler*/) {
     // Barriers; Q (its rows then hold O for the TMA store); the K and V ring.
     return kSharedAlign + 2 * block_m * head_dim + stages * 2 * (2 * block_n * head_dim);
   }
   ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int stages, int pingpong,
-                                                 int overlap, int rescale_after, int tma_store) {
+                                                 int overlap, int rescale_after, int tma_store, int scheduler) {
     const int consumers = block_m / 64;
     return head_dim % 64 == 0 && block_m % 64 == 0 && consumers >= 1 && consumers <= 3 && block_n % 16 == 0 &&
            block_n >= 16 && block_n <= 256 && stages >= 2 && stages <= 3 && (pingpong == 0 || consumers == 2) &&
            (overlap == 0 || overlap == 1) && (rescale_after == 0 || overlap == 1) &&
            (tma_store == 0 || tma_store == 1) && (consumers < 3 || block_n <= 128) &&
-           (tma_store == 0 || head_dim < 256 || consumers > 1) &&
+           (tma_store == 0 || head_dim < 256 || consumers > 1) && scheduler >= 0 && scheduler <= 2 &&
            (kMeasuring || registers_fit(head_dim, block_n, overlap, consumers));
   }
 };
@@ -147,18 +154,55 @@ inline constexpr u32 kAtomStride = 8 * kRowBytes;  // SBO: 8 rows of 128 bytes
 struct Barriers {
   u64 full[3];  // the K/V ring's (up to three stages)
   u64 empty[3];
-  u64 q_full;
+  u64 q_full;   // a tile's Q landed (one arrival per tile, with Q's bytes when it has keys)
+  u64 q_empty;  // every consumer thread is done with Q's rows and the O staged in them
   u64 v_fixed;  // the producer's own wait on a V tile it must zero rows of
+  i32 tile;     // kDynamic: the tile the producer claimed, written before q_full's arrival; -1: none left
+};
+
+// What a CTA needs to know of its tile, producer and consumers alike.
+struct TileWork {
+  i32 head;
+  i32 batch;
+  i32 kv_head;
+  Sequence seq;
+  i32 map_batch;    // Q's and O's batch coordinate: packed tensors are one sequence of batch 1
+  i32 k_map_batch;  // K's and V's: packed keys follow the sequence's offset
+  i64 row0;         // first query row, in the sequence
+  i64 n_begin;      // first key tile any row of the block sees
+  i32 tiles;        // key tiles the block runs; 0: no row, or no key visible
+
+  template <int kBlockN>
+  ATTUNE_DEVICE static TileWork of(const FlashFwdParams& f, const sm90_sched::WorkTile& w, i32 block_m) {
+    TileWork t;
+    t.head = w.head;
+    t.batch = w.batch;
+    t.kv_head = w.head / f.group_size;
+    t.seq = sequence_of({f.cu_seqlens_q, f.cu_seqlens_k, f.seqlens_k, f.seqlen_q, f.seqlen_k}, w.batch);
+    t.map_batch = f.cu_seqlens_q != nullptr ? 0 : w.batch;
+    t.k_map_batch = f.cu_seqlens_k != nullptr ? 0 : w.batch;
+    t.row0 = static_cast<i64>(w.m_block) * block_m;
+    t.n_begin = 0;
+    t.tiles = 0;
+    if (t.row0 < t.seq.q_len) {
+      const RowBlockKeys keys =
+          row_block_keys(f.mask, t.row0, last_row_of(t.row0, block_m, t.seq.q_len), t.seq.q_len, t.seq.k_len);
+      t.n_begin = keys.tile_begin<kBlockN>();
+      t.tiles = static_cast<i32>(keys.tile_end<kBlockN>() - t.n_begin);
+    }
+    return t;
+  }
 };
 
 }  // namespace sm90_detail
 
-// Grid: (ceil(max query rows / kBlockM), Hq, B), the heaviest row blocks of a
-// causal mask first; block: threads(); dynamic shared memory: shared_bytes().
-// In the emulator's instantiation every tunable but kHeadDim and kBlockN may
-// be kAtRunTime, read from the params.
+// Grid: TileOrder::count() CTAs (kGrid), or at most one per SM (kStatic,
+// kDynamic), the tiles as sm90_scheduler.cuh orders them; block: threads();
+// dynamic shared memory: shared_bytes(). In the emulator's instantiation
+// every tunable but kHeadDim and kBlockN may be kAtRunTime, read from the
+// params.
 template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kPingpong, int kOverlap, int kRescaleAfter,
-          int kTmaStore, class DType>
+          int kTmaStore, int kScheduler, class DType>
 ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     flash_fwd_sm90(const ATTUNE_GRID_CONSTANT FlashFwdSm90Params p) {
   using namespace sm90_detail;
@@ -168,9 +212,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   using Softmax = typename Config::Softmax;
   // A GPU variant is checked here; the emulator's instance (tunables at run
   // time) by the launch, like every call.
-  static_assert(!kAllFixed<kBlockM, kStages, kPingpong, kOverlap, kRescaleAfter, kTmaStore> ||
+  static_assert(!kAllFixed<kBlockM, kStages, kPingpong, kOverlap, kRescaleAfter, kTmaStore, kScheduler> ||
                     FlashFwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages, kPingpong, kOverlap, kRescaleAfter,
-                                                kTmaStore),
+                                                kTmaStore, kScheduler),
                 "flash_fwd_sm90: these tunables break FlashFwdSm90Tunables::valid");
   constexpr i32 kChunks = kHeadDim / kBoxCols;
   constexpr i32 kKSteps = kHeadDim / 16;  // S GEMM: 16 head-dim columns per wgmma
@@ -181,41 +225,27 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   const bool overlap = Tunable<kOverlap>(p.overlap).on();
   const bool rescale_after = Tunable<kRescaleAfter>(p.rescale_after).on();
   const bool tma_store = Tunable<kTmaStore>(p.tma_store).on();
+  const i32 scheduler = Tunable<kScheduler>(p.scheduler).value();
+  const bool dynamic = scheduler == sm90_sched::kDynamic;
   const i32 consumers = block_m / 64;
   const sm90_detail::Layout layout{kHeadDim, block_m, kBlockN, stages};
   const FlashFwdParams& f = p.fwd;
-
-  const i32 m_block = dev::grid_dim().x - 1 - dev::block_index().x;
-  const i32 head = dev::block_index().y;
-  const i32 batch = dev::block_index().z;
-  const i32 kv_head = head / f.group_size;
-
-  // This sequence's rows and keys, by global position; the tensor maps see
-  // packed tensors as one sequence of batch 1.
-  const Sequence seq = sequence_of({f.cu_seqlens_q, f.cu_seqlens_k, f.seqlens_k, f.seqlen_q, f.seqlen_k}, batch);
-  const i32 map_batch = f.cu_seqlens_q != nullptr ? 0 : batch;
-  const i64 row0 = static_cast<i64>(m_block) * block_m;
-  if (row0 >= seq.q_len) return;  // the whole block leaves together
-  // Key tiles any row of the block can see; the consumers all take them all.
-  const RowBlockKeys block_keys =
-      row_block_keys(f.mask, row0, last_row_of(row0, block_m, seq.q_len), seq.q_len, seq.k_len);
-  const i64 n_begin = block_keys.tile_begin<kBlockN>();
-  const i64 n_end = block_keys.tile_end<kBlockN>();
-  const i32 tiles = static_cast<i32>(n_end - n_begin);
-  // Rows of the tensor the key tiles start at: K and V of a packed batch
-  // follow the sequence's offset, per-sequence ones their batch coordinate.
-  const i32 k_map_batch = f.cu_seqlens_k != nullptr ? 0 : batch;
+  const sm90_sched::TileOrder order = p.tiles;
+  const i32 tile_count = order.count();
+  const i32 ctas = dev::grid_dim().x;
 
   unsigned char* smem = dev::shared_memory<unsigned char>();
   Barriers* bars = dev::shared_memory<Barriers>();
   const sm90_sync::KvRing ring{bars->full, bars->empty, stages};
   u64* q_full = &bars->q_full;
+  u64* q_empty = &bars->q_empty;
   u64* v_fixed = &bars->v_fixed;
   unsigned char* q_s = smem + layout.q_offset();
   const i32 t = dev::linear_thread();
   if (t == 0) {
     ring.init(consumers);
     dev::mbarrier::init(q_full, 1);
+    dev::mbarrier::init(q_empty, 128 * consumers);
     dev::mbarrier::init(v_fixed, 1);
     dev::mbarrier::fence_init();
   }
@@ -230,58 +260,95 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     } else if (consumers == 2) {
       dev::registers::decrease<FlashFwdSm90Tunables::producer_registers(2)>();
     }
-    if (dev::warp_id() != 0 || tiles == 0) return;
+    if (dev::warp_id() != 0) return;
     const bool leader = dev::elect_one();
     if (leader) {
       dev::tma::prefetch(&p.q_map);
-      dev::tma::prefetch(&p.k_map);
-      dev::tma::prefetch(&p.v_map);
-      dev::mbarrier::arrive_expect_tx(q_full, static_cast<u32>(layout.q_bytes()));
-      for (i32 c = 0; c < kChunks; ++c) {
-        dev::tma::load(q_s + c * block_m * kRowBytes, &p.q_map, q_full, c * kBoxCols,
-                       static_cast<i32>(seq.q_begin + row0), head, map_batch);
+      if (f.seqlen_k > 0) {  // else no key map was made
+        dev::tma::prefetch(&p.k_map);
+        dev::tma::prefetch(&p.v_map);
       }
     }
-    for (i32 i = 0; i < tiles; ++i) {
-      const i32 s = ring.stage(i);
-      const i64 key0 = (n_begin + i) * kBlockN;
-      const i32 key_row = static_cast<i32>(seq.k_begin + key0);
-      unsigned char* k_tile = smem + layout.k_offset(s);
-      unsigned char* v_tile = smem + layout.v_offset(s);
-      // Keys past the sequence but inside the tensor hold another
-      // sequence's keys or padding: masked out of S, but V's rows there
-      // must read as zero (0 * NaN would reach O).
-      const bool zero_v = key0 + kBlockN > seq.k_len && (f.cu_seqlens_k != nullptr || seq.k_len < f.seqlen_k);
-      ring.producer_acquire(i);
-      u64* full = ring.full_barrier(i);
+    i32 kv_base = 0;  // key tiles through the ring before this tile's
+    i32 fixes = 0;    // V tiles zeroed so far (v_fixed's phases)
+    i32 round = 0;
+    for (i32 index = dev::block_index().x; index < tile_count; ++round) {
+      const TileWork w = TileWork::of<kBlockN>(f, order.at(index), block_m);
+      // Q's rows hold the previous tile's Q and staged O until every
+      // consumer thread is done with them.
+      if (round > 0) dev::mbarrier::wait(q_empty, (round - 1) & 1);  // producer: wait Q rows free
+      // kDynamic: the tile reaches the consumers with Q's arrival, so the
+      // thread that arrives writes it.
+      if (dynamic && leader) dev::store_shared(&bars->tile, index);  // producer: hand the tile over
       if (leader) {
-        if (!zero_v) {
-          dev::mbarrier::arrive_expect_tx(full, static_cast<u32>(2 * layout.tile_bytes()));
+        if (w.tiles > 0) {
+          dev::mbarrier::arrive_expect_tx(q_full, static_cast<u32>(layout.q_bytes()));
+          for (i32 c = 0; c < kChunks; ++c) {
+            dev::tma::load(q_s + c * block_m * kRowBytes, &p.q_map, q_full, c * kBoxCols,
+                           static_cast<i32>(w.seq.q_begin + w.row0), w.head, w.map_batch);  // producer: load Q
+          }
         } else {
-          dev::mbarrier::expect_tx(full, static_cast<u32>(layout.tile_bytes()));  // K only; V arrives below
-        }
-        for (i32 c = 0; c < kChunks; ++c) {
-          dev::tma::load(k_tile + c * kBlockN * kRowBytes, &p.k_map, full, c * kBoxCols, key_row, kv_head,
-                         k_map_batch);  // producer: load K
-        }
-        u64* v_bar = zero_v ? v_fixed : full;
-        if (zero_v) dev::mbarrier::arrive_expect_tx(v_fixed, static_cast<u32>(layout.tile_bytes()));
-        for (i32 c = 0; c < kChunks; ++c) {
-          dev::tma::load(v_tile + c * kBlockN * kRowBytes, &p.v_map, v_bar, c * kBoxCols, key_row, kv_head,
-                         k_map_batch);  // producer: load V
+          dev::mbarrier::arrive(q_full);  // no key: the consumers write zeros, or nothing
         }
       }
-      if (zero_v) {  // at most one tile per block: its last
-        dev::mbarrier::wait(v_fixed, 0);
-        const i32 valid = static_cast<i32>(seq.k_len - key0);
-        const i32 words = (kBlockN - valid) * kRowBytes / 4;  // whole rows of every box
-        for (i32 c = 0; c < kChunks; ++c) {
-          u32* rows = dev::shared_as<u32>(v_tile + c * kBlockN * kRowBytes + valid * kRowBytes);
-          for (i32 w = dev::lane_id(); w < words; w += kWarpSize) dev::store_shared(rows + w, 0U);
+      for (i32 i = 0; i < w.tiles; ++i) {
+        const i32 it = kv_base + i;
+        const i32 s = ring.stage(it);
+        const i64 key0 = (w.n_begin + i) * kBlockN;
+        const i32 key_row = static_cast<i32>(w.seq.k_begin + key0);
+        unsigned char* k_tile = smem + layout.k_offset(s);
+        unsigned char* v_tile = smem + layout.v_offset(s);
+        // Keys past the sequence but inside the tensor hold another
+        // sequence's keys or padding: masked out of S, but V's rows there
+        // must read as zero (0 * NaN would reach O).
+        const bool zero_v = key0 + kBlockN > w.seq.k_len && (f.cu_seqlens_k != nullptr || w.seq.k_len < f.seqlen_k);
+        ring.producer_acquire(it);
+        u64* full = ring.full_barrier(it);
+        if (leader) {
+          if (!zero_v) {
+            dev::mbarrier::arrive_expect_tx(full, static_cast<u32>(2 * layout.tile_bytes()));
+          } else {
+            dev::mbarrier::expect_tx(full, static_cast<u32>(layout.tile_bytes()));  // K only; V arrives below
+          }
+          for (i32 c = 0; c < kChunks; ++c) {
+            dev::tma::load(k_tile + c * kBlockN * kRowBytes, &p.k_map, full, c * kBoxCols, key_row, w.kv_head,
+                           w.k_map_batch);  // producer: load K
+          }
+          u64* v_bar = zero_v ? v_fixed : full;
+          if (zero_v) dev::mbarrier::arrive_expect_tx(v_fixed, static_cast<u32>(layout.tile_bytes()));
+          for (i32 c = 0; c < kChunks; ++c) {
+            dev::tma::load(v_tile + c * kBlockN * kRowBytes, &p.v_map, v_bar, c * kBoxCols, key_row, w.kv_head,
+                           w.k_map_batch);  // producer: load V
+          }
         }
-        dev::fence_proxy_async();                                       // the zeros before wgmma reads them
-        dev::named_barrier::sync(sm90_sync::kProducerWarp, kWarpSize);  // every lane's zeros
-        if (leader) dev::mbarrier::arrive(full);                        // producer: V fixed
+        if (zero_v) {  // at most one tile per block: its last
+          dev::mbarrier::wait(v_fixed, fixes & 1);
+          ++fixes;
+          const i32 valid = static_cast<i32>(w.seq.k_len - key0);
+          const i32 words = (kBlockN - valid) * kRowBytes / 4;  // whole rows of every box
+          for (i32 c = 0; c < kChunks; ++c) {
+            u32* rows = dev::shared_as<u32>(v_tile + c * kBlockN * kRowBytes + valid * kRowBytes);
+            for (i32 wd = dev::lane_id(); wd < words; wd += kWarpSize) dev::store_shared(rows + wd, 0U);
+          }
+          dev::fence_proxy_async();                                       // the zeros before wgmma reads them
+          dev::named_barrier::sync(sm90_sync::kProducerWarp, kWarpSize);  // every lane's zeros
+          if (leader) dev::mbarrier::arrive(full);                        // producer: V fixed
+        }
+      }
+      kv_base += w.tiles;
+      if (dynamic) {
+        i32 next = 0;
+        if (dev::lane_id() == 0) next = dev::atomic_fetch_add(p.tile_counter, 1) + ctas;  // producer: claim a tile
+        index = dev::warp::shfl_idx(next, 0);
+      } else {
+        index = sm90_sched::next_static(scheduler, index, ctas, tile_count);
+      }
+    }
+    if (dynamic) {  // the consumers' last wait: no tile left
+      if (round > 0) dev::mbarrier::wait(q_empty, (round - 1) & 1);
+      if (leader) {
+        dev::store_shared(&bars->tile, -1);
+        dev::mbarrier::arrive(q_full);
       }
     }
     return;
@@ -295,200 +362,235 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   }
   const i32 consumer = wg - 1;
   const i32 wt = dev::warpgroup::thread();
-  const i64 c_row0 = row0 + 64 * consumer;                   // this consumer's first row
-  const i64 warp_row0 = c_row0 + 16 * (dev::warp_id() % 4);  // this warp's first row
-  // The tiles this consumer's rows all see, [free_begin, free_end) of the
-  // block's, need no mask: the steady-state loop runs over them alone.
-  const RowBlockKeys keys = row_block_keys(f.mask, c_row0 < seq.q_len ? c_row0 : seq.q_len - 1,
-                                           last_row_of(c_row0, 64, seq.q_len), seq.q_len, seq.k_len);
-  const i64 free_from = keys.free_tile_begin<kBlockN>() - n_begin;
-  const i64 free_to = keys.free_tile_end<kBlockN>() - n_begin;
-  const i32 free_begin = static_cast<i32>(free_from < 0 ? 0 : free_from > tiles ? tiles : free_from);
-  const i32 free_end = static_cast<i32>(free_to < free_begin ? free_begin : free_to > tiles ? tiles : free_to);
-
-  Softmax softmax;
-  softmax.init();
-  typename Config::Scores s;  // S, as the softmax and the S GEMM's accumulators hold it
-  u32 pa[kPSteps][4];         // P, the A operand of the P V GEMM
-  // With the overlap, tile i's factor is applied to O before P V of tile i
-  // is issued: inside the next issue turn (behind the S GEMM), or at once
-  // after the wait for the previous P V (kRescaleAfter).
-  DeferredRescale<1, kHeadDim / 8> rescale{overlap && !rescale_after, {}};
-
-  // Pingpong: a consumer issues its GEMMs in its turns (one per GEMM issue
-  // point: both GEMMs of a tile in one with the overlap, else one each).
-  sm90_sync::PingpongTurns turns(pingpong, consumer, tiles > 0 ? (overlap ? tiles + 1 : 2 * tiles) : 0);
-  const auto issue_s = [&](i32 i) {
-    const unsigned char* k_tile = smem + layout.k_offset(ring.stage(i));
-    const unsigned char* q_rows = q_s + 64 * consumer * kRowBytes;
-    // Every k-step's operands are the first ones moved by a constant.
-    const u64 q_desc = dev::wgmma::descriptor(q_rows, 16, kAtomStride, kSwizzle);
-    const u64 k_desc = dev::wgmma::descriptor(k_tile, 16, kAtomStride, kSwizzle);
-    dev::wgmma::fence();
-    ATTUNE_UNROLL
-    for (i32 kk = 0; kk < kKSteps; ++kk) {
-      const i32 box = kk / 4;
-      const i32 col_bytes = (kk % 4) * 32;
-      const u64 desc_q = dev::wgmma::advance(q_desc, static_cast<u32>(box * block_m * kRowBytes + col_bytes));
-      const u64 desc_k = dev::wgmma::advance(k_desc, static_cast<u32>(box * kBlockN * kRowBytes + col_bytes));
-      dev::wgmma::mma_ss<DType, kBlockN, 0, 0>(s.tiles, desc_q, desc_k, kk > 0);  // consumer: S GEMM
-    }
-    dev::wgmma::commit();
-  };
-  const auto issue_pv = [&](i32 i) {
-    rescale.before_pv(softmax);
-    const unsigned char* v_tile = smem + layout.v_offset(ring.stage(i));
-    // V is MN-major for this GEMM: 16 key rows of every box; LBO steps a box.
-    const u64 v_desc = dev::wgmma::descriptor(v_tile, static_cast<u32>(kBlockN * kRowBytes), kAtomStride, kSwizzle);
-    dev::wgmma::fence();
-    ATTUNE_UNROLL
-    for (i32 ks = 0; ks < kPSteps; ++ks) {
-      const u64 desc_v = dev::wgmma::advance(v_desc, static_cast<u32>(ks * 16 * kRowBytes));
-      dev::wgmma::mma_rs<DType, kHeadDim, 1>(softmax.u, pa[ks], desc_v, 1);  // consumer: P V GEMM
-    }
-    dev::wgmma::commit();
-  };
-  // Scores of tile i to probabilities, m and l: the mask by global position
-  // on the tiles that need it, the scale folded into the exponent.
-  // (`masked` is a constant at every call: each loop below compiles its own
-  // body, the free tiles' without mask code.)
-  flash_detail::RowWindows<Config> windows;
-  const auto softmax_step = [&](bool masked, i32 i) {
-    if (masked) windows.apply(s, i);
-    rescale.step(softmax, s.tiles, f.scale_log2);
-  };
-  const auto convert_p = [&] {
-    ATTUNE_UNROLL
-    for (i32 ks = 0; ks < kPSteps; ++ks) {
-      flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
-    }
-  };
-  // One key tile i >= first. With the overlap, tile 0 runs before the loops
-  // and the P V of the last tile after them.
-  const auto tile = [&](bool masked, i32 i) {
-    ring.consumer_wait(i);
-    if (!overlap) {
-      turns.in_turn([&] { issue_s(i); });
-      dev::wgmma::wait<0>();
-      softmax_step(masked, i);
-      rescale.settle(softmax);
-      convert_p();
-      turns.in_turn([&] { issue_pv(i); });
-      dev::wgmma::wait<0>();
-      ring.consumer_release(i, wt == 0);
-    } else {
-      turns.in_turn([&] {
-        issue_s(i);       // S of tile i ...
-        issue_pv(i - 1);  // ... then P V of tile i-1, both in flight
-      });
-      dev::wgmma::wait<1>();    // S of tile i done
-      softmax_step(masked, i);  // while P V of tile i-1 runs
-      dev::wgmma::wait<0>();
-      ring.consumer_release(i - 1, wt == 0);
-      convert_p();
-      rescale.settle(softmax);
-    }
-  };
-  // The row windows are taken before each masked loop (from an opaque row,
-  // so they are not kept from one to the next): no registers held for them
-  // through the free loop.
-  const auto take_windows = [&] {
-    windows.init(f.mask, warp_row0 + dev::opaque(0), n_begin * kBlockN, seq.q_len, seq.k_len);
-  };
-
-  if (tiles > 0) {
-    dev::mbarrier::wait(q_full, 0);  // consumer: wait Q
-    take_windows();
-    const i32 first = overlap ? 1 : 0;
-    if (overlap) {
-      ring.consumer_wait(0);
-      turns.in_turn([&] { issue_s(0); });
-      dev::wgmma::wait<0>();
-      softmax_step(true, 0);  // the mask is right for any tile
-      convert_p();
-      rescale.settle(softmax);
-    }
-    // The tiles in order: masked [first, free_a), free [free_a, free_b),
-    // masked [free_b, tiles).
-    const i32 free_a = first > free_begin ? first : free_begin;
-    const i32 free_b = free_a > free_end ? free_a : free_end;
-    for (i32 i = first; i < free_a; ++i) tile(true, i);
-    for (i32 i = free_a; i < free_b; ++i) tile(false, i);
-    take_windows();
-    for (i32 i = free_b; i < tiles; ++i) tile(true, i);
-    if (overlap) {
-      turns.in_turn([&] { issue_pv(tiles - 1); });
-      dev::wgmma::wait<0>();
-      ring.consumer_release(tiles - 1, wt == 0);
-    }
-  }
-  softmax.merge_quad();
-
-  // ---- epilogue: O = u / l (0 and LSE = -inf for rows that saw no key) ----
-  // O is staged in this consumer's Q rows of each box (free since its last
-  // S GEMM), so its registers are dead before any global address is
-  // computed; then one TMA store, or each thread stores what it staged
-  // (packed tails, layouts TMA cannot map).
   const i32 lane = dev::lane_id();
-  const bool rows_whole = c_row0 + 64 <= seq.q_len || f.cu_seqlens_q == nullptr;  // a TMA box never leaves the sequence
-  const bool via_tma = tma_store && p.o_map_valid != 0 && rows_whole && c_row0 < seq.q_len;
-  unsigned char* o_stage = q_s + 64 * consumer * kRowBytes;
-  // Element (row, col) of the staged tile, row counted from the consumer's first.
-  const auto staged = [&](i32 row, i32 col) {
-    const u32 at = static_cast<u32>(o_stage + (col / kBoxCols) * block_m * kRowBytes - smem) +
-                   static_cast<u32>(row * kRowBytes + (col % kBoxCols) * 2);
-    return dev::shared_as<u16>(smem + sm90::swizzle_address(kSwizzle, at));
-  };
-  softmax.for_each_row(lane, [&](i32 warp_row, const typename Softmax::Row& r) {
-    const i64 row = warp_row0 - row0 + warp_row;  // in the block
-    const softmax::RowEnd end = softmax::finalize(r.m, r.l);
-    const i64 q_row = row0 + row;
-    if (q_row < seq.q_len && f.lse != nullptr && frag::row_leader(lane)) {
-      dev::store_global(
-          f.lse + batch * f.lse_batch_stride + head * f.lse_head_stride + (seq.q_begin + q_row) * f.lse_row_stride,
-          end.lse);
+  i32 kv_base = 0;  // key tiles through the ring before this tile's
+  i32 index = dev::block_index().x;
+  for (i32 round = 0;; ++round) {
+    dev::mbarrier::wait(q_full, round & 1);  // consumer: wait Q (and the tile)
+    if (dynamic) {
+      index = dev::load_shared(&bars->tile);  // consumer: take the tile
+      if (index < 0) break;
     }
-    ATTUNE_UNROLL
-    for (int dt = 0; dt < kHeadDim / 8; ++dt) {
-      ATTUNE_UNROLL
-      for (int e = 0; e < 2; ++e) {
-        dev::store_shared(staged(static_cast<i32>(row - 64 * consumer), Softmax::column(lane, dt, e)),
-                          dev::to_bits<DType>(r.u[dt][e] * end.inv_l));  // consumer: stage O
+    // The tile's numbers, recomputed from `index` where they are needed
+    // again (behind an opaque value, so none is held through the loops):
+    // only index, round and kv_base live from one tile to the next.
+    const auto work = [&] { return TileWork::of<kBlockN>(f, order.at(index + dev::opaque(0)), block_m); };
+    const TileWork w = work();
+    const i32 tiles = w.tiles;
+    if (w.row0 < w.seq.q_len) {
+      const Sequence& seq = w.seq;
+      // The tiles this consumer's rows all see, [free_begin, free_end) of the
+      // block's, need no mask: the steady-state loop runs over them alone.
+      const i64 first_row = w.row0 + 64 * consumer;
+      const RowBlockKeys keys = row_block_keys(f.mask, first_row < seq.q_len ? first_row : seq.q_len - 1,
+                                               last_row_of(first_row, 64, seq.q_len), seq.q_len, seq.k_len);
+      const i64 free_from = keys.free_tile_begin<kBlockN>() - w.n_begin;
+      const i64 free_to = keys.free_tile_end<kBlockN>() - w.n_begin;
+      const i32 free_begin = static_cast<i32>(free_from < 0 ? 0 : free_from > tiles ? tiles : free_from);
+      const i32 free_end = static_cast<i32>(free_to < free_begin ? free_begin : free_to > tiles ? tiles : free_to);
+
+      Softmax softmax;
+      softmax.init();
+      typename Config::Scores s;  // S, as the softmax and the S GEMM's accumulators hold it
+      u32 pa[kPSteps][4];         // P, the A operand of the P V GEMM
+      // With the overlap, tile i's factor is applied to O before P V of tile i
+      // is issued: inside the next issue turn (behind the S GEMM), or at once
+      // after the wait for the previous P V (kRescaleAfter).
+      DeferredRescale<1, kHeadDim / 8> rescale{overlap && !rescale_after, {}};
+
+      // Pingpong: a consumer issues its GEMMs in its turns (one per GEMM issue
+      // point: both GEMMs of a tile in one with the overlap, else one each).
+      sm90_sync::PingpongTurns turns(pingpong, consumer, tiles > 0 ? (overlap ? tiles + 1 : 2 * tiles) : 0);
+      // Key tiles are named by their ring index `it` (kv_base + the tile's
+      // index in the block), so the free loop adds nothing to find a stage.
+      const auto issue_s = [&](i32 it) {
+        const unsigned char* k_tile = smem + layout.k_offset(ring.stage(it));
+        const unsigned char* q_rows = q_s + 64 * consumer * kRowBytes;
+        // Every k-step's operands are the first ones moved by a constant.
+        const u64 q_desc = dev::wgmma::descriptor(q_rows, 16, kAtomStride, kSwizzle);
+        const u64 k_desc = dev::wgmma::descriptor(k_tile, 16, kAtomStride, kSwizzle);
+        dev::wgmma::fence();
+        ATTUNE_UNROLL
+        for (i32 kk = 0; kk < kKSteps; ++kk) {
+          const i32 box = kk / 4;
+          const i32 col_bytes = (kk % 4) * 32;
+          const u64 desc_q = dev::wgmma::advance(q_desc, static_cast<u32>(box * block_m * kRowBytes + col_bytes));
+          const u64 desc_k = dev::wgmma::advance(k_desc, static_cast<u32>(box * kBlockN * kRowBytes + col_bytes));
+          dev::wgmma::mma_ss<DType, kBlockN, 0, 0>(s.tiles, desc_q, desc_k, kk > 0);  // consumer: S GEMM
+        }
+        dev::wgmma::commit();
+      };
+      const auto issue_pv = [&](i32 it) {
+        rescale.before_pv(softmax);
+        const unsigned char* v_tile = smem + layout.v_offset(ring.stage(it));
+        // V is MN-major for this GEMM: 16 key rows of every box; LBO steps a box.
+        const u64 v_desc = dev::wgmma::descriptor(v_tile, static_cast<u32>(kBlockN * kRowBytes), kAtomStride, kSwizzle);
+        dev::wgmma::fence();
+        ATTUNE_UNROLL
+        for (i32 ks = 0; ks < kPSteps; ++ks) {
+          const u64 desc_v = dev::wgmma::advance(v_desc, static_cast<u32>(ks * 16 * kRowBytes));
+          dev::wgmma::mma_rs<DType, kHeadDim, 1>(softmax.u, pa[ks], desc_v, 1);  // consumer: P V GEMM
+        }
+        dev::wgmma::commit();
+      };
+      // Scores of tile i to probabilities, m and l: the mask by global position
+      // on the tiles that need it, the scale folded into the exponent.
+      // (`masked` is a constant at every call: each loop below compiles its own
+      // body, the free tiles' without mask code.)
+      flash_detail::RowWindows<Config> windows;
+      const auto softmax_step = [&](bool masked, i32 it) {
+        if (masked) windows.apply(s, it - kv_base);
+        rescale.step(softmax, s.tiles, f.scale_log2);
+      };
+      const auto convert_p = [&] {
+        ATTUNE_UNROLL
+        for (i32 ks = 0; ks < kPSteps; ++ks) {
+          flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
+        }
+      };
+      // One key tile i >= first. With the overlap, tile 0 runs before the loops
+      // and the P V of the last tile after them.
+      const auto tile = [&](bool masked, i32 it) {
+        ring.consumer_wait(it);
+        if (!overlap) {
+          turns.in_turn([&] { issue_s(it); });
+          dev::wgmma::wait<0>();
+          softmax_step(masked, it);
+          rescale.settle(softmax);
+          convert_p();
+          turns.in_turn([&] { issue_pv(it); });
+          dev::wgmma::wait<0>();
+          ring.consumer_release(it, wt == 0);
+        } else {
+          turns.in_turn([&] {
+            issue_s(it);       // S of tile it ...
+            issue_pv(it - 1);  // ... then P V of tile it-1, both in flight
+          });
+          dev::wgmma::wait<1>();     // S of tile it done
+          softmax_step(masked, it);  // while P V of tile it-1 runs
+          dev::wgmma::wait<0>();
+          ring.consumer_release(it - 1, wt == 0);
+          convert_p();
+          rescale.settle(softmax);
+        }
+      };
+      // The row windows are taken before each masked loop (from an opaque row,
+      // so they are not kept from one to the next): no registers held for them
+      // through the free loop.
+      const auto take_windows = [&] {
+        const TileWork x = work();
+        const i64 warp_row0 = x.row0 + 64 * consumer + 16 * (dev::warp_id() % 4);  // this warp's first row
+        windows.init(f.mask, warp_row0, x.n_begin * kBlockN, x.seq.q_len, x.seq.k_len);
+      };
+
+      if (tiles > 0) {
+        take_windows();
+        const i32 first = overlap ? 1 : 0;
+        if (overlap) {
+          ring.consumer_wait(kv_base);
+          turns.in_turn([&] { issue_s(kv_base); });
+          dev::wgmma::wait<0>();
+          softmax_step(true, kv_base);  // the mask is right for any tile
+          convert_p();
+          rescale.settle(softmax);
+        }
+        // The tiles in order: masked [first, free_a), free [free_a, free_b),
+        // masked [free_b, tiles).
+        const i32 free_a = first > free_begin ? first : free_begin;
+        const i32 free_b = free_a > free_end ? free_a : free_end;
+        for (i32 it = kv_base + first; it < kv_base + free_a; ++it) tile(true, it);
+        for (i32 it = kv_base + free_a; it < kv_base + free_b; ++it) tile(false, it);
+        take_windows();
+        for (i32 it = kv_base + free_b; it < kv_base + tiles; ++it) tile(true, it);
+        if (overlap) {
+          turns.in_turn([&] { issue_pv(kv_base + tiles - 1); });
+          dev::wgmma::wait<0>();
+          ring.consumer_release(kv_base + tiles - 1, wt == 0);
+        }
       }
-    }
-  });
-  if (via_tma) {
-    dev::fence_proxy_async();  // the staged O before the TMA store reads it
-    dev::named_barrier::sync(sm90_sync::kStore + consumer, 128);
-    if (wt == 0) {
-      for (i32 c = 0; c < kChunks; ++c) {
-        dev::tma::store(&p.o_map, o_stage + c * block_m * kRowBytes, c * kBoxCols,
-                        static_cast<i32>(seq.q_begin + c_row0), head, map_batch);  // consumer: store O
-      }
-      dev::tma::commit();
-      dev::tma::wait_read<0>();
-    }
-  } else {
-    // Each thread copies out the elements it staged: nothing passes between
-    // threads, and O's registers are dead by now.
-    static_assert(Softmax::kRows == 2, "one m-tile of 16 rows per warp");
-    ATTUNE_UNROLL
-    for (int half = 0; half < 2; ++half) {
-      const i32 row = static_cast<i32>(warp_row0 - c_row0) + frag::acc_row(lane, half);  // in the consumer's rows
-      if (c_row0 + row < seq.q_len) {
-        u16* o_row =
-            f.o + batch * f.o_batch_stride + (seq.q_begin + c_row0 + row) * f.o_row_stride + head * f.o_head_stride;
+      softmax.merge_quad();
+      const TileWork out = work();
+      const i64 row0 = out.row0;
+      const i64 c_row0 = row0 + 64 * consumer;
+      // Lane-derived addresses and columns are recomputed per tile (opaque
+      // lane): hoisted out of the tile loop, they would be held through it.
+      const i32 lane_o = dev::opaque(lane);
+      const i64 warp_row0 = c_row0 + 16 * (dev::opaque(dev::warp_id()) % 4);
+
+      // ---- epilogue: O = u / l (0 and LSE = -inf for rows that saw no key) ----
+      // O is staged in this consumer's Q rows of each box (free since its last
+      // S GEMM), so its registers are dead before any global address is
+      // computed; then one TMA store, or each thread stores what it staged
+      // (packed tails, layouts TMA cannot map).
+      const bool rows_whole =
+          c_row0 + 64 <= out.seq.q_len || f.cu_seqlens_q == nullptr;  // a TMA box never leaves the sequence
+      const bool via_tma = tma_store && p.o_map_valid != 0 && rows_whole && c_row0 < out.seq.q_len;
+      unsigned char* o_stage = q_s + 64 * consumer * kRowBytes;
+      // Element (row, col) of the staged tile, row counted from the consumer's first.
+      const auto staged = [&](i32 row, i32 col) {
+        const u32 at = static_cast<u32>(o_stage + (col / kBoxCols) * block_m * kRowBytes - smem) +
+                       static_cast<u32>(row * kRowBytes + (col % kBoxCols) * 2);
+        return dev::shared_as<u16>(smem + sm90::swizzle_address(kSwizzle, at));
+      };
+      softmax.for_each_row(lane_o, [&](i32 warp_row, const typename Softmax::Row& r) {
+        const i64 row = warp_row0 - row0 + warp_row;  // in the block
+        const softmax::RowEnd end = softmax::finalize(r.m, r.l);
+        const i64 q_row = row0 + row;
+        if (q_row < out.seq.q_len && f.lse != nullptr && frag::row_leader(lane_o)) {
+          dev::store_global(f.lse + out.batch * f.lse_batch_stride + out.head * f.lse_head_stride +
+                                (out.seq.q_begin + q_row) * f.lse_row_stride,
+                            end.lse);
+        }
         ATTUNE_UNROLL
         for (int dt = 0; dt < kHeadDim / 8; ++dt) {
           ATTUNE_UNROLL
           for (int e = 0; e < 2; ++e) {
-            const i32 col = Softmax::column(lane, dt, e);
-            if (col < f.head_dim_v)
-              dev::store_global(o_row + col, dev::load_shared(staged(row, col)));  // consumer: store O
+            dev::store_shared(staged(static_cast<i32>(row - 64 * consumer), Softmax::column(lane_o, dt, e)),
+                              dev::to_bits<DType>(r.u[dt][e] * end.inv_l));  // consumer: stage O
           }
         }
+      });
+      if (via_tma) {
+        dev::fence_proxy_async();  // the staged O before the TMA store reads it
+        dev::named_barrier::sync(sm90_sync::kStore + consumer, 128);
+        if (wt == 0) {
+          for (i32 c = 0; c < kChunks; ++c) {
+            dev::tma::store(&p.o_map, o_stage + c * block_m * kRowBytes, c * kBoxCols,
+                            static_cast<i32>(out.seq.q_begin + c_row0), out.head, out.map_batch);  // consumer: store O
+          }
+          dev::tma::commit();
+          dev::tma::wait_read<0>();  // the staged O read out before Q's rows are handed back
+        }
+      } else {
+        // Each thread copies out the elements it staged: nothing passes between
+        // threads, and O's registers are dead by now.
+        static_assert(Softmax::kRows == 2, "one m-tile of 16 rows per warp");
+        ATTUNE_UNROLL
+        for (int half = 0; half < 2; ++half) {
+          const i32 row = static_cast<i32>(warp_row0 - c_row0) + frag::acc_row(lane_o, half);  // in the consumer's rows
+          if (c_row0 + row < out.seq.q_len) {
+            u16* o_row = f.o + out.batch * f.o_batch_stride + (out.seq.q_begin + c_row0 + row) * f.o_row_stride +
+                         out.head * f.o_head_stride;
+            ATTUNE_UNROLL
+            for (int dt = 0; dt < kHeadDim / 8; ++dt) {
+              ATTUNE_UNROLL
+              for (int e = 0; e < 2; ++e) {
+                const i32 col = Softmax::column(lane_o, dt, e);
+                if (col < f.head_dim_v)
+                  dev::store_global(o_row + col, dev::load_shared(staged(row, col)));  // consumer: store O
+              }
+            }
+          }
+        }
+        dev::fence_proxy_async();  // the staged O read before the next Q lands on it
       }
     }
+    kv_base += tiles;
+    if (!dynamic) {
+      index = sm90_sched::next_static(scheduler, index, ctas, tile_count);
+      if (index >= tile_count) break;  // no Q follows: nobody waits for the rows
+    }
+    dev::mbarrier::arrive(q_empty);  // consumer: Q rows free
   }
 }
 

@@ -9,16 +9,19 @@ For each head dim, query tile (consumer count), key tile and overlap: the
 variant with 2 stages, pingpong where two consumers allow it, no rescale
 after, the TMA store (direct stores at d256 with one consumer, where the
 store needs more), compiled for sm_90a in bf16 by `attune variants profile
---no-emulate --format json`. From its SASS audit, the consumers' region
-(after `setmaxnreg` 160 or 240; with one consumer the entry, which moves no
-registers) gives the highest register; every region its spills.
+--no-emulate --format json`, once per tile scheduler (one CTA per tile,
+static and dynamic persistent), the worst of the three kept. From its SASS
+audit, the consumers' region (after `setmaxnreg` 160 or 240; with one
+consumer the entry, which moves no registers) gives the highest register;
+every region its spills.
 
   tools/sm90_registers.py ATTUNE [--out FILE] [--jobs N]
 
 A variant outside the current table does not compile (the template's
 static_assert): to refresh, build ATTUNE with FlashFwdSm90Tunables::
 kMeasuring set to true, run this with --out templates/flash_fwd_sm90_registers.h,
-set kMeasuring back, rebuild (docs/kernels.md). Takes about a minute.
+set kMeasuring back, rebuild (docs/kernels.md). Takes about seven minutes
+on two cores.
 """
 import argparse
 import concurrent.futures
@@ -59,13 +62,17 @@ def budget(consumers):
     return {1: 255, 2: 240, 3: 160}[consumers]
 
 
-def variant_id(d, bm, bn, ov):
+SCHEDULERS = (0, 1, 2)
+
+
+def variant_id(d, bm, bn, ov, sc):
     pp = 1 if bm == 128 else 0
     ts = 0 if d == 256 and bm == 64 else 1
-    return f"flash_fwd_sm90/d{d}.bm{bm}.bn{bn}.st2.pp{pp}.ov{ov}.ra0.ts{ts}"
+    return f"flash_fwd_sm90/d{d}.bm{bm}.bn{bn}.st2.pp{pp}.ov{ov}.ra0.ts{ts}.sc{sc}"
 
 
 def measure(attune, vid):
+    """(highest consumer register, spills) of one variant; None outside the space."""
     r = subprocess.run([attune, "variants", "profile", vid, "--no-emulate", "--format", "json"],
                        capture_output=True, text=True)
     if r.returncode != 0:
@@ -77,10 +84,17 @@ def measure(attune, vid):
     consumer = [x for x in regions if x["register_limit"] == want]
     highest = max(x["highest_register"] for x in consumer) if consumer else -1
     spills = sum(x["spill_stores"] + x["spill_loads"] for x in regions)
-    d = int(vid.split("/d")[1].split(".")[0])
-    bn = int(vid.split(".bn")[1].split(".")[0])
-    ov = int(vid.split(".ov")[1].split(".")[0])
-    return f"    {{{d}, {consumers}, {bn}, {ov}, {highest}, {spills}}},  // {vid.split('/')[1]}\n"
+    return highest, spills
+
+
+def row(attune, d, bm, bn, ov):
+    """The table's row: the worst scheduler's registers and spills."""
+    found = [(m, variant_id(d, bm, bn, ov, sc)) for sc in SCHEDULERS
+             for m in [measure(attune, variant_id(d, bm, bn, ov, sc))] if m is not None]
+    if not found:
+        return None
+    (highest, spills), vid = max(found, key=lambda f: (f[0][1], f[0][0]))
+    return f"    {{{d}, {bm // 64}, {bn}, {ov}, {highest}, {spills}}},  // {vid.split('/')[1]}\n"
 
 
 def main():
@@ -89,9 +103,9 @@ def main():
     ap.add_argument("--out", default="-")
     ap.add_argument("--jobs", type=int, default=2)
     a = ap.parse_args()
-    ids = [variant_id(d, bm, bn, ov) for d in HEAD_DIMS for bm in BLOCK_M for bn in BLOCK_N for ov in (0, 1)]
+    ids = [(d, bm, bn, ov) for d in HEAD_DIMS for bm in BLOCK_M for bn in BLOCK_N for ov in (0, 1)]
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
-        rows = list(pool.map(lambda v: measure(a.attune, v), ids))
+        rows = list(pool.map(lambda v: row(a.attune, *v), ids))
     text = HEADER + "".join(r for r in rows if r is not None) + FOOTER
     if a.out == "-":
         sys.stdout.write(text)

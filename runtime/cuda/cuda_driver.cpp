@@ -565,6 +565,14 @@ void Driver::release(void* device_ptr) {
   check(impl_->api.mem_free(to_device(device_ptr)), "cuMemFree");
 }
 
+void Driver::zero_async(int device, void* dst, std::size_t words, void* stream) {
+  if (words == 0) return;
+  check_context();
+  if (stream == nullptr) impl_->make_current(device);
+  check(impl_->api.memset_d32_async(to_device(dst), 0, words, static_cast<CUstream>(stream)),
+        "cuMemsetD32Async(" + std::to_string(words) + " words)");
+}
+
 void Driver::copy_to_device(void* dst, const void* src, std::size_t bytes) {
   if (bytes == 0) return;
   impl_->make_current_for(static_cast<const void*>(dst));

@@ -160,6 +160,10 @@ class Driver {
   // that of the device's primary context. A size that differs from the
   // kernel's parameter (where the driver tells it) is an InvalidArgument.
   void launch(Function function, const LaunchConfig& config, const void* params, std::size_t params_size, void* stream);
+  // Sets `words` 32-bit words at `dst` (device memory of `device`) to zero
+  // on `stream`, in stream order (cuMemsetD32Async: a memset node when the
+  // stream is capturing a graph); the same contexts as launch.
+  void zero_async(int device, void* dst, std::size_t words, void* stream);
   void synchronize(void* stream);
   // True while `stream` is capturing a CUDA graph (cuStreamIsCapturing):
   // nothing that allocates, copies, synchronizes or loads may run on it.

@@ -22,6 +22,7 @@ static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuMemcpyDtoH)) == "cuMemcpyDtoH_
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuEventDestroy)) == "cuEventDestroy_v2");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuEventElapsedTime)) == "cuEventElapsedTime_v2");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuLaunchKernel)) == "cuLaunchKernel");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuMemsetD32Async)) == "cuMemsetD32Async");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamSynchronize)) == "cuStreamSynchronize");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamGetCtx)) == "cuStreamGetCtx");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamIsCapturing)) == "cuStreamIsCapturing");
@@ -115,6 +116,7 @@ std::string load_api(const std::string& path, const std::string& shown, Api& api
   need(api.mem_free, "cuMemFree_v2");
   need(api.memcpy_htod, "cuMemcpyHtoD_v2");
   need(api.memcpy_dtoh, "cuMemcpyDtoH_v2");
+  need(api.memset_d32_async, "cuMemsetD32Async");
   need(api.pointer_get_attribute, "cuPointerGetAttribute");
   need(api.event_create, "cuEventCreate");
   need(api.event_record, "cuEventRecord");

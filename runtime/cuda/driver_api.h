@@ -44,6 +44,7 @@ struct Api {
   decltype(&::cuMemFree) mem_free = nullptr;
   decltype(&::cuMemcpyHtoD) memcpy_htod = nullptr;
   decltype(&::cuMemcpyDtoH) memcpy_dtoh = nullptr;
+  decltype(&::cuMemsetD32Async) memset_d32_async = nullptr;
   decltype(&::cuPointerGetAttribute) pointer_get_attribute = nullptr;
   decltype(&::cuEventCreate) event_create = nullptr;
   decltype(&::cuEventRecord) event_record = nullptr;

@@ -8,6 +8,7 @@
 #include "core/error.h"
 #include "generated/kernel_shapes.h"
 #include "runtime/launch/flash_decode_params.h"
+#include "templates/sm90_scheduler.cuh"
 
 namespace attune {
 
@@ -39,7 +40,9 @@ Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, cons
     // FlashAttention-3's tiles per head dim: 192 x 128 on three consumer
     // warpgroups at d64; 128 x 176 (128 x 128 when masked) at d128; 128 x 80
     // at d256; the S GEMM of the next tile issued before the softmax, two
-    // consumers taking turns where there are two, O out through TMA.
+    // consumers taking turns where there are two, O out through TMA;
+    // persistent CTAs, taking tiles of unequal work (a mask) from the
+    // dynamic scheduler, heaviest first, else in a static stride.
     const int bucket = FlashFwdSm90Shape::of(hopper.front()).head_dim;
     const bool d64 = bucket <= 64;
     const bool d128 = bucket <= 128 && !d64;
@@ -52,7 +55,8 @@ Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, cons
                              .pingpong = d64 ? 0 : 1,
                              .overlap = 1,
                              .rescale_after = 0,
-                             .tma_store = 1};
+                             .tma_store = 1,
+                             .scheduler = hints.masked ? sm90_sched::kDynamic : sm90_sched::kStatic};
     // Where the register model leaves that tile out, the next smaller key
     // tile with the same schedule; then the nearest listed variant.
     const FlashFwdSm90Shape first = wanted;

@@ -55,6 +55,9 @@ class LaunchBackend {
     // The backend's tensor map for `spec` (the driver's, or the emulator's),
     // cached by its inputs. Throws InvalidArgument for a spec TMA refuses.
     virtual TensorMap tensor_map(const TensorMapSpec& spec) = 0;
+    // Sets `words` 32-bit words of a named buffer to zero, in order with
+    // the launches (a memset node in a captured graph).
+    virtual void zero(void* data, std::size_t words) = 0;
   };
   virtual std::unique_ptr<Call> begin(void* stream) = 0;
 
@@ -68,6 +71,9 @@ class LaunchBackend {
   // True when backend pointers are host pointers (the emulator): host
   // metadata needs no copy.
   virtual bool host_memory() const = 0;
+  // Multiprocessors of the device (the emulator's: kEmulatedSmCount, or
+  // ATTUNE_EMU_SMS): how many CTAs a persistent kernel launches.
+  virtual int sm_count() const = 0;
 };
 
 }  // namespace attune

@@ -18,6 +18,7 @@ class CudaCall final : public LaunchBackend::Call {
   TensorMap tensor_map(const TensorMapSpec& spec) override {
     return maps_.get(spec, [&](const TensorMapSpec& s) { return driver_.encode_tensor_map(s); });
   }
+  void zero(void* data, std::size_t words) override { driver_.zero_async(device_, data, words, stream_); }
 
  private:
   cuda::Driver& driver_;
@@ -33,7 +34,11 @@ LoadedKernel loaded_kernel(const Variant& variant, DType dtype, const cuda::Driv
 }  // namespace
 
 CudaBackend::CudaBackend(cuda::Driver& driver, int device, std::string arch, CompilerService& compiler)
-    : driver_(driver), device_(device), arch_(std::move(arch)), compiler_(compiler) {}
+    : driver_(driver),
+      device_(device),
+      arch_(std::move(arch)),
+      compiler_(compiler),
+      sm_count_(driver.devices().at(static_cast<std::size_t>(device)).sm_count) {}
 
 namespace {
 std::string key_of(const Variant& variant, DType dtype) { return variant.id() + "/" + std::string(to_string(dtype)); }

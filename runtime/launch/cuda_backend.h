@@ -25,6 +25,7 @@ class CudaBackend final : public LaunchBackend {
   void copy_to_device(void* dst, const void* src, std::size_t bytes) override;
   void synchronize(void* stream) override;
   bool host_memory() const override { return false; }
+  int sm_count() const override { return sm_count_; }
   TensorMapCache& tensor_maps() { return tensor_maps_; }
 
  private:
@@ -32,6 +33,7 @@ class CudaBackend final : public LaunchBackend {
   int device_;
   std::string arch_;
   CompilerService& compiler_;
+  int sm_count_;
   std::mutex mutex_;
   std::map<std::string, cuda::Driver::Function> loaded_;  // by "variant id/dtype"
   TensorMapCache tensor_maps_;

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <new>
 
+#include "core/env.h"
 #include "core/error.h"
 #include "emulator/emulator.h"
 #include "runtime/launch/ops.h"
@@ -29,6 +30,7 @@ class EmuCall final : public LaunchBackend::Call {
     }
   }
   TensorMap tensor_map(const TensorMapSpec& spec) override { return maps_.get(spec, encode_emulated_tensor_map); }
+  void zero(void* data, std::size_t words) override { std::memset(data, 0, words * sizeof(std::uint32_t)); }
 
  private:
   emu::Emulator emulator_;
@@ -37,6 +39,18 @@ class EmuCall final : public LaunchBackend::Call {
 };
 
 }  // namespace
+
+int emulated_sm_count() {
+  constexpr int kDefault = 132;  // an H100 SXM's (runtime.h: kEmulatedSmCount)
+  const std::string value = env("ATTUNE_EMU_SMS");
+  if (value.empty()) return kDefault;
+  char* end = nullptr;
+  const long n = std::strtol(value.c_str(), &end, 10);
+  if (end == value.c_str() || *end != '\0' || n < 1 || n > 1024) {
+    throw InvalidArgument("ATTUNE_EMU_SMS: got '" + value + "'; expected the emulated SM count, 1 to 1024");
+  }
+  return static_cast<int>(n);
+}
 
 const ArchLimits& emulator_limits() {
   static const ArchLimits kLimits{.name = "the emulator", .max_shared_bytes = 256 * 1024, .every_arch = true};
@@ -109,9 +123,9 @@ void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& bu
   check_runs(variant, KernelId::kFlashFwd, problem, buffers);
   emulate(
       problem, [&](LaunchBackend& b) { return load_forward(b, variant, problem.dtype); },
-      [](const ForwardKernels&) { return std::size_t{0}; },
+      [](const ForwardKernels& k) { return forward_workspace_bytes(k); },
       [&](LaunchBackend::Call& call, const ForwardKernels& k, const CallMemory& m) {
-        launch_forward(call, problem, k, buffers, m.metadata());
+        launch_forward(call, problem, k, buffers, m.metadata(), m.workspace());
       },
       counters);
 }

@@ -15,6 +15,11 @@ namespace attune {
 // fits in host memory (256 KiB of shared memory per block).
 const ArchLimits& emulator_limits();
 
+// The SM count of the emulated device: an H100/H200-class GPU's 132, or
+// ATTUNE_EMU_SMS (1 to 1024), so that persistent kernels run more tiles
+// than CTAs on small problems. InvalidArgument for another value.
+int emulated_sm_count();
+
 class EmuBackend final : public LaunchBackend {
  public:
   LoadedKernel load(const Variant& variant, DType dtype, Compile compile) override;
@@ -25,6 +30,7 @@ class EmuBackend final : public LaunchBackend {
   void copy_to_device(void* dst, const void* src, std::size_t bytes) override;
   void synchronize(void* /*stream*/) override {}
   bool host_memory() const override { return true; }
+  int sm_count() const override { return emulated_sm_count(); }
 
   // What every call's launches did, summed (emulator/counters.h): the speed
   // model's measurements.

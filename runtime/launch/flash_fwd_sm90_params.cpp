@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <limits>
+
+#include "core/error.h"
 
 #include "generated/kernel_shapes.h"
 #include "runtime/launch/flash_fwd_params.h"
@@ -55,17 +58,50 @@ Sm90TensorMaps flash_fwd_sm90_maps(const AttentionProblem& p, const AttentionBuf
 }
 
 FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& p, const AttentionBuffers& b,
-                                                      const DeviceMetadata& metadata, const Variant& variant) {
+                                                      const DeviceMetadata& metadata, const Variant& variant,
+                                                      std::int32_t* tile_counter) {
   FlashFwdSm90Params k{};
   k.fwd = flash_fwd_params(p, b, metadata);
   fill_tunable_fields(k, FlashFwdSm90Shape::of(variant));
+  k.tiles = flash_fwd_sm90_tiles(p, variant);
+  if (FlashFwdSm90Shape::of(variant).scheduler == sm90_sched::kDynamic) {
+    if (tile_counter == nullptr) {
+      throw InvalidArgument("variant " + variant.id() +
+                            ": the dynamic tile scheduler needs its counter in the workspace; got none");
+    }
+    k.tile_counter = tile_counter;
+  }
   k.o_map_valid =
       tma_stride_fit('O', p.o_strides, p.is_packed()).fits() && reinterpret_cast<std::uintptr_t>(b.o) % 16 == 0 ? 1 : 0;
   return k;
 }
 
-LaunchConfig flash_fwd_sm90_launch(const AttentionProblem& p, const Variant& variant) {
-  return query_block_launch(p, variant, FlashFwdSm90Shape::of(variant).block_m);
+sm90_sched::TileOrder flash_fwd_sm90_tiles(const AttentionProblem& p, const Variant& variant) {
+  const std::int64_t block_m = FlashFwdSm90Shape::of(variant).block_m;
+  const std::int64_t m_blocks = std::max<std::int64_t>((p.max_seqlen_q() + block_m - 1) / block_m, 1);
+  const std::int64_t pairs = p.heads_q * std::max<std::int64_t>(p.batch, 1);
+  // K and V of one kv head stay in L2 for the query heads of its group.
+  const std::int64_t kv_head_bytes = std::max<std::int64_t>(p.max_seqlen_k(), 1) * (p.head_dim_k + p.head_dim_v) * 2;
+  const std::int64_t kv_heads = std::max<std::int64_t>(kL2SectionBytes / kv_head_bytes, 1);
+  const std::int64_t section = std::min(kv_heads * p.group_size(), pairs);
+  if (m_blocks * pairs > std::numeric_limits<std::int32_t>::max()) {
+    throw InvalidArgument("flash_fwd_sm90: " + std::to_string(m_blocks * pairs) +
+                          " tiles (query blocks x heads x batch); expected at most 2^31 - 1");
+  }
+  return {static_cast<i32>(m_blocks), static_cast<i32>(p.heads_q), static_cast<i32>(std::max<std::int64_t>(p.batch, 1)),
+          static_cast<i32>(section)};
+}
+
+LaunchConfig flash_fwd_sm90_launch(const AttentionProblem& p, const Variant& variant, int sm_count) {
+  const sm90_sched::TileOrder tiles = flash_fwd_sm90_tiles(p, variant);
+  const bool persistent = FlashFwdSm90Shape::of(variant).scheduler != sm90_sched::kGrid;
+  const i32 ctas = persistent ? std::min(tiles.count(), std::max(sm_count, 1)) : tiles.count();
+  return {.grid = {ctas, 1, 1}, .block = {variant.threads(), 1, 1}, .dynamic_shared_bytes = variant.shared_bytes()};
+}
+
+std::size_t flash_fwd_sm90_workspace_bytes(const Variant& variant) {
+  if (variant.kernel == nullptr || variant.kernel->id != KernelId::kFlashFwdSm90) return 0;
+  return FlashFwdSm90Shape::of(variant).scheduler == sm90_sched::kDynamic ? 16 : 0;
 }
 
 }  // namespace attune

@@ -28,16 +28,21 @@ Sm90TensorMaps flash_fwd_sm90_maps(const AttentionProblem& problem, const Attent
 
 // Kernel params for a validated problem that fits; `encode` turns a spec
 // into the backend's TensorMap (LaunchBackend::tensor_map).
+// `tile_counter`: the dynamic scheduler's counter (flash_fwd_sm90_workspace_bytes,
+// zero at launch), null for the other schedulers.
 template <class Encode>
 FlashFwdSm90Params flash_fwd_sm90_params(const AttentionProblem& problem, const AttentionBuffers& buffers,
-                                         const DeviceMetadata& metadata, const Variant& variant, const Encode& encode);
+                                         const DeviceMetadata& metadata, const Variant& variant,
+                                         std::int32_t* tile_counter, const Encode& encode);
 FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& problem, const AttentionBuffers& buffers,
-                                                      const DeviceMetadata& metadata, const Variant& variant);
+                                                      const DeviceMetadata& metadata, const Variant& variant,
+                                                      std::int32_t* tile_counter);
 
 template <class Encode>
 FlashFwdSm90Params flash_fwd_sm90_params(const AttentionProblem& problem, const AttentionBuffers& buffers,
-                                         const DeviceMetadata& metadata, const Variant& variant, const Encode& encode) {
-  FlashFwdSm90Params k = flash_fwd_sm90_params_without_maps(problem, buffers, metadata, variant);
+                                         const DeviceMetadata& metadata, const Variant& variant,
+                                         std::int32_t* tile_counter, const Encode& encode) {
+  FlashFwdSm90Params k = flash_fwd_sm90_params_without_maps(problem, buffers, metadata, variant, tile_counter);
   const Sm90TensorMaps maps = flash_fwd_sm90_maps(problem, buffers, variant);
   k.q_map = encode(maps.q);
   if (problem.seqlen_k > 0) {  // else no key tile is ever loaded
@@ -48,7 +53,18 @@ FlashFwdSm90Params flash_fwd_sm90_params(const AttentionProblem& problem, const 
   return k;
 }
 
-// Grid (query blocks, Hq, B), block and dynamic shared memory.
-LaunchConfig flash_fwd_sm90_launch(const AttentionProblem& problem, const Variant& variant);
+// The tiles of a call and their order (templates/sm90_scheduler.cuh):
+// query blocks of the longest sequence over every (batch, head), in L2
+// sections of the heads whose K and V fit in kL2SectionBytes together.
+inline constexpr std::int64_t kL2SectionBytes = std::int64_t{32} << 20;  // of an H100's 50 MiB L2
+sm90_sched::TileOrder flash_fwd_sm90_tiles(const AttentionProblem& problem, const Variant& variant);
+
+// Grid (one CTA per tile, or min(tiles, sm_count) for the persistent
+// schedulers), block and dynamic shared memory.
+LaunchConfig flash_fwd_sm90_launch(const AttentionProblem& problem, const Variant& variant, int sm_count);
+
+// Bytes of workspace the variant's scheduler needs: 16 (its counter, one
+// int32 zeroed before each launch) for kDynamic, else 0.
+std::size_t flash_fwd_sm90_workspace_bytes(const Variant& variant);
 
 }  // namespace attune

@@ -68,11 +68,14 @@ Variant portable_forward_variant(const Variant& sm90) {
 
 ForwardKernels load_forward(LaunchBackend& backend, const Variant& variant, DType dtype, Compile compile) {
   if (variant.kernel != nullptr && variant.kernel->id == KernelId::kFlashFwdSm90) {
-    return {backend.load(variant, dtype, compile), [&backend, portable = portable_forward_variant(variant), dtype,
-                                                    compile] { return backend.load(portable, dtype, compile); }};
+    return {backend.load(variant, dtype, compile),
+            [&backend, portable = portable_forward_variant(variant), dtype, compile] {
+              return backend.load(portable, dtype, compile);
+            },
+            backend.sm_count()};
   }
   require_kernel(variant, KernelId::kFlashFwd);
-  return {backend.load(variant, dtype, compile), {}};
+  return {backend.load(variant, dtype, compile), {}, backend.sm_count()};
 }
 
 DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int splits, DType dtype, Compile compile,
@@ -96,6 +99,10 @@ BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DT
   return k;
 }
 
+std::size_t forward_workspace_bytes(const ForwardKernels& kernels) {
+  return flash_fwd_sm90_workspace_bytes(kernels.main.variant);
+}
+
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels) {
   return bytes(decode_workspace_floats(problem, kernels.splits), sizeof(float));
 }
@@ -105,7 +112,7 @@ std::size_t backward_workspace_bytes(const AttentionProblem& problem, const Back
 }
 
 void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const ForwardKernels& kernels,
-                    const AttentionBuffers& b, const DeviceMetadata& metadata) {
+                    const AttentionBuffers& b, const DeviceMetadata& metadata, void* workspace) {
   check_variant_modifiers(kernels.main.variant, problem_features(p));
   if (p.batch == 0 || p.max_seqlen_q() == 0) return;
   describe_attention(call, p, b);
@@ -115,7 +122,14 @@ void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const 
     const std::string unfit = sm90_unfit_reason(p, b);
     if (unfit.empty()) {
       const auto encode = [&](const TensorMapSpec& spec) { return call.tensor_map(spec); };
-      launch(call, kernels.main, flash_fwd_sm90_launch(p, main), flash_fwd_sm90_params(p, b, metadata, main, encode));
+      const LaunchConfig config = flash_fwd_sm90_launch(p, main, kernels.sm_count);
+      const std::size_t counter_bytes = flash_fwd_sm90_workspace_bytes(main);
+      if (counter_bytes > 0) {
+        describe(call, "tile counter", workspace, static_cast<std::int64_t>(counter_bytes), 1);
+        call.zero(workspace, counter_bytes / sizeof(std::int32_t));  // every launch starts from tile 0
+      }
+      launch(call, kernels.main, config,
+             flash_fwd_sm90_params(p, b, metadata, main, static_cast<std::int32_t*>(workspace), encode));
       return;
     }
     if (!kernels.fallback) {

@@ -27,6 +27,7 @@ struct ForwardKernels {
   // compile permission load_forward had) the flash_fwd variant that runs
   // calls TMA cannot map. Empty otherwise.
   std::function<LoadedKernel()> fallback;
+  int sm_count = 0;  // the device's: a persistent flash_fwd_sm90 launches one CTA per SM at most
 };
 struct DecodeKernels {
   LoadedKernel main;     // flash_decode
@@ -52,14 +53,16 @@ DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int sp
 BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype, bool sinks = false,
                               Compile compile = Compile::kAllowed);
 
-// Bytes of fp32 workspace a call needs (0: none).
+// Bytes of workspace a call needs (0: none): fp32 partials, or the
+// dynamic tile scheduler's counter.
+std::size_t forward_workspace_bytes(const ForwardKernels& kernels);
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels);
 std::size_t backward_workspace_bytes(const AttentionProblem& problem, const BackwardKernels& kernels);
 
 // The launches of one validated call. Buffers and metadata are in backend
 // memory; `workspace` holds the bytes the functions above give.
 void launch_forward(LaunchBackend::Call& call, const AttentionProblem& problem, const ForwardKernels& kernels,
-                    const AttentionBuffers& buffers, const DeviceMetadata& metadata);
+                    const AttentionBuffers& buffers, const DeviceMetadata& metadata, void* workspace);
 void launch_decode(LaunchBackend::Call& call, const AttentionProblem& problem, const DecodeKernels& kernels,
                    const AttentionBuffers& buffers, const DeviceMetadata& metadata, float* workspace);
 void launch_backward(LaunchBackend::Call& call, const AttentionProblem& problem, const BackwardKernels& kernels,

@@ -68,6 +68,17 @@ ATTUNE_DEVICE void atomic_add(float* p, float value) {
   asm volatile("red.global.add.f32 [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "f"(value) : "memory");
 }
 
+// Adds `value` to *p (global memory) and returns what *p held before: a
+// relaxed, device-scope atomicAdd (a persistent tile scheduler's tickets).
+ATTUNE_DEVICE i32 atomic_fetch_add(i32* p, i32 value) {
+  i32 old;
+  asm volatile("atom.global.add.s32 %0, [%1], %2;"
+               : "=r"(old)
+               : "l"(__cvta_generic_to_global(p)), "r"(value)
+               : "memory");
+  return old;
+}
+
 ATTUNE_DEVICE float exp2_approx(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));

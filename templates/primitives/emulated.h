@@ -34,6 +34,7 @@ void cp_async(void* shared_dst, const void* global_src, i32 src_bytes, const Whe
 void cp_async_commit(const Where& where);
 void cp_async_wait(i32 pending, const Where& where);
 void atomic_add(float* p, float value, const Where& where);
+i32 atomic_fetch_add(i32* p, i32 value, const Where& where);
 float half_to_float(u16 bits);
 u16 float_to_half(float value);
 u16 float_to_bfloat16(float value);
@@ -112,6 +113,9 @@ void store_shared(T* p, T value, const Where& where = Where::current()) {
 
 inline void atomic_add(float* p, float value, const Where& where = Where::current()) {
   emu::hooks::atomic_add(p, value, where);
+}
+inline i32 atomic_fetch_add(i32* p, i32 value, const Where& where = Where::current()) {
+  return emu::hooks::atomic_fetch_add(p, value, where);
 }
 
 inline float exp2_approx(float x) { return emu::hooks::exp2_approx(x); }

@@ -20,6 +20,7 @@
 //   T load_global<T>(const T*);  void store_global<T>(T*, T);
 //   T load_shared<T>(const T*);  void store_shared<T>(T*, T);
 //   void atomic_add(float* global, float value);
+//   i32 atomic_fetch_add(i32* global, i32 value);     // returns the old value (relaxed, device scope)
 //   float exp2_approx(float);                         // ex2.approx.ftz.f32
 //   float log2_approx(float);                         // lg2.approx.ftz.f32
 //   float tanh_approx(float);                         // tanh.approx.f32

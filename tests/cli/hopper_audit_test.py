@@ -5,9 +5,10 @@ non-causal and causal bottom-right, names flash_fwd_sm90 variants whose
 cubins (`attune variants profile --no-emulate`) spill nothing in any
 setmaxnreg region, use a 128 x 176 tile or larger without a mask, and whose
 HGMMA loops issue at most 32 instructions per HGMMA in the best loop and 40
-in the worst; the consumers' highest register is the one the variant space
-was drawn from (templates/flash_fwd_sm90_registers.h), so a stale table
-fails. Exits 77 (skipped) without NVRTC or nvdisasm.
+in the worst; the consumers' highest register is within the one the
+variant space was drawn from (templates/flash_fwd_sm90_registers.h, the
+worst of the three tile schedulers), so a table older than a kernel that
+needs more fails. Exits 77 (skipped) without NVRTC or nvdisasm.
 
 Usage: hopper_audit_test.py PATH_TO_ATTUNE
 """
@@ -84,8 +85,9 @@ def main():
         budget = 240 if consumers == 2 else 160 if consumers == 3 else 0
         highest = max((g["highest_register"] for g in audit["regions"] if g["register_limit"] == budget), default=-1)
         key = (shape["d"], consumers, shape["bn"], shape["ov"])
-        checks.check(table.get(key) == highest, "%s: consumers' highest register R%d, the table's R%s" % (
-            vid, highest, table.get(key)))
+        # The table keeps the worst of the three schedulers' measurements.
+        checks.check(table.get(key) is not None and highest <= table[key],
+                     "%s: consumers' highest register R%d, within the table's R%s" % (vid, highest, table.get(key)))
     return checks.finish()
 
 

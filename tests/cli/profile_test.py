@@ -102,7 +102,7 @@ def main():
                      "profile text format")
         # The audit per setmaxnreg region and MMA loop (issue 33): the Hopper
         # consumers' raised budget, the producer's lowered one, the main loop.
-        hopper = "flash_fwd_sm90/d128.bm128.bn128.st2.pp1.ov1.ra0.ts1"
+        hopper = "flash_fwd_sm90/d128.bm128.bn128.st2.pp1.ov1.ra0.ts1.sc0"
         r = run("variants", "profile", hopper, "--arch", "sm_90a", "--format", "json")
         if tool is not None and checks.check(r.returncode == 0, "profile %s" % hopper):
             audit = json.loads(r.stdout)["sass_audit"]

@@ -35,7 +35,7 @@ enum Plant : i32 {
 
 struct RingParams {
   const float* in;  // [kRounds]
-  float* out;       // [384]: each consumer's sum, the producer's 0
+  float* out;       // [2][384]: per block, each consumer's sum
   i32 plant;
 };
 
@@ -81,12 +81,12 @@ ATTUNE_KERNEL void ring(RingParams p) {
       dev::mbarrier::arrive(empty + s);
     }
   }
-  dev::store_global(p.out + t, sum);
+  dev::store_global(p.out + dev::block_index().x * 384 + t, sum);
 }
 
 struct Ring {
   std::vector<float> in = std::vector<float>(kRounds);
-  std::vector<float> out = std::vector<float>(384, -1.0F);
+  std::vector<float> out = std::vector<float>(2 * 384, -1.0F);
   emu::Emulator emulator;
   Ring() {
     for (i32 r = 0; r < kRounds; ++r) in[static_cast<std::size_t>(r)] = static_cast<float>(10 * (r + 1));
@@ -102,7 +102,11 @@ struct Ring {
 TEST(MbarrierEmuTest, ARingOfFullAndEmptyBarriersHandsEveryRoundOverWithNoReport) {
   Ring ring;
   ring.run(kNone);
-  for (int t = 128; t < 384; ++t) EXPECT_EQ(ring.out[static_cast<std::size_t>(t)], 150.0F) << "thread " << t;
+  for (int b = 0; b < 2; ++b) {
+    for (int t = 128; t < 384; ++t) {
+      EXPECT_EQ(ring.out[static_cast<std::size_t>(b * 384 + t)], 150.0F) << "block " << b << " thread " << t;
+    }
+  }
 }
 
 using Planted = testing::PlantedBug;

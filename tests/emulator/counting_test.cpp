@@ -15,12 +15,12 @@ ATTUNE_KERNEL void strided_store(Buffers p) {
   const i32 t = dev::thread_index().x;
   dev::store_shared(s + t * kStride, 1.0F);
   dev::block::sync();
-  if (t == 0) dev::store_global(p.out, dev::exp2_approx(dev::load_shared(s)));
+  if (t == 0) dev::store_global(p.out + dev::block_index().x, dev::exp2_approx(dev::load_shared(s)));
 }
 
 template <i32 kStride>
 emu::LaunchCounters counters_of() {
-  Fixture f(1, 1);
+  Fixture f(1, 2);  // a float per block
   f.emulator.launch(&strided_store<kStride>,
                     {.grid = {2, 1, 1}, .block = {64, 1, 1}, .dynamic_shared_bytes = 64 * 32 * 4}, f.params());
   return f.emulator.counters();

@@ -22,10 +22,10 @@ constexpr const char* kPrimitivesSource = R"cuda(
 using namespace attune;
 using namespace attune::dev;
 
-// Indices, global and shared memory of every type, atomics, exp2, shuffles.
+// Indices, global and shared memory of every type, atomics (add, fetch-add), exp2, shuffles.
 ATTUNE_KERNEL void memory_and_warp(const u16* in16, const u32* in32, const i32* ini, const float* inf,
                                    const Vec16* inv, u16* out16, u32* out32, i32* outi, float* outf,
-                                   Vec16* outv, float* total) {
+                                   Vec16* outv, float* total, i32* tickets) {
   const Dim3 t = thread_index(), b = block_index(), bd = block_dim(), gd = grid_dim();
   const i32 i = t.x;
   const i32 g = b.x * bd.x + i;
@@ -43,7 +43,7 @@ ATTUNE_KERNEL void memory_and_warp(const u16* in16, const u32* in32, const i32* 
   store_global(out16 + g, load_shared(shared_memory<u16>() + 1792 + mirror));
   store_global(out32 + g, warp::shfl_xor(u, 1) + warp::shfl_idx(u, 0));
   store_global(outi + g, warp::shfl_xor(s, 2) + warp::shfl_idx(s, 3) + t.y + t.z + b.y + b.z + bd.y + bd.z +
-                             gd.x + gd.y + gd.z + lane_id() + warp_id());
+                             gd.x + gd.y + gd.z + lane_id() + warp_id() + atomic_fetch_add(tickets, 1));
   const float x = warp::shfl_xor(f, 4) + warp::shfl_idx(f, 5);
   store_global(outf + g, exp2_approx(warp::reduce_max(x)));
   atomic_add(total, warp::reduce_sum(x));
@@ -190,6 +190,7 @@ TEST_P(PrimitivesNvrtcTest, CompilesToTheExpectedInstructions) {
            "shfl.sync.idx",
            "bar.sync",
            "red.global.add.f32",
+           "atom.global.add.s32",
            "cvt.rn.bf16x2.f32",
            "cvt.rn.f16x2.f32",
        }) {

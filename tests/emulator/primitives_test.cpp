@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <random>
 #include <string>
 #include <type_traits>
@@ -645,6 +646,45 @@ TEST(Primitives, AtomicAddSumsEveryThread) {
   for (int k = 0; k < 5; ++k) want[k] = static_cast<float>(sums[k]);
   want[5] = 128.0F;
   expect_equal(counters, want, "counters");
+}
+
+struct TicketParams {
+  i32* counters;  // [0]: the next ticket; [1]: counts down by 3; [2]: starts at INT_MAX
+  i32* tickets;   // per thread of the grid
+  i32* olds;      // per thread: what counters[1] held before its add; [grid]: counters[2] before the wrap
+};
+
+// The tickets of a dynamic tile scheduler: every thread of every block draws one.
+ATTUNE_KERNEL void ticket_kernel(TicketParams p) {
+  const i32 gid = dev::block_index().x * dev::block_dim().x + dev::thread_index().x;
+  dev::store_global(p.tickets + gid, dev::atomic_fetch_add(p.counters, 1));
+  dev::store_global(p.olds + gid, dev::atomic_fetch_add(p.counters + 1, -3));
+  if (gid == 0)
+    dev::store_global(p.olds + dev::grid_dim().x * dev::block_dim().x, dev::atomic_fetch_add(p.counters + 2, 1));
+}
+
+TEST(Primitives, AtomicFetchAddReturnsEachThreadADistinctOldValue) {
+  constexpr int kThreads = 4 * 128;
+  std::vector<i32> counters = {0, 7, std::numeric_limits<i32>::max()};
+  std::vector<i32> tickets(kThreads, -1);
+  std::vector<i32> olds(kThreads + 1, 0);
+  Emulator emu;
+  const TicketParams params{reg(emu, "counters", counters), reg(emu, "tickets", tickets), reg(emu, "olds", olds)};
+  ASSERT_TRUE(launch(emu, &ticket_kernel, {4, 1, 1}, {128, 1, 1}, params));
+  EXPECT_EQ(counters[0], kThreads);
+  EXPECT_EQ(counters[1], 7 - 3 * kThreads);
+  EXPECT_EQ(counters[2], std::numeric_limits<i32>::min()) << "wraps as on the GPU";
+  EXPECT_EQ(olds[kThreads], std::numeric_limits<i32>::max());
+  std::vector<i32> sorted = tickets;
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<i32> want(kThreads);
+  std::iota(want.begin(), want.end(), 0);
+  expect_equal(sorted, want, "sorted tickets");
+  // The emulator runs a thread's two adds with no switch between them: the
+  // second one's old value follows from the ticket.
+  for (int g = 0; g < kThreads; ++g) {
+    EXPECT_EQ(olds[static_cast<std::size_t>(g)], 7 - 3 * tickets[static_cast<std::size_t>(g)]) << "thread " << g;
+  }
 }
 
 struct VecParams {

@@ -409,6 +409,11 @@ CUresult cuMemcpyHtoD_v2(CUdeviceptr dst, const void* src, size_t bytes) {
   if (r == CUDA_SUCCESS) std::memcpy(reinterpret_cast<void*>(dst), src, bytes);
   return r;
 }
+CUresult cuMemsetD32Async(CUdeviceptr dst, unsigned value, size_t count, CUstream) {
+  const CUresult r = record("cuMemsetD32Async", std::to_string(count) + " words");
+  if (r == CUDA_SUCCESS) std::fill_n(reinterpret_cast<unsigned*>(dst), count, value);
+  return r;
+}
 CUresult cuMemcpyDtoH_v2(void* dst, CUdeviceptr src, size_t bytes) {
   const CUresult r = record("cuMemcpyDtoH_v2", std::to_string(bytes));
   if (r == CUDA_SUCCESS) std::memcpy(dst, reinterpret_cast<const void*>(src), bytes);

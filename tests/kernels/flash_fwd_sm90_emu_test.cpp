@@ -8,7 +8,10 @@
 // picks the family on sm_90a only.
 #include <gtest/gtest.h>
 
+#include <cstdlib>
+#include <set>
 #include <string>
+#include <tuple>
 
 #include "generated/kernel_shapes.h"
 #include "reference/accuracy.h"
@@ -23,6 +26,13 @@
 namespace attune {
 
 namespace {
+
+// Two emulated SMs: the persistent schedulers run several tiles per CTA on
+// every problem of this file (each test is its own process).
+const bool kTwoSms = [] {
+  setenv("ATTUNE_EMU_SMS", "2", 1);
+  return true;
+}();
 
 const KernelSpec& sm90() { return *find_kernel_spec("flash_fwd_sm90"); }
 
@@ -68,7 +78,7 @@ TEST(FlashFwdSm90EmuTest, HeuristicChoicesMatchReference) {
 // Q, K or V off 16-byte alignment (or rows TMA cannot step) runs on
 // flash_fwd, loaded when first needed, with the same result.
 TEST(FlashFwdSm90EmuTest, CallsTmaCannotMapFallBackToFlashFwd) {
-  const Variant v = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1");
+  const Variant v = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc0");
   const testing::Inputs contiguous =
       testing::make_inputs(testing::seed_families(DType::kBF16)[1]);  // d 5: rows 5 apart
   EXPECT_NE(sm90_unfit_reason(contiguous.problem), "");
@@ -79,7 +89,7 @@ TEST(FlashFwdSm90EmuTest, CallsTmaCannotMapFallBackToFlashFwd) {
 // into the exponent): a scale <= 0 is declined with its value and runs on
 // flash_fwd, with the same result.
 TEST(FlashFwdSm90EmuTest, ANonPositiveScaleFallsBackToFlashFwd) {
-  const Variant v = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1");
+  const Variant v = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc0");
   testing::Inputs in = testing::with_tma_strides(testing::make_inputs(testing::seed_families(DType::kBF16)[0]));
   EXPECT_EQ(sm90_unfit_reason(in.problem), "");
   in.problem.scale = -0.25;
@@ -91,7 +101,7 @@ TEST(FlashFwdSm90EmuTest, ANonPositiveScaleFallsBackToFlashFwd) {
 // The tensor maps of a call are built from its pointers and strides each
 // call, and encoded once: the same call again encodes none.
 TEST(FlashFwdSm90EmuTest, RepeatedCallEncodesNoTensorMap) {
-  const Variant v = parse_variant_id("flash_fwd_sm90/d64.bm64.bn64.st2.pp0.ov0.ra0.ts1");
+  const Variant v = parse_variant_id("flash_fwd_sm90/d64.bm64.bn64.st2.pp0.ov0.ra0.ts1.sc0");
   const testing::Inputs in = testing::with_tma_strides(testing::make_inputs(testing::seed_families(DType::kBF16)[0]));
   const AttentionProblem& p = in.problem;
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(p)));
@@ -101,7 +111,7 @@ TEST(FlashFwdSm90EmuTest, RepeatedCallEncodesNoTensorMap) {
   const ForwardKernels kernels = load_forward(backend, v, p.dtype);
   const auto call_once = [&] {
     CallMemory memory(backend, p, 0, nullptr);
-    launch_forward(*backend.begin(nullptr), p, kernels, buffers, memory.metadata());
+    launch_forward(*backend.begin(nullptr), p, kernels, buffers, memory.metadata(), nullptr);
     memory.finish();
   };
   call_once();
@@ -109,6 +119,73 @@ TEST(FlashFwdSm90EmuTest, RepeatedCallEncodesNoTensorMap) {
   EXPECT_EQ(first, 3U);  // Q, K, V; O is contiguous with 3 columns: it leaves by direct stores
   call_once();
   EXPECT_EQ(backend.tensor_maps().encodes(), first);
+}
+
+// Every tile is numbered once; within an L2 section the heaviest m-block
+// (the last) comes first, over the section's (batch, head) pairs.
+TEST(FlashFwdSm90EmuTest, TileOrderNumbersEveryTileOnceHeaviestFirst) {
+  for (const sm90_sched::TileOrder order : {sm90_sched::TileOrder{3, 4, 2, 3}, sm90_sched::TileOrder{5, 2, 1, 1},
+                                            sm90_sched::TileOrder{1, 7, 3, 21}, sm90_sched::TileOrder{4, 3, 3, 2}}) {
+    std::set<std::tuple<int, int, int>> seen;
+    for (i32 i = 0; i < order.count(); ++i) {
+      const sm90_sched::WorkTile t = order.at(i);
+      ASSERT_GE(t.m_block, 0);
+      ASSERT_LT(t.m_block, order.m_blocks);
+      ASSERT_LT(t.head, order.heads);
+      ASSERT_LT(t.batch, order.batches);
+      EXPECT_TRUE(seen.insert({t.m_block, t.head, t.batch}).second) << "tile " << i << " repeats";
+      const i32 pair = t.batch * order.heads + t.head;
+      const i32 section = pair / order.section_heads;
+      const i32 first = section * order.section_heads * order.m_blocks;  // the section's first number
+      EXPECT_GE(i, first);
+      if (i == first) {
+        EXPECT_EQ(t.m_block, order.m_blocks - 1) << "a section starts with its heaviest m-block";
+      }
+    }
+    EXPECT_EQ(seen.size(), static_cast<std::size_t>(order.count()));
+  }
+}
+
+// Each scheduler over more tiles than the two emulated SMs: causal, a
+// sliding window, packed varlen (sequences shorter than the longest leave
+// empty tiles) and GQA, against the fp64 reference.
+TEST(FlashFwdSm90EmuTest, EverySchedulerRunsMoreTilesThanCtas) {
+  ASSERT_EQ(emulated_sm_count(), 2);
+  std::vector<testing::Family> families;
+  for (const testing::Family& f : testing::seed_families(DType::kBF16)) {
+    if (f.name.find("packed") != std::string::npos) families.push_back(f);
+  }
+  families.push_back({"gqa_causal_b2",
+                      {2, 200, 4, 64},
+                      {2, 333, 2, 64},
+                      {2, 333, 2, 64},
+                      ProblemOptions{.dtype = DType::kBF16, .mask = Mask::causal_bottom_right()}});
+  for (const int scheduler : {sm90_sched::kGrid, sm90_sched::kStatic, sm90_sched::kDynamic}) {
+    const Variant v =
+        parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc" + std::to_string(scheduler));
+    SCOPED_TRACE(v.id());
+    check_families(v, families);
+  }
+}
+
+TEST(FlashFwdSm90EmuTest, TheDynamicSchedulerNeedsItsCounter) {
+  const Variant dynamic = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc2");
+  const Variant fixed = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc1");
+  EXPECT_EQ(flash_fwd_sm90_workspace_bytes(dynamic), 16U);
+  EXPECT_EQ(flash_fwd_sm90_workspace_bytes(fixed), 0U);
+  const testing::Inputs in = testing::with_tma_strides(testing::make_inputs(testing::seed_families(DType::kBF16)[0]));
+  const AttentionBuffers b{in.q.data(), in.k.data(), in.v.data(), nullptr, nullptr};
+  try {
+    static_cast<void>(flash_fwd_sm90_params_without_maps(in.problem, b, {}, dynamic, nullptr));
+    FAIL() << "a dynamic variant's params were made without a counter";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("counter"), std::string::npos) << e.what();
+  }
+  // Persistent grids: at most one CTA per SM; the grid scheduler one per tile.
+  const sm90_sched::TileOrder tiles = flash_fwd_sm90_tiles(in.problem, dynamic);
+  EXPECT_EQ(flash_fwd_sm90_launch(in.problem, dynamic, 2).grid.x, std::min(tiles.count(), 2));
+  const Variant grid = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc0");
+  EXPECT_EQ(flash_fwd_sm90_launch(in.problem, grid, 2).grid.x, tiles.count());
 }
 
 TEST(FlashFwdSm90EmuTest, ListedOnSm90aOnlyAndNeverWithModifiers) {
@@ -126,7 +203,7 @@ TEST(FlashFwdSm90EmuTest, ListedOnSm90aOnlyAndNeverWithModifiers) {
     EXPECT_LE(v.threads(), 512) << v.id();
   }
   try {
-    check_variant_fits(parse_variant_id("flash_fwd_sm90/d64.bm64.bn64.st2.pp0.ov0.ra0.ts0"), 64, 64,
+    check_variant_fits(parse_variant_id("flash_fwd_sm90/d64.bm64.bn64.st2.pp0.ov0.ra0.ts0.sc0"), 64, 64,
                        require_arch("sm_80"));
     FAIL() << "an sm_90a variant passed as fitting sm_80";
   } catch (const InvalidArgument& e) {

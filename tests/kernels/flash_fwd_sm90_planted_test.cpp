@@ -3,14 +3,18 @@
 // kernel runs clean: a consumer that never releases its stage (the producer
 // waits for ever), a consumer waiting with the previous lap's parity (it
 // takes a phase that already passed and falls out of step with the ring),
-// and P rewritten while the P V GEMM that reads it is in flight.
+// P rewritten while the P V GEMM that reads it is in flight; and in the
+// dynamic tile scheduler, a tile handed out twice (two CTAs write its O)
+// and the claimed tile written by a lane whose arrival does not carry it.
 #include <gtest/gtest.h>
 
 #include <bit>
 
 #include "emulator/emulator.h"
+#include "flash_fwd_sm90_handoff_unordered.cuh"
 #include "flash_fwd_sm90_no_release.cuh"
 #include "flash_fwd_sm90_p_before_wait.cuh"
+#include "flash_fwd_sm90_tile_twice.cuh"
 #include "flash_fwd_sm90_wrong_parity.cuh"
 #include "runtime/launch/flash_fwd_sm90_params.h"
 #include "tests/support/families.h"
@@ -21,7 +25,7 @@ namespace {
 
 // d64, 128 rows on two consumers, 64-key tiles, 2 stages, the S GEMM of the
 // next tile overlapped: 203 keys are 4 tiles, so every stage is refilled.
-constexpr const char* kVariant = "flash_fwd_sm90/d64.bm128.bn64.st2.pp0.ov1.ra0.ts0";
+constexpr const char* kVariant = "flash_fwd_sm90/d64.bm128.bn64.st2.pp0.ov1.ra0.ts0.sc0";
 
 struct PlantedRun {
   testing::Inputs in = testing::with_tma_strides(
@@ -29,8 +33,9 @@ struct PlantedRun {
   std::vector<std::uint16_t> o = std::vector<std::uint16_t>(static_cast<std::size_t>(o_extent(in.problem)));
   std::vector<float> lse = std::vector<float>(static_cast<std::size_t>(lse_extent(in.problem)));
   Variant variant = parse_variant_id(kVariant);
-  FlashFwdSm90Params params = flash_fwd_sm90_params(in.problem, buffers(), {}, variant, encode_emulated_tensor_map);
-  LaunchConfig config = flash_fwd_sm90_launch(in.problem, variant);
+  FlashFwdSm90Params params =
+      flash_fwd_sm90_params(in.problem, buffers(), {}, variant, nullptr, encode_emulated_tensor_map);
+  LaunchConfig config = flash_fwd_sm90_launch(in.problem, variant, 132);
 
   AttentionBuffers buffers() { return {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}; }
   void describe(emu::Emulator& e) {
@@ -42,9 +47,30 @@ struct PlantedRun {
   }
 };
 
+// The dynamic scheduler on 4 CTAs over 18 tiles (2 sequences, 3 heads, 3
+// m-blocks of 128 causal rows), its counter zeroed before each launch.
+struct SchedulerRun : PlantedRun {
+  SchedulerRun() {
+    in = testing::with_tma_strides(testing::make_inputs(
+        {"causal_b2_h3", {2, 300, 3, 64}, {2, 260, 3, 64}, {2, 260, 3, 64},
+         ProblemOptions{.dtype = DType::kBF16, .mask = Mask::causal_bottom_right()}}));
+    o.assign(static_cast<std::size_t>(o_extent(in.problem)), 0);
+    lse.assign(static_cast<std::size_t>(lse_extent(in.problem)), 0.0F);
+    variant = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp0.ov1.ra0.ts0.sc2");
+    params = flash_fwd_sm90_params(in.problem, buffers(), {}, variant, &counter, encode_emulated_tensor_map);
+    config = flash_fwd_sm90_launch(in.problem, variant, 4);
+  }
+  void describe(emu::Emulator& e) {
+    PlantedRun::describe(e);
+    e.register_buffer("tile counter", &counter, sizeof(counter));
+    counter = 0;
+  }
+  std::int32_t counter = 0;
+};
+
 // The mutant's reports: at least one of `kinds`, first at a line of its copy.
-template <class Kernel, class Params>
-void expect_caught(PlantedRun& run, Kernel kernel, const Params& params, std::initializer_list<emu::BugKind> kinds,
+template <class Run, class Kernel, class Params>
+void expect_caught(Run& run, Kernel kernel, const Params& params, std::initializer_list<emu::BugKind> kinds,
                    const char* file) {
   emu::Emulator emulator;
   run.describe(emulator);
@@ -65,19 +91,43 @@ TEST(FlashFwdSm90PlantedTest, TheRealKernelRunsClean) {
   PlantedRun run;
   emu::Emulator emulator;
   run.describe(emulator);
-  EXPECT_NO_THROW(emulator.launch(&flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, Bf16>, run.config, run.params));
+  EXPECT_NO_THROW(emulator.launch(&flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, 0, Bf16>, run.config, run.params));
+}
+
+TEST(FlashFwdSm90PlantedTest, TheDynamicSchedulerRunsClean) {
+  SchedulerRun run;
+  ASSERT_EQ(run.config.grid.x, 4);
+  ASSERT_EQ(run.params.tiles.count(), 18);
+  emu::Emulator emulator;
+  run.describe(emulator);
+  EXPECT_NO_THROW(emulator.launch(&flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, 2, Bf16>, run.config, run.params));
+  EXPECT_EQ(run.counter, 18 - 4 + 4);  // every CTA claims once past the last tile
+}
+
+TEST(FlashFwdSm90PlantedTest, ATileHandedOutTwiceIsAGlobalRace) {
+  SchedulerRun run;
+  expect_caught(run, &sm90_tile_twice::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, 2, Bf16>,
+                std::bit_cast<sm90_tile_twice::FlashFwdSm90Params>(run.params), {emu::BugKind::kGlobalRace},
+                "flash_fwd_sm90_tile_twice.cuh");
+}
+
+TEST(FlashFwdSm90PlantedTest, AHandOffWithoutItsBarrierIsASharedRace) {
+  SchedulerRun run;
+  expect_caught(run, &sm90_handoff_unordered::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, 2, Bf16>,
+                std::bit_cast<sm90_handoff_unordered::FlashFwdSm90Params>(run.params), {emu::BugKind::kSharedRace},
+                "flash_fwd_sm90_handoff_unordered.cuh");
 }
 
 TEST(FlashFwdSm90PlantedTest, MissingConsumerReleaseDeadlocks) {
   PlantedRun run;
-  expect_caught(run, &sm90_no_release::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, Bf16>,
+  expect_caught(run, &sm90_no_release::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, 0, Bf16>,
                 std::bit_cast<sm90_no_release::FlashFwdSm90Params>(run.params), {emu::BugKind::kDeadlock},
                 "flash_fwd_sm90_no_release.cuh");
 }
 
 TEST(FlashFwdSm90PlantedTest, WrongParityReadsAStageBeforeItLands) {
   PlantedRun run;
-  expect_caught(run, &sm90_wrong_parity::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, Bf16>,
+  expect_caught(run, &sm90_wrong_parity::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, 0, Bf16>,
                 std::bit_cast<sm90_wrong_parity::FlashFwdSm90Params>(run.params),
                 // Read before the stage's phase (proxy order), or, where the loads
                 // landed while the consumers waited for Q, a consumer one phase
@@ -88,7 +138,7 @@ TEST(FlashFwdSm90PlantedTest, WrongParityReadsAStageBeforeItLands) {
 
 TEST(FlashFwdSm90PlantedTest, PRewrittenBeforeItsGemmIsWaitedFor) {
   PlantedRun run;
-  expect_caught(run, &sm90_p_before_wait::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, Bf16>,
+  expect_caught(run, &sm90_p_before_wait::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, 0, Bf16>,
                 std::bit_cast<sm90_p_before_wait::FlashFwdSm90Params>(run.params),
                 {emu::BugKind::kWgmmaOperandInFlight}, "flash_fwd_sm90_p_before_wait.cuh");
 }

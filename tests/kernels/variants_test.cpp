@@ -102,13 +102,13 @@ TEST(VariantsTest, HeuristicIsAnEnumeratedVariant) {
   // (192 x 128 at d64, 128 x 176 at d128, 128 x 80 at d256),
   // FlashAttention-2's elsewhere and where the Hopper family cannot map a call.
   EXPECT_EQ(heuristic_variant("fwd", DType::kBF16, 128, 128, *parse_arch("sm_90a")).id(),
-            "flash_fwd_sm90/d128.bm128.bn176.st2.pp1.ov1.ra0.ts1");
+            "flash_fwd_sm90/d128.bm128.bn176.st2.pp1.ov1.ra0.ts1.sc1");
   EXPECT_EQ(heuristic_variant("fwd", DType::kBF16, 256, 256, *parse_arch("sm_90a")).id(),
-            "flash_fwd_sm90/d256.bm128.bn80.st2.pp1.ov1.ra0.ts1");
+            "flash_fwd_sm90/d256.bm128.bn80.st2.pp1.ov1.ra0.ts1.sc1");
   EXPECT_EQ(heuristic_variant("fwd", DType::kBF16, 64, 64, *parse_arch("sm_90a")).id(),
-            "flash_fwd_sm90/d64.bm192.bn128.st2.pp0.ov1.ra0.ts1");
+            "flash_fwd_sm90/d64.bm192.bn128.st2.pp0.ov1.ra0.ts1.sc1");
   EXPECT_EQ(heuristic_variant("fwd", DType::kBF16, 128, 128, *parse_arch("sm_90a"), 0, {.masked = true}).id(),
-            "flash_fwd_sm90/d128.bm128.bn128.st2.pp1.ov1.ra0.ts1");
+            "flash_fwd_sm90/d128.bm128.bn128.st2.pp1.ov1.ra0.ts1.sc2");
   EXPECT_EQ(heuristic_variant("fwd", DType::kBF16, 128, 128, *parse_arch("sm_90a"), 0, {.portable_only = true}).id(),
             "flash_fwd/d128.bm64.bn32.wm4.wn1.st2.qr1");
   EXPECT_EQ(heuristic_variant("fwd", DType::kBF16, 128, 128, *parse_arch("sm_80")).id(),

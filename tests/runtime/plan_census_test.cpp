@@ -76,13 +76,15 @@ class PlanCensusTest : public ::testing::Test {
     std::map<std::string, long> out;
     for (const char* name : kForbidden) out[name] = fake_.count(name);
     out["cuLaunchKernel"] = fake_.count("cuLaunchKernel");
+    out["cuMemsetD32Async"] = fake_.count("cuMemsetD32Async");
     out["every call"] = fake_.total();
     return out;
   }
 
-  // Runs `run` once to warm up, then `times` more, and checks the census.
+  // Runs `run` once to warm up, then `times` more, and checks the census:
+  // `kernels` launches and `memsets` memset nodes per run, nothing else.
   template <class Run>
-  void expect_launches_only(const char* what, int kernels, const Run& run, int times = 5) {
+  void expect_launches_only(const char* what, int kernels, const Run& run, int times = 5, int memsets = 0) {
     run();
     const std::map<std::string, long> before = counts();
     for (int i = 0; i < times; ++i) run();
@@ -92,7 +94,10 @@ class PlanCensusTest : public ::testing::Test {
     }
     const long launches = static_cast<long>(kernels) * times;
     EXPECT_EQ(after.at("cuLaunchKernel") - before.at("cuLaunchKernel"), launches) << what;
-    EXPECT_EQ(after.at("every call") - before.at("every call"), launches) << what << ": calls besides the launches";
+    const long zeroed = static_cast<long>(memsets) * times;
+    EXPECT_EQ(after.at("cuMemsetD32Async") - before.at("cuMemsetD32Async"), zeroed) << what;
+    EXPECT_EQ(after.at("every call") - before.at("every call"), launches + zeroed)
+        << what << ": calls besides the launches";
   }
 
   LaunchConfig last_launch() const {
@@ -169,6 +174,25 @@ TEST_F(PlanCensusTest, RepeatedForwardRunsOnlyLaunch) {
     EXPECT_EQ(got.block.x, plan.variant().threads());
     EXPECT_EQ(got.dynamic_shared_bytes, plan.variant().shared_bytes());
   }
+}
+
+// The Hopper forward's dynamic tile scheduler: its counter, 16 bytes of the
+// workspace, is zeroed by one memset node before each launch; the grid is
+// at most one CTA per SM.
+TEST_F(PlanCensusTest, RepeatedDynamicSchedulerForwardRunsAMemsetAndALaunch) {
+  if (runtime_->arch().name != "sm_90a") GTEST_SKIP() << "the fake device is " << runtime_->arch().name;
+  const AttentionProblem p = dense_problem();  // 1 m-block x 4 heads x 2 sequences: 8 tiles
+  const Variant v = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc2");
+  const Plan plan = runtime_->plan_variant(v, p);
+  EXPECT_EQ(plan.workspace_bytes(), 16U);
+  const AttentionBuffers b = forward_buffers(p);
+  const DeviceMetadata m = device_metadata(p);
+  const Workspace w = workspace(plan);
+  expect_launches_only("dynamic scheduler forward", 1, [&] { runtime_->run(plan, b, m, w, stream_); }, 5, 1);
+  EXPECT_EQ(last_launch().grid.x, 8);
+  EXPECT_EQ(last_launch().grid.y, 1);
+  const std::string missing = error_of([&] { runtime_->run(plan, b, m, {}, stream_); });
+  EXPECT_NE(missing.find("workspace: got 0 bytes"), std::string::npos) << missing;
 }
 
 TEST_F(PlanCensusTest, RepeatedDecodeRunsOnlyLaunchWithSplitsAndVarlenOverPages) {

@@ -84,7 +84,13 @@ def timing_case(d, dtype, causal, dry):
 # The heuristic's choices before issue 33's measured register table (128 x
 # 176 at d128 was out of the space then): timed beside today's, so the GPU
 # says what the change bought.
-PREVIOUS_HEURISTIC = {128: "flash_fwd_sm90/d128.bm128.bn128.st2.pp1.ov1.ra0.ts1"}
+PREVIOUS_HEURISTIC = {128: "flash_fwd_sm90/d128.bm128.bn128.st2.pp1.ov1.ra0.ts1.sc0"}
+
+# The tile schedulers (templates/sm90_scheduler.cuh) on the d128 heuristic
+# tiles, non-causal 128 x 176 and causal 128 x 128: one CTA per tile, static
+# persistent, dynamic persistent, each timed on both masks.
+SCHEDULER_TWINS = {128: ["flash_fwd_sm90/d128.bm128.bn%d.st2.pp1.ov1.ra0.ts1.sc%d" % (bn, sc)
+                         for bn in (176, 128) for sc in (0, 1, 2)]}
 
 
 def sweep_ids(attune, dry, count):
@@ -95,7 +101,7 @@ def sweep_ids(attune, dry, count):
     for d in ((64,) if dry else HEAD_DIMS):
         sm90 = listed(attune, d, "sm_90a", "flash_fwd_sm90")
         fa2 = fa2_style(listed(attune, d, "sm_90a", "flash_fwd"), d)
-        keep = [PREVIOUS_HEURISTIC[d]] if d in PREVIOUS_HEURISTIC else []
+        keep = ([PREVIOUS_HEURISTIC[d]] if d in PREVIOUS_HEURISTIC else []) + SCHEDULER_TWINS.get(d, [])
         out[d] = (sweep(sm90, 1 if dry else count, keep), fa2)
     return out
 

@@ -1,0 +1,61 @@
+// Which tiles of work the CTAs of the Hopper forward run, and in what order.
+//
+// A tile is one m-block of one (batch, query head). Every scheduler numbers
+// a launch's tiles the same way (TileOrder): the (batch, head) pairs fall in
+// L2 sections of `section_heads` pairs whose K and V fit in L2 together, and
+// within a section the heaviest m-blocks come first (the last m-block of a
+// causal mask sees the most keys), each m-block over the section's heads.
+// The schedulers differ in who runs which number:
+//   kGrid     one CTA per tile (CTA i runs tile i);
+//   kStatic   persistent: grid = min(tiles, SMs), CTA c runs c, c + G, ...;
+//   kDynamic  persistent: CTA c runs c, then each number it claims from a
+//             global counter, plus G (longest first by construction: the
+//             order is heaviest first, and a free CTA takes the next).
+// The dynamic counter starts at zero for every launch (the launch sequence
+// clears it); its producer claims the next tile while the consumers work on
+// the current one and hands it to them through shared memory.
+#pragma once
+
+#include "templates/primitives/config.h"
+
+namespace attune {
+namespace sm90_sched {
+
+enum Kind : i32 { kGrid = 0, kStatic = 1, kDynamic = 2 };
+
+struct WorkTile {
+  i32 m_block;
+  i32 head;
+  i32 batch;
+};
+
+struct TileOrder {
+  i32 m_blocks;  // query blocks of the longest sequence
+  i32 heads;     // query heads
+  i32 batches;
+  i32 section_heads;  // (batch, head) pairs per L2 section, >= 1
+
+  ATTUNE_HOST_DEVICE i32 count() const { return m_blocks * heads * batches; }
+  // Tile `index` of [0, count()).
+  ATTUNE_HOST_DEVICE WorkTile at(i32 index) const {
+    const i32 pairs = heads * batches;
+    const i32 per_section = section_heads * m_blocks;
+    const i32 section = index / per_section;
+    const i32 in_section = index - section * per_section;
+    const i32 first_pair = section * section_heads;
+    const i32 rest = pairs - first_pair;
+    const i32 width = rest < section_heads ? rest : section_heads;  // the last section may be narrower
+    const i32 step = in_section / width;
+    const i32 pair = first_pair + (in_section - step * width);
+    return {m_blocks - 1 - step, pair % heads, pair / heads};
+  }
+};
+
+// The number a CTA runs after `current` under the static and grid
+// schedulers (the dynamic one claims it); >= count when none is left.
+ATTUNE_HOST_DEVICE inline i32 next_static(i32 kind, i32 current, i32 ctas, i32 count) {
+  return kind == kStatic ? current + ctas : count;
+}
+
+}  // namespace sm90_sched
+}  // namespace attune

@@ -1,0 +1,74 @@
+#!/usr/bin/env python3
+"""Predicts the tail loss of flash_fwd_sm90's tile schedulers from tile
+counts alone: each tile's work is the key tiles it runs (a causal m-block i
+of a square problem with equal query and key tiles runs i + 1), numbered as
+templates/sm90_scheduler.cuh's TileOrder numbers them (L2 sections of the
+(batch, head) pairs whose K and V fit in 32 MiB, heaviest m-block first in
+each), and the tail loss is the makespan over the ideal (all work spread
+evenly over the SMs), minus one.
+
+  grid     one CTA per tile, launched in number order; the hardware gives
+           the next CTA to the first SM that frees (greedy list scheduling)
+  static   CTA c runs tiles c, c + G, c + 2G, ... (G = min(tiles, SMs))
+  dynamic  CTA c runs tile c, then the next number any free CTA claims
+
+(grid and dynamic schedule the same order; what persistence adds there,
+the next tile's prologue under the current epilogue, is not in this model.)
+
+  tools/sm90_schedule_model.py [--sms 132] [--batch 4] [--heads 16] [--dk 128] [--block 128]
+"""
+import argparse
+import heapq
+
+L2_SECTION_BYTES = 32 << 20  # runtime/launch/flash_fwd_sm90_params.h: kL2SectionBytes
+
+
+def order(m_blocks, pairs, section):
+    """[(pair, m_block)] in TileOrder's numbering."""
+    out = []
+    for first in range(0, pairs, section):
+        width = min(section, pairs - first)
+        for step in range(m_blocks):
+            for p in range(first, first + width):
+                out.append((p, m_blocks - 1 - step))
+    return out
+
+
+def greedy(works, sms):
+    free = [0.0] * min(sms, len(works))
+    heapq.heapify(free)
+    for w in works:
+        heapq.heappush(free, heapq.heappop(free) + w)
+    return max(free)
+
+
+def strided(works, sms):
+    g = min(sms, len(works))
+    return max(sum(works[c::g]) for c in range(g))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sms", type=int, default=132)
+    ap.add_argument("--batch", type=int, default=4)
+    ap.add_argument("--heads", type=int, default=16)
+    ap.add_argument("--dk", type=int, default=128)
+    ap.add_argument("--block", type=int, default=128, help="query and key tile")
+    ap.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
+    a = ap.parse_args()
+    print("| N | tiles | section (pairs) | grid | static | dynamic |")
+    print("|---|---|---|---|---|---|")
+    for n in (4096, 8192, 16384, 32768):
+        m_blocks = n // a.block
+        pairs = a.batch * a.heads
+        section = max(1, min(L2_SECTION_BYTES // (n * 2 * a.dk * 2), pairs))
+        tiles = order(m_blocks, pairs, section)
+        works = [(m + 1) if a.causal else m_blocks for _, m in tiles]
+        ideal = sum(works) / a.sms
+        loss = lambda span: "%.2f %%" % (100 * (span / ideal - 1))
+        print("| %dk | %d | %d | %s | %s | %s |" % (n // 1024, len(tiles), section, loss(greedy(works, a.sms)),
+                                                   loss(strided(works, a.sms)), loss(greedy(works, a.sms))))
+
+
+if __name__ == "__main__":
+    main()
