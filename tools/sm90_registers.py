@@ -58,10 +58,6 @@ FOOTER = """};
 """
 
 
-def budget(consumers):
-    return {1: 255, 2: 240, 3: 160}[consumers]
-
-
 SCHEDULERS = (0, 1, 2)
 
 
@@ -78,9 +74,11 @@ def measure(attune, vid):
     if r.returncode != 0:
         return None  # not in the variant space (shared memory, or the model)
     p = json.loads(r.stdout)
-    consumers = int(vid.split(".bm")[1].split(".")[0]) // 64
     regions = p["sass_audit"]["regions"]
-    want = 0 if consumers == 1 else budget(consumers)
+    # The consumers' region is the one setmaxnreg raises most (with one
+    # consumer nothing moves: the entry, limit 0); the budgets themselves
+    # live in FlashFwdSm90Tunables alone.
+    want = max(x["register_limit"] for x in regions)
     consumer = [x for x in regions if x["register_limit"] == want]
     highest = max(x["highest_register"] for x in consumer) if consumer else -1
     spills = sum(x["spill_stores"] + x["spill_loads"] for x in regions)

@@ -51,9 +51,12 @@ struct PlantedRun {
 // m-blocks of 128 causal rows), its counter zeroed before each launch.
 struct SchedulerRun : PlantedRun {
   SchedulerRun() {
-    in = testing::with_tma_strides(testing::make_inputs(
-        {"causal_b2_h3", {2, 300, 3, 64}, {2, 260, 3, 64}, {2, 260, 3, 64},
-         ProblemOptions{.dtype = DType::kBF16, .mask = Mask::causal_bottom_right()}}));
+    in = testing::with_tma_strides(
+        testing::make_inputs({"causal_b2_h3",
+                              {2, 300, 3, 64},
+                              {2, 260, 3, 64},
+                              {2, 260, 3, 64},
+                              ProblemOptions{.dtype = DType::kBF16, .mask = Mask::causal_bottom_right()}}));
     o.assign(static_cast<std::size_t>(o_extent(in.problem)), 0);
     lse.assign(static_cast<std::size_t>(lse_extent(in.problem)), 0.0F);
     variant = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp0.ov1.ra0.ts0.sc2");

@@ -188,7 +188,8 @@ TEST_F(PlanCensusTest, RepeatedDynamicSchedulerForwardRunsAMemsetAndALaunch) {
   const AttentionBuffers b = forward_buffers(p);
   const DeviceMetadata m = device_metadata(p);
   const Workspace w = workspace(plan);
-  expect_launches_only("dynamic scheduler forward", 1, [&] { runtime_->run(plan, b, m, w, stream_); }, 5, 1);
+  expect_launches_only(
+      "dynamic scheduler forward", 1, [&] { runtime_->run(plan, b, m, w, stream_); }, 5, 1);
   EXPECT_EQ(last_launch().grid.x, 8);
   EXPECT_EQ(last_launch().grid.y, 1);
   const std::string missing = error_of([&] { runtime_->run(plan, b, m, {}, stream_); });
