@@ -1,8 +1,10 @@
 #include "tuner/tuner.h"
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cmath>
+#include <cstddef>
 #include <random>
 
 #include "core/error.h"
@@ -102,26 +104,44 @@ Timing time_task(Runtime& runtime, const Task& task, const TuneOptions& o) {
   const Inputs sets[2] = {make_inputs(p, 1), make_inputs(p, 2)};
   std::vector<std::uint16_t> out(static_cast<std::size_t>(o_extent(p)));
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)));
+  // A problem without length arrays is timed through a plan made once, with
+  // its workspace allocated once, as a serving loop runs it: a convenience
+  // call would allocate and synchronize around the kernels for a workspace
+  // (split decode, the Hopper forward's dynamic tile counter), which is not
+  // the variant's time.
+  const bool planned = !p.is_packed() && !p.has_seqlens_k() && !p.is_paged();
+  const Plan plan = planned ? runtime.plan_variant(task.variant, p, {.splits = task.splits}) : Plan{};
+  const std::size_t workspace_bytes = planned ? plan.workspace_bytes() : 0;
+  const auto run = [&](const AttentionBuffers& buffers, void* workspace) {
+    if (planned) {
+      runtime.run(plan, buffers, {}, {workspace, workspace_bytes});
+    } else {
+      launch(runtime, task, p, buffers);
+    }
+  };
   if (runtime.backend() == Backend::kEmu) {
+    std::vector<std::array<std::byte, 16>> workspace((workspace_bytes + 15) / 16);
     return time_runs(runtime, o, [&](int set) {
       const Inputs& in = sets[set];
       const ModifierTensors mods = in.modifiers.host();
-      launch(runtime, task, p,
-             {in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data(), mods.sinks, mods.alibi_slopes});
+      run({in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data(), mods.sinks, mods.alibi_slopes},
+          workspace.empty() ? nullptr : workspace.data());
     });
   }
   cuda::Driver& driver = cuda::Driver::get();
   std::vector<std::unique_ptr<cuda::DeviceBuffers>> device;
   std::vector<std::unique_ptr<DeviceModifiers>> mods;
   for (const Inputs& in : sets) {
-    device.push_back(qkv_on_device(driver, in, {{nullptr, out.size() * 2}, {nullptr, lse.size() * sizeof(float)}}));
+    device.push_back(qkv_on_device(driver, in,
+                                   {{nullptr, out.size() * 2},
+                                    {nullptr, lse.size() * sizeof(float)},
+                                    {nullptr, std::max<std::size_t>(workspace_bytes, 16)}}));
     mods.push_back(std::make_unique<DeviceModifiers>(driver, in.modifiers));
   }
   return time_runs(runtime, o, [&](int set) {
     const cuda::DeviceBuffers& d = *device[static_cast<std::size_t>(set)];
     const DeviceModifiers& m = *mods[static_cast<std::size_t>(set)];
-    launch(runtime, task, p,
-           {d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4)), m.sinks(), m.alibi_slopes()});
+    run({d.at(0), d.at(1), d.at(2), d.at(3), static_cast<float*>(d.at(4)), m.sinks(), m.alibi_slopes()}, d.at(5));
   });
 }
 
