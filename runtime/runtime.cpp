@@ -302,7 +302,7 @@ Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>()) {
     s.cache = std::make_unique<KernelCache>(KernelCache::Options{
         .directory = s.options.cache_directory.empty() ? KernelCache::default_directory() : s.options.cache_directory});
     s.compiler = std::make_unique<CompilerService>(s.cache.get(), s.options.compile_threads);
-    s.backend = std::make_unique<CudaBackend>(driver, s.options.device, s.arch.name, *s.compiler);
+    s.backend = std::make_unique<CudaBackend>(driver, s.options.device, s.arch.name, s.sm_count, *s.compiler);
   } else {
     s.device_key = kEmulatorDeviceKey;
     s.device_name = "attune emulator (CPU)";

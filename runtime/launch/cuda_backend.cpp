@@ -33,12 +33,8 @@ LoadedKernel loaded_kernel(const Variant& variant, DType dtype, const cuda::Driv
 
 }  // namespace
 
-CudaBackend::CudaBackend(cuda::Driver& driver, int device, std::string arch, CompilerService& compiler)
-    : driver_(driver),
-      device_(device),
-      arch_(std::move(arch)),
-      compiler_(compiler),
-      sm_count_(driver.devices().at(static_cast<std::size_t>(device)).sm_count) {}
+CudaBackend::CudaBackend(cuda::Driver& driver, int device, std::string arch, int sm_count, CompilerService& compiler)
+    : driver_(driver), device_(device), arch_(std::move(arch)), compiler_(compiler), sm_count_(sm_count) {}
 
 namespace {
 std::string key_of(const Variant& variant, DType dtype) { return variant.id() + "/" + std::string(to_string(dtype)); }

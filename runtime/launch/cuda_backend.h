@@ -15,8 +15,9 @@ namespace attune {
 
 class CudaBackend final : public LaunchBackend {
  public:
-  // `compiler` must outlive the backend; `arch` is the NVRTC target of the device.
-  CudaBackend(cuda::Driver& driver, int device, std::string arch, CompilerService& compiler);
+  // `compiler` must outlive the backend; `arch` is the NVRTC target of the
+  // device, `sm_count` its multiprocessors.
+  CudaBackend(cuda::Driver& driver, int device, std::string arch, int sm_count, CompilerService& compiler);
   LoadedKernel load(const Variant& variant, DType dtype, Compile compile) override;
   bool loaded(const Variant& variant, DType dtype) override;
   std::unique_ptr<Call> begin(void* stream) override;

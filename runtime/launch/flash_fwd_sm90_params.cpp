@@ -92,8 +92,7 @@ sm90_sched::TileOrder flash_fwd_sm90_tiles(const AttentionProblem& p, const Vari
           static_cast<i32>(section)};
 }
 
-LaunchConfig flash_fwd_sm90_launch(const AttentionProblem& p, const Variant& variant, int sm_count) {
-  const sm90_sched::TileOrder tiles = flash_fwd_sm90_tiles(p, variant);
+LaunchConfig flash_fwd_sm90_launch(const sm90_sched::TileOrder& tiles, const Variant& variant, int sm_count) {
   const bool persistent = FlashFwdSm90Shape::of(variant).scheduler != sm90_sched::kGrid;
   const i32 ctas = persistent ? std::min(tiles.count(), std::max(sm_count, 1)) : tiles.count();
   return {.grid = {ctas, 1, 1}, .block = {variant.threads(), 1, 1}, .dynamic_shared_bytes = variant.shared_bytes()};

@@ -59,9 +59,10 @@ FlashFwdSm90Params flash_fwd_sm90_params(const AttentionProblem& problem, const 
 inline constexpr std::int64_t kL2SectionBytes = std::int64_t{32} << 20;  // of an H100's 50 MiB L2
 sm90_sched::TileOrder flash_fwd_sm90_tiles(const AttentionProblem& problem, const Variant& variant);
 
-// Grid (one CTA per tile, or min(tiles, sm_count) for the persistent
-// schedulers), block and dynamic shared memory.
-LaunchConfig flash_fwd_sm90_launch(const AttentionProblem& problem, const Variant& variant, int sm_count);
+// Grid over `tiles` (FlashFwdSm90Params::tiles; one CTA per tile, or
+// min(tiles, sm_count) for the persistent schedulers), block and dynamic
+// shared memory.
+LaunchConfig flash_fwd_sm90_launch(const sm90_sched::TileOrder& tiles, const Variant& variant, int sm_count);
 
 // Bytes of workspace the variant's scheduler needs: 16 (its counter, one
 // int32 zeroed before each launch) for kDynamic, else 0.

@@ -122,14 +122,14 @@ void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const 
     const std::string unfit = sm90_unfit_reason(p, b);
     if (unfit.empty()) {
       const auto encode = [&](const TensorMapSpec& spec) { return call.tensor_map(spec); };
-      const LaunchConfig config = flash_fwd_sm90_launch(p, main, kernels.sm_count);
       const std::size_t counter_bytes = flash_fwd_sm90_workspace_bytes(main);
       if (counter_bytes > 0) {
         describe(call, "tile counter", workspace, static_cast<std::int64_t>(counter_bytes), 1);
         call.zero(workspace, counter_bytes / sizeof(std::int32_t));  // every launch starts from tile 0
       }
-      launch(call, kernels.main, config,
-             flash_fwd_sm90_params(p, b, metadata, main, static_cast<std::int32_t*>(workspace), encode));
+      const FlashFwdSm90Params params =
+          flash_fwd_sm90_params(p, b, metadata, main, static_cast<std::int32_t*>(workspace), encode);
+      launch(call, kernels.main, flash_fwd_sm90_launch(params.tiles, main, kernels.sm_count), params);
       return;
     }
     if (!kernels.fallback) {

@@ -183,9 +183,9 @@ TEST(FlashFwdSm90EmuTest, TheDynamicSchedulerNeedsItsCounter) {
   }
   // Persistent grids: at most one CTA per SM; the grid scheduler one per tile.
   const sm90_sched::TileOrder tiles = flash_fwd_sm90_tiles(in.problem, dynamic);
-  EXPECT_EQ(flash_fwd_sm90_launch(in.problem, dynamic, 2).grid.x, std::min(tiles.count(), 2));
+  EXPECT_EQ(flash_fwd_sm90_launch(tiles, dynamic, 2).grid.x, std::min(tiles.count(), 2));
   const Variant grid = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc0");
-  EXPECT_EQ(flash_fwd_sm90_launch(in.problem, grid, 2).grid.x, tiles.count());
+  EXPECT_EQ(flash_fwd_sm90_launch(tiles, grid, 2).grid.x, tiles.count());
 }
 
 TEST(FlashFwdSm90EmuTest, ListedOnSm90aOnlyAndNeverWithModifiers) {

@@ -35,7 +35,7 @@ struct PlantedRun {
   Variant variant = parse_variant_id(kVariant);
   FlashFwdSm90Params params =
       flash_fwd_sm90_params(in.problem, buffers(), {}, variant, nullptr, encode_emulated_tensor_map);
-  LaunchConfig config = flash_fwd_sm90_launch(in.problem, variant, 132);
+  LaunchConfig config = flash_fwd_sm90_launch(params.tiles, variant, 132);
 
   AttentionBuffers buffers() { return {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}; }
   void describe(emu::Emulator& e) {
@@ -61,7 +61,7 @@ struct SchedulerRun : PlantedRun {
     lse.assign(static_cast<std::size_t>(lse_extent(in.problem)), 0.0F);
     variant = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp0.ov1.ra0.ts0.sc2");
     params = flash_fwd_sm90_params(in.problem, buffers(), {}, variant, &counter, encode_emulated_tensor_map);
-    config = flash_fwd_sm90_launch(in.problem, variant, 4);
+    config = flash_fwd_sm90_launch(params.tiles, variant, 4);
   }
   void describe(emu::Emulator& e) {
     PlantedRun::describe(e);
