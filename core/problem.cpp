@@ -63,6 +63,11 @@ void check_modifiers(const ScoreModifiers& m) {
   if (m.alibi != AlibiSlopes::kNone && m.alibi != AlibiSlopes::kPerHead && m.alibi != AlibiSlopes::kPerBatchHead) {
     reject("alibi slopes layout", "enum value " + str(static_cast<int64_t>(m.alibi)), "none, [Hq] or [B, Hq]");
   }
+  if (!(m.dropout_p >= 0 && m.dropout_p < 1)) {
+    std::ostringstream seen;
+    seen << m.dropout_p;
+    reject("dropout_p", seen.str(), "a probability in [0, 1) (0 turns dropout off)");
+  }
 }
 
 void check_finite(const float* values, int64_t count, const char* name, const char* expected) {
@@ -476,12 +481,12 @@ UnpagedKv unpage_kv(const AttentionProblem& p, const std::uint16_t* k_pool, cons
 
 std::uint8_t modifier_bits(const ScoreModifiers& m) {
   return static_cast<std::uint8_t>((m.softcap != 0 ? kModSoftcap : 0) | (m.sinks ? kModSinks : 0) |
-                                   (m.alibi != AlibiSlopes::kNone ? kModAlibi : 0));
+                                   (m.alibi != AlibiSlopes::kNone ? kModAlibi : 0) | (m.dropout() ? kModDropout : 0));
 }
 
 namespace {
-constexpr std::array<std::pair<std::uint8_t, std::string_view>, 3> kModifierNames = {
-    {{kModSoftcap, "softcap"}, {kModSinks, "sinks"}, {kModAlibi, "alibi"}}};
+constexpr std::array<std::pair<std::uint8_t, std::string_view>, 4> kModifierNames = {
+    {{kModSoftcap, "softcap"}, {kModSinks, "sinks"}, {kModAlibi, "alibi"}, {kModDropout, "dropout"}}};
 }  // namespace
 
 std::string modifier_names(std::uint8_t bits) {

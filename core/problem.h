@@ -99,11 +99,23 @@ enum class AlibiSlopes : std::uint8_t {
   kPerBatchHead,  // float32 [B, Hq]
 };
 
+// Attention dropout (docs/contract.md, "Dropout") rides with them: like
+// them it is a compile-time feature a problem turns on, keyed and tuned
+// apart, though it acts on the probabilities, not the scores.
 struct ScoreModifiers {
   double softcap = 0;                      // c > 0: the scaled score s becomes c tanh(s / c); 0: off
   bool sinks = false;                      // a float32 sink logit per query head, [Hq], joins every row's softmax
   AlibiSlopes alibi = AlibiSlopes::kNone;  // -slope x |i + Sk - Sq - j| added to the score
-  bool any() const { return softcap != 0 || sinks || alibi != AlibiSlopes::kNone; }
+  // Dropout p in [0, 1): each probability P_ij is kept with probability
+  // 1 - p (then scaled by 1 / (1 - p)) or zeroed, decided by Philox-4x32-10
+  // from (seed, offset) and the element's global position
+  // (templates/dropout.h); 0: off. LSE stays the one without dropout.
+  double dropout_p = 0;
+  std::uint64_t seed = 0;
+  std::uint64_t offset = 0;
+  bool scores_modified() const { return softcap != 0 || sinks || alibi != AlibiSlopes::kNone; }
+  bool dropout() const { return dropout_p != 0; }
+  bool any() const { return scores_modified() || dropout(); }
   bool operator==(const ScoreModifiers&) const = default;
 };
 
@@ -112,10 +124,12 @@ struct ScoreModifiers {
 inline constexpr std::uint8_t kModSoftcap = 1;
 inline constexpr std::uint8_t kModSinks = 2;
 inline constexpr std::uint8_t kModAlibi = 4;
-inline constexpr std::uint8_t kModAll = kModSoftcap | kModSinks | kModAlibi;
+inline constexpr std::uint8_t kModAll = kModSoftcap | kModSinks | kModAlibi;  // the score modifiers
+inline constexpr std::uint8_t kModDropout = 8;
+inline constexpr std::uint8_t kModKnown = kModAll | kModDropout;  // every bit modifier_bits sets
 std::uint8_t modifier_bits(const ScoreModifiers& modifiers);
 // "none", or the modifiers in use joined by '+' in a fixed order:
-// "softcap", "softcap+sinks+alibi". parse_modifier_names reads both forms
+// "softcap", "softcap+sinks+alibi+dropout". parse_modifier_names reads both forms
 // (any order), or returns nullopt.
 std::string modifier_names(std::uint8_t bits);
 std::optional<std::uint8_t> parse_modifier_names(std::string_view names);
@@ -203,6 +217,10 @@ struct AttentionBuffers {
   // Score modifiers (float32, read when the problem's modifiers use them).
   const float* sinks = nullptr;         // [Hq]
   const float* alibi_slopes = nullptr;  // [Hq] or [B, Hq]
+  // Dropout: {seed, offset} in this memory space, read by the kernels in
+  // place of the problem's (a CUDA graph's replays draw new ones); null:
+  // the problem's values.
+  const std::uint64_t* rng_state = nullptr;
 };
 
 // A problem's length arrays in the memory space of the backend that runs it
@@ -238,6 +256,7 @@ struct BackwardBuffers {
   const float* sinks = nullptr;
   const float* alibi_slopes = nullptr;
   float* dsink = nullptr;
+  const std::uint64_t* rng_state = nullptr;  // dropout, as in AttentionBuffers: the forward's state
 };
 
 // A merge of `parts` partial results (O_i, LSE_i) of the same rows over

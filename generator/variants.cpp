@@ -126,7 +126,7 @@ Sm90Fit tma_stride_fit(char tensor, const TensorStrides& s, bool single_batch) {
 }
 
 Sm90Fit sm90_fit(const AttentionProblem& p) {
-  if (p.modifiers.any()) return {Sm90Fit::Why::kModifiers};
+  if (p.modifiers.scores_modified()) return {Sm90Fit::Why::kModifiers};
   // The kernel takes each row's maximum on the raw scores and folds the
   // scale into the exponent: right for a positive scale only.
   // (The default, 1/sqrt(Dk), is: no square root on the dispatch path.)
@@ -147,7 +147,7 @@ std::string Sm90Fit::reason(const AttentionProblem& p) const {
     case Why::kFits:
       return {};
     case Why::kModifiers:
-      return "score modifiers (" + modifier_names(modifier_bits(p.modifiers)) + ")";
+      return "score modifiers (" + modifier_names(modifier_bits(p.modifiers) & kModAll) + ")";
     case Why::kScale: {
       std::ostringstream scale;
       scale << p.softmax_scale();
@@ -168,7 +168,7 @@ std::string Sm90Fit::reason(const AttentionProblem& p) const {
 std::string sm90_unfit_reason(const AttentionProblem& problem) { return sm90_fit(problem).reason(problem); }
 
 std::string feature_names(std::uint8_t bits) {
-  const std::uint8_t mods = bits & kModAll;
+  const std::uint8_t mods = bits & kModKnown;
   if ((bits & kFeaturePaged) == 0) return modifier_names(mods);
   return mods == 0 ? std::string(kPagedName) : modifier_names(mods) + "+" + std::string(kPagedName);
 }

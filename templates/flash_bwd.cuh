@@ -89,6 +89,8 @@ struct FlashBwdParams {
   i32 vectorized;       // 1: Q, K, V and dO rows start 16-byte aligned, so tiles load with cp.async
   ScoreModParams mods;  // read only by variants that compile modifiers in
   float* dsink;         // [Hq] with sinks: the gradient of the sink logits
+  // Added at the end, so variants without it keep their code.
+  DropoutParams dropout;  // the forward's, read only by variants with kDropout
 };
 
 namespace bwd_detail {
@@ -151,10 +153,16 @@ struct BwdConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN
   static constexpr int kHalfElems = 2 * kKvElems + 2 * kStages_ * kQElems + 2 * kPElems;
 };
 
+// Whether a variant compiles in a feature attend_keys handles element by
+// element: softcap, ALiBi or dropout (sinks only change dsink).
+template <class Mods>
+inline constexpr bool kElementMods = Mods::kMaySoftcap || Mods::kMayAlibi || Mods::kMayDropout;
+
 // What attend_keys needs of the problem beyond the tiles: the mask and the
-// scale, and with modifiers compiled in (kWithMods) the modifiers of the
-// step's query head (its ALiBi slope in log2 units). Without them it is the
-// struct it was before modifiers existed: those variants compile as before.
+// scale, and with such features compiled in (kWithMods) the modifiers of the
+// step's query head (its ALiBi slope in log2 units) and its dropout stream.
+// Without them it is the struct it was before modifiers existed: those
+// variants compile as before.
 template <bool kWithMods>
 struct KeyMask {
   MaskParams mask;
@@ -167,21 +175,66 @@ struct KeyMask<true> {
   float scale_log2;
   BlockScoreMods mods;
   float slope_log2;
+  BlockDropout drop;  // the stream of the step's head
+  u32 head_word0;     // the stream's counter word of head 0: batch Hq
 };
 
 template <class Mods>
-ATTUNE_DEVICE KeyMask<Mods::kMaySoftcap || Mods::kMayAlibi> key_mask_of(const FlashBwdParams& p, i32 batch) {
-  if constexpr (Mods::kMaySoftcap || Mods::kMayAlibi) {
-    return {p.mask, p.scale_log2, block_score_mods<Mods>(p.mods, p.scale_log2, batch, 0), 0.0f};
+ATTUNE_DEVICE KeyMask<kElementMods<Mods>> key_mask_of(const FlashBwdParams& p, i32 batch) {
+  if constexpr (kElementMods<Mods>) {
+    const BlockDropout drop = block_dropout<Mods>(p.dropout, batch, 0, p.heads_q);
+    return {p.mask, p.scale_log2, block_score_mods<Mods>(p.mods, p.scale_log2, batch, 0), 0.0f, drop,
+            drop.stream.head_word};
   } else {
     return {p.mask, p.scale_log2};
   }
 }
 
-// The mask of one step's query head: with ALiBi, that head's slope.
+// The mask of one step's query head: with ALiBi, that head's slope; with
+// dropout, its stream.
 ATTUNE_DEVICE KeyMask<true> for_head(KeyMask<true> m, i64 head) {
   if (m.mods.alibi) m.slope_log2 = dev::load_global(m.mods.slope + head) * kLog2e;
+  m.drop.stream.head_word = m.head_word0 + static_cast<u32>(head);
   return m;
+}
+
+// Dropout's keep bits of this thread's elements of S^T (bit 2 qt + c of
+// bits[kt][half]: key row (kt, half), query (qt, c)), the forward's mask
+// regenerated. `query0`, `key0`: the warp's first query and key within the
+// sequence. The forward's Philox groups pair queries i and i + 8 of one key,
+// so when the warp's queries are whole 16-row groups one call serves two
+// query tiles. The calls run one at a time (a rolled loop), so their chains
+// do not pile up registers.
+template <class Config>
+ATTUNE_DEVICE void dropout_keep_bits(u32 (&bits)[Config::kKeyTiles][2], const DropoutStream& stream, i64 query0,
+                                     i64 key0) {
+  const i32 lane = dev::lane_id();
+  constexpr bool kPaired = Config::kWarpQueries % 16 == 0;  // query tiles 2q and 2q + 1 share groups
+  constexpr int kCalls = kPaired ? Config::kQueryTiles / 2 : Config::kQueryTiles;
+  ATTUNE_UNROLL
+  for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
+    ATTUNE_UNROLL
+    for (int half = 0; half < 2; ++half) {
+      const i64 key = key0 + Config::KeysByQueries::row(lane, kt, half);
+      const u32 odd = static_cast<u32>(key & 1);
+      u32 b = 0;
+      ATTUNE_ROLLED
+      for (int q = 0; q < kCalls; ++q) {
+        ATTUNE_UNROLL
+        for (int c = 0; c < 2; ++c) {
+          const i64 query = query0 + (kPaired ? 16 : 8) * q + frag::acc_col(lane, c);
+          if constexpr (kPaired) {  // query tile 2q: words 0, 1; tile 2q + 1 (query + 8): words 2, 3
+            const philox::U32x4 w = stream.group(query, key);
+            b |= (stream.keeps_word(odd != 0 ? w.x[1] : w.x[0]) ? 1u : 0u) << (4 * q + c);
+            b |= (stream.keeps_word(odd != 0 ? w.x[3] : w.x[2]) ? 1u : 0u) << (4 * q + 2 + c);
+          } else {
+            b |= (stream.keeps(query, key) ? 1u : 0u) << (2 * q + c);
+          }
+        }
+      }
+      bits[kt][half] = b;
+    }
+  }
 }
 
 // S^T = K Q^T and dP^T = V dO^T for this warp's keys and queries, then
@@ -191,7 +244,7 @@ ATTUNE_DEVICE KeyMask<true> for_head(KeyMask<true> m, i64 head) {
 template <class Config, bool kMasked>
 ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, const u16* do_s, const float* lse_s,
                                const float* d_s, u16* p_s, u16* ds_s,
-                               const KeyMask<Config::Mods::kMaySoftcap || Config::Mods::kMayAlibi>& m, i64 row0,
+                               const KeyMask<kElementMods<typename Config::Mods>>& m, i64 row0,
                                i64 key0, i64 q_len, i64 k_len) {
   using D = typename Config::DType;
   using KvTile = typename Config::KvTile;
@@ -235,6 +288,11 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
   product(k_s, q_s, s);
   product(v_s, do_s, dp);
 
+  u32 keep_bits[Config::kKeyTiles][2] = {};
+  if constexpr (Mods::kMayDropout) {
+    if (m.drop.on) dropout_keep_bits<Config>(keep_bits, m.drop.stream, row0 + warp_query0, key0 + warp_key0);
+  }
+
   // A thread holds keys frag::acc_row of each key tile and the two queries
   // frag::acc_col of each query tile: the pair is one 32-bit store.
   ATTUNE_UNROLL
@@ -268,7 +326,7 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
         for (int half = 0; half < 2; ++half) {
           const i32 key = Config::KeysByQueries::row(lane, kt, half);
           const bool visible = !kMasked || (key >= begin && key < end);
-          if constexpr (Mods::kMaySoftcap || Mods::kMayAlibi) {
+          if constexpr (kElementMods<Mods>) {
             // The forward's logit, modifiers included; t: the softcap's tanh.
             const float raw = s.at(kt, qt, half, c);
             float x = raw * m.scale_log2;
@@ -279,8 +337,20 @@ ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, c
             }
             if (m.mods.alibi) x -= alibi_penalty(m.slope_log2, distance0 - static_cast<float>(kt * 16 + 8 * half));
             const float prob = visible ? dev::exp2_approx(x - lse) : 0.0f;
-            s.at(kt, qt, half, c) = prob;
-            float ds = prob * (dp.at(kt, qt, half, c) - row_d);
+            // Dropout: the forward's mask, regenerated; P^T (for dV) is the
+            // dropped and scaled P, dP scaled alike, dS = P (dP - D) with
+            // the P before dropout.
+            float kept = prob;
+            float dprob = dp.at(kt, qt, half, c);
+            if constexpr (Mods::kMayDropout) {
+              if (m.drop.on) {
+                const bool keep = ((keep_bits[kt][half] >> (2 * qt + c)) & 1u) != 0;
+                kept = keep ? prob * m.drop.scale : 0.0f;
+                dprob = keep ? dprob * m.drop.scale : 0.0f;
+              }
+            }
+            s.at(kt, qt, half, c) = kept;
+            float ds = prob * (dprob - row_d);
             if (m.mods.softcap) ds *= 1.0f - t * t;  // d(c tanh(x / c)) / dx
             dp.at(kt, qt, half, c) = ds;
           } else {  // the code as it was before modifiers, so variants without them compile to the same SASS
@@ -491,11 +561,11 @@ struct FlashBwdTunables {
 // dynamic shared memory: shared_bytes() (FlashBwdTunables). Needs D from
 // flash_bwd_preprocess; dQ is finished by flash_bwd_dq_convert.
 template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kDqAtomic, class DType,
-          int kSoftcap, int kAlibi>
+          int kSoftcap, int kAlibi, int kDropout>
 ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
   static_assert(FlashBwdTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kDqAtomic),
                 "flash_bwd: these tunables break FlashBwdTunables::valid");
-  using Mods = ScoreMods<kSoftcap, 0, kAlibi>;
+  using Mods = ScoreMods<kSoftcap, 0, kAlibi, kDropout>;
   using Config = bwd_detail::BwdConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType, Mods>;
   using D = DType;
   const i32 n_block = dev::block_index().x;
@@ -589,8 +659,8 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
       // Every row of the tile sees every key of the block: no mask.
       const RowBlockKeys keys =
           row_block_keys(p.mask, row0, last_row_of(row0, kBlockM, seq.q_len), seq.q_len, seq.k_len);
-      if constexpr (Mods::kMaySoftcap || Mods::kMayAlibi) {
-        const bwd_detail::KeyMask<true> head_mask = bwd_detail::for_head(key_mask, head);  // its ALiBi slope
+      if constexpr (bwd_detail::kElementMods<Mods>) {
+        const bwd_detail::KeyMask<true> head_mask = bwd_detail::for_head(key_mask, head);  // its slope and stream
         if (keys.sees_all(key0, kBlockN)) {
           bwd_detail::attend_keys<Config, false>(k_s, v_s, q_t, do_t, lse_t, d_t, p_s, ds_s, head_mask, row0, key0,
                                                  seq.q_len, seq.k_len);

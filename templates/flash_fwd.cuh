@@ -73,11 +73,12 @@ struct FlashFwdTunables {
 // kAlibi: the score modifiers compiled in (score_mods.cuh). kPaged: K and V
 // read through p.pages' block table; like the modifiers a feature the
 // problem chooses (0 off, 1 on, kAtRunTime: as p.pages says), so variants
-// without it compile to the code they had before paging existed.
+// without it compile to the code they had before paging existed. kDropout:
+// attention dropout (templates/dropout.h), the same kind of feature.
 template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kQRegs, class DType,
-          int kSoftcap, int kSinks, int kAlibi, int kPaged>
+          int kSoftcap, int kSinks, int kAlibi, int kPaged, int kDropout>
 ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
-  using Mods = ScoreMods<kSoftcap, kSinks, kAlibi>;
+  using Mods = ScoreMods<kSoftcap, kSinks, kAlibi, kDropout>;
   using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType, kQRegs != 0, Mods>;
   static_assert(FlashFwdTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kQRegs),
                 "flash_fwd: these tunables break FlashFwdTunables::valid");
@@ -102,7 +103,8 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   u16* v_s = k_s + Config::kStages * Config::kTileElems;
   const bool vectorized = p.vectorized != 0;
   const flash_detail::TileMask tile_mask{p.mask, p.scale_log2, 1,
-                                         block_score_mods<Mods>(p.mods, p.scale_log2, batch, head)};
+                                         block_score_mods<Mods>(p.mods, p.scale_log2, batch, head),
+                                         block_dropout<Mods>(p.dropout, batch, head, p.heads_q)};
 
   const u16* q_rows = p.q + batch * p.q_batch_stride + (seq.q_begin + row0) * p.q_row_stride + head * p.q_head_stride;
   const u16* k_rows = p.k + batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + kv_head * p.k_head_stride;
@@ -149,7 +151,7 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
     float* lse = p.lse == nullptr ? nullptr
                                   : p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride +
                                         (seq.q_begin + row) * p.lse_row_stride;
-    return flash_detail::RowOut{o, lse, nullptr, tile_mask.mods.sink};
+    return flash_detail::RowOut{o, lse, nullptr, tile_mask.mods.sink, tile_mask.drop.scale};
   });
 }
 

@@ -2,13 +2,15 @@
 // (flash_fwd, flash_fwd_sm90).
 #pragma once
 
+#include "templates/dropout.h"
 #include "templates/flash_tile.cuh"
 
 namespace attune {
 
 // Problem sizes and pointers of one forward call (device memory). Strides
-// are in elements; index arrays are null when unused.
-struct FlashFwdParams {
+// are in elements; index arrays are null when unused. flash_fwd_sm90 holds
+// it as a member, with its own fields after it.
+struct FlashFwdBase {
   const u16* q;  // [B, Sq, Hq, Dk] or packed [Tq, Hq, Dk]
   const u16* k;  // [B, Sk, Hkv, Dk], or the page pool [pages, page_size, Hkv, Dk]
   const u16* v;  // [B, Sk, Hkv, Dv], or the page pool [pages, page_size, Hkv, Dv]
@@ -33,6 +35,13 @@ struct FlashFwdParams {
   i32 vectorized;       // 1: every row starts 16-byte aligned, so tiles load with cp.async
   ScoreModParams mods;  // read only by variants that compile modifiers in
   KeyPages pages;       // a paged KV cache (chunked prefill over it), read by variants with kPaged
+};
+
+// flash_fwd's params: the shared part, then what was added after it (at the
+// end, so the fields before keep their offsets and variants without the
+// feature their code).
+struct FlashFwdParams : FlashFwdBase {
+  DropoutParams dropout;  // read only by variants with kDropout
 };
 
 }  // namespace attune

@@ -44,7 +44,7 @@ struct FlashFwdSm90Params {
   TensorMap o_map;  // (Dv, rows, Hq, B): box {64, 64}; with kTmaStore, where o_map_valid
   // Pointers, strides, sizes, mask and scale as flash_fwd takes them (the
   // direct O stores, LSE and the sequence arrays read them).
-  FlashFwdParams fwd;
+  FlashFwdBase fwd;
   i32 o_map_valid;  // 0: O's layout or address is not TMA's (O then leaves by direct stores)
   // The tiles and their order (sm90_scheduler.cuh), and the dynamic
   // scheduler's counter (one i32, zero at launch; null for the others).
@@ -59,6 +59,8 @@ struct FlashFwdSm90Params {
   i32 rescale_after ATTUNE_TUNABLE_OF(flash_fwd_sm90, kRescaleAfter);
   i32 tma_store ATTUNE_TUNABLE_OF(flash_fwd_sm90, kTmaStore);
   i32 scheduler ATTUNE_TUNABLE_OF(flash_fwd_sm90, kScheduler);
+  // Added at the end, so variants without it keep their code.
+  DropoutParams dropout;  // read only by variants with kDropout
 };
 
 struct FlashFwdSm90Tunables {
@@ -173,7 +175,7 @@ struct TileWork {
   i32 tiles;        // key tiles the block runs; 0: no row, or no key visible
 
   template <int kBlockN>
-  ATTUNE_DEVICE static TileWork of(const FlashFwdParams& f, const sm90_sched::WorkTile& w, i32 block_m) {
+  ATTUNE_DEVICE static TileWork of(const FlashFwdBase& f, const sm90_sched::WorkTile& w, i32 block_m) {
     TileWork t;
     t.head = w.head;
     t.batch = w.batch;
@@ -202,7 +204,7 @@ struct TileWork {
 // every tunable but kHeadDim and kBlockN may be kAtRunTime, read from the
 // params.
 template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kPingpong, int kOverlap, int kRescaleAfter,
-          int kTmaStore, int kScheduler, class DType>
+          int kTmaStore, int kScheduler, class DType, int kDropout>
 ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     flash_fwd_sm90(const ATTUNE_GRID_CONSTANT FlashFwdSm90Params p) {
   using namespace sm90_detail;
@@ -210,6 +212,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   // 16 rows, each over the whole key tile.
   using Config = TileConfig<kHeadDim, 64, kBlockN, 4, 1, 2, DType>;
   using Softmax = typename Config::Softmax;
+  using Mods = ScoreMods<0, 0, 0, kDropout>;  // dropout, a feature the problem chooses (score_mods.cuh)
   // A GPU variant is checked here; the emulator's instance (tunables at run
   // time) by the launch, like every call.
   static_assert(!kAllFixed<kBlockM, kStages, kPingpong, kOverlap, kRescaleAfter, kTmaStore, kScheduler> ||
@@ -229,7 +232,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   const bool dynamic = scheduler == sm90_sched::kDynamic;
   const i32 consumers = block_m / 64;
   const sm90_detail::Layout layout{kHeadDim, block_m, kBlockN, stages};
-  const FlashFwdParams& f = p.fwd;
+  const FlashFwdBase& f = p.fwd;
   const sm90_sched::TileOrder order = p.tiles;
   const i32 tile_count = order.count();
   const i32 ctas = dev::grid_dim().x;
@@ -379,6 +382,8 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     const i32 tiles = w.tiles;
     if (w.row0 < w.seq.q_len) {
       const Sequence& seq = w.seq;
+      // Dropout: the tile's random stream, keyed by global positions.
+      const BlockDropout drop = block_dropout<Mods>(p.dropout, w.batch, w.head, f.heads_q);
       // The tiles this consumer's rows all see, [free_begin, free_end) of the
       // block's, need no mask: the steady-state loop runs over them alone.
       const i64 first_row = w.row0 + 64 * consumer;
@@ -442,7 +447,15 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         if (masked) windows.apply(s, it - kv_base);
         rescale.step(softmax, s.tiles, f.scale_log2);
       };
-      const auto convert_p = [&] {
+      // P of tile `it` to the A operand; with dropout, after m and l (the
+      // saved LSE is the one without it), the dropped probabilities zeroed.
+      const auto convert_p = [&](i32 it) {
+        if constexpr (Mods::kMayDropout) {
+          if (drop.on) {
+            const i64 warp_row0 = w.row0 + 64 * consumer + 16 * (dev::warp_id() % 4);
+            drop_probabilities(s.tiles, drop.stream, warp_row0, (w.n_begin + (it - kv_base)) * kBlockN);
+          }
+        }
         ATTUNE_UNROLL
         for (i32 ks = 0; ks < kPSteps; ++ks) {
           flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
@@ -457,7 +470,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
           dev::wgmma::wait<0>();
           softmax_step(masked, it);
           rescale.settle(softmax);
-          convert_p();
+          convert_p(it);
           turns.in_turn([&] { issue_pv(it); });
           dev::wgmma::wait<0>();
           ring.consumer_release(it, wt == 0);
@@ -470,7 +483,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
           softmax_step(masked, it);  // while P V of tile it-1 runs
           dev::wgmma::wait<0>();
           ring.consumer_release(it - 1, wt == 0);
-          convert_p();
+          convert_p(it);
           rescale.settle(softmax);
         }
       };
@@ -491,7 +504,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
           turns.in_turn([&] { issue_s(kv_base); });
           dev::wgmma::wait<0>();
           softmax_step(true, kv_base);  // the mask is right for any tile
-          convert_p();
+          convert_p(kv_base);
           rescale.settle(softmax);
         }
         // The tiles in order: masked [first, free_a), free [free_a, free_b),
@@ -534,7 +547,10 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
       };
       softmax.for_each_row(lane_o, [&](i32 warp_row, const typename Softmax::Row& r) {
         const i64 row = warp_row0 - row0 + warp_row;  // in the block
-        const softmax::RowEnd end = softmax::finalize(r.m, r.l);
+        softmax::RowEnd end = softmax::finalize(r.m, r.l);
+        if constexpr (Mods::kMayDropout) {
+          if (Mods::dropout(p.dropout)) end.inv_l *= p.dropout.keep_scale;  // 1 / (1 - p)
+        }
         const i64 q_row = row0 + row;
         if (q_row < out.seq.q_len && f.lse != nullptr && frag::row_leader(lane_o)) {
           dev::store_global(f.lse + out.batch * f.lse_batch_stride + out.head * f.lse_head_stride +

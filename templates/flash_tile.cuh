@@ -155,12 +155,13 @@ ATTUNE_DEVICE void load_tile(u16* dst, const u16* src, i64 row_stride, i64 rows_
 // What attend_tile needs of the problem: the mask band, the softmax scale in
 // base 2, how block rows map to query positions (row / pack: `pack` query
 // heads of one position sit in consecutive rows, 1 when unpacked), and the
-// score modifiers (read only where Config::Mods compiles them in).
+// score modifiers and dropout (read only where Config::Mods compiles them in).
 struct TileMask {
   MaskParams mask;
   float scale_log2;
   i32 pack;
   BlockScoreMods mods;
+  BlockDropout drop;  // read only where Config::Mods compiles dropout in
 };
 
 // A warp's A fragments of Q: read from shared memory at each use, or (with
@@ -420,6 +421,9 @@ ATTUNE_DEVICE void attend_tile(const Q& q, const u16* k_s, const u16* v_s, typen
   tile_scores<Config>(q, k_s, s, warp_key0);
   scale_and_mask<Config, kMasked>(s, mask, row0 + q.warp_row0, key0 + warp_key0, q_len, k_len);
   softmax.update(s.tiles);
+  if constexpr (Config::Mods::kMayDropout) {  // after m and l: the saved LSE is the one without dropout
+    if (mask.drop.on) drop_probabilities(s.tiles, mask.drop.stream, row0 + q.warp_row0, key0 + warp_key0);
+  }
   accumulate_pv<Config>(s, v_s, softmax.u, warp_key0);
 }
 
@@ -514,6 +518,7 @@ struct RowOut {
   float* lse;                   // may be null
   float* partial;               // [Dv + 2] floats: u, m, l (with `partial`)
   const float* sink = nullptr;  // the row's head's sink logit (Mods with sinks); joins O and LSE, not partials
+  float keep_scale = 1.0f;      // Mods with dropout: 1 / (1 - p), applied to O (not to partials)
 };
 
 template <class Config, class Out>
@@ -531,6 +536,7 @@ ATTUNE_DEVICE void store_rows(const typename Config::Softmax& softmax, i32 head_
       if (!partial && to.sink != nullptr)
         end = softmax::finalize_with_sink(r.m, r.l, dev::load_global(to.sink) * kLog2e);
     }
+    if constexpr (Config::Mods::kMayDropout) end.inv_l *= to.keep_scale;
     ATTUNE_UNROLL
     for (int dt = 0; dt < Config::kDTiles; ++dt) {
       ATTUNE_UNROLL

@@ -9,6 +9,8 @@
 // multiplying its instantiations.
 #pragma once
 
+#include "templates/dropout.h"
+#include "templates/fragment.cuh"
 #include "templates/numerics.cuh"
 #include "templates/tunable.cuh"
 
@@ -23,12 +25,15 @@ struct ScoreModParams {
   i64 alibi_batch_stride;     // Hq for [B, Hq], 0 for [Hq]
 };
 
-template <int kSoftcap, int kSinks, int kAlibi>
+// kDropout: attention dropout (templates/dropout.h), the same kind of
+// feature though it acts on the probabilities.
+template <int kSoftcap, int kSinks, int kAlibi, int kDropout = 0>
 struct ScoreMods {
   // Whether the code of a modifier is compiled in at all.
   static constexpr bool kMaySoftcap = kSoftcap != 0;
   static constexpr bool kMaySinks = kSinks != 0;
   static constexpr bool kMayAlibi = kAlibi != 0;
+  static constexpr bool kMayDropout = kDropout != 0;
   // Whether it is on for these params (constant unless kAtRunTime).
   ATTUNE_DEVICE static bool softcap(const ScoreModParams& p) {
     return kSoftcap == kAtRunTime ? p.softcap > 0.0f : kSoftcap != 0;
@@ -38,6 +43,10 @@ struct ScoreMods {
   }
   ATTUNE_DEVICE static bool alibi(const ScoreModParams& p) {
     return kAlibi == kAtRunTime ? p.alibi_slopes != nullptr : kAlibi != 0;
+  }
+  // The host sets keep_scale (1 / (1 - p) >= 1) only when dropout is on.
+  ATTUNE_DEVICE static bool dropout(const DropoutParams& d) {
+    return kDropout == kAtRunTime ? d.keep_scale != 0.0f : kDropout != 0;
   }
 };
 
@@ -94,6 +103,67 @@ ATTUNE_DEVICE float modified_logit(float raw, const BlockScoreMods& mods, float 
     if (mods.alibi) x -= alibi_penalty(slope_log2, distance);
   }
   return x;
+}
+
+// A block's dropout: whether it is on, the random stream of its (batch,
+// head) (seed and offset read from device memory when the call passes them
+// there), and 1 / (1 - p), which the forward applies once to each finished
+// row and the backward to each kept element.
+struct BlockDropout {
+  bool on;
+  DropoutStream stream;
+  float scale;
+};
+
+template <class Mods>
+ATTUNE_DEVICE BlockDropout block_dropout(const DropoutParams& d, i64 batch, i64 head, i64 heads) {
+  BlockDropout b{Mods::dropout(d), {}, 1.0f};
+  if (b.on) {
+    const u64 seed = d.state != nullptr ? dev::load_global(d.state) : d.seed;
+    const u64 offset = d.state != nullptr ? dev::load_global(d.state + 1) : d.offset;
+    b.stream = DropoutStream::of(seed, offset, d.keep_below, batch, head, heads);
+    b.scale = d.keep_scale;
+  }
+  return b;
+}
+
+// Zeroes the dropped probabilities of a thread's accumulator tiles (the
+// mma.sync and wgmma layout: rows acc_row(lane, 0) and + 8 of each 16-row
+// tile, two adjacent keys of each 8-key tile): one Philox call per tile,
+// whose four words are exactly its four elements. `row0`, `key0`: the
+// warp's first row and key, positions within the sequence (row0 a multiple
+// of 16). The calls run one at a time (a rolled loop collecting keep bits,
+// eight tiles to a word): unrolled, the scheduler interleaves their chains
+// and their registers pile up (spills in flash_fwd_sm90).
+template <int kMTiles, int kNTiles>
+ATTUNE_DEVICE void drop_probabilities(float (&p)[kMTiles][kNTiles][4], const DropoutStream& stream, i64 row0,
+                                      i64 key0) {
+  constexpr int kWordTiles = 8;  // 4 bits per tile
+  const i32 lane = dev::lane_id();
+  const i64 first_key = key0 + frag::acc_col(lane, 0);
+  ATTUNE_UNROLL
+  for (int mt = 0; mt < kMTiles; ++mt) {
+    const i64 row = row0 + mt * 16 + frag::acc_row(lane, 0);
+    ATTUNE_UNROLL
+    for (int nt0 = 0; nt0 < kNTiles; nt0 += kWordTiles) {
+      const int tiles = kNTiles - nt0 < kWordTiles ? kNTiles - nt0 : kWordTiles;
+      u32 bits = 0;
+      ATTUNE_ROLLED
+      for (int i = 0; i < tiles; ++i) {
+        const philox::U32x4 w = stream.group(row, first_key + (nt0 + i) * 8);
+        const u32 nibble = (stream.keeps_word(w.x[0]) ? 1u : 0u) | (stream.keeps_word(w.x[1]) ? 2u : 0u) |
+                           (stream.keeps_word(w.x[2]) ? 4u : 0u) | (stream.keeps_word(w.x[3]) ? 8u : 0u);
+        bits |= nibble << (4 * i);
+      }
+      ATTUNE_UNROLL
+      for (int i = 0; i < tiles; ++i) {
+        ATTUNE_UNROLL
+        for (int w = 0; w < 4; ++w) {  // word w: row + 8 (w / 2), key + w % 2
+          if (((bits >> (4 * i + w)) & 1u) == 0) p[mt][nt0 + i][w] = 0.0f;
+        }
+      }
+    }
+  }
 }
 
 }  // namespace attune

@@ -73,6 +73,7 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
   set_problem_fields(k, p);
   k.mods = score_mod_params(p, b.sinks, b.alibi_slopes);
   k.dsink = p.modifiers.sinks ? b.dsink : nullptr;
+  k.dropout = dropout_params_of(p, b.rng_state);
   k.scale = static_cast<float>(p.softmax_scale());
   fill_tunable_fields(k, shape);  // partial_keys: the key block of the main kernel
   const bool packed = p.is_packed();

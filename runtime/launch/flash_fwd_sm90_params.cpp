@@ -61,7 +61,9 @@ FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& p,
                                                       const DeviceMetadata& metadata, const Variant& variant,
                                                       std::int32_t* tile_counter) {
   FlashFwdSm90Params k{};
-  k.fwd = flash_fwd_params(p, b, metadata);
+  const FlashFwdParams fwd = flash_fwd_params(p, b, metadata);
+  k.fwd = fwd;  // the shared part
+  k.dropout = fwd.dropout;
   fill_tunable_fields(k, FlashFwdSm90Shape::of(variant));
   k.tiles = flash_fwd_sm90_tiles(p, variant);
   if (FlashFwdSm90Shape::of(variant).scheduler == sm90_sched::kDynamic) {

@@ -8,6 +8,7 @@
 #include <numbers>
 
 #include "core/problem.h"
+#include "templates/dropout.h"
 #include "templates/score_mods.cuh"
 
 namespace attune {
@@ -62,6 +63,16 @@ inline ScoreModParams score_mod_params(const AttentionProblem& p, const float* s
   m.alibi_slopes = p.modifiers.alibi != AlibiSlopes::kNone ? alibi_slopes : nullptr;
   m.alibi_batch_stride = p.modifiers.alibi == AlibiSlopes::kPerBatchHead ? p.heads_q : 0;
   return m;
+}
+
+// Dropout's params (templates/dropout.h), zero when the problem has none;
+// `rng_state`: the call's {seed, offset} in backend memory, or null (the
+// problem's values).
+inline DropoutParams dropout_params_of(const AttentionProblem& p, const std::uint64_t* rng_state) {
+  if (!p.modifiers.dropout()) return DropoutParams{};
+  DropoutParams d = dropout_params(p.modifiers.dropout_p, p.modifiers.seed, p.modifiers.offset);
+  d.state = reinterpret_cast<const u64*>(rng_state);
+  return d;
 }
 
 // The sizes, mask and base-2 scale every attention kernel takes.

@@ -14,6 +14,9 @@
 // name of an instantiation through NVRTC name expressions.
 #define ATTUNE_KERNEL __global__
 #define ATTUNE_UNROLL _Pragma("unroll")
+// A loop kept rolled: its iterations' work is not interleaved by the
+// scheduler (nor their registers piled up).
+#define ATTUNE_ROLLED _Pragma("unroll 1")
 // A kernel's register cap at entry (setmaxnreg needs one), and a parameter
 // read through its address (a TMA tensor map).
 #define ATTUNE_LAUNCH_BOUNDS(threads, blocks) __launch_bounds__(threads, blocks)
@@ -25,6 +28,7 @@
 // The emulator calls the kernel body once per thread, as a plain function.
 #define ATTUNE_KERNEL inline
 #define ATTUNE_UNROLL
+#define ATTUNE_ROLLED
 #define ATTUNE_LAUNCH_BOUNDS(threads, blocks)
 #define ATTUNE_GRID_CONSTANT
 #endif

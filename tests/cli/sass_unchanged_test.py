@@ -9,8 +9,8 @@ dtype, variant id, digest of the SASS instructions from the templates before
 modifiers), `attune variants dump ID --arch A --dtype D --out DIR` compiles
 the variant with NVRTC; nvdisasm turns its cubin into SASS, and the
 instruction lines (whitespace collapsed, the mangled kernel name replaced)
-must hash to the same digest. The same variant with softcap compiled in must
-not (so the comparison can fail). Exits 77 (skipped) without NVRTC or
+must hash to the same digest. The same variant with softcap or dropout
+compiled in must not (so the comparison can fail). Exits 77 (skipped) without NVRTC or
 nvdisasm.
 
 The digests are a snapshot: a change to a kernel that is meant to change its
@@ -100,10 +100,13 @@ def main():
             if why is None and got != (digest, int(count)):
                 why = "SASS differs from before modifiers: %d instructions (before: %s)" % (got[1], count)
             checks.result("%s %s %s: the same SASS as before modifiers" % (arch, dtype, variant), why)
-        # A planted difference: softcap compiled in changes the code.
-        arch, dtype, variant, digest, _ = next(r for r in rows if r[2].startswith("flash_fwd/"))
-        got, why = digest_of(attune, nvdisasm, variant + ".softcap1", arch, dtype, tmp)
-        checks.check(why is None and got[0] != digest, "planted: %s.softcap1 compiles to other SASS" % variant)
+        # Planted differences: a feature compiled in changes the code (softcap;
+        # dropout in each family that has it).
+        for family, feature in (("flash_fwd/", "softcap1"), ("flash_fwd/", "dropout1"), ("flash_bwd/", "dropout1"),
+                                ("flash_fwd_sm90/", "dropout1")):
+            arch, dtype, variant, digest, _ = next(r for r in rows if r[2].startswith(family))
+            got, why = digest_of(attune, nvdisasm, variant + "." + feature, arch, dtype, tmp)
+            checks.check(why is None and got[0] != digest, "planted: %s.%s compiles to other SASS" % (variant, feature))
     return checks.finish()
 
 

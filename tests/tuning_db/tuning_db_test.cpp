@@ -290,9 +290,9 @@ TEST(TuningDbTest, RecordsOutsideTheirDomainsAreRefused) {
   bad.seqlen_q = -1;
   EXPECT_THROW(s.db.upsert_problem(bad), InvalidArgument);
   bad = problem_record();
-  bad.key.modifiers = 8;  // no such modifier: modifier_names would store it as "none"
+  bad.key.modifiers = 16;  // no such modifier: modifier_names would store it as "none"
   EXPECT_TRUE(contains(attune::testing::error_of<InvalidArgument>([&] { s.db.upsert_problem(bad); }),
-                       "modifiers is 8; expected a combination of"));
+                       "modifiers is 16; expected a combination of"));
 
   MeasurementRecord no_time = measurement(s.device, s.problem, s.variants[0], 1.0);
   no_time.median_ms.reset();
@@ -680,7 +680,7 @@ TEST(TuningDbTest, MergeKeepsModifiersApart) {
   ProblemRecord sinks = problem_record();
   sinks.key.modifiers = kModSinks;
   ProblemRecord all = problem_record();
-  all.key.modifiers = kModAll;
+  all.key.modifiers = kModKnown;
   {
     Seeded b(path_b);
     const ProblemRowId b_sinks = b.db.upsert_problem(sinks);
