@@ -68,7 +68,8 @@ ReferenceGradients reference_backward(const AttentionProblem& p, const double* q
         const double* do_row = d_o + reference_o_index(p, b, row, h);
         const double* o_row = &fwd.o[at(reference_o_index(p, b, row, h))];
         const double lse = fwd.lse[at(reference_lse_index(p, b, row, h))];
-        const double row_d = dot(do_row, o_row, p.head_dim_v);  // D_i = dO_i . O_i
+        // D_i = dO_i . O_i = sum_j P_ij dP_ij, with O (and dP) after dropout.
+        const double row_d = dot(do_row, o_row, p.head_dim_v);
         // The sink's weight exp(sink - LSE_i) times dO_i . (0 - O_i).
         if (mods.has_sinks()) g.dsink[at(h)] -= std::exp(mods.sink(h) - lse) * row_d;
         double* dq_row = &g.dq[at(reference_dq_index(p, b, row, h))];
@@ -78,11 +79,15 @@ ReferenceGradients reference_backward(const AttentionProblem& p, const double* q
           const double* v_row = v + element_offset(p.v_strides, b, key, hk);
           const double x = scale * dot(q_row, k_row, p.head_dim_k);
           const double prob = std::exp(mods.cap(x) + mods.bias(b, h, i, j, seq) - lse);
-          const double d_score = prob * (dot(do_row, v_row, p.head_dim_v) - row_d);
+          // O_i = sum_j P_ij w_ij v_j: the dropout weight w_ij is a constant
+          // factor of both V's gradient and P's.
+          const double weight = mods.dropout_weight(b, h, i, j);
+          const double d_prob = weight * dot(do_row, v_row, p.head_dim_v);
+          const double d_score = prob * (d_prob - row_d);
           const double d_x = d_score * mods.cap_gradient(x);  // through tanh; the ALiBi term is constant
           double* dk_row = &g.dk[at(reference_dk_index(p, b, key, hk))];
           double* dv_row = &g.dv[at(reference_dv_index(p, b, key, hk))];
-          for (int64_t d = 0; d < p.head_dim_v; ++d) dv_row[d] += prob * do_row[d];
+          for (int64_t d = 0; d < p.head_dim_v; ++d) dv_row[d] += prob * weight * do_row[d];
           for (int64_t d = 0; d < p.head_dim_k; ++d) {
             dq_row[d] += scale * d_x * k_row[d];
             dk_row[d] += scale * d_x * q_row[d];

@@ -33,11 +33,13 @@ struct ReferenceGradients {
 // ReferenceOutput::o ([B, Sq, Hq, Dv], packed [Tq, Hq, Dv]); `modifiers` as
 // for reference_forward. Recomputes the forward (O, and LSE with the sink),
 // then per row i with visible keys j, x_ij = scale * q_i.k_j and s_ij its
-// modified score (docs/contract.md, "Score modifiers"):
-//   P_ij = exp(s_ij - LSE_i), D_i = dO_i . O_i,
-//   dS_ij = P_ij (dO_i . v_j - D_i),
+// modified score (docs/contract.md, "Score modifiers") and w_ij its dropout
+// weight (ModifierValues::dropout_weight: 0 or 1 / (1 - p); 1 without
+// dropout, "Dropout"):
+//   P_ij = exp(s_ij - LSE_i) (LSE without dropout), D_i = dO_i . O_i (O with it),
+//   dP_ij = w_ij (dO_i . v_j), dS_ij = P_ij (dP_ij - D_i),
 //   dX_ij = dS_ij (1 - tanh^2(x_ij / c)) with softcap c, else dS_ij,
-//   dq_i = scale * sum_j dX_ij k_j, dk_j += scale * dX_ij q_i, dv_j += P_ij dO_i,
+//   dq_i = scale * sum_j dX_ij k_j, dk_j += scale * dX_ij q_i, dv_j += P_ij w_ij dO_i,
 //   dsink_h = -sum over every row (b, i) of head h of exp(sink_h - LSE_i) D_i.
 // ALiBi slopes are constants: they get no gradient.
 ReferenceGradients reference_backward(const AttentionProblem& problem, const double* q, const double* k,

@@ -29,7 +29,10 @@ namespace attune {
 // With score modifiers (`modifiers` as for reference_backward) they apply
 // to the fp32 score before it rounds, S = r(cap(q' k) + ALiBi term), the
 // sink joins the fp32 softmax sum, and dS takes the softcap's gradient
-// 1 - tanh^2 before it rounds. dsink is left empty.
+// 1 - tanh^2 before it rounds. dsink is left empty. With dropout (weights
+// w_ij of ModifierValues::dropout_weight, in float32) as autograd's dropout
+// node: P' = r(P w) multiplies V (dV = r(sum_i P'_ij dO_i)) and the softmax
+// backward reads dP = r(r(dO_i . v_j) w).
 ReferenceGradients naive_storage_backward(const AttentionProblem& p, const std::uint16_t* q_bits,
                                           const std::uint16_t* k_bits, const std::uint16_t* v_bits,
                                           const std::uint16_t* do_bits, const ModifierTensors& modifiers = {});

@@ -59,6 +59,16 @@ ReferenceGradients naive_storage_backward(const AttentionProblem& p, const std::
         for (float x : prob) sum += std::exp(x - max_logit);
         for (float& x : prob) x = r(std::exp(x - max_logit) / sum);
         const std::uint16_t* d_o = do_bits + reference_o_index(p, b, row, h);
+        // With dropout, autograd's dropout node: P' = r(P w) is what multiplies
+        // V, and dP = r(dP' w) what the softmax backward reads.
+        std::vector<float> weight(at(n), 1.0F);
+        std::vector<float> kept(prob);
+        if (mods.has_dropout()) {
+          for (int64_t j = 0; j < n; ++j) {
+            weight[at(j)] = static_cast<float>(mods.dropout_weight(b, h, i, keys.begin + j));
+            kept[at(j)] = r(prob[at(j)] * weight[at(j)]);
+          }
+        }
         float row_d = 0;  // the softmax backward's sum_j P_ij dP_ij (the sink's value, and dP, is 0)
         for (int64_t j = 0; j < n; ++j) {
           float dot = 0;
@@ -66,7 +76,7 @@ ReferenceGradients naive_storage_backward(const AttentionProblem& p, const std::
             dot += bits_to_float(p.dtype, d_o[d]) *
                    f(v_bits, element_offset(p.v_strides, b, s.k_begin + keys.begin + j, hk) + d);
           }
-          d_prob[at(j)] = r(dot);
+          d_prob[at(j)] = mods.has_dropout() ? r(r(dot) * weight[at(j)]) : r(dot);
           row_d += prob[at(j)] * d_prob[at(j)];
         }
         std::vector<float> dq_row(at(p.head_dim_k), 0.0F);
@@ -76,7 +86,7 @@ ReferenceGradients naive_storage_backward(const AttentionProblem& p, const std::
               r(prob[at(j)] * (d_prob[at(j)] - row_d) * static_cast<float>(mods.cap_gradient(scores[at(j)])));
           const int64_t key = keys.begin + j;
           for (int64_t d = 0; d < p.head_dim_v; ++d) {
-            dv_head[at(key * p.head_dim_v + d)] += prob[at(j)] * bits_to_float(p.dtype, d_o[d]);
+            dv_head[at(key * p.head_dim_v + d)] += kept[at(j)] * bits_to_float(p.dtype, d_o[d]);
           }
           for (int64_t d = 0; d < p.head_dim_k; ++d) {
             dq_row[at(d)] += d_score * f(k_bits, element_offset(p.k_strides, b, s.k_begin + key, hk) + d);

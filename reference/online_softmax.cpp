@@ -169,8 +169,11 @@ ReferenceOutput tiled_forward(const AttentionProblem& p, const std::uint16_t* q,
             Acc dot = 0;
             for (int64_t d = 0; d < p.head_dim_k; ++d) dot += load(q, q_off + d) * load(k, k_off + d);
             logits.push_back(static_cast<Acc>(mods.cap(scale * dot) + mods.bias(b, h, i, j, seq)));
+            // Dropout scales P_ij, not the softmax's mass: the weight rides on
+            // v_j, so u sums P_ij w_ij v_j while l sums the P_ij.
+            const auto weight = static_cast<Acc>(mods.dropout_weight(b, h, i, j));
             const int64_t v_off = element_offset(p.v_strides, b, seq.k_begin + j, hk);
-            for (int64_t d = 0; d < p.head_dim_v; ++d) values.push_back(load(v, v_off + d));
+            for (int64_t d = 0; d < p.head_dim_v; ++d) values.push_back(weight * load(v, v_off + d));
           }
           state.add_tile(logits, values);
         }

@@ -72,8 +72,10 @@ struct TiledStats {
 // in Acc (float, as the kernels do, or double). Output layout as the
 // reference's. Score modifiers as in reference_forward: softcap and ALiBi on
 // each logit (evaluated in fp64, then rounded to Acc), the sink merged as one
-// more state after the last tile. Throws InvalidArgument for a bad plan or
-// bad modifier values.
+// more state after the last tile; dropout's weight w_ij (0 or 1 / (1 - p),
+// from the element's global position, whatever the tiles) multiplies v_j in
+// u, never l, so LSE is the one without dropout. Throws InvalidArgument for a
+// bad plan or bad modifier values.
 template <typename Acc>
 ReferenceOutput tiled_forward(const AttentionProblem& problem, const std::uint16_t* q, const std::uint16_t* k,
                               const std::uint16_t* v, const TilePlan& plan, TiledStats* stats = nullptr,

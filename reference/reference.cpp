@@ -53,9 +53,10 @@ ReferenceOutput forward(const AttentionProblem& p, const ModifierTensors& tensor
         double* o_row = &out.o[static_cast<std::size_t>(reference_o_index(p, b, row, h))];
         for (int64_t j = keys.begin; j < keys.end; ++j) {
           const double w = std::exp(logits[static_cast<std::size_t>(j - keys.begin)] - max_logit);
-          sum += w;
+          sum += w;  // the softmax's mass, dropped or not: dropout acts on P, after the statistics
+          const double kept = w * mods.dropout_weight(b, h, i, j);
           const int64_t v_off = element_offset(p.v_strides, b, seq.k_begin + j, hk);
-          for (int64_t d = 0; d < p.head_dim_v; ++d) o_row[d] += w * load(2, v_off + d);
+          for (int64_t d = 0; d < p.head_dim_v; ++d) o_row[d] += kept * load(2, v_off + d);
         }
         for (int64_t d = 0; d < p.head_dim_v; ++d) o_row[d] /= sum;
         out.lse[static_cast<std::size_t>(reference_lse_index(p, b, row, h))] = max_logit + std::log(sum);
@@ -71,7 +72,12 @@ ModifierValues::ModifierValues(const AttentionProblem& p, const ModifierTensors&
     : softcap_(p.modifiers.softcap),
       sinks_(p.modifiers.sinks ? tensors.sinks : nullptr),
       alibi_slopes_(p.modifiers.alibi != AlibiSlopes::kNone ? tensors.alibi_slopes : nullptr),
-      slope_batch_stride_(p.modifiers.alibi == AlibiSlopes::kPerBatchHead ? p.heads_q : 0) {
+      slope_batch_stride_(p.modifiers.alibi == AlibiSlopes::kPerBatchHead ? p.heads_q : 0),
+      dropout_(p.modifiers.dropout()),
+      dropout_params_(
+          dropout_params(p.modifiers.dropout() ? p.modifiers.dropout_p : 0.0, p.modifiers.seed, p.modifiers.offset)),
+      keep_scale_(1.0 / (1.0 - p.modifiers.dropout_p)),
+      heads_(p.heads_q) {
   check_modifier_values(p, tensors);
 }
 
@@ -91,6 +97,11 @@ double ModifierValues::bias(int64_t b, int64_t h, int64_t i, int64_t j, const Se
 
 double ModifierValues::sink(int64_t h) const {
   return sinks_ != nullptr ? static_cast<double>(sinks_[h]) : -std::numeric_limits<double>::infinity();
+}
+
+double ModifierValues::dropout_weight(int64_t b, int64_t h, int64_t i, int64_t j) const {
+  if (!dropout_) return 1.0;
+  return dropout_keeps(dropout_params_, b, h, heads_, i, j) ? keep_scale_ : 0.0;
 }
 
 int64_t reference_o_index(const AttentionProblem& p, int64_t b, int64_t row, int64_t head) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "core/problem.h"
+#include "templates/dropout.h"
 
 namespace attune {
 
@@ -21,12 +22,15 @@ struct ReferenceOutput {
 
 // A problem's score modifiers bound to their values (docs/contract.md, "Score
 // modifiers"): the one formula the forward, backward and tiled references
-// share. The constructor checks the values (check_modifier_values: a tensor
-// the problem uses is non-null and finite; throws InvalidArgument).
+// share, and the dropout weight of each probability ("Dropout"). The
+// constructor checks the values (check_modifier_values: a tensor the problem
+// uses is non-null and finite; throws InvalidArgument).
 //
-// Example, the score of row i and key j of sequence b in head h:
+// Example, the score of row i and key j of sequence b in head h, and what
+// its probability is multiplied by in O:
 //   const attune::ModifierValues mods(problem, {.sinks = sinks});
 //   const double s = mods.cap(scale * dot) + mods.bias(b, h, i, j, problem.sequence(b));
+//   const double w = mods.dropout_weight(b, h, i, j);
 class ModifierValues {
  public:
   ModifierValues(const AttentionProblem& problem, const ModifierTensors& tensors);
@@ -41,18 +45,30 @@ class ModifierValues {
   bool has_sinks() const { return sinks_ != nullptr; }
   // The sink logit of query head h; -inf without sinks (a term e^-inf = 0).
   double sink(int64_t h) const;
+  // The dropout weight of row i and key j (local positions) of sequence b in
+  // query head h: 1 / (1 - p) where dropout_keeps keeps the element, 0 where
+  // it drops it; 1 without dropout (p = 0).
+  double dropout_weight(int64_t b, int64_t h, int64_t i, int64_t j) const;
+  bool has_dropout() const { return dropout_; }
 
  private:
   double softcap_;
   const float* sinks_;          // null without sinks
   const float* alibi_slopes_;   // null without ALiBi
   int64_t slope_batch_stride_;  // Hq for [B, Hq] slopes, 0 for [Hq]
+  bool dropout_;
+  DropoutParams dropout_params_;  // the problem's p, seed and offset, as the kernels take them
+  double keep_scale_;             // 1 / (1 - p) in fp64 (the kernels' keep_scale is its float32 rounding)
+  int64_t heads_;                 // Hq: the batch stride of the Philox counter's head word
 };
 
 // Forward attention in fp64 from Q, K and V stored in problem.dtype (16-bit
 // patterns) in host memory, read with the problem's strides (a paged cache
 // through its block table). `modifiers` holds the host tensors of the
 // problem's score modifiers (sinks, ALiBi slopes) it uses.
+// With dropout (problem.modifiers.dropout_p > 0), O_i = sum_j P_ij w_ij v_j
+// with P the softmax without dropout and w_ij = dropout_weight(b, h, i, j);
+// LSE is the one without dropout, as the kernels save it for the backward.
 ReferenceOutput reference_forward(const AttentionProblem& problem, const std::uint16_t* q, const std::uint16_t* k,
                                   const std::uint16_t* v, const ModifierTensors& modifiers = {});
 

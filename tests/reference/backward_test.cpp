@@ -1,11 +1,12 @@
 // The fp64 reference backward against central finite differences of the fp64
 // forward, on every mask kind, padding, packed variable length, GQA and
-// Dk != Dv, with and without score modifiers (dsink included); plus the exact
-// zeros of empty rows and unseen keys.
+// Dk != Dv, with and without score modifiers (dsink included) and dropout;
+// plus the exact zeros of empty rows and unseen keys.
 #include "reference/backward.h"
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -14,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "reference/backward_accuracy.h"
 #include "reference/reference.h"
 
 namespace attune {
@@ -471,6 +473,133 @@ TEST(BackwardModifiersTest, MissingOrNonFiniteValuesAreInvalidArguments) {
       InvalidArgument);
   t.slopes[2] = std::nanf("");
   EXPECT_THROW(backward(p, t), InvalidArgument);
+}
+
+// ---- Dropout ----
+
+// The mask is a fixed function of (seed, offset) and position, so the forward
+// is smooth in Q, K, V and the sinks and finite differences apply: a causal
+// GQA problem, packed variable length with padding and an empty row, and
+// dropout beside every score modifier.
+std::vector<Case> dropout_cases() {
+  std::vector<Case> c;
+  c.push_back({"dropout_causal_gqa",
+               {2, 5, 4, 4},
+               {2, 7, 2, 4},
+               {2, 7, 2, 3},
+               {.mask = Mask::causal_bottom_right(),
+                .scale = 0.8,
+                .modifiers = {.dropout_p = 0.3, .seed = 0x1234567890ABCDEFull, .offset = 17}}});
+  c.push_back(packed_varlen_causal_padding("dropout_packed_varlen_causal_padding",
+                                           {.dropout_p = 0.5, .seed = 3, .offset = (5ull << 32) + 9}));
+  c.push_back({"dropout_all_packed_varlen",
+               {9, 4, 4},
+               {13, 2, 4},
+               {13, 2, 3},
+               {.scale = 0.9,
+                .cu_seqlens_q = {0, 3, 8, 9},
+                .cu_seqlens_k = {0, 5, 7, 13},
+                .modifiers = {.softcap = 1.1,
+                              .sinks = true,
+                              .alibi = AlibiSlopes::kPerHead,
+                              .dropout_p = 0.17,
+                              .seed = 77,
+                              .offset = 1}}});
+  return c;
+}
+
+TEST(BackwardDropoutTest, MatchesFiniteDifferencesOfTheForward) {
+  expect_finite_differences_match(dropout_cases(), 61);
+}
+
+TEST(BackwardDropoutTest, ZeroProbabilityIsExactlyNoDropout) {
+  for (Case c : dropout_cases()) {
+    c.options.modifiers.dropout_p = 0;
+    const AttentionProblem p = problem_of(c);
+    AttentionProblem plain = p;
+    plain.modifiers.seed = 0;
+    plain.modifiers.offset = 0;
+    const Tensors t = random_tensors(p, 63);
+    const ReferenceGradients got = backward(p, t);
+    const ReferenceGradients want = backward(plain, t);
+    EXPECT_EQ(got.dq, want.dq) << c.name;
+    EXPECT_EQ(got.dk, want.dk) << c.name;
+    EXPECT_EQ(got.dv, want.dv) << c.name;
+    EXPECT_EQ(got.dsink, want.dsink) << c.name;
+  }
+}
+
+// The finite-difference check catches the backward's dropout mistakes: the
+// gradients of another offset's mask, of no dropout, and a dV without the
+// 1 / (1 - p) all fail it.
+TEST(BackwardDropoutTest, FiniteDifferenceCheckCatchesWrongDropoutGradients) {
+  const GradientCheck check(dropout_cases()[0], 65);
+  ASSERT_TRUE(check.mismatches(check.right).empty());
+
+  AttentionProblem other_offset = check.p;
+  other_offset.modifiers.offset += 1;
+  EXPECT_FALSE(check.mismatches(backward(other_offset, check.t)).empty());
+
+  AttentionProblem undropped = check.p;
+  undropped.modifiers.dropout_p = 0;
+  EXPECT_FALSE(check.mismatches(backward(undropped, check.t)).empty());
+
+  ReferenceGradients unscaled = check.right;
+  for (double& x : unscaled.dv) x *= 1 - check.p.modifiers.dropout_p;
+  EXPECT_FALSE(check.mismatches(unscaled).empty());
+}
+
+TEST(BackwardDropoutTest, StorageOverloadPassesDropout) {
+  const Case c = dropout_cases()[2];  // packed, every modifier and dropout
+  AttentionProblem p = problem_of(c);
+  p.dtype = DType::kBF16;
+  Tensors t = random_tensors(p, 67);
+  for (auto* x : {&t.q, &t.k, &t.v, &t.d_o}) {
+    for (double& e : *x) e = round_to(p.dtype, static_cast<float>(e));
+  }
+  const auto bits = [&](const std::vector<double>& x) {
+    std::vector<std::uint16_t> out(x.size());
+    for (std::size_t i = 0; i < x.size(); ++i) out[i] = float_to_bits(p.dtype, static_cast<float>(x[i]));
+    return out;
+  };
+  const std::vector<std::uint16_t> q = bits(t.q), k = bits(t.k), v = bits(t.v), d_o = bits(t.d_o);
+  const ReferenceGradients got = reference_backward(p, q.data(), k.data(), v.data(), d_o.data(), t.modifiers());
+  const ReferenceGradients want = backward(p, t);
+  EXPECT_EQ(got.dq, want.dq);
+  EXPECT_EQ(got.dk, want.dk);
+  EXPECT_EQ(got.dv, want.dv);
+  EXPECT_EQ(got.dsink, want.dsink);
+}
+
+// The accuracy rule's naive storage-dtype backward drops the same elements:
+// it is off the fp64 reference by rounding only, and far off the gradients
+// without dropout.
+TEST(BackwardDropoutTest, NaiveStorageBackwardAppliesTheSameMask) {
+  for (const Case& c : dropout_cases()) {
+    AttentionProblem p = problem_of(c);
+    p.dtype = DType::kBF16;
+    Tensors t = random_tensors(p, 69);
+    for (auto* x : {&t.q, &t.k, &t.v, &t.d_o}) {
+      for (double& e : *x) e = round_to(p.dtype, static_cast<float>(e));
+    }
+    const auto bits = [&](const std::vector<double>& x) {
+      std::vector<std::uint16_t> out(x.size());
+      for (std::size_t i = 0; i < x.size(); ++i) out[i] = float_to_bits(p.dtype, static_cast<float>(x[i]));
+      return out;
+    };
+    const std::vector<std::uint16_t> q = bits(t.q), k = bits(t.k), v = bits(t.v), d_o = bits(t.d_o);
+    const ReferenceGradients naive = naive_storage_backward(p, q.data(), k.data(), v.data(), d_o.data(), t.modifiers());
+    const ReferenceGradients want = backward(p, t);
+    AttentionProblem undropped = p;
+    undropped.modifiers.dropout_p = 0;
+    const ReferenceGradients plain = backward(undropped, t);
+    const GradientErrors near = gradient_errors(naive, want);
+    const GradientErrors far = gradient_errors(naive, plain);
+    EXPECT_TRUE(near.mismatch.empty()) << c.name << ": " << near.mismatch;
+    // bf16 keeps 8 bits: errors of a few percent of values of order 1.
+    EXPECT_LT(std::max({near.dq, near.dk, near.dv}), 0.1) << c.name;
+    EXPECT_GT(std::max({far.dq, far.dk, far.dv}), 5 * std::max({near.dq, near.dk, near.dv})) << c.name;
+  }
 }
 
 }  // namespace

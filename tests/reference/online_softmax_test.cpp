@@ -1,6 +1,7 @@
 // The tiled online softmax: the counterexamples that make it necessary (with
 // the wrong algorithms kept here to prove the checks can fail), and the tiled
-// computation against the fp64 reference for any tiling and visiting order.
+// computation against the fp64 reference for any tiling and visiting order,
+// with score modifiers and dropout.
 #include "reference/online_softmax.h"
 
 #include <gtest/gtest.h>
@@ -272,6 +273,36 @@ TEST(OnlineSoftmaxTest, ModifiersMatchReferenceForAnyTiling) {
   AttentionProblem p = in.problem;
   p.modifiers.sinks = true;
   EXPECT_THROW(tiled_forward<double>(p, in.q.data(), in.k.data(), in.v.data(), TilePlan{}), InvalidArgument);
+}
+
+// Dropout's mask is a function of global positions: every tiling and order
+// drops the same elements as the reference, and LSE stays the one without
+// dropout.
+TEST(OnlineSoftmaxTest, DropoutMatchesReferenceForAnyTiling) {
+  const std::vector<TilePlan> plans = {
+      {.tile_sizes = {1}},
+      {.tile_sizes = {3, 8, 1}, .order = TileOrder::kShuffled, .seed = 5},
+      {.tile_sizes = {16}, .order = TileOrder::kDescending},
+  };
+  double moved = 0;
+  for (const testing::Family& family : testing::seed_families()) {
+    testing::Inputs in = testing::make_inputs(family);
+    AttentionProblem& p = in.problem;
+    const ReferenceOutput plain = reference_forward(p, in.q.data(), in.k.data(), in.v.data());
+    p.modifiers = {.dropout_p = 0.3, .seed = 0xABCDEF0123456789ull, .offset = 42};
+    const ReferenceOutput want = reference_forward(p, in.q.data(), in.k.data(), in.v.data());
+    moved = std::max(moved, max_error(plain, want));
+    for (std::size_t i = 0; i < plans.size(); ++i) {
+      const auto f32 = tiled_forward<float>(p, in.q.data(), in.k.data(), in.v.data(), plans[i]);
+      const auto f64 = tiled_forward<double>(p, in.q.data(), in.k.data(), in.v.data(), plans[i]);
+      EXPECT_LT(max_error(f32, want), 4e-6 * (1 + testing::max_abs_logit(in))) << family.name << " plan " << i;
+      EXPECT_LT(max_error(f64, want), 1e-12) << family.name << " plan " << i;
+      ReferenceOutput lse_only = f64;
+      lse_only.o = plain.o;
+      EXPECT_LT(max_error(lse_only, plain), 1e-12) << family.name << " plan " << i;
+    }
+  }
+  EXPECT_GT(moved, 1e-2);
 }
 
 }  // namespace

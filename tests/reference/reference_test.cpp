@@ -1,6 +1,7 @@
 // The fp64 reference against closed forms and against a second, naive
 // formulation (a dense mask matrix from the contract's formulas); its score
-// modifiers against the contract's "Score modifiers" written directly.
+// modifiers and dropout against the contract's "Score modifiers" and
+// "Dropout" written directly.
 #include "reference/reference.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "templates/dropout.h"
 #include "tests/support/error_of.h"
 #include "tests/support/families.h"
 
@@ -310,12 +312,28 @@ Values random_values(const AttentionProblem& p, unsigned seed) {
 
 // Mistakes the direct formula can be told to make, to prove the comparison
 // catches them.
-enum class Planted : std::uint8_t { kNone, kSoftcapAfterAlibi, kSinkDropped };
+enum class Planted : std::uint8_t {
+  kNone,
+  kSoftcapAfterAlibi,
+  kSinkDropped,
+  kDropoutUnscaled,      // kept probabilities without the 1 / (1 - p)
+  kDropoutRenormalized,  // Z summed over the kept keys only (LSE with dropout)
+  kDropoutPackedRow,     // the packed row (q_begin + i) in place of the row within the sequence
+};
+
+// Whether the dropout the problem asks for keeps element (i, j) of sequence b
+// in head h: the shared keep decision of templates/dropout.h.
+bool kept_by_dropout(const AttentionProblem& p, int64_t b, int64_t h, int64_t i, int64_t j) {
+  const ScoreModifiers& m = p.modifiers;
+  return dropout_keeps(dropout_params(m.dropout_p, m.seed, m.offset), b, h, p.heads_q, i, j);
+}
 
 // The contract's score modifiers written directly: for each row, every key of
 // the sequence with the contract's visibility predicate, score x = scale q.k,
 // c tanh(x / c), the ALiBi term, then Z = e^sink + sum e^s (no max shift:
 // the inputs are small), O = sum e^s v / Z (0 when Z = 0), LSE = log Z.
+// With dropout p ("Dropout"), the softmax's P = e^s / Z is then zeroed where
+// dropped and divided by 1 - p where kept; Z and LSE do not change.
 ReferenceOutput direct_modified_attention(const AttentionProblem& p, const Values& in, const ModifierValuesHost& m,
                                           Planted planted = Planted::kNone) {
   ReferenceOutput out;
@@ -349,9 +367,18 @@ ReferenceOutput direct_modified_attention(const AttentionProblem& p, const Value
             score = (c > 0 ? c * std::tanh(x / c) : x) + bias;
           }
           const double e = std::exp(score);
-          z += e;
+          double dropped = e;  // e^s after dropout
+          if (p.modifiers.dropout()) {
+            const int64_t mask_row = planted == Planted::kDropoutPackedRow ? s.q_begin + i : i;
+            const bool keep = kept_by_dropout(p, b, h, mask_row, j);
+            const double scale = planted == Planted::kDropoutUnscaled ? 1.0 : 1.0 / (1.0 - p.modifiers.dropout_p);
+            dropped = keep ? e * scale : 0.0;
+            if (planted != Planted::kDropoutRenormalized || keep) z += e;
+          } else {
+            z += e;
+          }
           for (int64_t d = 0; d < p.head_dim_v; ++d) {
-            numerator[at(d)] += e * in.v[at(element_offset(p.v_strides, b, s.k_begin + j, hk) + d)];
+            numerator[at(d)] += dropped * in.v[at(element_offset(p.v_strides, b, s.k_begin + j, hk) + d)];
           }
         }
         const int64_t row = s.q_begin + i;
@@ -395,6 +422,15 @@ std::vector<ModifierCase> modifier_sets() {
       {"alibi_per_batch", {.alibi = AlibiSlopes::kPerBatchHead}},
       {"all", {.softcap = 0.9, .sinks = true, .alibi = AlibiSlopes::kPerHead}},
       {"all_per_batch", {.softcap = 1.7, .sinks = true, .alibi = AlibiSlopes::kPerBatchHead}},
+      {"dropout", {.dropout_p = 0.17, .seed = 0x5EED0000DEADBEEFull, .offset = 12}},
+      {"dropout_0.5_high_offset", {.dropout_p = 0.5, .seed = 7, .offset = (3ull << 32) + 4}},
+      {"all_dropout",
+       {.softcap = 0.9,
+        .sinks = true,
+        .alibi = AlibiSlopes::kPerBatchHead,
+        .dropout_p = 0.3,
+        .seed = 2024,
+        .offset = 1ull << 40}},
   };
 }
 
@@ -527,7 +563,12 @@ TEST(ReferenceModifiersTest, StorageOverloadAndPagedCacheApplyModifiers) {
                                .seqlens_k = {9, 6},
                                .block_table = {5, 0, 3, 2, 4, 1},
                                .page_size = 4,
-                               .modifiers = {.softcap = 1.1, .sinks = true, .alibi = AlibiSlopes::kPerBatchHead}};
+                               .modifiers = {.softcap = 1.1,
+                                             .sinks = true,
+                                             .alibi = AlibiSlopes::kPerBatchHead,
+                                             .dropout_p = 0.25,
+                                             .seed = 99,
+                                             .offset = 5}};
   const AttentionProblem paged = make_problem(std::vector<int64_t>{2, 5, 4, 8}, std::vector<int64_t>{6, 4, 2, 8},
                                               std::vector<int64_t>{6, 4, 2, 6}, options);
   std::mt19937 rng(9);
@@ -590,6 +631,99 @@ TEST(ReferenceModifiersTest, CheckCatchesPlantedModifierBugs) {
   EXPECT_LT(max_error(got, direct_modified_attention(p, in, m)), 1e-12);
   EXPECT_GT(max_error(got, direct_modified_attention(p, in, m, Planted::kSoftcapAfterAlibi)), 1e-3);
   EXPECT_GT(max_error(got, direct_modified_attention(p, in, m, Planted::kSinkDropped)), 1e-3);
+}
+
+// ---- Dropout ----
+
+// A problem with `modifiers` on a packed shape with a window mask and key
+// padding (sequence 1: 5 queries on 2 keys).
+AttentionProblem dropout_problem(const ScoreModifiers& modifiers) {
+  ShapeCase shape = modifier_shapes()[11];  // packed_window_padded
+  shape.options.modifiers = modifiers;
+  return make_problem(shape.q_shape, shape.k_shape, shape.v_shape, shape.options);
+}
+
+TEST(ReferenceDropoutTest, LseIsTheOneWithoutDropout) {
+  for (const ShapeCase& shape : modifier_shapes()) {
+    ProblemOptions options = shape.options;
+    options.modifiers = {.dropout_p = 0.4, .seed = 11, .offset = 3};
+    const AttentionProblem p = make_problem(shape.q_shape, shape.k_shape, shape.v_shape, options);
+    AttentionProblem plain = p;
+    plain.modifiers = {};
+    const Values in = random_values(p, 21);
+    const ReferenceOutput dropped = reference_forward(p, in.q.data(), in.k.data(), in.v.data());
+    const ReferenceOutput full = reference_forward(plain, in.q.data(), in.k.data(), in.v.data());
+    EXPECT_EQ(dropped.lse, full.lse) << shape.name;
+    EXPECT_GT(max_error(dropped, full), 1e-3) << shape.name;
+  }
+}
+
+TEST(ReferenceDropoutTest, ZeroProbabilityIsExactlyNoDropout) {
+  for (const ShapeCase& shape : modifier_shapes()) {
+    ProblemOptions options = shape.options;
+    options.modifiers = {.dropout_p = 0, .seed = 0xFFFFFFFFFFFFFFFFull, .offset = 77};
+    const AttentionProblem p = make_problem(shape.q_shape, shape.k_shape, shape.v_shape, options);
+    AttentionProblem plain = p;
+    plain.modifiers = {};
+    const Values in = random_values(p, 23);
+    const ReferenceOutput got = reference_forward(p, in.q.data(), in.k.data(), in.v.data());
+    const ReferenceOutput want = reference_forward(plain, in.q.data(), in.k.data(), in.v.data());
+    EXPECT_EQ(got.o, want.o) << shape.name;
+    EXPECT_EQ(got.lse, want.lse) << shape.name;
+  }
+}
+
+TEST(ReferenceDropoutTest, WeightIsZeroOrTheKeepScaleAtTheSharedKeepDecision) {
+  const AttentionProblem p = dropout_problem({.dropout_p = 0.3, .seed = 5, .offset = 6});
+  const ModifierValues mods(p, {});
+  ASSERT_TRUE(mods.has_dropout());
+  int64_t kept = 0;
+  int64_t total = 0;
+  for (int64_t b = 0; b < p.batch; ++b)
+    for (int64_t h = 0; h < p.heads_q; ++h)
+      for (int64_t i = 0; i < 20; ++i)
+        for (int64_t j = 0; j < 20; ++j) {
+          const bool keep = kept_by_dropout(p, b, h, i, j);
+          EXPECT_EQ(mods.dropout_weight(b, h, i, j), keep ? 1.0 / (1.0 - 0.3) : 0.0)
+              << b << " " << h << " " << i << " " << j;
+          kept += keep;
+          ++total;
+        }
+  EXPECT_GT(kept, 0);
+  EXPECT_LT(kept, total);
+  const ModifierValues off(dropout_problem({}), {});
+  EXPECT_FALSE(off.has_dropout());
+  EXPECT_EQ(off.dropout_weight(1, 2, 3, 4), 1.0);
+}
+
+TEST(ReferenceDropoutTest, AnotherOffsetOrSeedGivesAnotherOutput) {
+  const ScoreModifiers base{.dropout_p = 0.5, .seed = 31, .offset = 8};
+  const AttentionProblem p = dropout_problem(base);
+  const Values in = random_values(p, 25);
+  const ReferenceOutput want = reference_forward(p, in.q.data(), in.k.data(), in.v.data());
+  EXPECT_EQ(reference_forward(p, in.q.data(), in.k.data(), in.v.data()).o, want.o);  // the same call: the same O
+  ScoreModifiers offset = base;
+  offset.offset += 1;
+  ScoreModifiers seed = base;
+  seed.seed += 1;
+  for (const ScoreModifiers& other : {offset, seed}) {
+    const AttentionProblem q = dropout_problem(other);
+    EXPECT_GT(max_error(reference_forward(q, in.q.data(), in.k.data(), in.v.data()), want), 1e-3);
+  }
+}
+
+// The dropout comparison can fail: the direct formula without the 1 / (1 - p),
+// renormalized over the kept keys, or masking by packed rows disagrees with
+// the reference by far more than its tolerance.
+TEST(ReferenceDropoutTest, CheckCatchesPlantedDropoutBugs) {
+  const AttentionProblem p = dropout_problem({.sinks = true, .dropout_p = 0.2, .seed = 123, .offset = 456});
+  const Values in = random_values(p, 27);
+  const ModifierValuesHost m = random_modifiers(p, 27);
+  const ReferenceOutput got = reference_forward(p, in.q.data(), in.k.data(), in.v.data(), m.tensors());
+  EXPECT_LT(max_error(got, direct_modified_attention(p, in, m)), 1e-12);
+  for (const Planted planted : {Planted::kDropoutUnscaled, Planted::kDropoutRenormalized, Planted::kDropoutPackedRow}) {
+    EXPECT_GT(max_error(got, direct_modified_attention(p, in, m, planted)), 1e-3) << static_cast<int>(planted);
+  }
 }
 
 }  // namespace
