@@ -19,7 +19,7 @@ namespace attune {
 // rounded to the dtype. LSE stays fp32.
 // `q`, `k`, `v`: 16-bit storage of p.dtype in the problem's layout. Score
 // modifiers apply to the fp32 logit before it is rounded; a sink joins the
-// fp32 sum.
+// fp32 sum; dropout scales the rounded probability (rounded again).
 inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const std::uint16_t* q_bits,
                                                const std::uint16_t* k_bits, const std::uint16_t* v_bits,
                                                const ModifierTensors& modifiers = {}) {
@@ -62,7 +62,9 @@ inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const 
         for (int64_t d = 0; d < p.head_dim_v; ++d) {
           float acc = 0;
           for (int64_t j = keys.begin; j < keys.end; ++j) {
-            const float prob = round(std::exp(logits[static_cast<std::size_t>(j - keys.begin)] - max_logit) / sum);
+            float prob = round(std::exp(logits[static_cast<std::size_t>(j - keys.begin)] - max_logit) / sum);
+            // Dropout as a framework applies it: to the rounded probability, rounded again.
+            if (mods.has_dropout()) prob = round(static_cast<float>(prob * mods.dropout_weight(b, h, i, j)));
             acc += prob * f(v_bits, element_offset(p.v_strides, b, s.k_begin + j, p.kv_head_of(h)) + d);
           }
           out.o[static_cast<std::size_t>(reference_o_index(p, b, row, h) + d)] = round(acc);

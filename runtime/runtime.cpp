@@ -242,6 +242,7 @@ struct Runtime::Impl {
   // for few query rows, validated by Runtime::forward).
   void decode_validated(const AttentionProblem& problem, const AttentionBuffers& buffers, DecodeOptions o,
                         void* stream) {
+    check_decode_features(problem);
     if (o.splits != 0) check_splits(o.splits);
     const CallScope scope(options.backend);
     const DispatchChoice& choice = dispatcher->choose(Op::kDecode, problem);
@@ -401,6 +402,7 @@ Plan Runtime::plan(const AttentionProblem& problem, Op op, PlanOptions options) 
       (paged_forward_op(problem) == Op::kDecode || options.splits != 0 || options.split_size != 0)) {
     op = Op::kDecode;
   }
+  if (op == Op::kDecode) check_decode_features(problem);
   const AttentionProblem device = device_lengths_of(problem);
   Variant variant;
   std::string reason;

@@ -21,7 +21,7 @@ struct DropoutParams {
   u64 seed;
   u64 offset;
   const u64* state;  // {seed, offset} in device memory, read at launch in place of the two above; null: them
-  u32 keep_below;   // an element is kept iff its 32 random bits are below this: (1 - p) 2^32
+  u32 keep_below;    // an element is kept iff its 32 random bits are below this: (1 - p) 2^32
   float keep_scale;  // 1 / (1 - p): what a kept probability is multiplied by
 };
 
@@ -106,8 +106,7 @@ struct DropoutStream {
 
 // Whether element (row, key) of (batch, head) is kept: the one definition the
 // kernels and the reference share (`heads`: Hq).
-ATTUNE_HOST_DEVICE inline bool dropout_keeps(const DropoutParams& d, i64 batch, i64 head, i64 heads, i64 row,
-                                             i64 key) {
+ATTUNE_HOST_DEVICE inline bool dropout_keeps(const DropoutParams& d, i64 batch, i64 head, i64 heads, i64 row, i64 key) {
   return DropoutStream::of(d.seed, d.offset, d.keep_below, batch, head, heads).keeps(row, key);
 }
 

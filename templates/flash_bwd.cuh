@@ -182,9 +182,14 @@ struct KeyMask<true> {
 template <class Mods>
 ATTUNE_DEVICE KeyMask<kElementMods<Mods>> key_mask_of(const FlashBwdParams& p, i32 batch) {
   if constexpr (kElementMods<Mods>) {
-    const BlockDropout drop = block_dropout<Mods>(p.dropout, batch, 0, p.heads_q);
-    return {p.mask, p.scale_log2, block_score_mods<Mods>(p.mods, p.scale_log2, batch, 0), 0.0f, drop,
-            drop.stream.head_word};
+    KeyMask<true> m{p.mask,
+                    p.scale_log2,
+                    block_score_mods<Mods>(p.mods, p.scale_log2, batch, 0),
+                    0.0f,
+                    block_dropout<Mods>(p.dropout, batch, 0, p.heads_q),
+                    0};
+    m.head_word0 = m.drop.stream.head_word;
+    return m;
   } else {
     return {p.mask, p.scale_log2};
   }
@@ -201,35 +206,30 @@ ATTUNE_DEVICE KeyMask<true> for_head(KeyMask<true> m, i64 head) {
 // Dropout's keep bits of this thread's elements of S^T (bit 2 qt + c of
 // bits[kt][half]: key row (kt, half), query (qt, c)), the forward's mask
 // regenerated. `query0`, `key0`: the warp's first query and key within the
-// sequence. The forward's Philox groups pair queries i and i + 8 of one key,
-// so when the warp's queries are whole 16-row groups one call serves two
-// query tiles. The calls run one at a time (a rolled loop), so their chains
-// do not pile up registers.
+// sequence. The forward's Philox groups pair queries i and i + 8 of one key
+// (i mod 16 < 8), and the warp's queries are whole 16-row groups, so one
+// call serves two query tiles. The calls run one at a time (a rolled loop),
+// so their chains do not pile up registers.
 template <class Config>
 ATTUNE_DEVICE void dropout_keep_bits(u32 (&bits)[Config::kKeyTiles][2], const DropoutStream& stream, i64 query0,
                                      i64 key0) {
+  static_assert(Config::kWarpQueries % 16 == 0, "a warp's queries are whole 16-row groups (as dQ's tiles need)");
   const i32 lane = dev::lane_id();
-  constexpr bool kPaired = Config::kWarpQueries % 16 == 0;  // query tiles 2q and 2q + 1 share groups
-  constexpr int kCalls = kPaired ? Config::kQueryTiles / 2 : Config::kQueryTiles;
   ATTUNE_UNROLL
   for (int kt = 0; kt < Config::kKeyTiles; ++kt) {
     ATTUNE_UNROLL
     for (int half = 0; half < 2; ++half) {
       const i64 key = key0 + Config::KeysByQueries::row(lane, kt, half);
-      const u32 odd = static_cast<u32>(key & 1);
+      const bool odd = (key & 1) != 0;
       u32 b = 0;
       ATTUNE_ROLLED
-      for (int q = 0; q < kCalls; ++q) {
+      for (int q = 0; q < Config::kQueryTiles / 2; ++q) {
         ATTUNE_UNROLL
         for (int c = 0; c < 2; ++c) {
-          const i64 query = query0 + (kPaired ? 16 : 8) * q + frag::acc_col(lane, c);
-          if constexpr (kPaired) {  // query tile 2q: words 0, 1; tile 2q + 1 (query + 8): words 2, 3
-            const philox::U32x4 w = stream.group(query, key);
-            b |= (stream.keeps_word(odd != 0 ? w.x[1] : w.x[0]) ? 1u : 0u) << (4 * q + c);
-            b |= (stream.keeps_word(odd != 0 ? w.x[3] : w.x[2]) ? 1u : 0u) << (4 * q + 2 + c);
-          } else {
-            b |= (stream.keeps(query, key) ? 1u : 0u) << (2 * q + c);
-          }
+          // Query tile 2q holds words 0 and 1 of the group, tile 2q + 1 (8 queries on) words 2 and 3.
+          const philox::U32x4 w = stream.group(query0 + 16 * q + frag::acc_col(lane, c), key);
+          b |= (stream.keeps_word(odd ? w.x[1] : w.x[0]) ? 1u : 0u) << (4 * q + c);
+          b |= (stream.keeps_word(odd ? w.x[3] : w.x[2]) ? 1u : 0u) << (4 * q + 2 + c);
         }
       }
       bits[kt][half] = b;
@@ -244,8 +244,8 @@ ATTUNE_DEVICE void dropout_keep_bits(u32 (&bits)[Config::kKeyTiles][2], const Dr
 template <class Config, bool kMasked>
 ATTUNE_DEVICE void attend_keys(const u16* k_s, const u16* v_s, const u16* q_s, const u16* do_s, const float* lse_s,
                                const float* d_s, u16* p_s, u16* ds_s,
-                               const KeyMask<kElementMods<typename Config::Mods>>& m, i64 row0,
-                               i64 key0, i64 q_len, i64 k_len) {
+                               const KeyMask<kElementMods<typename Config::Mods>>& m, i64 row0, i64 key0, i64 q_len,
+                               i64 k_len) {
   using D = typename Config::DType;
   using KvTile = typename Config::KvTile;
   using QTile = typename Config::QTile;
@@ -561,7 +561,7 @@ struct FlashBwdTunables {
 // dynamic shared memory: shared_bytes() (FlashBwdTunables). Needs D from
 // flash_bwd_preprocess; dQ is finished by flash_bwd_dq_convert.
 template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kDqAtomic, class DType,
-          int kSoftcap, int kAlibi, int kDropout>
+          int kSoftcap, int kAlibi, int kDropout = 0>
 ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
   static_assert(FlashBwdTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kDqAtomic),
                 "flash_bwd: these tunables break FlashBwdTunables::valid");

@@ -159,8 +159,8 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
   const bool vectorized = p.vectorized != 0;
   // Block row r's head is the slot's first head + r % pack.
   const i32 head0 = kPackGqa != 0 ? slot * p.group_size : slot;
-  const flash_detail::TileMask tile_mask{p.mask, p.scale_log2, pack,
-                                         block_score_mods<Mods>(p.mods, p.scale_log2, batch, head0), {}};
+  const flash_detail::TileMask tile_mask{
+      p.mask, p.scale_log2, pack, block_score_mods<Mods>(p.mods, p.scale_log2, batch, head0), {}};
 
   const auto q_row = [&](i32 r) {
     const decode_detail::RowPlace at = decode_detail::place<kPackGqa>(row0 + r, slot, p.group_size);

@@ -76,7 +76,7 @@ struct FlashFwdTunables {
 // without it compile to the code they had before paging existed. kDropout:
 // attention dropout (templates/dropout.h), the same kind of feature.
 template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kQRegs, class DType,
-          int kSoftcap, int kSinks, int kAlibi, int kPaged, int kDropout>
+          int kSoftcap, int kSinks, int kAlibi, int kPaged, int kDropout = 0>
 ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   using Mods = ScoreMods<kSoftcap, kSinks, kAlibi, kDropout>;
   using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType, kQRegs != 0, Mods>;

@@ -204,7 +204,7 @@ struct TileWork {
 // every tunable but kHeadDim and kBlockN may be kAtRunTime, read from the
 // params.
 template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kPingpong, int kOverlap, int kRescaleAfter,
-          int kTmaStore, int kScheduler, class DType, int kDropout>
+          int kTmaStore, int kScheduler, class DType, int kDropout = 0>
 ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     flash_fwd_sm90(const ATTUNE_GRID_CONSTANT FlashFwdSm90Params p) {
   using namespace sm90_detail;

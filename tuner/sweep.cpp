@@ -83,8 +83,9 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
     for (const std::string& item : items) {
       const std::optional<std::uint8_t> bits = parse_modifier_names(item);
       if (!bits) {
-        throw InvalidArgument("modifiers: got '" + item +
-                              "'; expected none, or softcap, sinks and alibi joined by '+' (e.g. softcap+sinks)");
+        throw InvalidArgument(
+            "modifiers: got '" + item +
+            "'; expected none, or softcap, sinks, alibi and dropout joined by '+' (e.g. softcap+sinks)");
       }
       // Each set once (in any spelling): a set named twice is the same key.
       if (std::find(spec.modifiers.begin(), spec.modifiers.end(), *bits) == spec.modifiers.end()) {
@@ -99,6 +100,14 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
       throw InvalidArgument("softcap: got '" + values + "'; expected one positive number, e.g. 30");
     }
     spec.softcap = c;
+  } else if (axis == "dropout") {
+    double p = 0;
+    const std::string& text = items.front();
+    const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), p);
+    if (items.size() != 1 || error != std::errc() || end != text.data() + text.size() || !(p > 0 && p < 1)) {
+      throw InvalidArgument("dropout: got '" + values + "'; expected one probability in (0, 1), e.g. 0.1");
+    }
+    spec.dropout = p;
   } else if (axis == "seqlens") {
     spec.seqlens.clear();
     for (const std::string& item : items) spec.seqlens.push_back(positive(axis, item));
@@ -147,10 +156,10 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
       spec.splits.push_back(static_cast<int>(n));
     }
   } else {
-    throw InvalidArgument(
-        "sweep axis: got '" + axis +
-        "'; expected dtypes, head_dims, masks, modifiers, softcap, seqlens, batch_heads, max_variants, order, op, "
-        "queries, gqa or splits");
+    throw InvalidArgument("sweep axis: got '" + axis +
+                          "'; expected dtypes, head_dims, masks, modifiers, softcap, dropout, seqlens, batch_heads, "
+                          "max_variants, order, op, "
+                          "queries, gqa or splits");
   }
 }
 
@@ -265,10 +274,11 @@ Op task_op(const Task& task) { return task.op; }
 
 std::string task_variant_id(const Task& task) { return tuned_id(task.variant, task.splits); }
 
-ScoreModifiers sweep_modifiers(std::uint8_t bits, double softcap) {
+ScoreModifiers sweep_modifiers(std::uint8_t bits, double softcap, double dropout) {
   return {.softcap = (bits & kModSoftcap) != 0 ? softcap : 0,
           .sinks = (bits & kModSinks) != 0,
-          .alibi = (bits & kModAlibi) != 0 ? AlibiSlopes::kPerHead : AlibiSlopes::kNone};
+          .alibi = (bits & kModAlibi) != 0 ? AlibiSlopes::kPerHead : AlibiSlopes::kNone,
+          .dropout_p = (bits & kModDropout) != 0 ? dropout : 0};
 }
 
 std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shard, int sm_count) {
@@ -278,7 +288,13 @@ std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shar
     for (int d : spec.head_dims) {
       for (const Mask& mask : spec.masks) {
         for (std::uint8_t bits : spec.modifiers) {
-          const ProblemOptions options{.dtype = dtype, .mask = mask, .modifiers = sweep_modifiers(bits, spec.softcap)};
+          if (decode && (bits & kModDropout) != 0) {
+            throw InvalidArgument("modifiers: got '" + modifier_names(bits) +
+                                  "' with op decode; expected a set without dropout (the decode kernels serve "
+                                  "inference, without dropout)");
+          }
+          const ProblemOptions options{
+              .dtype = dtype, .mask = mask, .modifiers = sweep_modifiers(bits, spec.softcap, spec.dropout)};
           for (std::int64_t s : spec.seqlens) {
             for (const auto& [b, h] : spec.batch_heads) {
               if (!decode) {

@@ -8,15 +8,17 @@
 //   dtypes      = bf16, fp16
 //   head_dims   = 64, 128            # Dk = Dv
 //   masks       = none, causal       # causal: bottom-right
-//   modifiers   = none, softcap, sinks+alibi  # score modifier sets, each under its own key (default none)
+//   modifiers   = none, softcap, sinks+alibi, dropout  # modifier sets, each under its own key (default none)
 //   softcap     = 30                 # c of the problems whose set has softcap (default 30)
+//   dropout     = 0.1                # p of the problems whose set has dropout (default 0.1; fwd and bwd)
 //   seqlens     = 128, 1024          # Sq = Sk
 //   batch_heads = 1x8, 4x16          # B x H (H query heads = kv heads; decode: H kv heads)
 //   max_variants = 8                 # per problem class, spread over the list; 0: all
 //   order = model                    # or list: which max_variants (the model's best first)
 //   op          = decode             # fwd (default), bwd, or decode (split-KV over a KV cache)
-// A modifier set is none, or softcap, sinks and alibi joined by '+' in any
-// order (a set named twice counts once); ALiBi slopes are per query head.
+// A modifier set is none, or softcap, sinks, alibi and dropout joined by '+'
+// in any order (a set named twice counts once); ALiBi slopes are per query
+// head.
 // Decode only (seqlens are then the cache lengths):
 //   queries     = 1, 4               # Sq, query rows per sequence
 //   gqa         = 8                  # query heads per kv head
@@ -40,10 +42,12 @@ struct SweepSpec {
   std::vector<DType> dtypes = {DType::kBF16};
   std::vector<int> head_dims = {64};
   std::vector<Mask> masks = {Mask::none()};
-  // Score modifier sets as bits (kModSoftcap | kModSinks | kModAlibi; 0:
-  // none). A problem with ALiBi has slopes per query head ([Hq]).
+  // Modifier sets as bits (kModSoftcap | kModSinks | kModAlibi |
+  // kModDropout; 0: none). A problem with ALiBi has slopes per query head
+  // ([Hq]).
   std::vector<std::uint8_t> modifiers = {0};
-  double softcap = 30;  // c of the problems whose set has softcap
+  double softcap = 30;   // c of the problems whose set has softcap
+  double dropout = 0.1;  // p of the problems whose set has dropout (seed and offset 0)
   std::vector<std::int64_t> seqlens = {128};
   std::vector<std::pair<std::int64_t, std::int64_t>> batch_heads = {{1, 2}};
   int max_variants = 0;
@@ -80,8 +84,9 @@ Op task_op(const Task& task);
 std::string task_variant_id(const Task& task);
 
 // The score modifiers of a sweep problem using the set `bits`: softcap
-// `softcap`, sinks, ALiBi slopes per query head.
-ScoreModifiers sweep_modifiers(std::uint8_t bits, double softcap);
+// `softcap`, sinks, ALiBi slopes per query head, dropout `dropout` (seed
+// and offset 0: the mask changes no kernel's speed).
+ScoreModifiers sweep_modifiers(std::uint8_t bits, double softcap, double dropout = SweepSpec{}.dropout);
 
 // Every (problem, variant[, split count]) of the sweep in a stable order, then
 // this shard's part. Problems carry their modifier set, and their variants

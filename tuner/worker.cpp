@@ -59,6 +59,11 @@ std::vector<std::string> worker_arguments(const Task& task, const TuneOptions& o
     std::snprintf(c, sizeof(c), "%.17g", p.modifiers.softcap);  // every digit: the worker's c is this c
     modifiers.insert(modifiers.end(), {"--softcap", c});
   }
+  if (p.modifiers.dropout()) {
+    char dropout[32];
+    std::snprintf(dropout, sizeof(dropout), "%.17g", p.modifiers.dropout_p);
+    modifiers.insert(modifiers.end(), {"--dropout", dropout});
+  }
   std::vector<std::string> args = command_line(
       "tune-worker", "--backend", worker.backend, "--device", worker.device, "--variant", task.variant.id(), "--dtype",
       to_string(p.dtype), "--batch", p.batch, "--seqlen", p.seqlen_q, "--seqlen-k", p.seqlen_k, "--heads", p.heads_q,

@@ -108,7 +108,8 @@ Variant heuristic_decode_variant(const AttentionProblem& p, const ArchLimits& ar
 }
 
 Op paged_forward_op(const AttentionProblem& p) {
-  return !p.is_paged() || p.max_seqlen_q() >= kPagedForwardRows ? Op::kForward : Op::kDecode;
+  // Dropout (training) only the forward kernels have.
+  return !p.is_paged() || p.max_seqlen_q() >= kPagedForwardRows || p.modifiers.dropout() ? Op::kForward : Op::kDecode;
 }
 
 int heuristic_splits(const AttentionProblem& p, const Variant& v, int sm_count) {

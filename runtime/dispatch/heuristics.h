@@ -39,7 +39,8 @@ Variant heuristic_decode_variant(const AttentionProblem& problem, const ArchLimi
 // prefill: its rows alone give the GPU work, and the forward's bigger
 // tiles pay), the split-KV decode kernel below that (decode steps and short
 // chunks, whose parallelism comes from splitting the keys). Op::kForward
-// for a cache that is not paged.
+// for a cache that is not paged, and with dropout (training), which the
+// decode kernels do not have.
 inline constexpr std::int64_t kPagedForwardRows = 128;
 Op paged_forward_op(const AttentionProblem& problem);
 

@@ -1,6 +1,7 @@
 #include "runtime/launch/flash_decode_params.h"
 
 #include <algorithm>
+#include <sstream>
 #include <string>
 
 #include "core/error.h"
@@ -47,6 +48,14 @@ void check_splits(int splits) {
     throw InvalidArgument("splits: got " + std::to_string(splits) + "; expected 1.." +
                           std::to_string(kMaxDecodeSplits));
   }
+}
+
+void check_decode_features(const AttentionProblem& p) {
+  if (!p.modifiers.dropout()) return;
+  std::ostringstream seen;
+  seen << p.modifiers.dropout_p;
+  throw InvalidArgument("decode: dropout_p " + seen.str() +
+                        "; expected 0 (the split-KV decode kernels have no dropout; the forward kernels have it)");
 }
 
 std::int64_t decode_workspace_floats(const AttentionProblem& p, int splits) {

@@ -19,6 +19,10 @@ inline constexpr int kMaxDecodeSplits = 256;
 // Checks a split count (1..kMaxDecodeSplits); throws InvalidArgument.
 void check_splits(int splits);
 
+// The split-KV decode kernels serve inference: a problem with dropout
+// throws InvalidArgument (the forward kernels have it).
+void check_decode_features(const AttentionProblem& problem);
+
 // Floats of the workspace the splits write: splits x B x Hq x max_seqlen_q
 // x (Dv + 2); 0 with one split (the decode kernel then writes O directly).
 std::int64_t decode_workspace_floats(const AttentionProblem& problem, int splits);

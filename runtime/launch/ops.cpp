@@ -34,11 +34,12 @@ void describe(LaunchBackend::Call& call, const char* name, const void* data, std
   if (data != nullptr && elements > 0) call.buffer(name, data, bytes(elements, size));
 }
 
-// The modifiers' tensors the problem uses.
+// The modifiers' tensors the problem uses, and dropout's {seed, offset}.
 void describe_modifiers(LaunchBackend::Call& call, const AttentionProblem& p, const float* sinks,
-                        const float* alibi_slopes) {
+                        const float* alibi_slopes, const std::uint64_t* rng_state) {
   if (p.modifiers.sinks) describe(call, "sinks", sinks, p.heads_q, sizeof(float));
   describe(call, "alibi_slopes", alibi_slopes, alibi_extent(p), sizeof(float));
+  if (p.modifiers.dropout()) describe(call, "rng_state", rng_state, 2, sizeof(std::uint64_t));
 }
 
 // Q, K, V, O and LSE of a forward or decode call, and its modifiers.
@@ -48,7 +49,7 @@ void describe_attention(LaunchBackend::Call& call, const AttentionProblem& p, co
   describe(call, "V", b.v, v_extent(p), 2);
   describe(call, "O", b.o, o_extent(p), 2);
   describe(call, "LSE", b.lse, lse_extent(p), sizeof(float));
-  describe_modifiers(call, p, b.sinks, b.alibi_slopes);
+  describe_modifiers(call, p, b.sinks, b.alibi_slopes, b.rng_state);
 }
 
 template <class Params>
@@ -178,7 +179,7 @@ void launch_backward(LaunchBackend::Call& call, const AttentionProblem& p, const
   describe(call, "dQ", b.dq, q_extent(p), 2);
   describe(call, "dK", b.dk, k_extent(p), 2);
   describe(call, "dV", b.dv, v_extent(p), 2);
-  describe_modifiers(call, p, b.sinks, b.alibi_slopes);
+  describe_modifiers(call, p, b.sinks, b.alibi_slopes, b.rng_state);
   if (p.modifiers.sinks) describe(call, "dsink", b.dsink, p.heads_q, sizeof(float));
   describe_metadata(call, p, metadata);
   const BackwardWorkspace sizes = backward_workspace(p, shape);

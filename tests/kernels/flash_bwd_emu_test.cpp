@@ -266,48 +266,6 @@ TEST(FlashBwdEmuTest, RefusesWhatItCannotRun) {
 // The planted bugs: copies of templates/flash_bwd.cuh with one change each
 // (made at configure time, see CMakeLists.txt), run in place of the real
 // main kernel with the real preprocess and convert kernels.
-template <class MutantParams>
-ReferenceGradients run_with_main_kernel(const BackwardInputs& in, const Variant& variant,
-                                        void (*main_kernel)(MutantParams)) {
-  const AttentionProblem& p = in.forward.problem;
-  testing::StoredGradients g{std::vector<std::uint16_t>(in.forward.q.size(), 0xFFFF),
-                             std::vector<std::uint16_t>(in.forward.k.size(), 0xFFFF),
-                             std::vector<std::uint16_t>(in.forward.v.size(), 0xFFFF)};
-  emu::Emulator emulator;
-  const auto add = [&](const char* name, const auto& t) {
-    if (!t.empty()) emulator.register_buffer(name, t.data(), t.size() * sizeof(t[0]));
-  };
-  add("Q", in.forward.q);
-  add("K", in.forward.k);
-  add("V", in.forward.v);
-  add("O", in.o);
-  add("dO", in.d_o);
-  add("LSE", in.lse);
-  add("dQ", g.dq);
-  add("dK", g.dk);
-  add("dV", g.dv);
-  add("cu_seqlens_q", p.cu_seqlens_q);
-  add("cu_seqlens_k", p.cu_seqlens_k);
-  add("seqlens_k", p.seqlens_k);
-  const FlashBwdShape shape = FlashBwdShape::of(variant);
-  const BackwardWorkspace sizes = backward_workspace(p, shape);
-  std::vector<float> workspace(static_cast<std::size_t>(sizes.total_floats()), std::numeric_limits<float>::quiet_NaN());
-  add("workspace", workspace);
-  const FlashBwdParams params =
-      flash_bwd_params(p,
-                       {in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.o.data(), in.d_o.data(),
-                        in.lse.data(), g.dq.data(), g.dk.data(), g.dv.data()},
-                       {p.cu_seqlens_q.data(), p.cu_seqlens_k.data(), p.seqlens_k.data(), nullptr}, shape,
-                       split_workspace(sizes, workspace.data()));
-  const auto run = [&](const Variant& v, const LaunchConfig& config) {
-    ASSERT_TRUE(v.kernel->launch_on_emulator(p.dtype, v.values, emulator, config, &params));
-  };
-  run(bwd_preprocess_variant(), flash_bwd_row_launch(p, bwd_preprocess_variant()));
-  emulator.launch(main_kernel, flash_bwd_launch(p, variant), std::bit_cast<MutantParams>(params));
-  run(bwd_dq_convert_variant(), flash_bwd_row_launch(p, bwd_dq_convert_variant()));
-  return testing::to_values(p.dtype, g);
-}
-
 // The mutants' variant: d32.bm64.bn32.wm2.wn2.st2, dQ by atomics.
 const Variant& mutant_variant() {
   static const Variant kMutant = parse_variant_id("flash_bwd/d32.bm64.bn32.wm2.wn2.st2.at1");
@@ -321,9 +279,10 @@ std::string why_the_mutant_fails(const BackwardInputs& in, DType dtype, void (*r
                                  void (*mutant)(MutantParams)) {
   const Expected e = expected(in);
   std::string why;
-  EXPECT_TRUE(within_gradient_rule(run_with_main_kernel(in, mutant_variant(), real), e.want, e.naive, dtype, 3.0, &why))
+  EXPECT_TRUE(within_gradient_rule(testing::run_with_main_kernel(in, mutant_variant(), real), e.want, e.naive, dtype,
+                                   3.0, &why))
       << why;
-  const ReferenceGradients bad = run_with_main_kernel(in, mutant_variant(), mutant);
+  const ReferenceGradients bad = testing::run_with_main_kernel(in, mutant_variant(), mutant);
   EXPECT_FALSE(within_gradient_rule(bad, e.want, e.naive, dtype, 3.0, &why));
   return why;
 }
@@ -352,7 +311,8 @@ TEST(FlashBwdPlantedBugTest, MaskOffByOneFailsTheRule) {
 TEST(FlashBwdPlantedBugTest, MissingBarrierBeforeReadingDsIsARace) {
   const BackwardInputs in = testing::make_backward_inputs(testing::odd_length_families(DType::kBF16, 32, 32)[0]);
   try {
-    run_with_main_kernel(in, mutant_variant(), &no_tile_barrier::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16, 0, 0>);
+    testing::run_with_main_kernel(in, mutant_variant(),
+                                  &no_tile_barrier::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16, 0, 0>);
     FAIL() << "the missing barrier was not reported";
   } catch (const emu::KernelFault& fault) {
     EXPECT_TRUE(fault.has(emu::BugKind::kSharedRace)) << fault.what();

@@ -3,13 +3,17 @@
 // to the storage dtype, LSE to float), so the backward is tested on its own.
 #pragma once
 
+#include <bit>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
+#include "emulator/emulator.h"
 #include "reference/backward.h"
 #include "reference/reference.h"
 #include "runtime/launch/emu_backend.h"
+#include "runtime/launch/flash_bwd_params.h"
 #include "tests/support/families.h"
 
 namespace attune::testing {
@@ -75,6 +79,51 @@ inline ReferenceGradients to_values(DType dtype, const StoredGradients& g) {
 
 inline ReferenceGradients run_backward_on_emulator(const BackwardInputs& in, const Variant& variant) {
   return to_values(in.forward.problem.dtype, run_backward_bits(in, variant));
+}
+
+// A planted bug's run: `main_kernel` (a copy of templates/flash_bwd.cuh with
+// one change, made at configure time) in place of the real main kernel of
+// `variant`, with the real preprocess and convert kernels.
+template <class MutantParams>
+ReferenceGradients run_with_main_kernel(const BackwardInputs& in, const Variant& variant,
+                                        void (*main_kernel)(MutantParams)) {
+  const AttentionProblem& p = in.forward.problem;
+  StoredGradients g{std::vector<std::uint16_t>(in.forward.q.size(), 0xFFFF),
+                    std::vector<std::uint16_t>(in.forward.k.size(), 0xFFFF),
+                    std::vector<std::uint16_t>(in.forward.v.size(), 0xFFFF)};
+  emu::Emulator emulator;
+  const auto add = [&](const char* name, const auto& t) {
+    if (!t.empty()) emulator.register_buffer(name, t.data(), t.size() * sizeof(t[0]));
+  };
+  add("Q", in.forward.q);
+  add("K", in.forward.k);
+  add("V", in.forward.v);
+  add("O", in.o);
+  add("dO", in.d_o);
+  add("LSE", in.lse);
+  add("dQ", g.dq);
+  add("dK", g.dk);
+  add("dV", g.dv);
+  add("cu_seqlens_q", p.cu_seqlens_q);
+  add("cu_seqlens_k", p.cu_seqlens_k);
+  add("seqlens_k", p.seqlens_k);
+  const FlashBwdShape shape = FlashBwdShape::of(variant);
+  const BackwardWorkspace sizes = backward_workspace(p, shape);
+  std::vector<float> workspace(static_cast<std::size_t>(sizes.total_floats()), std::numeric_limits<float>::quiet_NaN());
+  add("workspace", workspace);
+  const FlashBwdParams params =
+      flash_bwd_params(p,
+                       {in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.o.data(), in.d_o.data(),
+                        in.lse.data(), g.dq.data(), g.dk.data(), g.dv.data()},
+                       {p.cu_seqlens_q.data(), p.cu_seqlens_k.data(), p.seqlens_k.data(), nullptr}, shape,
+                       split_workspace(sizes, workspace.data()));
+  const auto run = [&](const Variant& v, const LaunchConfig& config) {
+    ASSERT_TRUE(v.kernel->launch_on_emulator(p.dtype, v.values, emulator, config, &params));
+  };
+  run(bwd_preprocess_variant(), flash_bwd_row_launch(p, bwd_preprocess_variant()));
+  emulator.launch(main_kernel, flash_bwd_launch(p, variant), std::bit_cast<MutantParams>(params));
+  run(bwd_dq_convert_variant(), flash_bwd_row_launch(p, bwd_dq_convert_variant()));
+  return to_values(p.dtype, g);
 }
 
 }  // namespace attune::testing
