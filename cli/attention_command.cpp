@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <sstream>
 #include <vector>
 
 #include "core/error.h"
@@ -167,6 +168,22 @@ ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem,
 
 }  // namespace
 
+void set_dropout(const AttentionOptions& o, ScoreModifiers& modifiers) {
+  if (!o.dropout) {
+    if (o.seed) bad_flag("--seed", std::to_string(*o.seed), "--dropout P with it");
+    if (o.offset) bad_flag("--offset", std::to_string(*o.offset), "--dropout P with it");
+    return;
+  }
+  if (!(*o.dropout >= 0 && *o.dropout < 1)) {
+    std::ostringstream seen;
+    seen << *o.dropout;
+    bad_flag("--dropout", seen.str(), "a probability p in [0, 1) (0: no dropout)");
+  }
+  modifiers.dropout_p = *o.dropout;
+  modifiers.seed = o.seed.value_or(0);
+  modifiers.offset = o.offset.value_or(0);
+}
+
 CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
   CLI::App* cmd = app.add_subcommand("attention", "Run one attention call on .npy inputs and write O (and LSE)");
   cmd->add_option("--backend", o.backend,
@@ -211,6 +228,11 @@ CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
                   "float [Hq]: one sink logit per query head, an extra softmax term with no value (gpt-oss)");
   cmd->add_option("--alibi-slopes", o.alibi_slopes_path,
                   "float [Hq] or [B,Hq]: ALiBi, -slope * |i + Sk - Sq - j| added to the scores");
+  cmd->add_option("--dropout", o.dropout,
+                  "Attention dropout p in [0, 1): each probability kept with probability 1 - p and scaled by "
+                  "1 / (1 - p), or zeroed (the forward and its --backward draw the same mask)");
+  cmd->add_option("--seed", o.seed, "Dropout: the Philox seed of the mask (default 0)");
+  cmd->add_option("--offset", o.offset, "Dropout: the Philox offset of the mask (default 0)");
   cmd->add_option("--dsink", o.dsink_path, "Backward with --sinks: dsink output, float32 [Hq]");
   cmd->add_option("--repeat", o.repeat,
                   "Plan once, run once to warm up, then N more times and print the median host time per run "
@@ -285,6 +307,7 @@ void run_attention(const AttentionOptions& o) {
   const npy::Array k = cache ? read_floats(o.k_cache_path, "K cache") : read_floats(o.k_path, "K");
   const npy::Array v = cache ? read_floats(o.v_cache_path, "V cache") : read_floats(o.v_path, "V");
   const ModifierInputs mods = read_modifier_inputs(o.softcap, o.sinks_path, o.alibi_slopes_path, options);
+  set_dropout(o, options.modifiers);
   const AttentionProblem problem = make_problem(q.shape, k.shape, v.shape, std::move(options));
   check_modifier_inputs(mods, problem);
 

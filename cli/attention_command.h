@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "core/problem.h"
+
 namespace attune::cli {
 
 struct AttentionOptions {
@@ -36,10 +38,20 @@ struct AttentionOptions {
   std::optional<double> softcap;  // c > 0: scores become c * tanh(s / c)
   std::string sinks_path;         // float [Hq]: one sink logit per query head
   std::string alibi_slopes_path;  // float [Hq] or [B, Hq]
+  // Attention dropout: p in [0, 1) with the Philox (seed, offset) that draws
+  // the mask; the backward regenerates it from the same flags. A fixed
+  // default seed keeps a command line repeatable.
+  std::optional<double> dropout;
+  std::optional<std::uint64_t> seed;
+  std::optional<std::uint64_t> offset;
 };
 
 // Registers the subcommand and its flags on `app`, bound to `options`.
 CLI::App* add_attention_command(CLI::App& app, AttentionOptions& options);
+
+// --dropout, --seed and --offset into `modifiers` (seed and offset default
+// to 0; either without --dropout is refused). Throws InvalidArgument.
+void set_dropout(const AttentionOptions& options, ScoreModifiers& modifiers);
 
 // Runs the call and writes the outputs; throws attune::Error on bad input.
 void run_attention(const AttentionOptions& options);

@@ -26,7 +26,7 @@ CLI::App* add_explain_command(CLI::App& app, ExplainOptions& o) {
   cmd->add_option("--op", o.op, "fwd, bwd, or decode (split-KV over a KV cache of --seqlen-k keys)")
       ->capture_default_str();
   cmd->add_option("--splits", o.splits, "decode: a split count to use instead of the dispatcher's");
-  cmd->add_option("--modifiers", o.modifiers, "Score modifiers: none, or softcap, sinks, alibi joined by '+'");
+  cmd->add_option("--modifiers", o.modifiers, "Score modifiers: none, or softcap, sinks, alibi, dropout joined by '+'");
   cmd->add_option("--softcap", o.softcap, "Softcap c (implies the softcap modifier)");
   return cmd;
 }

@@ -55,7 +55,9 @@ ScoreModifiers parse_modifiers(const std::string& names, std::optional<double> s
   std::uint8_t bits = 0;
   if (!names.empty()) {
     const std::optional<std::uint8_t> parsed = parse_modifier_names(names);
-    if (!parsed) bad_flag("--modifiers", names, "none, or softcap, sinks and alibi joined by '+', e.g. softcap+sinks");
+    if (!parsed) {
+      bad_flag("--modifiers", names, "none, or softcap, sinks, alibi and dropout joined by '+', e.g. softcap+sinks");
+    }
     bits = *parsed;
   }
   if (softcap) bits |= kModSoftcap;
@@ -63,6 +65,8 @@ ScoreModifiers parse_modifiers(const std::string& names, std::optional<double> s
   if ((bits & kModSoftcap) != 0) m.softcap = softcap.value_or(30.0);
   m.sinks = (bits & kModSinks) != 0;
   m.alibi = (bits & kModAlibi) != 0 ? AlibiSlopes::kPerHead : AlibiSlopes::kNone;
+  // Dropout's p and seed change no choice of kernel: any p > 0 names the feature.
+  if ((bits & kModDropout) != 0) m.dropout_p = kNamedDropoutP;
   return m;
 }
 

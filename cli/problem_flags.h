@@ -20,9 +20,11 @@ DType parse_dtype_flag(const std::string& text);
 // top-left causal is rejected.
 Mask parse_mask(const std::string& causal, const std::string& window);
 
-// --modifiers (none, or softcap, sinks, alibi joined by '+') and --softcap
-// (c; 30 when softcap is named without it) as the modifiers of a problem
-// described by flags alone (explain): ALiBi slopes per query head.
+// --modifiers (none, or softcap, sinks, alibi, dropout joined by '+') and
+// --softcap (c; 30 when softcap is named without it) as the modifiers of a
+// problem described by flags alone (explain): ALiBi slopes per query head,
+// dropout with p = kNamedDropoutP.
+inline constexpr double kNamedDropoutP = 0.1;
 ScoreModifiers parse_modifiers(const std::string& names, std::optional<double> softcap);
 
 // The tuning database named by a --db flag (created if missing), or, with

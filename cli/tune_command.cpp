@@ -70,12 +70,16 @@ TuneCommands add_tune_commands(CLI::App& app, TuneCommandOptions& t, DbCommandOp
   c.tune->add_option("--dtypes", t.dtypes, "e.g. bf16,fp16");
   c.tune->add_option("--head-dims", t.head_dims, "Dk = Dv values, e.g. 64,128");
   c.tune->add_option("--masks", t.masks, "none, causal, causal-top-left");
-  c.tune->add_option("--modifiers", t.modifiers,
-                     "Score modifier sets, each tuned under its own key: none, or softcap, sinks, alibi joined by '+', "
-                     "e.g. none,softcap,sinks+alibi (default none; ALiBi slopes per query head)");
+  c.tune->add_option(
+      "--modifiers", t.modifiers,
+      "Score modifier sets, each tuned under its own key: none, or softcap, sinks, alibi, dropout joined by '+', "
+      "e.g. none,softcap,sinks+alibi (default none; ALiBi slopes per query head)");
   c.tune->add_option("--softcap", t.softcap,
                      "c of the problems with softcap (default 30); without --modifiers, where the sweep names no set "
                      "with softcap, the sweep is of softcap alone");
+  c.tune->add_option("--dropout", t.dropout,
+                     "p of the problems with dropout (default 0.1; fwd and bwd); without --modifiers, where the "
+                     "sweep names no set with dropout, the sweep is of dropout alone");
   c.tune->add_option("--seqlens", t.seqlens, "Sq = Sk values, e.g. 128,1024");
   c.tune->add_option("--batch-heads", t.batch_heads, "BxH values, e.g. 1x8,4x16");
   c.tune->add_option("--max-variants", t.max_variants, "Variants per problem class (0: all)");
@@ -134,18 +138,11 @@ void run_tune(const TuneCommandOptions& o) {
   const auto backend = parse_backend(o.backend);
   if (!backend) bad_flag("--backend", o.backend, "cuda or emu");
   tuner::SweepSpec spec = o.sweep_file.empty() ? tuner::SweepSpec{} : tuner::read_sweep_file(o.sweep_file);
-  const std::pair<const char*, const std::string*> axes[] = {{"dtypes", &o.dtypes},
-                                                             {"head_dims", &o.head_dims},
-                                                             {"masks", &o.masks},
-                                                             {"modifiers", &o.modifiers},
-                                                             {"softcap", &o.softcap},
-                                                             {"seqlens", &o.seqlens},
-                                                             {"batch_heads", &o.batch_heads},
-                                                             {"op", &o.op},
-                                                             {"queries", &o.queries},
-                                                             {"gqa", &o.gqa},
-                                                             {"splits", &o.splits},
-                                                             {"order", &o.order}};
+  const std::pair<const char*, const std::string*> axes[] = {
+      {"dtypes", &o.dtypes},   {"head_dims", &o.head_dims}, {"masks", &o.masks},     {"modifiers", &o.modifiers},
+      {"softcap", &o.softcap}, {"dropout", &o.dropout},     {"seqlens", &o.seqlens}, {"batch_heads", &o.batch_heads},
+      {"op", &o.op},           {"queries", &o.queries},     {"gqa", &o.gqa},         {"splits", &o.splits},
+      {"order", &o.order}};
   for (const auto& [axis, values] : axes) {
     if (!values->empty()) tuner::set_axis(spec, axis, *values);
   }
@@ -156,6 +153,13 @@ void run_tune(const TuneCommandOptions& o) {
     // A c with nothing to cap: the sets named with it, or softcap alone.
     if (!o.modifiers.empty()) bad_flag("--softcap", o.softcap, "--modifiers naming a set with softcap");
     spec.modifiers = {kModSoftcap};
+  }
+  const bool any_dropout = std::any_of(spec.modifiers.begin(), spec.modifiers.end(),
+                                       [](std::uint8_t bits) { return (bits & kModDropout) != 0; });
+  if (!o.dropout.empty() && !any_dropout) {
+    // A p with nothing to drop: the sets named with it, or dropout alone.
+    if (!o.modifiers.empty()) bad_flag("--dropout", o.dropout, "--modifiers naming a set with dropout");
+    spec.modifiers = {kModDropout};
   }
   Runtime runtime({.backend = *backend, .device = o.device});
   tuning_db::TuningDb db = tuning_db::TuningDb::open(db_path(o.db_path));

@@ -14,6 +14,7 @@ struct TuneCommandOptions {
   std::string sweep_file;
   std::string dtypes, head_dims, masks, seqlens, batch_heads;
   std::string modifiers, softcap;        // score modifier sets and c (empty: the sweep file's or the default)
+  std::string dropout;                   // p of the sets with dropout (empty: the sweep file's or 0.1)
   std::string op, queries, gqa, splits;  // decode sweeps (empty: the sweep file's or the default)
   std::string order;                     // list or model (empty: the sweep file's or list)
   int max_variants = -1;                 // -1: the sweep file's or the default

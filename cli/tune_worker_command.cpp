@@ -25,6 +25,7 @@ CLI::App* add_tune_worker_command(CLI::App& app, TuneWorkerOptions& o) {
   cmd->add_option("--op", o.op);
   cmd->add_option("--modifiers", o.modifiers);  // e.g. softcap+sinks; ALiBi slopes per query head
   cmd->add_option("--softcap", o.softcap);
+  cmd->add_option("--dropout", o.dropout);  // p, with dropout among the modifiers
   cmd->add_option("--dk", o.dk)->required();
   cmd->add_option("--dv", o.dv)->required();
   cmd->add_option("--warmup", o.warmup);
@@ -46,10 +47,11 @@ void run_tune_worker(const TuneWorkerOptions& o) {
     const std::vector<std::int64_t> shape_k = {o.batch, seqlen_k, heads_kv, o.dk};
     const std::vector<std::int64_t> shape_v = {o.batch, seqlen_k, heads_kv, o.dv};
     const std::optional<std::uint8_t> bits = parse_modifier_names(o.modifiers);
-    if (!bits) bad_flag("--modifiers", o.modifiers, "none, or softcap, sinks and alibi joined by '+'");
+    if (!bits) bad_flag("--modifiers", o.modifiers, "none, or softcap, sinks, alibi and dropout joined by '+'");
     // The sweep's problem again: tuner::plan builds its modifiers the same way.
-    const ProblemOptions options{
-        .dtype = parse_dtype_flag(o.dtype), .mask = mask, .modifiers = tuner::sweep_modifiers(*bits, o.softcap)};
+    const ProblemOptions options{.dtype = parse_dtype_flag(o.dtype),
+                                 .mask = mask,
+                                 .modifiers = tuner::sweep_modifiers(*bits, o.softcap, o.dropout)};
     const tuner::Task task{make_problem(shape_q, shape_k, shape_v, options), parse_variant_id(o.variant), o.splits,
                            parse_op(o.op).value_or(Op::kForward)};
     Runtime runtime({.backend = *backend, .device = o.device});

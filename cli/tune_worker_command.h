@@ -17,6 +17,7 @@ struct TuneWorkerOptions {
   std::string op = "fwd";
   std::string modifiers = "none";  // modifier_names of the problem's score modifiers
   double softcap = 30;             // c, with softcap among them
+  double dropout = 0.1;            // p, with dropout among them
   int warmup = 1, repetitions = 5;
 };
 

@@ -30,7 +30,7 @@ VariantsCommands add_variants_command(CLI::App& app, VariantsOptions& o) {
   list->add_option("--arch", o.arch, "GPU architecture: " + known_archs())->capture_default_str();
   list->add_flag("--compile", o.compile, "Compile each variant with NVRTC and print its resources");
   list->add_option("--modifiers", o.modifiers,
-                   "Score modifiers compiled in: none, or softcap, sinks, alibi joined by '+'");
+                   "Score modifiers compiled in: none, or softcap, sinks, alibi, dropout joined by '+'");
   list->add_option("--jobs", o.jobs, "Parallel compiles (default: one per core)")->check(CLI::Range(0, 256));
 
   CLI::App* profile =

@@ -73,13 +73,22 @@ typedef struct {
   const float* alibi_slopes; /* [heads_q], or [batch, heads_q] with alibi_per_batch != 0 */
   int alibi_per_batch;
   float* dsink; /* attune_backward with sinks: the gradient of the sinks, [heads_q] */
+  /* Attention dropout (docs/contract.md, "Dropout"), off when dropout_p is
+   * 0: each probability is kept with probability 1 - dropout_p (and scaled
+   * by 1 / (1 - dropout_p)) or zeroed, decided by Philox-4x32-10 from (seed,
+   * offset) and the element's position (batch, query head, query row, key)
+   * within its sequence. The backward must get the forward's seed and
+   * offset (it regenerates the mask); attune_buffers.rng_state passes them
+   * in backend memory instead. The LSE is the one without dropout. */
+  double dropout_p; /* in [0, 1) */
+  uint64_t seed, offset;
 } attune_problem;
 
 typedef struct attune_runtime attune_runtime;
 
 /* The ABI of this header: attune_abi_version() of the loaded library must
  * equal it (a caller built against another header must not call in). */
-#define ATTUNE_ABI_VERSION 2
+#define ATTUNE_ABI_VERSION 3
 int attune_abi_version(void);
 /* The library's version, "0.1.0". */
 const char* attune_version(void);
@@ -145,7 +154,11 @@ typedef struct attune_plan attune_plan;
 
 /* Tensors of one run (the backend's memory). Forward and decode read q, k,
  * v and write o (and lse when not NULL); backward reads q, k, v, o, d_o and
- * lse and writes dq, dk, dv. The modifiers' tensors as in attune_problem. */
+ * lse and writes dq, dk, dv. The modifiers' tensors as in attune_problem.
+ * rng_state: with dropout, {seed, offset} in the backend's memory, read by
+ * the kernels at each run in place of the problem's (so a captured CUDA
+ * graph's replays can draw new ones); NULL: the problem's. A backward gets
+ * the forward's. */
 typedef struct {
   const void* q;
   const void* k;
@@ -159,6 +172,7 @@ typedef struct {
   const float* sinks;
   const float* alibi_slopes;
   float* dsink;
+  const uint64_t* rng_state; /* [2]: seed, offset */
 } attune_buffers;
 
 /* The length arrays of one run (the backend's memory) and its batch. */
@@ -279,6 +293,16 @@ attune_status attune_reference_forward(const attune_problem* problem, const doub
  * gradient goes to problem->dsink ([heads_q] floats). */
 attune_status attune_reference_backward(const attune_problem* problem, const double* q, const double* k,
                                         const double* v, const double* d_o, double* dq, double* dk, double* dv);
+
+/* The keep mask of attention dropout as the kernels and the reference draw
+ * it: keep[((b * heads_q + h) * seqlen_q + i) * seqlen_k + j] = 1 when
+ * element (query row i, key j) of sequence b, query head h is kept under
+ * (dropout_p, seed, offset), else 0. Rows and keys are positions within
+ * the sequence (varlen: give the longest lengths; each sequence's mask is
+ * the top-left block of its [seqlen_q, seqlen_k]). Host memory. For
+ * checking a run (Python's S_dmask), not for running one. */
+attune_status attune_dropout_keep_mask(double dropout_p, uint64_t seed, uint64_t offset, int64_t batch, int64_t heads_q,
+                                       int64_t seqlen_q, int64_t seqlen_k, uint8_t* keep);
 
 /* The message of the last failure on this thread ("" if none). */
 const char* attune_last_error(void);

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <filesystem>
 #include <optional>
+#include <sstream>
 #include <string>
 
 #include "core/error.h"
@@ -19,6 +20,7 @@
 #include "runtime/dispatch/db_tuned_source.h"
 #include "runtime/jit/kernel_cache.h"
 #include "runtime/runtime.h"
+#include "templates/dropout.h"
 #include "tuning_db/tuning_db.h"
 
 struct attune_runtime {
@@ -350,10 +352,11 @@ attune_status attune_plan_run(attune_runtime* runtime, const attune_plan* plan, 
     const attune::Workspace w{workspace, workspace_bytes};
     const attune_buffers& b = *buffers;
     if (p.op() == attune::Op::kBackward) {
-      rt.run_backward(p, {b.q, b.k, b.v, b.o, b.d_o, b.lse, b.dq, b.dk, b.dv, b.sinks, b.alibi_slopes, b.dsink}, m, w,
-                      stream);
+      rt.run_backward(
+          p, {b.q, b.k, b.v, b.o, b.d_o, b.lse, b.dq, b.dk, b.dv, b.sinks, b.alibi_slopes, b.dsink, b.rng_state}, m, w,
+          stream);
     } else {
-      rt.run(p, {b.q, b.k, b.v, b.o, b.lse, b.sinks, b.alibi_slopes}, m, w, stream);
+      rt.run(p, {b.q, b.k, b.v, b.o, b.lse, b.sinks, b.alibi_slopes, b.rng_state}, m, w, stream);
     }
   });
 }
@@ -438,6 +441,37 @@ attune_status attune_append_kv(attune_runtime* runtime, const attune_append_prob
                   .seqlens_out = b.seqlens_out,
                   .block_table = b.block_table},
                  stream);
+  });
+}
+
+attune_status attune_dropout_keep_mask(double dropout_p, uint64_t seed, uint64_t offset, int64_t batch, int64_t heads_q,
+                                       int64_t seqlen_q, int64_t seqlen_k, uint8_t* keep) {
+  return guarded([&] {
+    if (!(dropout_p >= 0 && dropout_p < 1)) {
+      std::ostringstream seen;
+      seen << dropout_p;
+      throw attune::InvalidArgument("dropout_p: got " + seen.str() + "; expected a probability in [0, 1)");
+    }
+    const int64_t sizes[] = {batch, heads_q, seqlen_q, seqlen_k};
+    const char* names[] = {"batch", "heads_q", "seqlen_q", "seqlen_k"};
+    for (int i = 0; i < 4; ++i) {
+      if (sizes[i] < 0) {
+        throw attune::InvalidArgument(std::string("keep mask: ") + names[i] + " got " + std::to_string(sizes[i]) +
+                                      "; expected >= 0");
+      }
+    }
+    if (keep == nullptr && batch * heads_q * seqlen_q * seqlen_k > 0) {
+      throw attune::InvalidArgument("keep: got NULL; expected [batch, heads_q, seqlen_q, seqlen_k] bytes");
+    }
+    const attune::DropoutParams d = attune::dropout_params(dropout_p, seed, offset);
+    std::size_t at = 0;
+    for (int64_t b = 0; b < batch; ++b) {
+      for (int64_t h = 0; h < heads_q; ++h) {
+        for (int64_t i = 0; i < seqlen_q; ++i) {
+          for (int64_t j = 0; j < seqlen_k; ++j) keep[at++] = attune::dropout_keeps(d, b, h, heads_q, i, j) ? 1 : 0;
+        }
+      }
+    }
   });
 }
 

@@ -77,6 +77,9 @@ AttentionProblem problem_from_c(const attune_problem& c, const std::optional<Len
   if (c.alibi_slopes != nullptr) {
     p.modifiers.alibi = c.alibi_per_batch != 0 ? AlibiSlopes::kPerBatchHead : AlibiSlopes::kPerHead;
   }
+  p.modifiers.dropout_p = c.dropout_p;  // validated with the problem: [0, 1)
+  p.modifiers.seed = c.seed;
+  p.modifiers.offset = c.offset;
   p.seqlens_k = copy(c.seqlens_k, c.batch);
   p.cu_seqlens_q = copy(c.cu_seqlens_q, c.batch + 1);
   p.cu_seqlens_k = copy(c.cu_seqlens_k, c.batch + 1);

@@ -95,19 +95,22 @@ _entries = {}  # fast key -> _Entry
 
 
 def forward(arrays, q, k, v, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None, block_table=None,
-            max_seqlen_q=0, max_seqlen_k=0, alibi_slopes=None, sinks=None, num_splits=0, decode=False):
+            max_seqlen_q=0, max_seqlen_k=0, alibi_slopes=None, sinks=None, num_splits=0, decode=False,
+            rng_state=None):
     """O and LSE of one call: O shaped like q with v's head dim, LSE
     [B, Hq, Sq] (packed [Hq, Tq]), float32 (float64 for float64 inputs).
     decode (or num_splits > 0): the split-KV decode kernel; a forward over a
     paged cache picks between the two itself (Runtime::plan). sinks: float32
-    [Hq] sink logits (spec.has_sinks)."""
+    [Hq] sink logits (spec.has_sinks). rng_state: with spec.dropout_p, the
+    dropout's {seed, offset}, an int64 [2] array on q's device that the
+    kernels read at the run (None: seed 0, offset 0)."""
     lengths_in = (cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table)
     fast = arrays.fast_key(q, k, v, lengths_in, alibi_slopes, sinks)
     if fast is not None:
         fast = (fast, spec, max_seqlen_q, max_seqlen_k, num_splits, decode)
         entry = _entries.get(fast)
         if entry is not None and entry.plan.alive():
-            return _run(arrays, entry, q, k, v, lengths_in, alibi_slopes, sinks)
+            return _run(arrays, entry, q, k, v, lengths_in, alibi_slopes, sinks, rng_state)
     lengths, keep = _lengths(arrays, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_seqlen_q, max_seqlen_k)
     qv, kv, vv = arrays.view(q), arrays.view(k), arrays.view(v)
     s = engine.shape_of(qv, kv, vv, lengths)
@@ -118,8 +121,8 @@ def forward(arrays, q, k, v, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seql
     problem = _record.problem_of("decode" if decode else "fwd", qv.dtype, s, spec, lengths)
     if backend == "reference":
         _record.add(problem)
-        return _reference_forward(arrays, q, k, v, spec, s, lengths, keep, (alibi_slopes, sinks), o_shape,
-                                  lse_shape, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table)
+        return _reference_forward(arrays, q, k, v, spec, s, lengths, keep, (alibi_slopes, sinks, rng_state),
+                                  o_shape, lse_shape, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table)
     key = engine.problem_key(qv.dtype, s, spec, qv, kv, vv, o_strides, lse_strides, lengths, lengths.any())
     op = native.OP_DECODE if decode else native.OP_FORWARD
     plan = engine.plan_for(backend, device, key, op, lengths, splits=num_splits, alibi=alibi_slopes is not None)
@@ -129,12 +132,12 @@ def forward(arrays, q, k, v, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seql
     converted = tuple(arrays.int32(x) if x is not None else None for x in lengths_in)
     slopes = arrays.float32(alibi_slopes) if alibi_slopes is not None else None
     sinks = arrays.float32(sinks) if sinks is not None else None
-    out = _run(arrays, entry, q, k, v, converted, slopes, sinks)
+    out = _run(arrays, entry, q, k, v, converted, slopes, sinks, rng_state)
     del keep
     return out
 
 
-def _run(arrays, entry, q, k, v, lengths, alibi_slopes, sinks):
+def _run(arrays, entry, q, k, v, lengths, alibi_slopes, sinks, rng_state=None):
     """One run of a prepared call: outputs allocated by the caller's
     library, then the plan's launches on the current stream."""
     if entry.pages is not None:
@@ -153,7 +156,8 @@ def _run(arrays, entry, q, k, v, lengths, alibi_slopes, sinks):
     plan = entry.plan
     buffers = native.Buffers(ptr(q), ptr(k), ptr(v), ptr(o), ptr(lse), None, None, None, None,
                              ptr(sinks) if sinks is not None else None,
-                             ptr(alibi_slopes) if alibi_slopes is not None else None, None)
+                             ptr(alibi_slopes) if alibi_slopes is not None else None, None,
+                             ptr(rng_state) if rng_state is not None else None)
     workspace = _workspace(arrays, plan, q) if plan.workspace_bytes else None
     length_ptrs = None
     if lengths[0] is not None or lengths[1] is not None or lengths[2] is not None or lengths[3] is not None:
@@ -163,9 +167,10 @@ def _run(arrays, entry, q, k, v, lengths, alibi_slopes, sinks):
 
 
 def backward(arrays, dout, q, k, v, out, lse, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None,
-             max_seqlen_q=0, max_seqlen_k=0, alibi_slopes=None, sinks=None, deterministic=False):
+             max_seqlen_q=0, max_seqlen_k=0, alibi_slopes=None, sinks=None, deterministic=False, rng_state=None):
     """dQ, dK, dV (contiguous, shaped like q, k, v) of sum(dout * out), and
-    dsink (float32 [Hq]; None without sinks)."""
+    dsink (float32 [Hq]; None without sinks). rng_state: the forward's
+    (dropout: the backward regenerates its mask)."""
     lengths, keep = _lengths(arrays, cu_seqlens_q, cu_seqlens_k, seqlens_k, None, max_seqlen_q, max_seqlen_k)
     qv, kv, vv = arrays.view(q), arrays.view(k), arrays.view(v)
     s = engine.shape_of(qv, kv, vv, lengths)
@@ -173,8 +178,8 @@ def backward(arrays, dout, q, k, v, out, lse, spec, *, cu_seqlens_q=None, cu_seq
     backend, device = engine.backend_of(qv)
     _record.note("bwd", qv.dtype, s, spec, lengths)
     if backend == "reference":
-        return _reference_backward(arrays, dout, q, k, v, spec, s, keep, (alibi_slopes, sinks), cu_seqlens_q,
-                                   cu_seqlens_k, seqlens_k)
+        return _reference_backward(arrays, dout, q, k, v, spec, s, keep, (alibi_slopes, sinks, rng_state),
+                                   cu_seqlens_q, cu_seqlens_k, seqlens_k)
     o_shape, o_strides, lse_shape, lse_strides = _out_layout(s)
     ov, dov, lv = arrays.view(out), arrays.view(dout), arrays.view(lse)
     _require_contiguous(ov, o_shape, "out")
@@ -194,7 +199,8 @@ def backward(arrays, dout, q, k, v, out, lse, spec, *, cu_seqlens_q=None, cu_seq
     dsink = arrays.empty((s.heads_q,), "fp32", q) if sinks is not None else None
     buffers = native.Buffers(qv.ptr, kv.ptr, vv.ptr, ov.ptr, lv.ptr, dov.ptr, dqv.ptr, dkv.ptr, dvv.ptr,
                              arrays.view(sinks).ptr if sinks is not None else None, alibi,
-                             arrays.view(dsink).ptr if dsink is not None else None)
+                             arrays.view(dsink).ptr if dsink is not None else None,
+                             arrays.view(rng_state).ptr if rng_state is not None else None)
     workspace = _workspace(arrays, plan, q)
     plan.run(buffers, lengths, arrays.view(workspace).ptr if workspace is not None else None, arrays.stream(q))
     del keep
@@ -252,18 +258,23 @@ class _ReferenceCall:
     """The fp64 reference's inputs: q, k, v (and more) as contiguous
     float64 copies, the length arrays, ALiBi slopes and sinks in host
     memory, and the C problem over them; the copies live as long as the
-    call. modifiers: (alibi_slopes, sinks), either None."""
+    call. modifiers: (alibi_slopes, sinks, rng_state), each may be None;
+    rng_state (dropout's {seed, offset}, int64 [2] in host memory, as every
+    reference call's arrays are) goes into the problem."""
 
     def __init__(self, arrays, s, spec, tensors, modifiers, cu_seqlens_q, cu_seqlens_k, seqlens_k):
         self.f64 = [arrays.float64(x) for x in tensors]
         host, self.keep = _host_lengths(arrays, {"cu_seqlens_q": cu_seqlens_q, "cu_seqlens_k": cu_seqlens_k,
                                                  "seqlens_k": seqlens_k})
-        self.slopes, self.sinks = (arrays.float32(x) if x is not None else None for x in modifiers)
+        self.slopes, self.sinks = (arrays.float32(x) if x is not None else None for x in modifiers[:2])
         if self.slopes is not None:
             host["alibi_slopes"] = arrays.view(self.slopes).ptr
         if self.sinks is not None:
             host["sinks"] = arrays.view(self.sinks).ptr
         self.problem, self.views = _reference_problem(arrays, "fp64", s, spec, *self.f64[:3], host, self.keep)
+        if modifiers[2] is not None:
+            seed, offset = (int(x) & 0xFFFFFFFFFFFFFFFF for x in arrays.host(modifiers[2]).reshape(-1)[:2])
+            self.problem.seed, self.problem.offset = seed, offset
         self.ptrs = [arrays.view(x).ptr for x in self.f64]
 
 

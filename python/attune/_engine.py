@@ -43,6 +43,7 @@ class Spec(NamedTuple):
     alibi_per_batch: bool = False  # slopes [B, Hq] rather than [Hq]
     has_alibi: bool = False
     has_sinks: bool = False  # a float32 sink logit per query head joins every row's softmax
+    dropout_p: float = 0.0  # attention dropout (its seed and offset travel with each run, not the plan)
 
 
 def mask_of(causal, window_size, top_left=False):
@@ -305,6 +306,7 @@ def make_problem(key, host_lengths=None):
     p.page_size, p.max_pages, p.num_pages = page_size, max_pages, num_pages
     p.softcap = spec.softcap
     p.alibi_per_batch = 1 if spec.alibi_per_batch else 0
+    p.dropout_p = spec.dropout_p
     if host_lengths:
         for name, ptr in host_lengths.items():
             setattr(p, name, ptr)

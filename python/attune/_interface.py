@@ -12,6 +12,7 @@ An argument attune does not support raises NotImplementedError naming it.
 import math
 
 from . import _calls as calls
+from . import _dropout as dropout
 from . import _engine as engine
 from . import _native as native
 from ._errors import InvalidArgument
@@ -63,17 +64,21 @@ def contiguous_rows(q, k, v, copy_kv=True):
 
 def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, deterministic, cu_seqlens_q=None,
          cu_seqlens_k=None, seqlens_k=None, block_table=None, max_seqlen_q=0, max_seqlen_k=0, num_splits=0,
-         top_left=False, copy_kv=True, sinks=None):
+         top_left=False, copy_kv=True, sinks=None, dropout_p=0.0, rng_state=None):
     """num_splits: 0 the forward; -1 decode with the built-in split count;
     N > 0 decode with N splits. copy_kv: see contiguous_rows. sinks: [Hq]
     sink logits (any float dtype), each joining its head's softmax as one
     more term with no value (docs/contract.md); for torch tensors their
-    gradient flows back through autograd."""
+    gradient flows back through autograd. dropout_p > 0: attention dropout
+    with rng_state (_dropout.rng_state), saved for the backward."""
     mask, window = _mask(causal, window_size, top_left)
     softcap = float(softcap or 0.0)
     if softcap < 0:
         raise InvalidArgument(f"softcap: got {softcap}; expected >= 0 (0: off)")
     if _is_numpy(q):
+        if dropout_p:
+            _unsupported("dropout_p with NumPy arrays", "dropout draws its seed from PyTorch's generator; pass "
+                         "torch tensors")
         q, k, v, _ = contiguous_rows(q, k, v, copy_kv)
         from . import _numpy
         spec = engine.Spec(scale=scale, mask=mask, window=window, softcap=softcap,
@@ -87,8 +92,11 @@ def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, determin
         q, k, v, _ = contiguous_rows(q, k, v, copy_kv)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, int(max_seqlen_q), int(max_seqlen_k), scale,
             mask, window[0], window[1], softcap, alibi_slopes, int(num_splits), bool(deterministic))
-    if sinks is not None:
-        args += (sinks.float(),)  # itself when float32; else a copy autograd sees through
+    if sinks is not None or dropout_p:
+        # sinks.float(): itself when float32; else a copy autograd sees through
+        args += (sinks.float() if sinks is not None else None,)
+    if dropout_p:
+        args += (float(dropout_p), rng_state)
     return _torch_module().call(*args)
 
 
@@ -127,11 +135,14 @@ def _flash_attn_lse(lse):
     return lse.masked_fill(lse == -math.inf, math.inf)
 
 
-def _returned(q, out, lse, return_attn_probs):
+def _returned(q, out, lse, return_attn_probs, s_dmask=None):
     """flash-attn's returns: out, or (out, softmax_lse, S_dmask), where
-    S_dmask is the empty tensor flash-attn returns without dropout."""
+    S_dmask is the empty tensor flash-attn returns without dropout, and with
+    dropout what s_dmask() makes of the LSE (_dropout.s_dmask)."""
     if not return_attn_probs:
         return out
+    if s_dmask is not None:
+        return out, _flash_attn_lse(lse), s_dmask(lse)
     if _is_numpy(q):
         import numpy as np
         probs = np.empty(0, dtype=q.dtype)
@@ -146,16 +157,41 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     multiple of Hkv; v's head dim may differ), as flash-attn's: causal is
     aligned bottom-right, window_size (left, right) with -1 unbounded,
     softmax_scale defaults to 1/sqrt(D). Returns out [B, Sq, Hq, Dv], or
-    (out, softmax_lse [B, Hq, Sq] float32, an empty tensor) with
-    return_attn_probs (attune never returns the probabilities; a row that
-    sees no key has LSE +inf, as in flash-attn). sinks (attune's): [Hq]
-    logits, each one more term of its head's softmax with no value
-    (gpt-oss), with a gradient for torch tensors."""
-    if dropout_p:
-        _unsupported("dropout_p", f"got {dropout_p}; attune computes attention without dropout")
-    out, lse = _run(q, k, v, scale=_scale(softmax_scale, q.shape[-1]), causal=causal, window_size=window_size,
-                    softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic, sinks=sinks)
-    return _returned(q, out, lse, return_attn_probs)
+    (out, softmax_lse [B, Hq, Sq] float32, S_dmask) with return_attn_probs
+    (a row that sees no key has LSE +inf, as in flash-attn; S_dmask is empty
+    without dropout). sinks (attune's): [Hq] logits, each one more term of
+    its head's softmax with no value (gpt-oss), with a gradient for torch
+    tensors.
+
+    dropout_p > 0 (torch tensors): attention dropout, each probability kept
+    with probability 1 - dropout_p and scaled by 1 / (1 - dropout_p); the
+    seed and offset come from torch's generator for q's device
+    (torch.manual_seed makes calls repeatable) and the backward regenerates
+    the same mask. S_dmask is then [B, Hq, Sq, Sk]: the probabilities,
+    negative where dropped (flash-attn 2's convention; _dropout.s_dmask)."""
+    scale = _scale(softmax_scale, q.shape[-1])
+    p, state = _dropout_state(q, dropout_p)
+    out, lse = _run(q, k, v, scale=scale, causal=causal, window_size=window_size, softcap=softcap,
+                    alibi_slopes=alibi_slopes, deterministic=deterministic, sinks=sinks, dropout_p=p,
+                    rng_state=state)
+    probs = None
+    if p and return_attn_probs:
+        mask, window = _mask(causal, window_size, False)
+        probs = lambda lse: dropout.s_dmask(q, k, lse, state, p, scale=scale, mask=mask,  # noqa: E731
+                                            window=window, softcap=float(softcap or 0.0), alibi_slopes=alibi_slopes)
+    return _returned(q, out, lse, return_attn_probs, probs)
+
+
+def _dropout_state(q, dropout_p):
+    """(p, rng_state): the checked probability and, when it is not 0, the
+    call's {seed, offset} drawn from torch's generator (_dropout)."""
+    p = dropout.probability(dropout_p)
+    if not p:
+        return 0.0, None
+    if _is_numpy(q):
+        _unsupported("dropout_p with NumPy arrays", "dropout draws its seed from PyTorch's generator; pass "
+                     "torch tensors")
+    return p, dropout.rng_state(q)
 
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
@@ -165,19 +201,30 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     int32 [B + 1] offsets, max_seqlen the longest sequence (a bound the plan
     is made for). With block_table, k and v are page pools [pages,
     page_size, Hkv, D] and cu_seqlens_k counts each sequence's cached keys.
-    Returns out [Tq, Hq, Dv], or (out, softmax_lse [Hq, Tq], an empty
-    tensor). sinks: as in flash_attn_func."""
-    if dropout_p:
-        _unsupported("dropout_p", f"got {dropout_p}; attune computes attention without dropout")
+    Returns out [Tq, Hq, Dv], or (out, softmax_lse [Hq, Tq], S_dmask).
+    sinks and dropout_p: as in flash_attn_func; S_dmask with dropout is
+    [B, Hq, max_seqlen_q, max_seqlen_k], rows and keys local to each
+    sequence."""
+    scale = _scale(softmax_scale, q.shape[-1])
+    p, state = _dropout_state(q, dropout_p)
+    if p and block_table is not None:
+        _unsupported("dropout_p with block_table", "dropout is for training; a paged KV cache has no backward")
     seqlens_k = None
     if block_table is not None:  # the cache's lengths, as attune's paged contract takes them
         seqlens_k = cu_seqlens_k[1:] - cu_seqlens_k[:-1]
         cu_seqlens_k = None
-    out, lse = _run(q, k, v, scale=_scale(softmax_scale, q.shape[-1]), causal=causal, window_size=window_size,
-                    softcap=softcap, alibi_slopes=alibi_slopes, deterministic=deterministic,
-                    cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k, seqlens_k=seqlens_k,
-                    block_table=block_table, max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, sinks=sinks)
-    return _returned(q, out, lse, return_attn_probs)
+    out, lse = _run(q, k, v, scale=scale, causal=causal, window_size=window_size, softcap=softcap,
+                    alibi_slopes=alibi_slopes, deterministic=deterministic, cu_seqlens_q=cu_seqlens_q,
+                    cu_seqlens_k=cu_seqlens_k, seqlens_k=seqlens_k, block_table=block_table,
+                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, sinks=sinks, dropout_p=p, rng_state=state)
+    probs = None
+    if p and return_attn_probs:
+        mask, window = _mask(causal, window_size, False)
+        probs = lambda lse: dropout.s_dmask(  # noqa: E731
+            q, k, lse, state, p, scale=scale, mask=mask, window=window, softcap=float(softcap or 0.0),
+            alibi_slopes=alibi_slopes, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
+            max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    return _returned(q, out, lse, return_attn_probs, probs)
 
 
 def _unpacked(x, axis, count, name, layout):
@@ -325,17 +372,17 @@ def _splits(num_splits, block_table):
 def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention's arguments and
     layout, [B, H, S, D], with its top-left causal alignment; returns
-    [B, Hq, Sq, Dv]."""
+    [B, Hq, Sq, Dv]. dropout_p > 0: attention dropout as in flash_attn_func
+    (SDPA applies it whenever it is given: pass 0.0 outside training)."""
     if attn_mask is not None:
         _unsupported("attn_mask", "use is_causal, or flash_attn_func's window_size and cu_seqlens for padding")
-    if dropout_p:
-        _unsupported("dropout_p", f"got {dropout_p}; attune computes attention without dropout")
+    p, state = _dropout_state(query, dropout_p)
     if query.shape[1] != key.shape[1] and not enable_gqa:
         raise InvalidArgument(f"heads: query {query.shape[1]}, key {key.shape[1]}; expected equal counts, or "
                               "enable_gqa=True (as SDPA)")
     q, k, v = (x.swapaxes(1, 2) if _is_numpy(x) else x.transpose(1, 2) for x in (query, key, value))
     out, _ = _run(q, k, v, scale=_scale(scale, query.shape[-1]), causal=is_causal, window_size=(-1, -1),
-                  softcap=0.0, alibi_slopes=None, deterministic=False, top_left=True)
+                  softcap=0.0, alibi_slopes=None, deterministic=False, top_left=True, dropout_p=p, rng_state=state)
     return out.swapaxes(1, 2) if _is_numpy(out) else out.transpose(1, 2)
 
 

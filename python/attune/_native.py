@@ -12,7 +12,7 @@ import threading
 
 from ._errors import error_for_status
 
-ABI_VERSION = 2  # ATTUNE_ABI_VERSION of the header this binding follows
+ABI_VERSION = 3  # ATTUNE_ABI_VERSION of the header this binding follows
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCE_BUILDS = [os.path.join(_HERE, "..", "..", "build", name) for name in ("ci", "dev")]
@@ -66,6 +66,7 @@ class Problem(ctypes.Structure):
         ("sinks", ctypes.c_void_p), ("alibi_slopes", ctypes.c_void_p),
         ("alibi_per_batch", ctypes.c_int),
         ("dsink", ctypes.c_void_p),
+        ("dropout_p", ctypes.c_double), ("seed", ctypes.c_uint64), ("offset", ctypes.c_uint64),
     ]
 
 
@@ -85,7 +86,7 @@ class PlanOptions(ctypes.Structure):
 
 class Buffers(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in
-                ("q", "k", "v", "o", "lse", "d_o", "dq", "dk", "dv", "sinks", "alibi_slopes", "dsink")]
+                ("q", "k", "v", "o", "lse", "d_o", "dq", "dk", "dv", "sinks", "alibi_slopes", "dsink", "rng_state")]
 
 
 class Metadata(ctypes.Structure):
@@ -153,6 +154,8 @@ _SIGNATURES = {
     "attune_explain_backward": (ctypes.c_char_p, [_P, ctypes.POINTER(Problem), ctypes.c_int]),
     "attune_reference_forward": (ctypes.c_int, [ctypes.POINTER(Problem), _P, _P, _P, _P, _P]),
     "attune_reference_backward": (ctypes.c_int, [ctypes.POINTER(Problem), _P, _P, _P, _P, _P, _P, _P]),
+    "attune_dropout_keep_mask": (ctypes.c_int, [ctypes.c_double, ctypes.c_uint64, ctypes.c_uint64] +
+                                 [ctypes.c_int64] * 4 + [_P]),
 }
 
 _lock = threading.Lock()

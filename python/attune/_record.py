@@ -25,6 +25,7 @@ class Problem:
     softcap: bool = False
     alibi: bool = False
     sinks: bool = False
+    dropout: bool = False
 
 
 class Recorder:
@@ -66,7 +67,7 @@ def problem_of(op, dtype, shape, spec, lengths):
     seqlen_k = lengths.max_seqlen_k if lengths.max_seqlen_k > 0 else shape.seqlen_k
     return Problem(op, dtype, shape.batch, int(seqlen_q), int(seqlen_k), shape.heads_q, shape.heads_kv,
                    shape.head_dim_k, shape.head_dim_v, _MASKS.get(spec.mask, "none"), spec.softcap > 0,
-                   spec.has_alibi, spec.has_sinks)
+                   spec.has_alibi, spec.has_sinks, spec.dropout_p > 0)
 
 
 def active():

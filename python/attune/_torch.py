@@ -5,15 +5,19 @@ op), so torch.compile(fullgraph=True) and torch.export trace them.
 
     attune::fwd(q, k, v, cu_seqlens_q?, cu_seqlens_k?, seqlens_k?, block_table?, max_seqlen_q, max_seqlen_k,
                 scale, mask, window_left, window_right, softcap, alibi_slopes?, num_splits, deterministic,
-                sinks?=None)
+                sinks?=None, dropout_p=0.0, rng_state?=None)
         -> (out, softmax_lse)
     attune::bwd(dout, q, k, v, out, softmax_lse, cu_seqlens_q?, cu_seqlens_k?, seqlens_k?, max_seqlen_q,
                 max_seqlen_k, scale, mask, window_left, window_right, softcap, alibi_slopes?, deterministic,
-                sinks?=None)
+                sinks?=None, dropout_p=0.0, rng_state?=None)
         -> (dq, dk, dv, dsink)
 
 sinks: float32 [Hq] sink logits (docs/contract.md); dsink is their
 gradient, an empty tensor without sinks (an op returns tensors, not None).
+dropout_p > 0: attention dropout with rng_state, int64 [2] {seed, offset}
+on q's device, drawn by the caller from torch's generator (so the op stays
+a function of its inputs) and saved for the backward, which regenerates
+the forward's mask from it.
 
 Tensors are [B, S, H, D] or packed [T, H, D]; CPU float16/bfloat16 run on
 the emulator (the real kernels), float32/float64 on the fp64 reference;
@@ -112,12 +116,12 @@ def _raw_stream(device):
 ARRAYS = TorchArrays()
 
 
-def _spec(scale, mask, window_left, window_right, softcap, alibi_slopes, sinks=None):
-    if alibi_slopes is None and sinks is None:
+def _spec(scale, mask, window_left, window_right, softcap, alibi_slopes, sinks=None, dropout_p=0.0):
+    if alibi_slopes is None and sinks is None and not dropout_p:
         return engine.Spec(scale, mask, (window_left, window_right), softcap)
     return engine.Spec(scale, mask, (window_left, window_right), softcap,
                        alibi_slopes is not None and alibi_slopes.dim() == 2, alibi_slopes is not None,
-                       sinks is not None)
+                       sinks is not None, float(dropout_p))
 
 
 def _lse_dtype(q):
@@ -128,15 +132,16 @@ def fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
              cu_seqlens_k: Optional[torch.Tensor], seqlens_k: Optional[torch.Tensor],
              block_table: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int,
              window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
-             num_splits: int, deterministic: bool,
-             sinks: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+             num_splits: int, deterministic: bool, sinks: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+             rng_state: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
     # num_splits: 0 the forward (a paged cache picks its kernel), -1 decode
     # with the built-in split count, N > 0 decode with N splits.
-    spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes, sinks)
+    spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes, sinks, dropout_p)
     out, lse = calls.forward(ARRAYS, q, k, v, spec, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                              seqlens_k=seqlens_k, block_table=block_table, max_seqlen_q=max_seqlen_q,
                              max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, sinks=sinks,
-                             num_splits=num_splits if num_splits > 0 else 0, decode=num_splits != 0)
+                             num_splits=num_splits if num_splits > 0 else 0, decode=num_splits != 0,
+                             rng_state=rng_state)
     return out, (lse if lse.dtype == _lse_dtype(q) else lse.to(_lse_dtype(q)))
 
 
@@ -145,7 +150,8 @@ fwd = torch.library.custom_op("attune::fwd", mutates_args=())(fwd_impl)
 
 @fwd.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_seqlen_q, max_seqlen_k, scale, mask,
-              window_left, window_right, softcap, alibi_slopes, num_splits, deterministic, sinks=None):
+              window_left, window_right, softcap, alibi_slopes, num_splits, deterministic, sinks=None, dropout_p=0.0,
+              rng_state=None):
     if q.dim() == 3:  # packed [T, H, D]
         out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
         lse = q.new_empty((q.shape[1], q.shape[0]), dtype=_lse_dtype(q))
@@ -159,9 +165,10 @@ def bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
              softmax_lse: torch.Tensor, cu_seqlens_q: Optional[torch.Tensor], cu_seqlens_k: Optional[torch.Tensor],
              seqlens_k: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int,
              window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
-             deterministic: bool, sinks: Optional[torch.Tensor] = None
+             deterministic: bool, sinks: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
+             rng_state: Optional[torch.Tensor] = None
              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-    spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes, sinks)
+    spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes, sinks, dropout_p)
     if q.dtype in _KERNEL:
         # The kernels write the gradients laid out like q, k and v, and read
         # dO laid out like O and the forward's float32 LSE.
@@ -170,7 +177,7 @@ def bwd_impl(dout: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tens
     dq, dk, dv, dsink = calls.backward(ARRAYS, dout, q, k, v, out, softmax_lse, spec, cu_seqlens_q=cu_seqlens_q,
                                        cu_seqlens_k=cu_seqlens_k, seqlens_k=seqlens_k, max_seqlen_q=max_seqlen_q,
                                        max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, sinks=sinks,
-                                       deterministic=deterministic)
+                                       deterministic=deterministic, rng_state=rng_state)
     return dq, dk, dv, dsink if dsink is not None else _no_dsink(q)
 
 
@@ -183,7 +190,8 @@ bwd = torch.library.custom_op("attune::bwd", mutates_args=())(bwd_impl)
 
 @bwd.register_fake
 def _bwd_fake(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, max_seqlen_q, max_seqlen_k,
-              scale, mask, window_left, window_right, softcap, alibi_slopes, deterministic, sinks=None):
+              scale, mask, window_left, window_right, softcap, alibi_slopes, deterministic, sinks=None, dropout_p=0.0,
+              rng_state=None):
     dsink = sinks.new_empty(sinks.shape, dtype=torch.float32) if sinks is not None else _no_dsink(q)
     return q.new_empty(q.shape), k.new_empty(k.shape), v.new_empty(v.shape), dsink
 
@@ -191,11 +199,13 @@ def _bwd_fake(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqle
 def _setup_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_seqlen_q, max_seqlen_k, scale, mask,
      window_left, window_right, softcap, alibi_slopes, num_splits, deterministic, *rest) = inputs
-    sinks = rest[0] if rest else None
+    sinks, dropout_p, rng_state = (tuple(rest) + (None, 0.0, None)[len(rest):])[:3]
     out, lse = output
-    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, alibi_slopes, sinks)
-    ctx.inputs = len(inputs)  # sinks may be left out (its default, None)
+    # rng_state is saved with the tensors: the backward regenerates the mask from the same {seed, offset}.
+    ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, alibi_slopes, sinks, rng_state)
+    ctx.inputs = len(inputs)  # the trailing arguments may be left out (their defaults)
     ctx.args = (max_seqlen_q, max_seqlen_k, scale, mask, window_left, window_right, softcap, deterministic)
+    ctx.dropout_p = float(dropout_p)
     ctx.paged = block_table is not None
     ctx.mark_non_differentiable(lse)
 
@@ -204,12 +214,13 @@ def _backward(ctx, dout, dlse):
     if ctx.paged:
         raise NotImplementedError("attune: backward through a paged KV cache (block_table) is not supported; "
                                   "expected contiguous or packed K and V")
-    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, alibi_slopes, sinks = ctx.saved_tensors
+    q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, alibi_slopes, sinks, rng_state = ctx.saved_tensors
     (max_seqlen_q, max_seqlen_k, scale, mask, window_left, window_right, softcap, deterministic) = ctx.args
+    extra = (sinks,) if not ctx.dropout_p else (sinks, ctx.dropout_p, rng_state)
     dq, dk, dv, dsink = bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, max_seqlen_q,
                             max_seqlen_k, scale, mask, window_left, window_right, softcap, alibi_slopes,
-                            deterministic, sinks)
-    return ((dq, dk, dv) + (None,) * 14 + ((dsink if sinks is not None else None),))[:ctx.inputs]
+                            deterministic, *extra)
+    return ((dq, dk, dv) + (None,) * 14 + ((dsink if sinks is not None else None), None, None))[:ctx.inputs]
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)

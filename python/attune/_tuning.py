@@ -100,7 +100,7 @@ def sweeps(problems):
         if p.mask == "window":
             skipped.append((p, "sliding windows are not a sweep axis"))
             continue
-        on = (("softcap", p.softcap), ("sinks", p.sinks), ("alibi", p.alibi))
+        on = (("softcap", p.softcap), ("sinks", p.sinks), ("alibi", p.alibi), ("dropout", p.dropout))
         mods = "+".join(m for m, used in on if used) or "none"
         key = (p.op, p.dtype, p.head_dim_k, p.mask, mods)
         g = groups.setdefault(key, {"seqlens": set(), "batch_heads": set(), "queries": set(), "gqa": set()})

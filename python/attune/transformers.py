@@ -14,8 +14,10 @@ native in attune's kernels), left and right padding (the 2-D padding mask
 turned into packed sequences for attune's varlen kernels, never a dense
 mask), KV caches (DynamicCache, sliding-window layers, StaticCache), and
 training (gradients of q, k, v and the sinks through attune's backward).
+Attention dropout in training (the `dropout` transformers passes, 0 in
+eval) runs in attune's kernels, its seed drawn from torch's generator.
 What it cannot serve raises NotImplementedError naming the argument: a 4-D
-attention_mask, dropout, output_attentions, T5's position_bias, and mask
+attention_mask, output_attentions, T5's position_bias, and mask
 patterns beyond causal/bidirectional, windows and padding (image-token
 overlays, chunked attention past its chunk, packed sequences told by
 position_ids).
@@ -26,7 +28,7 @@ import torch
 from transformers import AttentionInterface, AttentionMaskInterface
 from transformers import masking_utils as _masks
 
-from ._interface import _run, _unsupported
+from ._interface import _dropout_state, _run, _unsupported
 from ._errors import InvalidArgument
 
 NAME = "attune"
@@ -192,10 +194,7 @@ def _unpadded_for(padding, seqlen_q, queries_in_mask):
     return found
 
 
-def _refuse_unsupported(dropout, attention_mask, kwargs):
-    if dropout:
-        _unsupported("dropout", f"got {dropout}; attune computes attention without dropout (model.eval(), or "
-                     "config.attention_dropout = 0 for training)")
+def _refuse_unsupported(attention_mask, kwargs):
     if attention_mask is not None and attention_mask.dim() != 2:
         _unsupported("attention_mask", f"got a {attention_mask.dim()}-D {attention_mask.dtype} mask "
                      f"{list(attention_mask.shape)}; attune takes the 2-D padding mask [batch, keys] that "
@@ -218,7 +217,7 @@ def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=No
     mask when attune's mask made one (eager attention's semantics), else
     from is_causal (default: the module's) and sliding_window (flash-attn's
     convention: sliding_window - 1 keys each side)."""
-    _refuse_unsupported(dropout, attention_mask, kwargs)
+    _refuse_unsupported(attention_mask, kwargs)
     pattern = getattr(attention_mask, "attune_pattern", None)
     if pattern is None:
         causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
@@ -229,6 +228,8 @@ def attention(module, query, key, value, attention_mask, dropout=0.0, scaling=No
     options = dict(scale=scaling if scaling is not None else query.shape[-1] ** -0.5, causal=pattern.causal,
                    window_size=pattern.window, softcap=float(softcap or 0.0), alibi_slopes=None,
                    deterministic=False, sinks=s_aux)
+    # Dropout (training): one {seed, offset} for the call, from torch's generator.
+    options["dropout_p"], options["rng_state"] = _dropout_state(q, dropout)
     if attention_mask is None or not getattr(attention_mask, "attune_padded", True):
         width = attention_mask.shape[1] if attention_mask is not None else k.shape[1]
         out, _ = _run(q, k[:, :width], v[:, :width], **options)

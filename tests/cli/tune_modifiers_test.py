@@ -2,7 +2,8 @@
 """`attune tune --modifiers` as a user runs it on the emulator: each score
 modifier set is tuned under its own problem key (problems and best rows in
 the database), `explain` dispatches each set to its own tuned variant, the
-isolated worker rebuilds the same problem (modifiers and c), `--softcap` alone tunes softcap,
+isolated worker rebuilds the same problem (modifiers, c and p), `--softcap` and
+`--dropout` alone tune softcap and dropout,
 and a JSON export imported elsewhere keeps the modifiers (an export written
 before them reads as none).
 
@@ -103,6 +104,24 @@ def main():
         check(isolated.returncode == 0 and "failed 0" in isolated.stdout and "tuned 2" in isolated.stdout,
               "tune --isolate yes with every modifier: " + (isolated.stdout + isolated.stderr).strip()[-300:])
 
+        # --dropout alone: the sweep is of dropout, in isolated workers that
+        # must rebuild p to pass the gate; decode has no dropout.
+        drop = run("tune", "--db", db, "--dropout", "0.2", "--seqlens", "40", "--batch-heads", "1x2", "--masks",
+                   "causal", "--isolate", "yes", *quick)
+        check(drop.returncode == 0 and "failed 0" in drop.stdout and "tuned 2" in drop.stdout,
+              "tune --dropout 0.2 --isolate yes: " + (drop.stdout + drop.stderr).strip()[-300:])
+        dropped = rows(db, "select v.variant_id from measurements m join problems p on p.id = m.problem "
+                           "join variants v on v.id = m.variant where p.modifiers = 'dropout'")
+        check(dropped and all(v.endswith(".dropout1") for (v,) in dropped),
+              "--dropout alone sweeps dropout variants: %s" % dropped)
+        bad = run("tune", "--db", db, "--modifiers", "sinks", "--dropout", "0.2", *quick)
+        check(bad.returncode != 0 and "--dropout" in bad.stderr, "--dropout with no set to drop refused: " +
+              bad.stderr.strip())
+        bad = run("tune", "--db", db, "--op", "decode", "--modifiers", "dropout", "--seqlens", "200", "--gqa", "4",
+                  *quick)
+        check(bad.returncode != 0 and "without dropout" in bad.stderr, "decode with dropout refused: " +
+              bad.stderr.strip())
+
         # The worker builds its problem with the modifiers it is given: a
         # variant compiled without them is refused, one with them measured.
         worker = ["tune-worker", "--backend", "emu", "--seqlen", "40", "--heads", "2", "--dk", "32", "--dv", "32",
@@ -136,7 +155,7 @@ def main():
         with open(exported) as f:
             document = json.load(f)
         exported_mods = {m.get("modifiers") for m in document["measurements"]}
-        check(exported_mods == {"none", "softcap+sinks", "sinks+alibi", "softcap", "softcap+sinks+alibi"},
+        check(exported_mods == {"none", "softcap+sinks", "sinks+alibi", "softcap", "softcap+sinks+alibi", "dropout"},
               "the export names each measurement's modifiers: %s" % sorted(map(str, exported_mods)))
         csv = run("db", "--db", db, "export", "--format", "csv")
         header = csv.stdout.splitlines()[0].split(",") if csv.stdout else []

@@ -3,8 +3,9 @@
 // backward kernels with every modifier its kernel supports, each modifier
 // alone at d128, the forward reading a paged cache (alone in every bucket,
 // and with every modifier at d128), and the decode combine and backward
-// dsink kernels. Registers and spills are reported (docs/perf/score_mods.md
-// has the whole space); the paged forward of the heuristic never spills.
+// dsink kernels, and the forward and backward with dropout. Registers and
+// spills are reported (docs/perf/score_mods.md has the whole space); the
+// heuristic's paged forward and its dropout variants never spill.
 #include <gtest/gtest.h>
 
 #include "runtime/dispatch/heuristics.h"
@@ -42,6 +43,12 @@ std::vector<Variant> covering_set(const ArchLimits& arch) {
     out.push_back(heuristic_variant("fwd", DType::kBF16, d, d, arch, kFeaturePaged));
   }
   out.push_back(heuristic_variant("fwd", DType::kBF16, 128, 128, arch, kModAll | kFeaturePaged));
+  // Dropout (training): the forward and backward heuristics' variants at the
+  // smallest, usual and largest buckets (flash_fwd_sm90's on sm_90a).
+  for (int d : {64, 128, 256}) {
+    out.push_back(heuristic_variant("fwd", DType::kBF16, d, d, arch, kModDropout));
+    out.push_back(heuristic_backward_variant(DType::kBF16, d, d, arch, false, kModDropout));
+  }
   return out;
 }
 
@@ -51,7 +58,9 @@ TEST_P(ScoreModsNvrtcTest, CoveringSetCompiles) {
   const testing::SweepSummary s = testing::compile_sweep(variants, DType::kBF16, GetParam(), "score_mods.cu");
   EXPECT_EQ(s.compiled, static_cast<int>(variants.size()));
   for (std::size_t i = 0; i < variants.size(); ++i) {
-    if ((variants[i].modifiers & kFeaturePaged) != 0 && variants[i].modifiers != (kModAll | kFeaturePaged)) {
+    const bool paged_alone =
+        (variants[i].modifiers & kFeaturePaged) != 0 && variants[i].modifiers != (kModAll | kFeaturePaged);
+    if (paged_alone || variants[i].modifiers == kModDropout) {
       EXPECT_EQ(s.spill_bytes[i], 0) << variants[i].id() << " spills";
     }
   }

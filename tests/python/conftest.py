@@ -1,6 +1,6 @@
 """Shared pieces of the Python package's tests: an independent fp64
 attention in PyTorch (per sequence, every mask kind, GQA, Dk != Dv,
-softcap, ALiBi, sinks), the naive storage-dtype computation, and FlashAttention's
+softcap, ALiBi, sinks, dropout with a given keep mask), the naive storage-dtype computation, and FlashAttention's
 accuracy rule. Under CI (ATTUNE_REQUIRE_TORCH=1) a missing torch fails the
 run instead of skipping it."""
 import math
@@ -36,11 +36,12 @@ def visible(sq, sk, causal=False, top_left=False, window=(-1, -1)):
 
 
 def attention_one(q, k, v, *, scale, causal=False, top_left=False, window=(-1, -1), softcap=0.0, slopes=None,
-                  sinks=None, dtype=torch.float64):
+                  sinks=None, keep=None, dropout_p=0.0, dtype=torch.float64):
     """One sequence: q [sq, hq, dk], k [sk, hkv, dk], v [sk, hkv, dv] ->
     (out [sq, hq, dv], lse [hq, sq]); rows without keys give 0 and -inf
     (with sinks [hq]: 0 and the sink, each sink one more softmax term
-    without a value)."""
+    without a value). keep [hq, sq, sk] bool: dropout, P kept where true
+    and scaled by 1 / (1 - dropout_p) (lse is the one without dropout)."""
     sq, hq, _ = q.shape
     sk, hkv, _ = k.shape
     g = hq // hkv
@@ -59,14 +60,19 @@ def attention_one(q, k, v, *, scale, causal=False, top_left=False, window=(-1, -
     if sinks is not None:
         lse = torch.logaddexp(lse, sinks.to(dtype)[:, None])
     p = torch.exp(s - lse[..., None]).nan_to_num(0.0)
+    if keep is not None:
+        p = p * keep.to(dtype) / (1.0 - dropout_p)
     out = torch.einsum("hqk,khd->qhd", p.to(dtype), v.to(dtype))
     return out, lse
 
 
 def reference(q, k, v, *, causal=False, top_left=False, window=(-1, -1), scale=None, softcap=0.0, alibi=None,
-              sinks=None, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None, dtype=torch.float64):
+              sinks=None, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None, keep=None, dropout_p=0.0,
+              dtype=torch.float64):
     """fp64 attention (differentiable) of dense [B, S, H, D] or packed
-    [T, H, D] tensors; returns (out, lse) in flash-attn's layouts."""
+    [T, H, D] tensors; returns (out, lse) in flash-attn's layouts. keep
+    [B, Hq, Sq, Sk] bool (varlen: max lengths, positions local to each
+    sequence), e.g. S_dmask >= 0: dropout with that mask and dropout_p."""
     scale = scale if scale is not None else 1.0 / math.sqrt(q.shape[-1])
     kw = dict(scale=scale, causal=causal, top_left=top_left, window=window, softcap=softcap, sinks=sinks,
               dtype=dtype)
@@ -80,16 +86,22 @@ def reference(q, k, v, *, causal=False, top_left=False, window=(-1, -1), scale=N
             else:
                 n = int(seqlens_k[b])
                 ks, vs = k[b, :n], v[b, :n]
-            o, l = attention_one(qs, ks, vs, slopes=_slopes(alibi, b), **kw)
+            o, l = attention_one(qs, ks, vs, slopes=_slopes(alibi, b), keep=_keep(keep, b, qs, ks),
+                                 dropout_p=dropout_p, **kw)
             outs.append(o)
             lses.append(l)
         return torch.cat(outs, 0), torch.cat(lses, 1)
     for b in range(q.shape[0]):
         n = int(seqlens_k[b]) if seqlens_k is not None else k.shape[1]
-        o, l = attention_one(q[b], k[b, :n], v[b, :n], slopes=_slopes(alibi, b), **kw)
+        o, l = attention_one(q[b], k[b, :n], v[b, :n], slopes=_slopes(alibi, b), keep=_keep(keep, b, q[b], k[b, :n]),
+                             dropout_p=dropout_p, **kw)
         outs.append(o)
         lses.append(l)
     return torch.stack(outs), torch.stack(lses)
+
+
+def _keep(keep, b, q, k):
+    return None if keep is None else keep[b, :, :q.shape[0], :k.shape[0]]
 
 
 def _slopes(alibi, b):

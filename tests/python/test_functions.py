@@ -181,8 +181,8 @@ def test_merge_states_of_two_key_halves_is_the_whole():
 
 def test_bad_inputs_say_what_was_wrong():
     q, k = randn(1, 8, 2, 64), randn(1, 8, 2, 64)
-    with pytest.raises(NotImplementedError, match="dropout_p"):
-        attune.flash_attn_func(q, k, k, dropout_p=0.1)
+    with pytest.raises(attune.InvalidArgument, match=r"dropout_p: got 1.0; expected a probability in \[0, 1\)"):
+        attune.flash_attn_func(q, k, k, dropout_p=1.0)
     with pytest.raises(ValueError, match="head_dim"):  # attune.InvalidArgument is a ValueError
         attune.flash_attn_func(q, randn(1, 8, 2, 32), randn(1, 8, 2, 32))
     with pytest.raises(attune.InvalidArgument, match="dtypes"):

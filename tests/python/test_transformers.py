@@ -29,7 +29,7 @@ else:
 
 import attune  # noqa: E402
 import attune.transformers  # noqa: E402,F401  (registers "attune")
-from conftest import assert_accurate, max_error, rounding_floor  # noqa: E402
+from conftest import assert_accurate, max_error, randn, rounding_floor  # noqa: E402
 
 SEQ, PAD, NEW = 12, 4, 8  # prompt length, left padding of the second row, generated tokens
 SMALL = dict(vocab_size=96, hidden_size=64, intermediate_size=64, num_hidden_layers=2, num_attention_heads=4,
@@ -211,8 +211,6 @@ def _qkv(batch=1, seq=5, heads=2, dim=16):
 def test_unsupported_inputs_raise_naming_the_argument():
     f = attune.transformers.attention
     q, k, v = _qkv()
-    with pytest.raises(NotImplementedError, match="dropout"):
-        f(_Module(), q, k, v, None, dropout=0.1)
     dense = torch.zeros(1, 1, 5, 5)
     with pytest.raises(NotImplementedError, match="attention_mask.*4-D"):
         f(_Module(), q, k, v, dense)
@@ -220,6 +218,18 @@ def test_unsupported_inputs_raise_naming_the_argument():
         f(_Module(), q, k, v, None, output_attentions=True)
     with pytest.raises(NotImplementedError, match="position_bias"):
         f(_Module(), q, k, v, None, position_bias=torch.zeros(1, 2, 5, 5))
+
+
+def test_dropout_in_training_passes_through():
+    f = attune.transformers.attention
+    q, k, v = (randn(1, 2, 12, 16, seed=s) for s in (40, 41, 42))  # [B, H, S, D]
+    plain, _ = f(_Module(), q, k, v, None)
+    torch.manual_seed(4)
+    dropped, _ = f(_Module(), q, k, v, None, dropout=0.3)
+    assert not torch.equal(plain, dropped), "dropout changes the output"
+    torch.manual_seed(4)
+    assert torch.equal(f(_Module(), q, k, v, None, dropout=0.3)[0], dropped), "torch.manual_seed repeats it"
+    assert torch.equal(f(_Module(), q, k, v, None, dropout=0.0)[0], plain), "eval (dropout 0): no dropout"
 
 
 def test_masks_attune_cannot_serve_are_refused_not_dropped():

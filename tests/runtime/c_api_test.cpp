@@ -6,9 +6,11 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -16,6 +18,7 @@
 #include "generator/variants.h"
 #include "reference/accuracy.h"
 #include "runtime/cuda/cuda_driver.h"
+#include "templates/dropout.h"
 #include "tests/support/decode_cases.h"
 
 namespace attune {
@@ -390,6 +393,126 @@ TEST(CApiTest, ScoreModifiersTravelInTheProblem) {
             ATTUNE_ERROR_INVALID_ARGUMENT);
   EXPECT_NE(std::string(attune_last_error()).find("softcap: got -2"), std::string::npos) << attune_last_error();
   attune_runtime_destroy(rt);
+}
+
+// Dropout through attune_problem (p, seed, offset) and attune_buffers'
+// rng_state: the emulator's forward keeps what the reference keeps (it
+// draws the same mask), a plan run with the state in backend memory equals
+// the convenience call with it in the problem, and another offset drops
+// other elements.
+TEST(CApiTest, DropoutTravelsInTheProblemAndTheBuffers) {
+  attune_runtime* rt = nullptr;
+  ASSERT_EQ(attune_runtime_create("emu", 0, &rt), ATTUNE_OK) << attune_last_error();
+  attune_problem p;
+  attune_problem_init(&p);
+  EXPECT_EQ(p.dropout_p, 0.0);  // attune_problem_init's default: no dropout
+  p.batch = 2;
+  p.seqlen_q = 24;
+  p.seqlen_k = 40;
+  p.heads_q = 2;
+  p.heads_kv = 1;
+  p.head_dim_k = 32;
+  p.head_dim_v = 32;
+  p.mask = ATTUNE_MASK_CAUSAL_BOTTOM_RIGHT;
+  p.dropout_p = 0.3;
+  p.seed = 0x1234567890ABCDEFULL;
+  p.offset = 7;
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal;
+  const auto random_bits = [&](std::size_t n) {
+    std::vector<std::uint16_t> bits(n);
+    for (auto& b : bits) b = float_to_bits(DType::kBF16, normal(gen));
+    return bits;
+  };
+  const std::vector<std::uint16_t> q = random_bits(2 * 24 * 2 * 32), k = random_bits(2 * 40 * 32),
+                                   v = random_bits(2 * 40 * 32);
+  const auto as_double = [](const std::vector<std::uint16_t>& bits) {
+    std::vector<double> out;
+    for (std::uint16_t b : bits) out.push_back(bits_to_float(DType::kBF16, b));
+    return out;
+  };
+  const std::vector<double> q64 = as_double(q), k64 = as_double(k), v64 = as_double(v);
+  const auto reference_of = [&](const attune_problem& problem) {
+    std::vector<double> o(q.size());
+    EXPECT_EQ(attune_reference_forward(&problem, q64.data(), k64.data(), v64.data(), o.data(), nullptr), ATTUNE_OK)
+        << attune_last_error();
+    return o;
+  };
+  const auto max_diff = [](const std::vector<double>& a, const std::vector<double>& b) {
+    double worst = 0;
+    for (std::size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+    return worst;
+  };
+  std::vector<std::uint16_t> o(q.size());
+  std::vector<float> lse(2 * 2 * 24);
+  ASSERT_EQ(attune_forward(rt, &p, q.data(), k.data(), v.data(), o.data(), lse.data(), nullptr), ATTUNE_OK)
+      << attune_last_error();
+  const std::vector<double> want = reference_of(p);
+  EXPECT_LT(max_diff(as_double(o), want), 0.05) << "the emulator drops what the reference drops";
+  attune_problem other = p;
+  other.offset = 8;
+  EXPECT_GT(max_diff(want, reference_of(other)), 0.1) << "another offset, another mask";
+  attune_problem plain = p;
+  plain.dropout_p = 0;
+  EXPECT_GT(max_diff(want, reference_of(plain)), 0.1) << "dropout changes the output";
+
+  // A plan run reads {seed, offset} from the buffers, in place of the problem's.
+  attune_problem planned = p;
+  planned.seed = 0;
+  planned.offset = 0;
+  attune_plan* plan = nullptr;
+  ASSERT_EQ(attune_plan_create(rt, &planned, nullptr, &plan), ATTUNE_OK) << attune_last_error();
+  std::size_t bytes = 0;
+  ASSERT_EQ(attune_plan_workspace_size(plan, &bytes), ATTUNE_OK);
+  std::vector<float> workspace((bytes + 3) / 4 + 4);
+  const std::uint64_t state[2] = {p.seed, p.offset};
+  std::vector<std::uint16_t> o_run(q.size());
+  attune_buffers b{};
+  b.q = q.data();
+  b.k = k.data();
+  b.v = v.data();
+  b.o = o_run.data();
+  b.lse = lse.data();
+  b.rng_state = state;
+  ASSERT_EQ(attune_plan_run(rt, plan, &b, nullptr, bytes ? workspace.data() : nullptr, bytes, nullptr), ATTUNE_OK)
+      << attune_last_error();
+  EXPECT_EQ(o_run, o) << "rng_state {seed, offset} = the problem's seed and offset";
+  attune_plan_destroy(plan);
+
+  p.dropout_p = 1.0;
+  EXPECT_EQ(attune_forward(rt, &p, q.data(), k.data(), v.data(), o.data(), lse.data(), nullptr),
+            ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attune_last_error()).find("dropout_p: got 1"), std::string::npos) << attune_last_error();
+  attune_runtime_destroy(rt);
+}
+
+// The host keep mask is templates/dropout.h's decision at every position.
+TEST(CApiTest, TheKeepMaskIsTheKernelsDecision) {
+  constexpr int64_t kBatch = 2, kHeads = 3, kRows = 19, kKeys = 21;
+  std::vector<std::uint8_t> keep(kBatch * kHeads * kRows * kKeys, 7);
+  ASSERT_EQ(attune_dropout_keep_mask(0.4, 99, 3, kBatch, kHeads, kRows, kKeys, keep.data()), ATTUNE_OK)
+      << attune_last_error();
+  const DropoutParams d = dropout_params(0.4, 99, 3);
+  std::size_t at = 0, kept = 0;
+  for (int64_t b = 0; b < kBatch; ++b) {
+    for (int64_t h = 0; h < kHeads; ++h) {
+      for (int64_t i = 0; i < kRows; ++i) {
+        for (int64_t j = 0; j < kKeys; ++j, ++at) {
+          ASSERT_EQ(keep[at], dropout_keeps(d, b, h, kHeads, i, j) ? 1 : 0) << b << " " << h << " " << i << " " << j;
+          kept += keep[at];
+        }
+      }
+    }
+  }
+  EXPECT_GT(kept, 0U);
+  EXPECT_LT(kept, keep.size());
+  EXPECT_EQ(attune_dropout_keep_mask(1.0, 0, 0, 1, 1, 1, 1, keep.data()), ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attune_last_error()).find("dropout_p: got 1; expected a probability in [0, 1)"),
+            std::string::npos)
+      << attune_last_error();
+  EXPECT_EQ(attune_dropout_keep_mask(0.5, 0, 0, 1, -2, 1, 1, keep.data()), ATTUNE_ERROR_INVALID_ARGUMENT);
+  EXPECT_NE(std::string(attune_last_error()).find("heads_q got -2"), std::string::npos) << attune_last_error();
+  EXPECT_EQ(attune_dropout_keep_mask(0.5, 0, 0, 1, 1, 2, 2, nullptr), ATTUNE_ERROR_INVALID_ARGUMENT);
 }
 
 }  // namespace

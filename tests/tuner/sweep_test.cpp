@@ -323,6 +323,45 @@ TEST(TunerTest, ModifierSetsAreTunedUnderTheirOwnKeysAndDispatched) {
   }
 }
 
+// Dropout is a modifier set of its own: its problems carry p (the sweep's
+// `dropout`), its variants compile it in, it is tuned under its own key and
+// dispatched from it; the decode kernels have none.
+TEST(TunerTest, DropoutIsTunedUnderItsOwnKeyAndDispatched) {
+  SweepSpec spec = spec_of({{"head_dims", "32"}, {"seqlens", "48"}, {"modifiers", "none, dropout"}}, 2);
+  EXPECT_EQ(spec.dropout, 0.1);
+  set_axis(spec, "dropout", "0.25");
+  for (const char* bad : {"0", "1", "-0.5", "0.2,0.3", "half"}) {
+    EXPECT_NE(testing::error_of([&] { set_axis(spec, "dropout", bad); }).find("expected one probability in (0, 1)"),
+              std::string::npos)
+        << bad;
+  }
+  testing::EmuTuning emu("attune_dropout_tuner");
+  for (const char* op : {"fwd", "bwd"}) {
+    set_axis(spec, "op", op);
+    const std::vector<Task> tasks = plan(spec, emu.runtime.arch());
+    ASSERT_EQ(tasks.size(), 4U) << op;
+    for (const Task& t : tasks) {
+      const bool dropout = t.problem.modifiers.dropout();
+      EXPECT_EQ(t.problem.modifiers.dropout_p, dropout ? 0.25 : 0.0);
+      EXPECT_EQ(t.variant.id().ends_with(".dropout1"), dropout) << t.variant.id();
+      EXPECT_EQ(problem_key(task_op(t), t.problem).to_string().ends_with("/dropout"), dropout);
+    }
+    EXPECT_EQ(run_sweep(tasks, emu.runtime, emu.db, {.repetitions = 1}).failed, 0U) << op;
+  }
+  ASSERT_EQ(emu.db.best_for_device(kEmulatorDeviceKey).size(), 4U);  // (fwd, bwd) x (none, dropout)
+  const DbTunedSource source(emu.db);
+  const Runtime tuned({.backend = Backend::kEmu, .tuned = &source});
+  set_axis(spec, "op", "fwd");
+  const Task with = plan(spec, emu.runtime.arch()).back();
+  ASSERT_TRUE(with.problem.modifiers.dropout());
+  const DispatchChoice choice = tuned.explain(with.problem);
+  EXPECT_EQ(choice.rule, DispatchRule::kTuned) << choice.detail;
+  EXPECT_TRUE(choice.variant.id().ends_with(".dropout1")) << choice.variant.id();
+  set_axis(spec, "op", "decode");
+  EXPECT_NE(testing::error_of([&] { (void)plan(spec, emu.runtime.arch()); }).find("without dropout"),
+            std::string::npos);
+}
+
 TEST(TunerTest, BackwardWithSinksRunsItsGateOnTheEmulator) {
   SweepSpec spec = spec_of({{"op", "bwd"},
                             {"head_dims", "32"},

@@ -57,7 +57,7 @@ TEST(WorkerProtocolTest, OtherLinesAndBrokenResultsAreNoResult) {
 }
 
 // An isolated worker rebuilds the task's problem from these arguments:
-// its score modifiers travel too, c with every digit.
+// its score modifiers travel too, c and dropout's p with every digit.
 TEST(WorkerProtocolTest, ArgumentsCarryTheModifiersAndTheirC) {
   const auto args_of = [](std::uint8_t bits, double softcap) {
     SweepSpec spec;
@@ -79,6 +79,11 @@ TEST(WorkerProtocolTest, ArgumentsCarryTheModifiersAndTheirC) {
   EXPECT_EQ(value_of(all, "--modifiers"), "softcap+sinks+alibi");
   EXPECT_EQ(std::stod(value_of(all, "--softcap")), 1.0 / 3.0);
   EXPECT_NE(value_of(all, "--variant").find(".softcap1.sinks1.alibi1"), std::string::npos);
+  EXPECT_EQ(value_of(all, "--dropout"), "(absent)");
+  const std::vector<std::string> dropout = args_of(kModDropout, 30);
+  EXPECT_EQ(value_of(dropout, "--modifiers"), "dropout");
+  EXPECT_EQ(std::stod(value_of(dropout, "--dropout")), SweepSpec{}.dropout);
+  EXPECT_TRUE(value_of(dropout, "--variant").ends_with(".dropout1")) << value_of(dropout, "--variant");
 }
 
 }  // namespace

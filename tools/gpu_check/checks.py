@@ -19,11 +19,13 @@ def sequences(q_len, k_len, cu_q=None, cu_k=None, batch=1):
     return [(cu_q[b], cu_q[b + 1] - cu_q[b], cu_k[b], cu_k[b + 1] - cu_k[b]) for b in range(len(cu_q) - 1)]
 
 
-def attention(q, k, v, mask, scale, cu_q=None, cu_k=None, storage=None):
+def attention(q, k, v, mask, scale, cu_q=None, cu_k=None, storage=None, weights=None):
     """O [..., Hq, Dv] and LSE [B, Hq, Sq] (packed: [Hq, T]) of the contract.
     q, k, v: [B, S, H, D] (or packed [T, H, D]) in any float dtype; the math
     runs in float64 (storage None) or, with storage = the input dtype, the
-    naive way: scores and probabilities rounded to it, fp32 accumulation."""
+    naive way: scores and probabilities rounded to it, fp32 accumulation.
+    weights [B, Hq, Sq, Sk] (dense only): dropout's, 0 or 1 / (1 - p), on P
+    after the softmax (LSE without them)."""
     import torch
     packed = cu_q is not None
     if not packed:
@@ -62,6 +64,10 @@ def attention(q, k, v, mask, scale, cu_q=None, cu_k=None, storage=None):
         p = e / torch.where(l > 0, l, torch.ones_like(l))
         if storage is not None:
             p = p.to(storage).to(work)
+        if weights is not None:
+            p = p * weights[b].to(work)
+            if storage is not None:
+                p = p.to(storage).to(work)
         ob = torch.matmul(p, vh).permute(1, 0, 2)                              # [ql, Hq, Dv]
         row_lse = torch.where(l[..., 0] > 0, m_safe[..., 0] + torch.log(l[..., 0]),
                               torch.full_like(l[..., 0], -math.inf))

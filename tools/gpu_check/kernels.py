@@ -2,7 +2,7 @@
 compile ahead into the bundle's kernel cache:
 
   BUNDLE/kernels.bounded.txt  smoke, sm90 and sweep checks (built with the wait bound)
-  BUNDLE/kernels.txt          the timed variants (production builds)
+  BUNDLE/kernels.txt          the timed variants (production builds), the dropout step's
 
 Each line is "ID@DTYPE" for `attune variants compile --from`. The
 dispatcher's choices come from attune's own explain on an sm_90a device (the
@@ -27,11 +27,12 @@ def _meta(torch, case):
     return [torch.empty(s, dtype=dt, device="meta") for s in shapes]
 
 
-def dispatched(rt, torch, case):
+def dispatched(rt, torch, case, dropout=0.0, backward=False):
     q, k, v = _meta(torch, case)
     mask = case["mask"] if case["mask"] != "varlen" else "none"
     prob = binding.Problem(q, k, v, mask, case.get("cu_q"), case.get("cu_k"))
-    return rt.explain(prob).split()[0]
+    prob.c.dropout_p = dropout
+    return (rt.explain_backward(prob) if backward else rt.explain(prob)).split()[0]
 
 
 def write(args):
@@ -60,6 +61,11 @@ def write(args):
                 add(production, dispatched(rt, torch, plan.timing_case(d, dtype, causal, args.dry_run)), dtype)
             for vid in sm90_ids + [fa2]:
                 add(production, vid, dtype)
+    checks_, timing = plan.dropout_cases(args.dry_run)
+    for case in checks_ + timing:  # the dropout step's forward and backward, with and without it
+        for p in (0.0, plan.DROPOUT_P):
+            for backward in (False, True):
+                add(production, dispatched(rt, torch, case, p, backward), case["dtype"])
     for name, items in (("kernels.bounded.txt", bounded), ("kernels.txt", production)):
         with open(os.path.join(args.bundle, name), "w") as f:
             f.write("# compiled ahead by tools/gpu_bundle.sh (tools/gpu_check/kernels.py)\n")

@@ -2,7 +2,8 @@
 
 Steps run in order of what they teach (facts, compile ahead, smoke, the
 Hopper primitives, flash_fwd_sm90 correctness, the variants to time,
-ceilings, forward speed, decode, backward, python, the gtest programs), each
+ceilings, forward speed, decode, backward, dropout, python, the gtest
+programs), each
 in its own process group under its own limit, cut to what is left of the
 overall deadline; a step that no longer fits is skipped and says so. A step
 that outlives its limit is killed with its whole group (its workers and
@@ -33,6 +34,7 @@ STEPS = [
     ("forward", 100, 90, 20),
     ("decode", 35, 60, 10),
     ("backward", 60, 90, 15),
+    ("dropout", 45, 60, 15),
     ("python", 40, 60, 15),
     ("tests", 60, 30, 15),
 ]

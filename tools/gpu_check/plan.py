@@ -134,3 +134,17 @@ def bwd_cases(dry):
     timing = [dict(b=8, sq=4096, sk=4096, hq=16, hkv=16, d=d, dtype="bf16", mask=m)
               for d in (64, 128) for m in ("none", "causal")]
     return checks, timing
+
+
+DROPOUT_P = 0.1
+
+
+def dropout_cases(dry):
+    """(check cases, timing cases) of the dropout step: a small causal GQA
+    check, and the backward's timing shape with and without dropout."""
+    if dry:
+        return ([dict(b=1, sq=40, sk=40, hq=2, hkv=1, d=64, dtype="bf16", mask="causal")],
+                [dict(b=1, sq=64, sk=64, hq=1, hkv=1, d=64, dtype="bf16", mask="none")])
+    checks = [dict(b=2, sq=300, sk=300, hq=4, hkv=2, d=d, dtype="bf16", mask="causal") for d in (64, 128)]
+    timing = [dict(b=8, sq=4096, sk=4096, hq=16, hkv=16, d=128, dtype="bf16", mask=m) for m in ("none", "causal")]
+    return checks, timing

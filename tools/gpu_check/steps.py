@@ -493,6 +493,45 @@ def step_backward(args):
     return st.done()
 
 
+def step_dropout(args):
+    st = Step(args, "dropout", "Dropout (forward and backward with p = %g)" % plan.DROPOUT_P)
+    checks_, timing = plan.dropout_cases(args.dry_run)
+    jobs = [{"name": "dropout.check.d%d.%s" % (c["d"], c["mask"]), "kind": "dropout", "case": c, "check": True,
+             "p": plan.DROPOUT_P} for c in checks_]
+    jobs += [{"name": "dropout.time.d%d.%s" % (c["d"], c["mask"]), "kind": "dropout", "case": c, "p": plan.DROPOUT_P,
+              "launches": 1 if args.dry_run else 5, "reps": 2 if args.dry_run else 7} for c in timing]
+    st.text("Correctness: the dispatched forward against the fp64 oracle with the host's copy of the mask (the "
+            "accuracy rule), the backward plan's dQ, dK, dV against float64 autograd of the same formula. Timing: "
+            "per-launch median ms of plans with and without dropout on the same inputs, and SDPA flash's.", "",
+            "| job | variant | result | plain fwd ms | dropout fwd ms | plain bwd ms | dropout bwd ms | "
+            "SDPA flash fwd ms (plain / dropout) | SDPA flash bwd ms (plain / dropout) |",
+            "|---|---|---|---|---|---|---|---|---|")
+    for r in jobs_in_worker(args, st, jobs, "dropout", args.time_limit):
+        if r["status"] not in ("ok", "failed"):
+            st.fail(r["name"])
+            st.text(*failure_lines(r))
+            continue
+        res = r["result"]
+        if "errors" in res:
+            e = res["errors"]
+            verdict = "%s; dQ %.2e, dK %.2e, dV %.2e %s" % (res["text"], e["dq"], e["dk"], e["dv"],
+                                                             "ok" if res["ok"] else "FAIL")
+            st.row("| %s | %s | %s | | | | | | |" % (r["name"], res["variant"], verdict),
+                   "%s %s" % (r["name"], verdict), name=r["name"], **{k: v for k, v in res.items() if k != "case"})
+            if not res["ok"]:
+                st.fail(r["name"])
+        if "plain" in res:
+            a, b = res["plain"], res["dropout"]
+            sp, sd = res.get("sdpa_flash_plain", {}), res.get("sdpa_flash_dropout", {})
+            st.row("| %s | %s | | %.3f | %.3f | %.3f | %.3f | %s / %s | %s / %s |" % (
+                r["name"], res["variant"], a["fwd_ms"], b["fwd_ms"], a["bwd_ms"], b["bwd_ms"],
+                _ms(sp.get("fwd_ms", float("nan"))), _ms(sd.get("fwd_ms", float("nan"))),
+                _ms(sp.get("bwd_ms", float("nan"))), _ms(sd.get("bwd_ms", float("nan")))),
+                "%s dropout/plain fwd %.2f bwd %.2f" % (r["name"], b["fwd_ms"] / a["fwd_ms"], b["bwd_ms"] / a["bwd_ms"]),
+                name=r["name"], **{k: v for k, v in res.items() if k != "case"})
+    return st.done()
+
+
 # ------------------------------------------------------------------ python, gtest programs
 
 def step_python(args):
@@ -562,4 +601,5 @@ def _text(x):
 
 STEPS = {"facts": step_facts, "compile": step_compile, "smoke": step_smoke, "primitives": step_primitives,
          "sm90": step_sm90, "sweep": step_sweep_check, "ceilings": step_ceilings, "forward": step_forward,
-         "decode": step_decode, "backward": step_backward, "python": step_python, "tests": step_tests}
+         "decode": step_decode, "backward": step_backward, "dropout": step_dropout, "python": step_python,
+         "tests": step_tests}

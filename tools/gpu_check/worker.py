@@ -13,7 +13,9 @@ lost, so the worker records it and exits (status 3) instead of going on.
 
 Jobs (built by plan.py): fwd_check (one variant on one case against the
 fp64 oracle, with diagnostics and the emulator's output on failure),
-fwd_time (variants, SDPA flash and cuDNN on the same inputs), decode, bwd.
+fwd_time (variants, SDPA flash and cuDNN on the same inputs), decode, bwd,
+dropout (forward and backward with dropout: checked, and timed beside the
+plain ones).
 Planted faults for the rehearsal: ATTUNE_GPU_CHECK_PLANT="hang@NAME,sticky@NAME,wrong@NAME"
 (a job that never returns, a sticky CUDA error through the fake driver, an
 output with one 8 x 8 group per tile off by 1).
@@ -377,7 +379,119 @@ def job_bwd(ctx, job, emit):
     return result
 
 
-JOBS = {"fwd_check": job_fwd_check, "fwd_time": job_fwd_time, "decode": job_decode, "bwd": job_bwd}
+DROPOUT_SEED, DROPOUT_OFFSET = 0x243F6A8885A308D3, 8
+
+
+def with_dropout(prob, p):
+    """The problem with dropout p under the check's fixed seed and offset."""
+    prob.c.dropout_p, prob.c.seed, prob.c.offset = p, DROPOUT_SEED, DROPOUT_OFFSET
+    return prob
+
+
+def dropout_weights(ctx, case, p):
+    """[B, Hq, Sq, Sk] float64: 1 / (1 - p) where the kernels keep an element
+    under the check's seed and offset, 0 where they drop it (the host's copy
+    of the kernels' Philox decision, attune._dropout.keep_mask)."""
+    from attune import _dropout
+    keep = _dropout.keep_mask(p, DROPOUT_SEED, DROPOUT_OFFSET, case["b"], case["hq"], case["sq"], case["sk"])
+    return (ctx.torch.from_numpy(keep).to(ctx.torch.float64) / (1.0 - p)).to(ctx.dev)
+
+
+def dropout_oracle_grads(ctx, q, k, v, d_o, causal, weights):
+    """dQ, dK, dV of the dropout forward in float64 autograd: O = (softmax(S) W) V."""
+    torch = ctx.torch
+    qf, kf, vf = (x.double().detach().requires_grad_() for x in (q, k, v))
+    group = q.shape[2] // k.shape[2]
+    qh = qf.transpose(1, 2)
+    kh = kf.transpose(1, 2).repeat_interleave(group, dim=1)
+    vh = vf.transpose(1, 2).repeat_interleave(group, dim=1)
+    s = torch.matmul(qh, kh.transpose(-1, -2)) / math.sqrt(q.shape[-1])
+    if causal:
+        sq, sk = s.shape[-2], s.shape[-1]
+        i = torch.arange(sq, device=s.device).view(-1, 1)
+        j = torch.arange(sk, device=s.device).view(1, -1)
+        s = s.masked_fill(j > i + (sk - sq), -math.inf)
+    out = torch.matmul(torch.softmax(s, dim=-1) * weights, vh)
+    out.backward(d_o.double().transpose(1, 2))
+    return qf.grad, kf.grad, vf.grad
+
+
+def job_dropout(ctx, job, emit):
+    """Dropout (p = job["p"]): a correctness case (the dispatched forward
+    against the fp64 oracle with the host's mask, the backward plan's
+    gradients against float64 autograd of the same formula), or a timing case
+    (forward and backward plans with and without dropout on the same inputs,
+    and SDPA flash with and without dropout)."""
+    torch = ctx.torch
+    case, p = job["case"], job["p"]
+    causal = case["mask"] == "causal"
+    stream = ctx.stream()
+    q, k, v, plain = make_case(ctx, case, 31)
+    drop = with_dropout(binding.Problem(q, k, v, prob_mask(case)), p)
+    g = torch.Generator(device="cpu").manual_seed(32)
+    d_o = torch.randn(q.shape, generator=g).to(q.dtype).to(ctx.dev)
+    result = {"case": case, "p": p, "variant": ctx.rt.explain(drop).split()[0]}
+    if job.get("check", False):
+        o, lse = outputs(ctx, q, v, drop)
+        ctx.rt.forward(drop, q, k, v, o, lse, None, stream)
+        ctx.sync()
+        w = dropout_weights(ctx, case, p)
+        scale = 1.0 / math.sqrt(case["d"])
+        mask = "causal" if causal else "none"
+        ref = checks.attention(q, k, v, mask, scale, weights=w)
+        naive = checks.attention(q, k, v, mask, scale, storage=q.dtype, weights=w)
+        ok, text, numbers = checks.within_rule((o, lse), ref, naive)
+        result.update({"ok": ok, "text": text, **numbers})
+        grads = [torch.full_like(x, float("nan")) for x in (q, k, v)]
+        bwd = ctx.rt.plan(drop, "bwd")
+        bwd.run(stream, q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, dq=grads[0], dk=grads[1], dv=grads[2])
+        ctx.sync()
+        want = dropout_oracle_grads(ctx, q, k, v, d_o, causal, w)
+        errs = [((gr.double() - wg).norm() / wg.norm()).item() for gr, wg in zip(grads, want)]
+        result["errors"] = dict(zip(("dq", "dk", "dv"), errs))
+        result["ok"] = ok and all(math.isfinite(e) and e <= 2e-2 for e in errs)
+        result["bwd_plan"] = bwd.description
+        emit(result)
+        return result
+    launches, reps = job.get("launches", 5), job.get("reps", 7)
+    fl = fwd_flops(case)
+    for label, prob in (("plain", plain), ("dropout", drop)):
+        o, lse = outputs(ctx, q, v, prob)
+        fwd = ctx.rt.plan(prob, "fwd")
+        ms, spread = time_launches(ctx, lambda: fwd.run(stream, q=q, k=k, v=v, o=o, lse=lse), [()], launches, reps)
+        grads = [torch.empty_like(x) for x in (q, k, v)]
+        bwd = ctx.rt.plan(prob, "bwd")
+        bms, bspread = time_launches(ctx, lambda: bwd.run(stream, q=q, k=k, v=v, o=o, lse=lse, d_o=d_o, dq=grads[0],
+                                                          dk=grads[1], dv=grads[2]), [()], launches, reps)
+        result[label] = {"fwd_plan": fwd.description, "fwd_ms": ms, "fwd_spread_ms": spread,
+                         "fwd_tflops": tflops(fl, ms), "bwd_plan": bwd.description, "bwd_ms": bms,
+                         "bwd_spread_ms": bspread, "bwd_tflops": tflops(2.5 * fl, bms)}
+        emit({"timed": label, **result[label]})
+    try:
+        import torch.nn.functional as F
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        qs, ks, vs = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+        for label, dp in (("sdpa_flash_plain", 0.0), ("sdpa_flash_dropout", p)):
+            with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
+                fms, _ = time_launches(ctx, lambda: F.scaled_dot_product_attention(qs, ks, vs, dropout_p=dp,
+                                                                                   is_causal=causal), [()],
+                                       launches, reps)
+                out = F.scaled_dot_product_attention(qs, ks, vs, dropout_p=dp, is_causal=causal)
+                dot = d_o.transpose(1, 2)
+                bms, _ = time_launches(ctx, lambda: torch.autograd.grad(out, (qs, ks, vs), dot, retain_graph=True),
+                                       [()], launches, reps)
+            result[label] = {"fwd_ms": fms, "bwd_ms": bms}
+            emit({"timed": label, **result[label]})
+    except RuntimeError as e:
+        if is_cuda_error(e):
+            raise
+        result["sdpa_error"] = str(e)[:200]
+    result["sm_clock_mhz"] = ctx.sm_clock_mhz()
+    return result
+
+
+JOBS = {"fwd_check": job_fwd_check, "fwd_time": job_fwd_time, "decode": job_decode, "bwd": job_bwd,
+        "dropout": job_dropout}
 
 
 def is_cuda_error(e):
