@@ -66,8 +66,9 @@ void check_key(const ProblemKey& key) {
   check_range("batch_heads_log2", key.batch_heads_log2, 0, kMaxBucketLog2);
   // modifier_names would drop an unknown bit, merging its key into another.
   if ((key.modifiers & ~kModKnown) != 0) {
-    throw InvalidArgument("tuning database: modifiers is " + std::to_string(key.modifiers) +
-                          "; expected a combination of kModSoftcap (1), kModSinks (2), kModAlibi (4) and kModDropout (8)");
+    throw InvalidArgument(
+        "tuning database: modifiers is " + std::to_string(key.modifiers) +
+        "; expected a combination of kModSoftcap (1), kModSinks (2), kModAlibi (4) and kModDropout (8)");
   }
 }
 

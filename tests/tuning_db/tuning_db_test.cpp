@@ -705,7 +705,8 @@ TEST(TuningDbTest, MergeKeepsModifiersApart) {
   EXPECT_EQ(a.db.measurements(h200().key, sinks.key).at(0).problem, sinks);
   EXPECT_EQ(a.db.measurements(h200().key, problem_record().key).size(), 1u);
   EXPECT_TRUE(a.db.verify().ok());
-  EXPECT_EQ(RawDb(path_a).column("SELECT modifiers FROM problems ORDER BY id"), "none\nsinks\nsoftcap+sinks+alibi+dropout\n");
+  EXPECT_EQ(RawDb(path_a).column("SELECT modifiers FROM problems ORDER BY id"),
+            "none\nsinks\nsoftcap+sinks+alibi+dropout\n");
 
   const MergeReport again = a.db.merge_from(path_b);
   EXPECT_EQ(again.problems + again.measurements, 0);
