@@ -178,11 +178,7 @@ ReferenceOutput run_flash_fwd(const testing::Inputs& in, void (*kernel)(Params),
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)));
   const FlashFwdParams params = flash_fwd_params(p, {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}, {});
   emu::Emulator emulator;
-  emulator.register_buffer("Q", in.q.data(), in.q.size() * 2);
-  emulator.register_buffer("K", in.k.data(), in.k.size() * 2);
-  emulator.register_buffer("V", in.v.data(), in.v.size() * 2);
-  emulator.register_buffer("O", o.data(), o.size() * 2);
-  emulator.register_buffer("LSE", lse.data(), lse.size() * 4);
+  testing::register_forward_buffers(emulator, in, o, lse);
   emulator.launch(kernel, flash_fwd_launch(p, v), std::bit_cast<Params>(params));
   ReferenceOutput out;
   for (std::uint16_t bits : o) out.o.push_back(bits_to_float(p.dtype, bits));

@@ -8,6 +8,7 @@
 #include "emulator/emulator.h"
 #include "flash_fwd_missing_barrier.cuh"
 #include "runtime/launch/flash_fwd_params.h"
+#include "tests/support/emu_forward.h"
 #include "tests/support/families.h"
 
 namespace attune {
@@ -19,11 +20,7 @@ TEST(FlashFwdPlantedBugTest, MissingBarrierBetweenStagesIsARace) {
   std::vector<std::uint16_t> o(static_cast<std::size_t>(o_extent(p)));
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)));
   emu::Emulator emulator;
-  emulator.register_buffer("Q", in.q.data(), in.q.size() * 2);
-  emulator.register_buffer("K", in.k.data(), in.k.size() * 2);
-  emulator.register_buffer("V", in.v.data(), in.v.size() * 2);
-  emulator.register_buffer("O", o.data(), o.size() * 2);
-  emulator.register_buffer("LSE", lse.data(), lse.size() * 4);
+  testing::register_forward_buffers(emulator, in, o, lse);
   const FlashFwdParams params = flash_fwd_params(p, {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}, {});
   const LaunchConfig config = flash_fwd_launch(p, parse_variant_id("flash_fwd/d32.bm64.bn32.wm4.wn1.st2.qr0"));
   EXPECT_NO_THROW(emulator.launch(&flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, 0, 0, 0, 0>, config, params));

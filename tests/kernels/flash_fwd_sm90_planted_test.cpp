@@ -17,6 +17,7 @@
 #include "flash_fwd_sm90_tile_twice.cuh"
 #include "flash_fwd_sm90_wrong_parity.cuh"
 #include "runtime/launch/flash_fwd_sm90_params.h"
+#include "tests/support/emu_forward.h"
 #include "tests/support/families.h"
 #include "tests/support/tma_layout.h"
 
@@ -38,13 +39,7 @@ struct PlantedRun {
   LaunchConfig config = flash_fwd_sm90_launch(params.tiles, variant, 132);
 
   AttentionBuffers buffers() { return {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}; }
-  void describe(emu::Emulator& e) {
-    e.register_buffer("Q", in.q.data(), in.q.size() * 2);
-    e.register_buffer("K", in.k.data(), in.k.size() * 2);
-    e.register_buffer("V", in.v.data(), in.v.size() * 2);
-    e.register_buffer("O", o.data(), o.size() * 2);
-    e.register_buffer("LSE", lse.data(), lse.size() * 4);
-  }
+  void describe(emu::Emulator& e) { testing::register_forward_buffers(e, in, o, lse); }
 };
 
 // The dynamic scheduler on 4 CTAs over 18 tiles (2 sequences, 3 heads, 3

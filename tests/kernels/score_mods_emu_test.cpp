@@ -81,16 +81,6 @@ void expect_within_rule(const testing::Inputs& in, const Variant& variant, int s
   EXPECT_TRUE(within_accuracy_rule(got, want, naive, 2.0, &why)) << what << " with " << variant.id() << ": " << why;
 }
 
-// Q, K, V, O and LSE for a launch by hand (the emulator checks every access).
-void register_buffers(emu::Emulator& emulator, const testing::Inputs& in, std::vector<std::uint16_t>& o,
-                      std::vector<float>& lse) {
-  emulator.register_buffer("Q", in.q.data(), in.q.size() * 2);
-  emulator.register_buffer("K", in.k.data(), in.k.size() * 2);
-  emulator.register_buffer("V", in.v.data(), in.v.size() * 2);
-  emulator.register_buffer("O", o.data(), o.size() * 2);
-  emulator.register_buffer("LSE", lse.data(), lse.size() * 4);
-}
-
 testing::Inputs with_modifiers(testing::Family family, const ScoreModifiers& m) {
   family.options.modifiers = m;
   return testing::make_inputs(family);
@@ -189,7 +179,7 @@ TEST(ScoreModsEmuTest, PlantedCombineWithoutTheSinkIsCaught) {
     const AttentionBuffers b{in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), d.sinks.data(), nullptr};
     const DeviceMetadata metadata{.seqlens_k = p.seqlens_k.data(), .block_table = p.block_table.data()};
     emu::Emulator emulator;
-    register_buffers(emulator, in, o, lse);
+    testing::register_forward_buffers(emulator, in, o, lse);
     emulator.register_buffer("split workspace", workspace.data(), workspace.size() * 4);
     emulator.register_buffer("sinks", d.sinks.data(), d.sinks.size() * 4);
     emulator.register_buffer("seqlens_k", p.seqlens_k.data(), p.seqlens_k.size() * 4);
@@ -229,7 +219,7 @@ TEST(ScoreModsEmuTest, PlantedSoftcapAfterTheMaskIsCaught) {
   std::vector<float> lse(static_cast<std::size_t>(lse_extent(p)));
   const FlashFwdParams params = flash_fwd_params(p, {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}, {});
   emu::Emulator emulator;
-  register_buffers(emulator, in, o, lse);
+  testing::register_forward_buffers(emulator, in, o, lse);
   emulator.launch(&softcap_after_mask::flash_fwd<32, 64, 32, 4, 1, 2, 0, Bf16, kAtRunTime, kAtRunTime, kAtRunTime, 0>,
                   flash_fwd_launch(p, v), std::bit_cast<softcap_after_mask::FlashFwdParams>(params));
   ReferenceOutput got;

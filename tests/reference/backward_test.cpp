@@ -442,12 +442,16 @@ TEST(BackwardModifiersTest, FiniteDifferenceCheckCatchesWrongModifierGradients) 
   EXPECT_FALSE(check.mismatches(no_dsink).empty());
 }
 
-TEST(BackwardModifiersTest, StorageOverloadPassesModifiers) {
-  const Case c = modifier_cases()[1];  // packed, every modifier
-  AttentionProblem p = problem_of(c);
-  p.dtype = DType::kBF16;
-  Tensors t = random_tensors(p, 41);
-  for (auto* x : {&t.q, &t.k, &t.v, &t.d_o}) {
+// Random tensors the problem's 16-bit dtype holds exactly: as fp64 values
+// and as the dtype's bit patterns.
+struct StoredTensors {
+  Tensors values;
+  std::vector<std::uint16_t> q, k, v, d_o;
+};
+
+StoredTensors stored_tensors(const AttentionProblem& p, unsigned seed) {
+  StoredTensors t{random_tensors(p, seed), {}, {}, {}, {}};
+  for (auto* x : {&t.values.q, &t.values.k, &t.values.v, &t.values.d_o}) {
     for (double& e : *x) e = round_to(p.dtype, static_cast<float>(e));
   }
   const auto bits = [&](const std::vector<double>& x) {
@@ -455,14 +459,31 @@ TEST(BackwardModifiersTest, StorageOverloadPassesModifiers) {
     for (std::size_t i = 0; i < x.size(); ++i) out[i] = float_to_bits(p.dtype, static_cast<float>(x[i]));
     return out;
   };
-  const std::vector<std::uint16_t> q = bits(t.q), k = bits(t.k), v = bits(t.v), d_o = bits(t.d_o);
-  const ReferenceGradients got = reference_backward(p, q.data(), k.data(), v.data(), d_o.data(), t.modifiers());
-  const ReferenceGradients want = backward(p, t);
+  t.q = bits(t.values.q);
+  t.k = bits(t.values.k);
+  t.v = bits(t.values.v);
+  t.d_o = bits(t.values.d_o);
+  return t;
+}
+
+// The 16-bit overload on values the dtype holds exactly gives the fp64
+// overload's gradients, bit for bit (modifiers, dropout and dsink included).
+void expect_storage_overload_matches(const Case& c, unsigned seed) {
+  AttentionProblem p = problem_of(c);
+  p.dtype = DType::kBF16;
+  const StoredTensors t = stored_tensors(p, seed);
+  const ReferenceGradients got =
+      reference_backward(p, t.q.data(), t.k.data(), t.v.data(), t.d_o.data(), t.values.modifiers());
+  const ReferenceGradients want = backward(p, t.values);
   EXPECT_EQ(got.dq, want.dq);
   EXPECT_EQ(got.dk, want.dk);
   EXPECT_EQ(got.dv, want.dv);
-  ASSERT_EQ(got.dsink.size(), at(p.heads_q));
+  ASSERT_EQ(got.dsink.size(), p.modifiers.sinks ? at(p.heads_q) : 0U);
   EXPECT_EQ(got.dsink, want.dsink);
+}
+
+TEST(BackwardModifiersTest, StorageOverloadPassesModifiers) {
+  expect_storage_overload_matches(modifier_cases()[1], 41);  // packed, every modifier
 }
 
 TEST(BackwardModifiersTest, MissingOrNonFiniteValuesAreInvalidArguments) {
@@ -550,25 +571,7 @@ TEST(BackwardDropoutTest, FiniteDifferenceCheckCatchesWrongDropoutGradients) {
 }
 
 TEST(BackwardDropoutTest, StorageOverloadPassesDropout) {
-  const Case c = dropout_cases()[2];  // packed, every modifier and dropout
-  AttentionProblem p = problem_of(c);
-  p.dtype = DType::kBF16;
-  Tensors t = random_tensors(p, 67);
-  for (auto* x : {&t.q, &t.k, &t.v, &t.d_o}) {
-    for (double& e : *x) e = round_to(p.dtype, static_cast<float>(e));
-  }
-  const auto bits = [&](const std::vector<double>& x) {
-    std::vector<std::uint16_t> out(x.size());
-    for (std::size_t i = 0; i < x.size(); ++i) out[i] = float_to_bits(p.dtype, static_cast<float>(x[i]));
-    return out;
-  };
-  const std::vector<std::uint16_t> q = bits(t.q), k = bits(t.k), v = bits(t.v), d_o = bits(t.d_o);
-  const ReferenceGradients got = reference_backward(p, q.data(), k.data(), v.data(), d_o.data(), t.modifiers());
-  const ReferenceGradients want = backward(p, t);
-  EXPECT_EQ(got.dq, want.dq);
-  EXPECT_EQ(got.dk, want.dk);
-  EXPECT_EQ(got.dv, want.dv);
-  EXPECT_EQ(got.dsink, want.dsink);
+  expect_storage_overload_matches(dropout_cases()[2], 67);  // packed, every modifier and dropout
 }
 
 // The accuracy rule's naive storage-dtype backward drops the same elements:
@@ -578,21 +581,13 @@ TEST(BackwardDropoutTest, NaiveStorageBackwardAppliesTheSameMask) {
   for (const Case& c : dropout_cases()) {
     AttentionProblem p = problem_of(c);
     p.dtype = DType::kBF16;
-    Tensors t = random_tensors(p, 69);
-    for (auto* x : {&t.q, &t.k, &t.v, &t.d_o}) {
-      for (double& e : *x) e = round_to(p.dtype, static_cast<float>(e));
-    }
-    const auto bits = [&](const std::vector<double>& x) {
-      std::vector<std::uint16_t> out(x.size());
-      for (std::size_t i = 0; i < x.size(); ++i) out[i] = float_to_bits(p.dtype, static_cast<float>(x[i]));
-      return out;
-    };
-    const std::vector<std::uint16_t> q = bits(t.q), k = bits(t.k), v = bits(t.v), d_o = bits(t.d_o);
-    const ReferenceGradients naive = naive_storage_backward(p, q.data(), k.data(), v.data(), d_o.data(), t.modifiers());
-    const ReferenceGradients want = backward(p, t);
+    const StoredTensors t = stored_tensors(p, 69);
+    const ReferenceGradients naive =
+        naive_storage_backward(p, t.q.data(), t.k.data(), t.v.data(), t.d_o.data(), t.values.modifiers());
+    const ReferenceGradients want = backward(p, t.values);
     AttentionProblem undropped = p;
     undropped.modifiers.dropout_p = 0;
-    const ReferenceGradients plain = backward(undropped, t);
+    const ReferenceGradients plain = backward(undropped, t.values);
     const GradientErrors near = gradient_errors(naive, want);
     const GradientErrors far = gradient_errors(naive, plain);
     EXPECT_TRUE(near.mismatch.empty()) << c.name << ": " << near.mismatch;

@@ -11,12 +11,24 @@
 #include <vector>
 
 #include "core/error.h"
+#include "emulator/emulator.h"
 #include "reference/accuracy.h"
 #include "reference/reference.h"
 #include "runtime/launch/emu_backend.h"
 #include "tests/support/families.h"
 
 namespace attune::testing {
+
+// Q, K, V, O and LSE of a forward launched by hand, described to the
+// emulator (which checks every access against them).
+inline void register_forward_buffers(emu::Emulator& emulator, const Inputs& in, std::vector<std::uint16_t>& o,
+                                     std::vector<float>& lse) {
+  emulator.register_buffer("Q", in.q.data(), in.q.size() * 2);
+  emulator.register_buffer("K", in.k.data(), in.k.size() * 2);
+  emulator.register_buffer("V", in.v.data(), in.v.size() * 2);
+  emulator.register_buffer("O", o.data(), o.size() * 2);
+  emulator.register_buffer("LSE", lse.data(), lse.size() * 4);
+}
 
 // splits 0: the forward kernel; otherwise the decode kernel with that many splits.
 // `mods`: the score modifiers' tensors the problem uses.

@@ -83,6 +83,17 @@ def jobs_in_worker(args, st, jobs, name, job_limit, bounded=False):
                             worker_env(args, bounded))
 
 
+def finished(st, results):
+    """The results of jobs that ran to the end (passed or failed their check);
+    a job that hung, died or raised fails the step with its lines."""
+    for r in results:
+        if r["status"] in ("ok", "failed"):
+            yield r
+        else:
+            st.fail(r["name"])
+            st.text(*failure_lines(r))
+
+
 def failure_lines(r):
     """Report lines for a job that did not pass: what, where, and why."""
     job = r.get("job", {})
@@ -434,11 +445,7 @@ def step_decode(args):
             "copy ceiling (%s)." % (case["b"], case["sk"], case["hq"], case["hkv"], case["d"], case["dtype"],
                                     "%.0f GB/s" % (peak / 1e9) if peak else "not measured"), "",
             "| splits | plan | ms | GB/s of K and V | share of copy |", "|---|---|---|---|---|")
-    for r in jobs_in_worker(args, st, [job], "decode", args.time_limit):
-        if r["status"] not in ("ok", "failed"):
-            st.fail(r["name"])
-            st.text(*failure_lines(r))
-            continue
+    for r in finished(st, jobs_in_worker(args, st, [job], "decode", args.time_limit)):
         res = r["result"]
         st.row("| correctness | %s | | %s | |" % (res["plan"], res["text"]), "correct=%s %s" % (res["ok"], res["text"]),
                kind="correctness", ok=res["ok"], text=res["text"])
@@ -470,11 +477,7 @@ def step_backward(args):
             "(O and LSE precomputed); TFLOP/s from 2.5x the forward's FLOPs.", "",
             "| job | plan | result | attune ms | TFLOP/s | deterministic ms | SDPA flash bwd ms | SDPA / attune |",
             "|---|---|---|---|---|---|---|---|")
-    for r in jobs_in_worker(args, st, jobs, "backward", args.time_limit):
-        if r["status"] not in ("ok", "failed"):
-            st.fail(r["name"])
-            st.text(*failure_lines(r))
-            continue
+    for r in finished(st, jobs_in_worker(args, st, jobs, "backward", args.time_limit)):
         res = r["result"]
         if "errors" in res:
             e = res["errors"]
@@ -506,11 +509,7 @@ def step_dropout(args):
             "| job | variant | result | plain fwd ms | dropout fwd ms | plain bwd ms | dropout bwd ms | "
             "SDPA flash fwd ms (plain / dropout) | SDPA flash bwd ms (plain / dropout) |",
             "|---|---|---|---|---|---|---|---|---|")
-    for r in jobs_in_worker(args, st, jobs, "dropout", args.time_limit):
-        if r["status"] not in ("ok", "failed"):
-            st.fail(r["name"])
-            st.text(*failure_lines(r))
-            continue
+    for r in finished(st, jobs_in_worker(args, st, jobs, "dropout", args.time_limit)):
         res = r["result"]
         if "errors" in res:
             e = res["errors"]
