@@ -21,6 +21,7 @@
 #include "emulator/emulator.h"
 #include "reference/accuracy.h"
 #include "reference/backward_accuracy.h"
+#include "runtime/dispatch/heuristics.h"
 #include "runtime/launch/flash_fwd_params.h"
 #include "tests/support/emu_backward.h"
 #include "tests/support/emu_forward.h"
@@ -165,6 +166,34 @@ TEST(DropoutEmuTest, BackwardRegeneratesTheForwardsMask) {
           << v.id() << " on " << family.name << ": " << why;
     }
   }
+}
+
+// Dropout beside the score modifiers: the forward with softcap, sinks and
+// ALiBi, the backward with softcap (its tanh's derivative) and ALiBi.
+TEST(DropoutEmuTest, TheScoreModifiersAndDropoutTogether) {
+  ScoreModifiers all = dropout();
+  all.softcap = 4.0;
+  all.sinks = true;
+  all.alibi = AlibiSlopes::kPerHead;
+  const testing::Inputs in = testing::make_inputs(gqa_causal(all));
+  const std::vector<float> sinks = {0.5F, -1.0F, 1.5F, 0.0F};
+  const std::vector<float> slopes = {0.25F, 0.125F, 0.0625F, 0.03125F};
+  const ModifierTensors tensors{sinks.data(), slopes.data()};
+  const std::uint8_t bits = modifier_bits(all);
+  const Variant v = heuristic_variant("fwd", in.problem.dtype, 64, 64, require_arch("sm_90a"), bits);
+  EXPECT_EQ(v.modifiers, bits) << v.id();
+  const ReferenceOutput want = reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data(), tensors);
+  const ReferenceOutput naive = naive_storage_attention(in.problem, in.q.data(), in.k.data(), in.v.data(), tensors);
+  std::string why;
+  EXPECT_TRUE(within_accuracy_rule(testing::run_on_emulator(in, v, 0, tensors), want, naive, 2.0, &why))
+      << v.id() << ": " << why;
+
+  ScoreModifiers capped = dropout();
+  capped.softcap = 4.0;
+  const testing::BackwardInputs bin = testing::make_backward_inputs(gqa_causal(capped, 40));
+  const Variant bv =
+      heuristic_backward_variant(DType::kBF16, 40, 40, require_arch("sm_90a"), false, modifier_bits(capped));
+  EXPECT_TRUE(gradients_within_rule(bin, testing::run_backward_on_emulator(bin, bv), &why)) << bv.id() << ": " << why;
 }
 
 // ---- planted bugs (copies of the templates with one change each) ----
