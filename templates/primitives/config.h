@@ -47,12 +47,13 @@
 namespace attune {
 
 using i32 = int;
+using u8 = unsigned char;
 using u16 = unsigned short;
 using u32 = unsigned int;
 using i64 = long long;
 using u64 = unsigned long long;
 
-static_assert(sizeof(u16) == 2 && sizeof(u32) == 4 && sizeof(u64) == 8, "fixed-width types");
+static_assert(sizeof(u8) == 1 && sizeof(u16) == 2 && sizeof(u32) == 4 && sizeof(u64) == 8, "fixed-width types");
 
 // Block and grid coordinates, as CUDA's dim3.
 struct Dim3 {

@@ -2,6 +2,7 @@
 // sm_80 and later. Included only when compiling device code.
 #pragma once
 
+#include "templates/fp8.h"
 #include "templates/primitives/bounds_report.h"
 #include "templates/primitives/config.h"
 
@@ -155,6 +156,52 @@ ATTUNE_DEVICE float unpack_lo(u32 pair) {
 template <class D>
 ATTUNE_DEVICE float unpack_hi(u32 pair) {
   return to_float<D>(static_cast<u16>(pair >> 16));
+}
+
+// FP8 (templates/fp8.h). cvt to and from .e4m3x2/.e5m2x2 needs sm_89: these
+// are templates an sm_80 module never instantiates, and instantiating one
+// there fails here rather than in ptxas.
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890 && !defined(ATTUNE_GEN)
+inline constexpr bool kFp8Conversions = false;
+#else
+inline constexpr bool kFp8Conversions = true;
+#endif
+// Read at instantiation, so only a call from sm_80 code fails.
+template <Fp8>
+inline constexpr bool kFp8Instantiable = kFp8Conversions;
+
+// cvt.rn.satfinite: round to nearest even, +-MAX_NORM past the largest
+// finite magnitude and for +-inf, NaN to 0x7F; lo in bits 0..7.
+template <Fp8 F>
+ATTUNE_DEVICE u16 pack_fp8x2(float lo, float hi) {
+  static_assert(kFp8Instantiable<F>, "fp8 conversions need sm_89 or later");
+  u16 r;
+  if constexpr (F == Fp8::kE4M3) {
+    asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  } else {
+    asm("cvt.rn.satfinite.e5m2x2.f32 %0, %1, %2;" : "=h"(r) : "f"(hi), "f"(lo));
+  }
+  return r;
+}
+// Both bytes widened to fp16 (exact), byte 0 to bits 0..15: an fp16 pair.
+template <Fp8 F>
+ATTUNE_DEVICE u32 fp8x2_to_half2(u16 pair) {
+  static_assert(kFp8Instantiable<F>, "fp8 conversions need sm_89 or later");
+  u32 r;
+  if constexpr (F == Fp8::kE4M3) {
+    asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(pair));
+  } else {
+    asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(r) : "h"(pair));
+  }
+  return r;
+}
+template <Fp8 F>
+ATTUNE_DEVICE float unpack_fp8x2_lo(u16 pair) {
+  return unpack_lo<Fp16>(fp8x2_to_half2<F>(pair));
+}
+template <Fp8 F>
+ATTUNE_DEVICE float unpack_fp8x2_hi(u16 pair) {
+  return unpack_hi<Fp16>(fp8x2_to_half2<F>(pair));
 }
 
 namespace block {

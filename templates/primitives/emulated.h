@@ -10,6 +10,7 @@
 #include <source_location>
 #include <type_traits>
 
+#include "templates/fp8.h"
 #include "templates/primitives/bounds_report.h"
 #include "templates/primitives/config.h"
 
@@ -152,6 +153,25 @@ float unpack_lo(u32 pair) {
 template <class D>
 float unpack_hi(u32 pair) {
   return to_float<D>(static_cast<u16>(pair >> 16));
+}
+
+// FP8, bit for bit as cvt.rn.satfinite.{e4m3x2,e5m2x2}.f32 and
+// cvt.rn.f16x2.{e4m3x2,e5m2x2} (templates/fp8.h).
+template <Fp8 F>
+u16 pack_fp8x2(float lo, float hi) {
+  return attune::pack_fp8x2(lo, hi, F);
+}
+template <Fp8 F>
+u32 fp8x2_to_half2(u16 pair) {
+  return fp8x2_to_half2_bits(pair, F);
+}
+template <Fp8 F>
+float unpack_fp8x2_lo(u16 pair) {
+  return unpack_lo<Fp16>(fp8x2_to_half2<F>(pair));
+}
+template <Fp8 F>
+float unpack_fp8x2_hi(u16 pair) {
+  return unpack_hi<Fp16>(fp8x2_to_half2<F>(pair));
 }
 
 namespace block {

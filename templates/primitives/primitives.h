@@ -28,6 +28,8 @@
 //   float fmax(float, float);                         // max.f32 (FMNMX): NaN only when both are
 //   u32 pack2<Fp16|Bf16>(float lo, float hi);         // cvt.rn, round to nearest even
 //   float unpack_lo<D>(u32), unpack_hi<D>(u32), to_float<D>(u16);  u16 to_bits<D>(float);
+//   u16 pack_fp8x2<Fp8::kE4M3|kE5M2>(float lo, float hi);  // cvt.rn.satfinite (sm_89+; templates/fp8.h)
+//   u32 fp8x2_to_half2<F>(u16);  float unpack_fp8x2_lo<F>(u16), unpack_fp8x2_hi<F>(u16);
 //   block::sync();                                    // bar.sync 0
 //   warp::shfl_xor(T, lane_mask), warp::shfl_idx(T, src_lane)   (T: u32, i32, float)
 //   warp::reduce_max(float), warp::reduce_sum(float)

@@ -46,6 +46,7 @@ class AttuneGenTest : public ::testing::Test {
     fs::copy(fs::path(ATTUNE_SOURCE_DIR) / "templates" / "primitives", root_ / "templates" / "primitives",
              fs::copy_options::recursive);
     fs::copy(fs::path(ATTUNE_SOURCE_DIR) / "templates" / "mask.h", root_ / "templates" / "mask.h");
+    fs::copy(fs::path(ATTUNE_SOURCE_DIR) / "templates" / "fp8.h", root_ / "templates" / "fp8.h");  // cuda.h's
   }
   void TearDown() override { fs::remove_all(root_); }
 
