@@ -4,6 +4,7 @@
 #include <cstdint>
 
 #include "core/error.h"
+#include "tuner/sweep.h"
 
 namespace attune::cli {
 
@@ -61,13 +62,9 @@ ScoreModifiers parse_modifiers(const std::string& names, std::optional<double> s
     bits = *parsed;
   }
   if (softcap) bits |= kModSoftcap;
-  ScoreModifiers m;
-  if ((bits & kModSoftcap) != 0) m.softcap = softcap.value_or(30.0);
-  m.sinks = (bits & kModSinks) != 0;
-  m.alibi = (bits & kModAlibi) != 0 ? AlibiSlopes::kPerHead : AlibiSlopes::kNone;
-  // Dropout's p and seed change no choice of kernel: any p > 0 names the feature.
-  if ((bits & kModDropout) != 0) m.dropout_p = kNamedDropoutP;
-  return m;
+  // The sweep's values of a named set (c 30, ALiBi per head, dropout 0.1):
+  // dropout's p and seed change no choice of kernel, any p > 0 names it.
+  return tuner::sweep_modifiers(bits, softcap.value_or(tuner::SweepSpec{}.softcap));
 }
 
 std::optional<tuning_db::TuningDb> open_db_for_dispatch(const std::string& flag) {

@@ -22,9 +22,8 @@ Mask parse_mask(const std::string& causal, const std::string& window);
 
 // --modifiers (none, or softcap, sinks, alibi, dropout joined by '+') and
 // --softcap (c; 30 when softcap is named without it) as the modifiers of a
-// problem described by flags alone (explain): ALiBi slopes per query head,
-// dropout with p = kNamedDropoutP.
-inline constexpr double kNamedDropoutP = 0.1;
+// problem described by flags alone (explain): a sweep's problem of that set
+// (tuner::sweep_modifiers: ALiBi slopes per query head, dropout p 0.1).
 ScoreModifiers parse_modifiers(const std::string& names, std::optional<double> softcap);
 
 // The tuning database named by a --db flag (created if missing), or, with
