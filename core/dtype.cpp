@@ -4,17 +4,40 @@
 #include <cmath>
 
 #include "core/enum_names.h"
+#include "templates/fp8.h"
 
 namespace attune {
 
-constexpr NamedValue<DType> kDTypeNames[] = {{DType::kF16, "fp16"}, {DType::kBF16, "bf16"}};
+constexpr NamedValue<DType> kDTypeNames[] = {
+    {DType::kF16, "fp16"}, {DType::kBF16, "bf16"}, {DType::kE4M3, "e4m3"}, {DType::kE5M2, "e5m2"}};
 
 std::string_view to_string(DType dtype) { return name_of(kDTypeNames, dtype); }
 
 std::optional<DType> parse_dtype(std::string_view name) {
   if (name == "fp16" || name == "float16" || name == "half") return DType::kF16;
   if (name == "bf16" || name == "bfloat16") return DType::kBF16;
+  if (name == "e4m3" || name == "float8_e4m3fn" || name == "fp8_e4m3") return DType::kE4M3;
+  if (name == "e5m2" || name == "float8_e5m2" || name == "fp8_e5m2") return DType::kE5M2;
   return std::nullopt;
+}
+
+constexpr std::string_view kKvInfix = "-kv-";
+
+std::string storage_name(DType dtype, std::optional<DType> kv_dtype) {
+  std::string name(to_string(dtype));
+  if (kv_dtype && *kv_dtype != dtype) name += std::string(kKvInfix) + std::string(to_string(*kv_dtype));
+  return name;
+}
+
+std::optional<StorageName> parse_storage_name(std::string_view name) {
+  const std::size_t at = name.find(kKvInfix);
+  const std::optional<DType> dtype = parse_dtype(name.substr(0, at));
+  if (!dtype || to_string(*dtype) != name.substr(0, at)) return std::nullopt;  // canonical names only
+  if (at == std::string_view::npos) return StorageName{*dtype, std::nullopt};
+  const std::string_view kv_name = name.substr(at + kKvInfix.size());
+  const std::optional<DType> kv = parse_dtype(kv_name);
+  if (!kv || to_string(*kv) != kv_name || *kv == *dtype) return std::nullopt;
+  return StorageName{*dtype, kv};
 }
 
 namespace {
@@ -101,11 +124,27 @@ float bfloat16_bits_to_float(std::uint16_t bits) {
   return std::bit_cast<float>(static_cast<std::uint32_t>(bits) << 16);
 }
 
+namespace {
+Fp8 fp8_format(DType dtype) { return dtype == DType::kE4M3 ? Fp8::kE4M3 : Fp8::kE5M2; }
+}  // namespace
+
 std::uint16_t float_to_bits(DType dtype, float value) {
+  if (is_fp8(dtype)) return float_to_fp8_satfinite(value, fp8_format(dtype));
   return dtype == DType::kF16 ? float_to_half_bits(value) : float_to_bfloat16_bits(value);
 }
 
+std::vector<std::uint8_t> storage_bytes(DType dtype, std::span<const std::uint16_t> slots) {
+  std::vector<std::uint8_t> bytes;
+  bytes.reserve(slots.size() * static_cast<std::size_t>(element_bytes(dtype)));
+  for (std::uint16_t s : slots) {
+    bytes.push_back(static_cast<std::uint8_t>(s));
+    if (!is_fp8(dtype)) bytes.push_back(static_cast<std::uint8_t>(s >> 8));
+  }
+  return bytes;
+}
+
 float bits_to_float(DType dtype, std::uint16_t bits) {
+  if (is_fp8(dtype)) return fp8_to_float(static_cast<std::uint8_t>(bits), fp8_format(dtype));
   return dtype == DType::kF16 ? half_bits_to_float(bits) : bfloat16_bits_to_float(bits);
 }
 

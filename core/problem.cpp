@@ -422,6 +422,8 @@ AttentionProblem make_problem(std::span<const int64_t> q_shape, std::span<const 
 
   AttentionProblem p;
   p.dtype = options.dtype;
+  p.kv_dtype = options.kv_dtype;
+  p.descale_strides = options.descale_strides;
   p.batch = batch;
   p.seqlen_q = q_shape[oq];
   p.seqlen_k = k_shape[o];
@@ -533,8 +535,32 @@ void check_modifier_values(const AttentionProblem& p, const ModifierTensors& ten
 }
 
 void validate(const AttentionProblem& p) {
-  if (p.dtype != DType::kF16 && p.dtype != DType::kBF16) {
-    reject("dtype", "enum value " + str(static_cast<int64_t>(p.dtype)), "fp16 or bf16");
+  if (p.dtype != DType::kF16 && p.dtype != DType::kBF16 && !is_fp8(p.dtype)) {
+    reject("dtype", "enum value " + str(static_cast<int64_t>(p.dtype)), "fp16, bf16, e4m3 or e5m2");
+  }
+  if (p.kv_dtype) {
+    const DType kv = *p.kv_dtype;
+    if (!is_fp8(kv) && kv != DType::kF16 && kv != DType::kBF16) {
+      reject("kv dtype", "enum value " + str(static_cast<int64_t>(kv)), "fp16, bf16, e4m3 or e5m2");
+    }
+    // The kernels widen fp8 to the queries' dtype: 16-bit K and V under
+    // other queries would need a second 16-bit type.
+    if (!is_fp8(kv) && kv != p.dtype) {
+      reject("kv dtype", std::string(to_string(kv)) + " under " + std::string(to_string(p.dtype)) + " queries",
+             "the queries' dtype, or e4m3 / e5m2 (an fp8 KV cache)");
+    }
+    if (is_fp8(p.dtype) && kv != p.dtype) {
+      reject("kv dtype", std::string(to_string(kv)) + " under " + std::string(to_string(p.dtype)) + " queries",
+             "K and V in the queries' fp8 format");
+    }
+  }
+  if (p.descale_strides.batch < 0 || p.descale_strides.head < 0) {
+    reject("descale strides", str(p.descale_strides.batch) + ", " + str(p.descale_strides.head),
+           "element strides >= 0 along batch and kv heads");
+  }
+  if (p.has_fp8() && p.modifiers.dropout()) {
+    reject("dropout", "p = " + std::to_string(p.modifiers.dropout_p) + " with fp8 inputs",
+           "no dropout with fp8 inputs (an inference format; the backward takes 16-bit inputs)");
   }
   if (p.batch < 0) reject("batch size B", str(p.batch), "B >= 0");
   if (p.seqlen_q < 0) reject("query length Sq", str(p.seqlen_q), "Sq >= 0");
@@ -661,9 +687,20 @@ void validate_buffers(const AttentionProblem& p, const AttentionBuffers& buffers
     if (ptr == nullptr && elements > 0) reject(std::string(name) + " pointer", "null", "a valid pointer");
   }
   check_modifier_pointers(p, buffers.sinks, buffers.alibi_slopes);
-  const int64_t elem = element_bytes(p.dtype);
-  const ByteSpan inputs[] = {span_of("Q", buffers.q, q_extent(p), elem), span_of("K", buffers.k, k_extent(p), elem),
-                             span_of("V", buffers.v, v_extent(p), elem)};
+  if (!p.has_fp8() && (buffers.q_descale != nullptr || buffers.k_descale != nullptr || buffers.v_descale != nullptr)) {
+    reject("descale pointers", "set for " + std::string(to_string(p.dtype)) + " inputs",
+           "q/k/v descales only with fp8 inputs (dtype or kv dtype e4m3 / e5m2)");
+  }
+  if (!is_fp8(p.dtype) && buffers.q_descale != nullptr) {
+    reject("q descale pointer", "set for " + std::string(to_string(p.dtype)) + " queries",
+           "a q descale only with fp8 queries (an fp8 KV cache takes k and v descales)");
+  }
+  const int64_t q_elem = element_bytes(p.dtype);
+  const int64_t kv_elem = element_bytes(p.k_dtype());
+  const int64_t elem = element_bytes(p.compute_dtype());
+  const ByteSpan inputs[] = {span_of("Q", buffers.q, q_extent(p), q_elem),
+                             span_of("K", buffers.k, k_extent(p), kv_elem),
+                             span_of("V", buffers.v, v_extent(p), kv_elem)};
   const ByteSpan o = span_of("O", buffers.o, o_extent(p), elem);
   const ByteSpan lse =
       span_of("LSE", buffers.lse, buffers.lse != nullptr ? lse_extent(p) : 0, static_cast<int64_t>(sizeof(float)));
@@ -679,6 +716,10 @@ void validate_buffers(const AttentionProblem& p, const AttentionBuffers& buffers
 }
 
 void validate_backward(const AttentionProblem& p) {
+  if (p.has_fp8()) {
+    reject("backward dtype", std::string(to_string(p.dtype)) + " Q with " + std::string(to_string(p.k_dtype())) + " K, V",
+           "fp16 or bf16 (fp8 is a forward and KV-cache format)");
+  }
   if (p.is_paged()) reject("backward K and V", "a paged KV cache", "contiguous K and V [B, Sk, Hkv, D]");
   if (p.is_packed() && !p.has_packed_keys()) {
     reject("backward K and V", "per-sequence keys under packed queries", "packed keys (cu_seqlens_k) too");

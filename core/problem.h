@@ -150,8 +150,26 @@ struct LengthBounds {
   bool operator==(const LengthBounds&) const = default;
 };
 
+// Scale factors of fp8 inputs (docs/contract.md, "FP8 inputs"): an input
+// is its stored value times its descale, a float32 in the buffers' memory
+// at [b, kv_head] with these element strides (0 along an axis the factor
+// does not vary with: both 0 for one per tensor). FlashAttention-3 takes
+// q_descale, k_descale and v_descale of shape (batch, kv heads); vLLM's
+// k_scale and v_scale are one per tensor.
+struct DescaleStrides {
+  int64_t batch = 0;
+  int64_t head = 0;
+  bool operator==(const DescaleStrides&) const = default;
+};
+
 struct AttentionProblem {
-  DType dtype = DType::kBF16;   // storage dtype of Q, K, V and O
+  // Storage dtype of Q, K and V, and of O when 16-bit. fp8 (e4m3, e5m2)
+  // inputs: O is bf16 (compute_dtype).
+  DType dtype = DType::kBF16;
+  // K and V's storage when it differs from Q's: an fp8 KV cache (e4m3 or
+  // e5m2) under fp16 or bf16 queries. Unset: dtype.
+  std::optional<DType> kv_dtype;
+  DescaleStrides descale_strides;  // fp8 inputs: where each [b, kv_head] factor is
   int64_t batch = 1;            // B; packed: number of sequences
   int64_t seqlen_q = 0;         // Sq; packed: total query rows Tq
   int64_t seqlen_k = 0;         // Sk; packed: total key rows Tk
@@ -196,6 +214,11 @@ struct AttentionProblem {
   int64_t max_seqlen_k(bool cache_lengths = false) const;
   double softmax_scale() const;
   int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head
+  DType k_dtype() const { return kv_dtype.value_or(dtype); }  // K's and V's storage
+  bool has_fp8() const { return is_fp8(dtype) || is_fp8(k_dtype()); }
+  // The 16-bit dtype the kernels compute P V in and write O (and dQ, dK,
+  // dV) in: dtype, or bf16 when Q is fp8.
+  DType compute_dtype() const { return is_fp8(dtype) ? DType::kBF16 : dtype; }
   int64_t kv_head_of(int64_t q_head) const { return q_head / group_size(); }
   // Host length arrays only: throws InvalidArgument with device lengths.
   SequenceExtent sequence(int64_t b) const;
@@ -221,6 +244,10 @@ struct AttentionBuffers {
   // place of the problem's (a CUDA graph's replays draw new ones); null:
   // the problem's values.
   const std::uint64_t* rng_state = nullptr;
+  // fp8 inputs: each tensor's descale factors (DescaleStrides); null: 1.
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
 };
 
 // A problem's length arrays in the memory space of the backend that runs it
@@ -276,6 +303,8 @@ struct MergeProblem {
 // What make_problem needs besides the tensor shapes.
 struct ProblemOptions {
   DType dtype = DType::kBF16;
+  std::optional<DType> kv_dtype;   // an fp8 KV cache under 16-bit queries
+  DescaleStrides descale_strides;  // fp8: the descales' layout
   Mask mask = Mask::none();
   std::optional<double> scale;
   std::vector<int32_t> seqlens_k;
@@ -337,11 +366,16 @@ void validate(const MergeProblem& problem, std::span<const void* const> o, std::
 // overlap neither an input nor each other. Paged caches are refused.
 void validate(const AttentionProblem& problem, const BackwardBuffers& buffers);
 
-// Host copies of the modifiers' float32 tensors, as the references and
-// check_modifier_values read them (null when the problem does not use one).
+// Host copies of a forward's float32 side tensors, as the references and
+// check_modifier_values read them (null when the problem does not use one):
+// the modifiers' and fp8 inputs' descales.
 struct ModifierTensors {
   const float* sinks = nullptr;         // [Hq]
   const float* alibi_slopes = nullptr;  // [Hq] or [B, Hq] (AlibiSlopes)
+  // fp8 inputs: at [b, kv_head] by the problem's DescaleStrides; null: 1.
+  const float* q_descale = nullptr;
+  const float* k_descale = nullptr;
+  const float* v_descale = nullptr;
 };
 
 // Checks the values of the modifiers in host memory (the CLI's inputs, the

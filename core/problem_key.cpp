@@ -21,10 +21,11 @@ std::optional<UnknownKeyName> parse_key_names(std::string_view op, std::string_v
   } else {
     return UnknownKeyName{"op", std::string(op), "fwd, decode or bwd"};
   }
-  if (const auto d = parse_dtype(dtype)) {
-    key.dtype = *d;
+  if (const auto d = parse_storage_name(dtype)) {
+    key.dtype = d->dtype;
+    key.kv_dtype = d->kv_dtype;
   } else {
-    return UnknownKeyName{"dtype", std::string(dtype), "fp16 or bf16"};
+    return UnknownKeyName{"dtype", std::string(dtype), "fp16, bf16, e4m3 or e5m2, or fp16/bf16-kv-e4m3/e5m2"};
   }
   if (const auto m = parse_mask_kind(mask)) {
     key.mask = *m;
@@ -51,6 +52,7 @@ std::uint64_t ProblemKey::hash() const {
   };
   mix(static_cast<std::uint64_t>(op));
   mix(static_cast<std::uint64_t>(dtype));
+  mix(kv_dtype ? static_cast<std::uint64_t>(*kv_dtype) + 1 : 0);
   mix(static_cast<std::uint64_t>(head_dim_k));
   mix(static_cast<std::uint64_t>(head_dim_v));
   mix(static_cast<std::uint64_t>(mask));
@@ -62,7 +64,7 @@ std::uint64_t ProblemKey::hash() const {
 }
 
 std::string ProblemKey::to_string() const {
-  return std::string(attune::to_string(op)) + "/" + std::string(attune::to_string(dtype)) + "/dk" +
+  return std::string(attune::to_string(op)) + "/" + storage_name(dtype, kv_dtype) + "/dk" +
          std::to_string(head_dim_k) + "/dv" + std::to_string(head_dim_v) + "/" + std::string(attune::to_string(mask)) +
          "/sq2^" + std::to_string(seqlen_q_log2) + "/sk2^" + std::to_string(seqlen_k_log2) + "/bh2^" +
          std::to_string(batch_heads_log2) + (modifiers != 0 ? "/" + modifier_names(modifiers) : std::string());
@@ -74,6 +76,7 @@ ProblemKey problem_key(Op op, const AttentionProblem& p) {
   ProblemKey key;
   key.op = op;
   key.dtype = p.dtype;
+  if (p.k_dtype() != p.dtype) key.kv_dtype = p.k_dtype();
   key.head_dim_k = static_cast<std::int32_t>(p.head_dim_k);
   key.head_dim_v = static_cast<std::int32_t>(p.head_dim_v);
   key.mask = p.mask.kind;
@@ -91,7 +94,7 @@ ProblemKey problem_key(Op op, const AttentionProblem& p) {
 }
 
 int bucket_distance(const ProblemKey& a, const ProblemKey& b) {
-  if (a.op != b.op || a.dtype != b.dtype || a.head_dim_k != b.head_dim_k || a.head_dim_v != b.head_dim_v ||
+  if (a.op != b.op || a.dtype != b.dtype || a.kv_dtype != b.kv_dtype || a.head_dim_k != b.head_dim_k || a.head_dim_v != b.head_dim_v ||
       a.mask != b.mask || a.modifiers != b.modifiers) {
     return std::numeric_limits<int>::max();
   }

@@ -20,6 +20,7 @@ std::optional<Op> parse_op(std::string_view name);
 struct ProblemKey {
   Op op = Op::kForward;
   DType dtype = DType::kBF16;
+  std::optional<DType> kv_dtype;  // an fp8 KV cache under 16-bit queries; unset: dtype
   std::int32_t head_dim_k = 0;
   std::int32_t head_dim_v = 0;
   MaskKind mask = MaskKind::kNone;
@@ -34,7 +35,8 @@ struct ProblemKey {
 
   bool operator==(const ProblemKey&) const = default;
   std::uint64_t hash() const;
-  // "fwd/bf16/dk128/dv128/causal-bottom-right/sq2^10/sk2^12/bh2^5", with
+  // "fwd/bf16/dk128/dv128/causal-bottom-right/sq2^10/sk2^12/bh2^5" (the
+  // dtype part is storage_name's: "decode/bf16-kv-e4m3/..."), with
   // "/softcap+sinks" (modifier_names) appended when modifiers are in use
   std::string to_string() const;
 };
@@ -46,7 +48,7 @@ struct UnknownKeyName {
   std::string value;
   const char* expected;
 };
-// Sets key.op, key.dtype and key.mask from their names ("fwd", "bf16",
+// Sets key.op, key.dtype (and kv_dtype) and key.mask from their names ("fwd", "bf16" or "bf16-kv-e4m3",
 // "causal-bottom-right"); the first unknown name, if any (the others are
 // then left as they were).
 std::optional<UnknownKeyName> parse_key_names(std::string_view op, std::string_view dtype, std::string_view mask,

@@ -46,12 +46,16 @@ void combinations(const KernelSpec& kernel, std::size_t index, std::vector<int>&
 }
 
 constexpr std::string_view kPagedName = "paged";
+constexpr std::string_view kFp8Name = "fp8";
 
-// The bit a feature compiles in (its id key is a modifier name, or "paged").
+// The bit a feature compiles in (its id key is a modifier name, "paged" or "fp8").
 std::uint8_t feature_bit(std::string_view feature) {
   if (feature == kPagedName) return kFeaturePaged;
+  if (feature == kFp8Name) return kFeatureFp8;
   const std::optional<std::uint8_t> bits = parse_modifier_names(feature);
-  if (!bits) throw Error("kernel feature '" + std::string(feature) + "' names no score modifier and is not 'paged'");
+  if (!bits) {
+    throw Error("kernel feature '" + std::string(feature) + "' names no score modifier and is not 'paged' or 'fp8'");
+  }
   return *bits;
 }
 
@@ -93,7 +97,8 @@ std::uint8_t supported_modifiers(const KernelSpec& kernel) {
 }
 
 std::uint8_t problem_features(const AttentionProblem& p) {
-  return static_cast<std::uint8_t>(modifier_bits(p.modifiers) | (p.is_paged() ? kFeaturePaged : 0));
+  return static_cast<std::uint8_t>(modifier_bits(p.modifiers) | (p.is_paged() ? kFeaturePaged : 0) |
+                                   (p.has_fp8() ? kFeatureFp8 : 0));
 }
 
 Variant with_problem_features(Variant v, const AttentionProblem& p) {
@@ -132,6 +137,7 @@ Sm90Fit sm90_fit(const AttentionProblem& p) {
   // (The default, 1/sqrt(Dk), is: no square root on the dispatch path.)
   if (p.scale && !(*p.scale > 0)) return {Sm90Fit::Why::kScale};
   if (p.is_paged()) return {Sm90Fit::Why::kPaged};
+  if (p.has_fp8()) return {Sm90Fit::Why::kFp8};
   const std::int64_t d = std::max(p.head_dim_k, p.head_dim_v);
   if (d > max_sm90_head_dim()) return {Sm90Fit::Why::kHeadDim, 0, nullptr, d};
   const bool single_k = p.has_packed_keys() || p.batch <= 1;
@@ -156,6 +162,8 @@ std::string Sm90Fit::reason(const AttentionProblem& p) const {
     }
     case Why::kPaged:
       return "a paged KV cache";
+    case Why::kFp8:
+      return "fp8 inputs (" + storage_name(p.dtype, p.kv_dtype) + "), which the portable kernels widen as they load";
     case Why::kHeadDim:
       return "head dim " + std::to_string(value) + " above " + std::to_string(max_sm90_head_dim());
     case Why::kStride:
@@ -169,8 +177,11 @@ std::string sm90_unfit_reason(const AttentionProblem& problem) { return sm90_fit
 
 std::string feature_names(std::uint8_t bits) {
   const std::uint8_t mods = bits & kModKnown;
-  if ((bits & kFeaturePaged) == 0) return modifier_names(mods);
-  return mods == 0 ? std::string(kPagedName) : modifier_names(mods) + "+" + std::string(kPagedName);
+  std::string names = mods != 0 || (bits & (kFeaturePaged | kFeatureFp8)) == 0 ? modifier_names(mods) : "";
+  for (const auto& [bit, name] : {std::pair{kFeaturePaged, kPagedName}, std::pair{kFeatureFp8, kFp8Name}}) {
+    if ((bits & bit) != 0) names += (names.empty() ? "" : "+") + std::string(name);
+  }
+  return names;
 }
 
 void check_variant_modifiers(const Variant& v, std::uint8_t problem_modifiers) {

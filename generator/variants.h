@@ -38,6 +38,9 @@ std::string known_archs();
 // paged KV cache through its block table ("paged"), compiled in only for
 // problems with a paged cache. Its bit lives beside the modifiers' bits.
 inline constexpr std::uint8_t kFeaturePaged = 0x10;
+// Likewise fp8 inputs ("fp8": an fp8 KV cache, or fp8 Q, K and V), widened
+// to the kernel's 16-bit dtype as they load (templates/flash_tile.cuh).
+inline constexpr std::uint8_t kFeatureFp8 = 0x20;
 
 struct Variant {
   const KernelSpec* kernel = nullptr;
@@ -126,7 +129,7 @@ void check_variant_fits(const Variant& variant, int dk, int dv, const ArchLimits
 // the launch asks again with the call's pointers.
 // What keeps a problem off flash_fwd_sm90, and the one value that says why.
 struct Sm90Fit {
-  enum class Why : std::uint8_t { kFits, kModifiers, kScale, kPaged, kHeadDim, kStride };
+  enum class Why : std::uint8_t { kFits, kModifiers, kScale, kPaged, kFp8, kHeadDim, kStride };
   Why why = Why::kFits;
   char tensor = 0;               // kStride: 'Q', 'K', 'V' or 'O'
   const char* stride = nullptr;  // kStride: "row", "head" or "batch"

@@ -20,16 +20,17 @@ namespace attune {
 // `q`, `k`, `v`: 16-bit storage of p.dtype in the problem's layout. Score
 // modifiers apply to the fp32 logit before it is rounded; a sink joins the
 // fp32 sum; dropout scales the rounded probability (rounded again).
-inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const std::uint16_t* q_bits,
-                                               const std::uint16_t* k_bits, const std::uint16_t* v_bits,
-                                               const ModifierTensors& modifiers = {}) {
-  if (p.is_paged()) {
-    const UnpagedKv cache = unpage_kv(p, k_bits, v_bits);
-    return naive_storage_attention(cache.problem, q_bits, cache.k.data(), cache.v.data(), modifiers);
-  }
+// The loops of naive_storage_attention: `read(which, offset)` gives element
+// `offset` of Q (0), K (1) or V (2) as a float, intermediates rounded to
+// `dtype`. Contiguous or packed K and V.
+template <class Read>
+ReferenceOutput naive_attention(const AttentionProblem& p, DType dtype, const Read& read,
+                                const ModifierTensors& modifiers) {
   const ModifierValues mods(p, modifiers);
-  const auto round = [&](float x) { return round_to(p.dtype, x); };
-  const auto f = [&](const std::uint16_t* t, int64_t off) { return bits_to_float(p.dtype, t[off]); };
+  const auto round = [&](float x) { return round_to(dtype, x); };
+  constexpr int kQ = 0;
+  constexpr int kK = 1;
+  constexpr int kV = 2;
   ReferenceOutput out;
   const int64_t batches = p.is_packed() ? 1 : p.batch;
   out.o.assign(static_cast<std::size_t>(batches * p.seqlen_q * p.heads_q * p.head_dim_v), 0.0);
@@ -50,8 +51,8 @@ inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const 
         for (int64_t j = keys.begin; j < keys.end; ++j) {
           float dot = 0;
           for (int64_t d = 0; d < p.head_dim_k; ++d) {
-            dot += f(q_bits, element_offset(p.q_strides, b, s.q_begin + i, h) + d) *
-                   f(k_bits, element_offset(p.k_strides, b, s.k_begin + j, p.kv_head_of(h)) + d);
+            dot += read(kQ, element_offset(p.q_strides, b, s.q_begin + i, h) + d) *
+                   read(kK, element_offset(p.k_strides, b, s.k_begin + j, p.kv_head_of(h)) + d);
           }
           logits.push_back(round(static_cast<float>(mods.cap(dot * scale) + mods.bias(b, h, i, j, s))));
           max_logit = std::max(max_logit, logits.back());
@@ -65,7 +66,7 @@ inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const 
             float prob = round(std::exp(logits[static_cast<std::size_t>(j - keys.begin)] - max_logit) / sum);
             // Dropout as a framework applies it: to the rounded probability, rounded again.
             if (mods.has_dropout()) prob = round(static_cast<float>(prob * mods.dropout_weight(b, h, i, j)));
-            acc += prob * f(v_bits, element_offset(p.v_strides, b, s.k_begin + j, p.kv_head_of(h)) + d);
+            acc += prob * read(kV, element_offset(p.v_strides, b, s.k_begin + j, p.kv_head_of(h)) + d);
           }
           out.o[static_cast<std::size_t>(reference_o_index(p, b, row, h) + d)] = round(acc);
         }
@@ -74,6 +75,30 @@ inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const 
     }
   }
   return out;
+}
+
+// fp8 inputs (one element per 16-bit slot, as reference_forward takes them)
+// are read as the values dequantize_inputs gives, rounded to float, and the
+// intermediates to the compute dtype: the attention a framework computes
+// after dequantizing, whose error the kernels' is held to.
+inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const std::uint16_t* q_bits,
+                                               const std::uint16_t* k_bits, const std::uint16_t* v_bits,
+                                               const ModifierTensors& modifiers = {}) {
+  if (p.has_fp8()) {
+    const DequantizedInputs in = dequantize_inputs(p, q_bits, k_bits, v_bits, modifiers);
+    const std::vector<double>* tensors[] = {&in.q, &in.k, &in.v};
+    return naive_attention(
+        in.problem, p.compute_dtype(),
+        [&](int which, int64_t offset) { return static_cast<float>((*tensors[which])[static_cast<std::size_t>(offset)]); },
+        modifiers);
+  }
+  if (p.is_paged()) {
+    const UnpagedKv cache = unpage_kv(p, k_bits, v_bits);
+    return naive_storage_attention(cache.problem, q_bits, cache.k.data(), cache.v.data(), modifiers);
+  }
+  const std::uint16_t* tensors[] = {q_bits, k_bits, v_bits};
+  return naive_attention(
+      p, p.dtype, [&](int which, int64_t offset) { return bits_to_float(p.dtype, tensors[which][offset]); }, modifiers);
 }
 
 struct AccuracyErrors {

@@ -114,8 +114,50 @@ int64_t reference_lse_index(const AttentionProblem& p, int64_t b, int64_t row, i
   return (batch_heads + head) * p.seqlen_q + row;
 }
 
+DequantizedInputs dequantize_inputs(const AttentionProblem& p, const std::uint16_t* q, const std::uint16_t* k,
+                                    const std::uint16_t* v, const ModifierTensors& descales) {
+  if (p.is_paged()) {
+    const UnpagedKv cache = unpage_kv(p, k, v);
+    return dequantize_inputs(cache.problem, q, cache.k.data(), cache.v.data(), descales);
+  }
+  DequantizedInputs out{p, {}, {}, {}};
+  const auto factor = [&](const float* descale, int64_t b, int64_t kv_head) {
+    return descale == nullptr ? 1.0
+                              : static_cast<double>(
+                                    descale[b * p.descale_strides.batch + kv_head * p.descale_strides.head]);
+  };
+  // Every element of every sequence's rows (padding rows stay 0: no row reads them).
+  const auto widen = [&](std::vector<double>& to, const std::uint16_t* from, DType dtype, const float* descale,
+                         const TensorStrides& strides, int64_t extent, bool keys, int64_t heads, int64_t dim) {
+    to.assign(static_cast<std::size_t>(extent), 0.0);
+    for (int64_t b = 0; b < p.batch; ++b) {
+      const SequenceExtent seq = p.sequence(b);
+      const int64_t begin = keys ? seq.k_begin : seq.q_begin;
+      const int64_t rows = keys ? seq.k_capacity : seq.q_len;
+      const int64_t batch = (keys ? p.has_packed_keys() : p.is_packed()) ? 0 : b;
+      for (int64_t r = begin; r < begin + rows; ++r) {
+        for (int64_t h = 0; h < heads; ++h) {
+          const double f = factor(descale, b, keys ? h : p.kv_head_of(h));
+          const int64_t at = element_offset(strides, batch, r, h);
+          for (int64_t d = 0; d < dim; ++d) {
+            to[static_cast<std::size_t>(at + d)] = static_cast<double>(bits_to_float(dtype, from[at + d])) * f;
+          }
+        }
+      }
+    }
+  };
+  widen(out.q, q, p.dtype, descales.q_descale, p.q_strides, q_extent(p), false, p.heads_q, p.head_dim_k);
+  widen(out.k, k, p.k_dtype(), descales.k_descale, p.k_strides, k_extent(p), true, p.heads_kv, p.head_dim_k);
+  widen(out.v, v, p.k_dtype(), descales.v_descale, p.v_strides, v_extent(p), true, p.heads_kv, p.head_dim_v);
+  return out;
+}
+
 ReferenceOutput reference_forward(const AttentionProblem& p, const std::uint16_t* q, const std::uint16_t* k,
                                   const std::uint16_t* v, const ModifierTensors& modifiers) {
+  if (p.has_fp8()) {
+    const DequantizedInputs in = dequantize_inputs(p, q, k, v, modifiers);
+    return reference_forward(in.problem, in.q.data(), in.k.data(), in.v.data(), modifiers);
+  }
   if (p.is_paged()) {
     const UnpagedKv cache = unpage_kv(p, k, v);
     return reference_forward(cache.problem, q, cache.k.data(), cache.v.data(), modifiers);

@@ -65,7 +65,11 @@ class ModifierValues {
 // Forward attention in fp64 from Q, K and V stored in problem.dtype (16-bit
 // patterns) in host memory, read with the problem's strides (a paged cache
 // through its block table). `modifiers` holds the host tensors of the
-// problem's score modifiers (sinks, ALiBi slopes) it uses.
+// problem's score modifiers (sinks, ALiBi slopes) it uses. fp8 inputs
+// (problem.dtype or kv_dtype e4m3 / e5m2) hold one element per 16-bit slot,
+// its byte in the low 8 bits (as float_to_bits writes it; see
+// storage_bytes), and are computed on exactly as dequantize_inputs gives
+// them: each stored value times its descale from `modifiers`.
 // With dropout (problem.modifiers.dropout_p > 0), O_i = sum_j P_ij w_ij v_j
 // with P the softmax without dropout and w_ij = dropout_weight(b, h, i, j);
 // LSE is the one without dropout, as the kernels save it for the backward.
@@ -77,6 +81,20 @@ ReferenceOutput reference_forward(const AttentionProblem& problem, const std::ui
 // Contiguous K and V only.
 ReferenceOutput reference_forward(const AttentionProblem& problem, const double* q, const double* k, const double* v,
                                   const ModifierTensors& modifiers = {});
+
+// fp8 inputs as the fp64 values they stand for: each element (Q in
+// problem.dtype, K and V in its k_dtype(), one per 16-bit slot) times its
+// descale at [b, kv_head] (null: 1), with a paged cache gathered into
+// contiguous [B, Sk, Hkv, D] (unpage_kv). The problem returned has those
+// layouts; it keeps its dtypes, which the fp64 reference ignores.
+struct DequantizedInputs {
+  AttentionProblem problem;
+  std::vector<double> q;
+  std::vector<double> k;
+  std::vector<double> v;
+};
+DequantizedInputs dequantize_inputs(const AttentionProblem& problem, const std::uint16_t* q, const std::uint16_t* k,
+                                    const std::uint16_t* v, const ModifierTensors& descales);
 
 // Index of O row (b, row, head) and of LSE entry (b, head, row) in a
 // ReferenceOutput; `row` is the global row (packed: offset by q_begin).

@@ -142,7 +142,7 @@ struct Runtime::Impl {
     s->reason = std::move(reason);
     switch (op) {
       case Op::kForward:
-        s->forward = load_forward(*backend, variant, problem.dtype, compile);
+        s->forward = load_forward(*backend, variant, problem.compute_dtype(), compile);
         s->workspace_bytes = forward_workspace_bytes(s->forward);
         break;
       case Op::kDecode: {
@@ -154,13 +154,13 @@ struct Runtime::Impl {
           }
           split = fixed_split(problem, variant, o.split_size);
         }
-        s->decode = load_decode(*backend, variant, split.splits, problem.dtype, compile, split.split_tiles);
+        s->decode = load_decode(*backend, variant, split.splits, problem.compute_dtype(), compile, split.split_tiles);
         s->workspace_bytes = decode_workspace_bytes(problem, s->decode);
         break;
       }
       case Op::kBackward:
         validate_backward(problem);
-        s->backward = load_backward(*backend, variant, problem.dtype, problem.modifiers.sinks, compile);
+        s->backward = load_backward(*backend, variant, problem.compute_dtype(), problem.modifiers.sinks, compile);
         s->workspace_bytes = backward_workspace_bytes(problem, s->backward);
         break;
     }
@@ -246,8 +246,8 @@ struct Runtime::Impl {
     if (o.splits != 0) check_splits(o.splits);
     const CallScope scope(options.backend);
     const DispatchChoice& choice = dispatcher->choose(Op::kDecode, problem);
-    call(Op::kDecode, choice.variant, problem, buffers, {.splits = o.splits != 0 ? o.splits : choice.splits}, {},
-         stream);
+    call(Op::kDecode, with_problem_features(choice.variant, problem), problem, buffers,
+         {.splits = o.splits != 0 ? o.splits : choice.splits}, {}, stream);
   }
 
   // A variant asked for by name must fit this device's limits.
@@ -383,7 +383,7 @@ DispatchChoice Runtime::explain_backward(const AttentionProblem& problem, Backwa
       choice.variant = *twin;
       choice.detail += "; its deterministic twin (dQ summed per key block)";
     } else {
-      choice.variant = heuristic_backward_variant(problem.dtype, static_cast<int>(problem.head_dim_k),
+      choice.variant = heuristic_backward_variant(problem.compute_dtype(), static_cast<int>(problem.head_dim_k),
                                                   static_cast<int>(problem.head_dim_v), impl_->arch, true,
                                                   modifier_bits(problem.modifiers));
       choice.rule = DispatchRule::kHeuristic;

@@ -53,6 +53,7 @@ struct FlashDecodeParams {
   i32 splits;           // CTAs along the keys
   i32 split_tiles;      // key tiles per split; 0: a sequence's tiles cut into `splits` equal parts
   ScoreModParams mods;  // read only by variants that compile modifiers in; sinks join in the combine when split
+  Fp8Inputs fp8;        // read only by variants with kFp8: an fp8 cache (k, v point at its bytes), or fp8 queries too
 };
 
 // The tunable space of flash_decode (read by attune-gen). Decode blocks hold
@@ -116,13 +117,15 @@ ATTUNE_DEVICE RowPlace place(i64 row, i32 slot, i32 group) {
 // (kPackGqa = 0) or a KV head (kPackGqa = 1) and row blocks =
 // ceil(Sq x rows per position / kBlockM); block: threads(); dynamic shared
 // memory: shared_bytes() (FlashDecodeTunables).
+// kFp8: an fp8 KV cache (Fp8Inputs), widened to DType as it loads, the
+// splits and their combine unchanged.
 template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsN, int kStages, int kPackGqa, class DType, int kSoftcap,
-          int kSinks, int kAlibi>
+          int kSinks, int kAlibi, int kFp8 = 0>
 ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
   static_assert(FlashDecodeTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsN, kStages, kPackGqa),
                 "flash_decode: these tunables break FlashDecodeTunables::valid");
   using Mods = ScoreMods<kSoftcap, kSinks, kAlibi>;
-  using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kBlockM / 16, kWarpsN, kStages, DType, false, Mods>;
+  using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kBlockM / 16, kWarpsN, kStages, DType, false, Mods, kFp8>;
   const i32 pack = kPackGqa != 0 ? p.group_size : 1;
   const i32 row_blocks = static_cast<i32>((static_cast<i64>(p.max_seqlen_q) * pack + kBlockM - 1) / kBlockM);
   const i32 split = dev::block_index().x;
@@ -159,12 +162,16 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
   const bool vectorized = p.vectorized != 0;
   // Block row r's head is the slot's first head + r % pack.
   const i32 head0 = kPackGqa != 0 ? slot * p.group_size : slot;
+  // fp8: the stored formats, and q and k's descales folded into the scale.
+  const i32 q_format = Config::kMayFp8 ? p.fp8.q_format : kStored16;
+  const i32 kv_format = Config::kMayFp8 ? p.fp8.kv_format : kStored16;
+  const float scale_log2 = Config::kMayFp8 ? p.scale_log2 * p.fp8.score_factor(batch, kv_head) : p.scale_log2;
   const flash_detail::TileMask tile_mask{
-      p.mask, p.scale_log2, pack, block_score_mods<Mods>(p.mods, p.scale_log2, batch, head0), {}};
+      p.mask, scale_log2, pack, block_score_mods<Mods>(p.mods, scale_log2, batch, head0), {}};
 
   const auto q_row = [&](i32 r) {
     const decode_detail::RowPlace at = decode_detail::place<kPackGqa>(row0 + r, slot, p.group_size);
-    return p.q + batch * p.q_batch_stride + (q_begin + at.position) * p.q_row_stride + at.head * p.q_head_stride;
+    return batch * p.q_batch_stride + (q_begin + at.position) * p.q_row_stride + at.head * p.q_head_stride;
   };
   const KeyPages pages{p.block_table, p.block_table_stride, p.page_size, p.num_pages};
   const auto issue = [&](i64 n) {
@@ -174,7 +181,7 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
       flash_detail::load_cache_kv<Config>(k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems, pages,
                                           {p.k, p.k_batch_stride, p.k_row_stride, kv_head * p.k_head_stride},
                                           {p.v, p.v_batch_stride, p.v_row_stride, kv_head * p.v_head_stride}, batch,
-                                          key0, k_len - key0, p.head_dim_k, p.head_dim_v, vectorized);
+                                          key0, k_len - key0, p.head_dim_k, p.head_dim_v, vectorized, kv_format);
     }
     dev::cp_async::commit();  // possibly empty: keeps the group count uniform
   };
@@ -182,7 +189,7 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
   typename Config::Softmax softmax;
   softmax.init();
   if (n_begin < n_end) {
-    flash_detail::load_rows<Config, Config::kBlockM>(q_s, q_row, rows - row0, p.head_dim_k, vectorized);
+    flash_detail::load_rows<Config, Config::kBlockM>(q_s, p.q, q_row, rows - row0, p.head_dim_k, vectorized, q_format);
     dev::cp_async::commit();
     flash_detail::attend_key_tiles<Config>(q_s, k_s, v_s, softmax, tile_mask, row0, n_begin, n_end, keys, q_len, k_len,
                                            issue);
@@ -192,6 +199,7 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
   // With one split, O and LSE; with more, this split's unnormalized state
   // (an empty split leaves m = -inf, l = 0) for flash_decode_combine.
   const bool partial = p.splits > 1;
+  const float v_descale = Config::kMayFp8 ? p.fp8.output_factor(batch, kv_head) : 1.0f;
   flash_detail::store_rows<Config>(softmax, p.head_dim_v, partial, [&](i32 r) {
     const i64 row = row0 + r;
     if (row >= rows) return flash_detail::RowOut{nullptr, nullptr, nullptr};
@@ -205,7 +213,7 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
         ((static_cast<i64>(split) * p.batch + batch) * p.heads_q + at.head) * p.max_seqlen_q + at.position;
     float* state = partial ? p.partial + index * (p.head_dim_v + 2) : nullptr;
     const float* sink = tile_mask.mods.sink != nullptr ? tile_mask.mods.sink + (at.head - head0) : nullptr;
-    return flash_detail::RowOut{o, lse, state, sink};
+    return flash_detail::RowOut{o, lse, state, sink, 1.0f, v_descale};
   });
 }
 

@@ -74,12 +74,14 @@ struct FlashFwdTunables {
 // read through p.pages' block table; like the modifiers a feature the
 // problem chooses (0 off, 1 on, kAtRunTime: as p.pages says), so variants
 // without it compile to the code they had before paging existed. kDropout:
-// attention dropout (templates/dropout.h), the same kind of feature.
+// attention dropout (templates/dropout.h), the same kind of feature. kFp8:
+// fp8 inputs (Fp8Inputs: Q, K and V, or K and V alone), widened to DType
+// as they load.
 template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kQRegs, class DType,
-          int kSoftcap, int kSinks, int kAlibi, int kPaged, int kDropout = 0>
+          int kSoftcap, int kSinks, int kAlibi, int kPaged, int kDropout = 0, int kFp8 = 0>
 ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   using Mods = ScoreMods<kSoftcap, kSinks, kAlibi, kDropout>;
-  using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType, kQRegs != 0, Mods>;
+  using Config = TileConfig<kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, DType, kQRegs != 0, Mods, kFp8>;
   static_assert(FlashFwdTunables::valid(kHeadDim, kBlockM, kBlockN, kWarpsM, kWarpsN, kStages, kQRegs),
                 "flash_fwd: these tunables break FlashFwdTunables::valid");
   const i32 m_block = dev::block_index().x;
@@ -102,30 +104,34 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   u16* k_s = smem + Config::kQElems;
   u16* v_s = k_s + Config::kStages * Config::kTileElems;
   const bool vectorized = p.vectorized != 0;
-  const flash_detail::TileMask tile_mask{p.mask, p.scale_log2, 1,
-                                         block_score_mods<Mods>(p.mods, p.scale_log2, batch, head),
+  // fp8: the stored formats, and q and k's descales folded into the scale.
+  const i32 q_format = Config::kMayFp8 ? p.fp8.q_format : kStored16;
+  const i32 kv_format = Config::kMayFp8 ? p.fp8.kv_format : kStored16;
+  const float scale_log2 = Config::kMayFp8 ? p.scale_log2 * p.fp8.score_factor(batch, kv_head) : p.scale_log2;
+  const flash_detail::TileMask tile_mask{p.mask, scale_log2, 1, block_score_mods<Mods>(p.mods, scale_log2, batch, head),
                                          block_dropout<Mods>(p.dropout, batch, head, p.heads_q)};
 
-  const u16* q_rows = p.q + batch * p.q_batch_stride + (seq.q_begin + row0) * p.q_row_stride + head * p.q_head_stride;
-  const u16* k_rows = p.k + batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + kv_head * p.k_head_stride;
-  const u16* v_rows = p.v + batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + kv_head * p.v_head_stride;
+  // Element offsets of the block's first rows.
+  const i64 q_rows = batch * p.q_batch_stride + (seq.q_begin + row0) * p.q_row_stride + head * p.q_head_stride;
+  const i64 k_rows = batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + kv_head * p.k_head_stride;
+  const i64 v_rows = batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + kv_head * p.v_head_stride;
   const auto issue = [&](i64 n) {
     if (n < n_end) {
       const i32 stage = static_cast<i32>(n % Config::kStages);
       const i64 key0 = n * Config::kBlockN;
       const bool paged = kPaged == kAtRunTime ? p.pages.block_table != nullptr : kPaged != 0;
       if (!paged) {
-        flash_detail::load_tile<Config, Config::kBlockN>(k_s + stage * Config::kTileElems,
+        flash_detail::load_tile<Config, Config::kBlockN>(k_s + stage * Config::kTileElems, p.k,
                                                          k_rows + key0 * p.k_row_stride, p.k_row_stride,
-                                                         seq.k_len - key0, p.head_dim_k, vectorized);
-        flash_detail::load_tile<Config, Config::kBlockN>(v_s + stage * Config::kTileElems,
+                                                         seq.k_len - key0, p.head_dim_k, vectorized, kv_format);
+        flash_detail::load_tile<Config, Config::kBlockN>(v_s + stage * Config::kTileElems, p.v,
                                                          v_rows + key0 * p.v_row_stride, p.v_row_stride,
-                                                         seq.k_len - key0, p.head_dim_v, vectorized);
+                                                         seq.k_len - key0, p.head_dim_v, vectorized, kv_format);
       } else {  // each key's row through the block table
         flash_detail::load_cache_kv<Config>(k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems, p.pages,
                                             {p.k, p.k_batch_stride, p.k_row_stride, kv_head * p.k_head_stride},
                                             {p.v, p.v_batch_stride, p.v_row_stride, kv_head * p.v_head_stride}, batch,
-                                            key0, seq.k_len - key0, p.head_dim_k, p.head_dim_v, vectorized);
+                                            key0, seq.k_len - key0, p.head_dim_k, p.head_dim_v, vectorized, kv_format);
       }
     }
     dev::cp_async::commit();  // possibly empty: keeps the group count uniform
@@ -134,14 +140,15 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   typename Config::Softmax softmax;
   softmax.init();
   if (n_begin < n_end) {
-    flash_detail::load_tile<Config, Config::kBlockM>(q_s, q_rows, p.q_row_stride, seq.q_len - row0, p.head_dim_k,
-                                                     vectorized);
+    flash_detail::load_tile<Config, Config::kBlockM>(q_s, p.q, q_rows, p.q_row_stride, seq.q_len - row0,
+                                                     p.head_dim_k, vectorized, q_format);
     dev::cp_async::commit();
     flash_detail::attend_key_tiles<Config>(q_s, k_s, v_s, softmax, tile_mask, row0, n_begin, n_end, keys, seq.q_len,
                                            seq.k_len, issue);
   }
 
   if (!flash_detail::merge_warps<Config>(softmax)) return;
+  const float v_descale = Config::kMayFp8 ? p.fp8.output_factor(batch, kv_head) : 1.0f;
   // Normalize once; a row with no visible key is 0 with LSE = -inf (the
   // sink with sinks).
   flash_detail::store_rows<Config>(softmax, p.head_dim_v, /*partial=*/false, [&](i32 r) {
@@ -151,7 +158,7 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
     float* lse = p.lse == nullptr ? nullptr
                                   : p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride +
                                         (seq.q_begin + row) * p.lse_row_stride;
-    return flash_detail::RowOut{o, lse, nullptr, tile_mask.mods.sink, tile_mask.drop.scale};
+    return flash_detail::RowOut{o, lse, nullptr, tile_mask.mods.sink, tile_mask.drop.scale, v_descale};
   });
 }
 

@@ -42,6 +42,7 @@ struct FlashFwdBase {
 // feature their code).
 struct FlashFwdParams : FlashFwdBase {
   DropoutParams dropout;  // read only by variants with kDropout
+  Fp8Inputs fp8;          // read only by variants with kFp8: q, k, v then point at their stored bytes
 };
 
 }  // namespace attune

@@ -24,16 +24,19 @@ struct TileTunables {
   static constexpr int kWarpsN = kWarpsN_;
   static constexpr int kStages = kStages_;
   static constexpr int kThreads = kWarpsM * kWarpsN * kWarpSize;
+  static constexpr bool kMayFp8 = false;  // 16-bit inputs only (TileConfig may say otherwise)
 };
 
 // Every size of a forward or decode variant, derived from its tunables in
 // one place. kQInRegisters: each warp keeps its Q fragments in registers
 // across the key tiles instead of reloading them from shared memory. Mods:
-// the score modifiers compiled in (ScoreMods).
+// the score modifiers compiled in (ScoreMods). kFp8: fp8 inputs (Fp8Inputs)
+// compiled in: 0 off, 1 on, kAtRunTime as the params say.
 template <int kHeadDim_, int kBlockM_, int kBlockN_, int kWarpsM_, int kWarpsN_, int kStages_, class DType_,
-          bool kQInRegisters_ = false, class Mods_ = NoScoreMods>
+          bool kQInRegisters_ = false, class Mods_ = NoScoreMods, int kFp8_ = 0>
 struct TileConfig : TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_> {
   static constexpr bool kQInRegisters = kQInRegisters_;
+  static constexpr bool kMayFp8 = kFp8_ != 0;
   using Mods = Mods_;
   using Base = TileTunables<kHeadDim_, kBlockM_, kBlockN_, kWarpsM_, kWarpsN_, kStages_, DType_>;
   static constexpr int kWarpRows = kBlockM_ / kWarpsM_;  // query rows per warp
@@ -90,15 +93,102 @@ struct KeyPages {
   }
 };
 
+// Stored formats of an input (Fp8Inputs): 16-bit (the kernel's dtype), or
+// one of the fp8 formats (templates/fp8.h).
+inline constexpr i32 kStored16 = 0;
+inline constexpr i32 kStoredE4M3 = 1;
+inline constexpr i32 kStoredE5M2 = 2;
+
+// fp8 inputs (docs/contract.md, "FP8 inputs"): the stored formats of Q and
+// of K and V, and the factors that dequantize them (input = stored x
+// descale), float32 at [b, kv_head] with these element strides; a null
+// factor is 1. The loads widen each byte to the kernel's 16-bit dtype
+// (exact: every e4m3 and e5m2 value is an fp16 and a bf16 value); the
+// descales stay out of the key loop, as FlashAttention-3 keeps them: q and
+// k's fold into the softmax scale, v's into the output's row scale.
+struct Fp8Inputs {
+  i32 q_format;   // kStored16, kStoredE4M3 or kStoredE5M2
+  i32 kv_format;  // the same, for K and V
+  const float* q_descale;
+  const float* k_descale;
+  const float* v_descale;
+  i64 descale_batch_stride;
+  i64 descale_head_stride;
+
+  ATTUNE_DEVICE float factor(const float* descale, i32 batch, i32 kv_head) const {
+    if (descale == nullptr) return 1.0f;
+    return dev::load_global(descale + batch * descale_batch_stride + kv_head * descale_head_stride);
+  }
+  // The softmax scale's factor, and the output's, of one (batch, kv head).
+  ATTUNE_DEVICE float score_factor(i32 batch, i32 kv_head) const {
+    return factor(q_descale, batch, kv_head) * factor(k_descale, batch, kv_head);
+  }
+  ATTUNE_DEVICE float output_factor(i32 batch, i32 kv_head) const { return factor(v_descale, batch, kv_head); }
+};
+
 namespace flash_detail {
+
+// Eight fp8 bytes (lo: bytes 0..3, hi: 4..7) widened to the kernel's dtype
+// D, in order, as 16 bytes of shared memory hold them.
+template <class D, Fp8 F>
+ATTUNE_DEVICE Vec16 widen_fp8x8(u32 lo, u32 hi) {
+  const u16 pairs[4] = {static_cast<u16>(lo), static_cast<u16>(lo >> 16), static_cast<u16>(hi),
+                        static_cast<u16>(hi >> 16)};
+  Vec16 out;
+  ATTUNE_UNROLL
+  for (int i = 0; i < 4; ++i) {
+    const u32 halves = dev::fp8x2_to_half2<F>(pairs[i]);
+    out.w[i] = dev::pack2<D>(dev::unpack_lo<Fp16>(halves), dev::unpack_hi<Fp16>(halves));  // exact
+  }
+  return out;
+}
+
+// load_rows for an fp8 tensor: each 16-byte chunk of the tile is 8 stored
+// bytes, read into registers (one 8-byte load when rows are aligned) and
+// widened there; the tile in shared memory is the same as from 16-bit
+// storage.
+template <class Config, int kRows, class RowOffset>
+ATTUNE_DEVICE void load_fp8_rows(u16* dst, const u8* base, const RowOffset& row_offset, i64 rows_valid,
+                                 i32 cols_valid, bool vectorized, i32 format) {
+  using D = typename Config::DType;
+  using Tile = typename Config::template HeadDimTile<kRows>;
+  for (i32 c = dev::linear_thread(); c < Tile::kChunks; c += Config::kThreads) {
+    const typename Tile::Coord at = Tile::chunk_coord(c);
+    const bool row_ok = at.row < rows_valid;
+    const i32 cols = row_ok ? (cols_valid - at.col < 8 ? cols_valid - at.col : 8) : 0;
+    const u8* from = base + row_offset(row_ok ? at.row : 0) + (row_ok ? at.col : 0);
+    u64 bytes = 0;  // byte e in bits 8e..8e+7
+    if (vectorized && cols == 8) {
+      bytes = dev::load_global(reinterpret_cast<const u64*>(from));
+    } else {
+      for (i32 e = 0; e < cols; ++e) bytes |= static_cast<u64>(dev::load_global(from + e)) << (8 * e);
+    }
+    const u32 lo = static_cast<u32>(bytes);
+    const u32 hi = static_cast<u32>(bytes >> 32);
+    const Vec16 wide =
+        format == kStoredE5M2 ? widen_fp8x8<D, Fp8::kE5M2>(lo, hi) : widen_fp8x8<D, Fp8::kE4M3>(lo, hi);
+    dev::store_shared(reinterpret_cast<Vec16*>(dst + c * 8), wide);
+  }
+}
 
 // Copies a tile of kRows x kHeadDim elements into shared memory, laid out as
 // Config::HeadDimTile<kRows>; rows >= rows_valid and columns >= cols_valid
-// are zero. Row r starts at row_address(r): tensors whose rows are not evenly
-// spaced (paged caches, packed query heads) load through the same code.
-template <class Config, int kRows, class RowAddress>
-ATTUNE_DEVICE void load_rows(u16* dst, const RowAddress& row_address, i64 rows_valid, i32 cols_valid, bool vectorized) {
+// are zero. Row r starts row_offset(r) elements past `base`: tensors whose
+// rows are not evenly spaced (paged caches, packed query heads) load
+// through the same code. `format`: how the tensor is stored (kStored16, or
+// fp8 with Config::kMayFp8).
+template <class Config, int kRows, class RowOffset>
+ATTUNE_DEVICE void load_rows(u16* dst, const void* base, const RowOffset& row_offset, i64 rows_valid, i32 cols_valid,
+                             bool vectorized, i32 format = kStored16) {
+  if constexpr (Config::kMayFp8) {
+    if (format != kStored16) {
+      load_fp8_rows<Config, kRows>(dst, static_cast<const u8*>(base), row_offset, rows_valid, cols_valid, vectorized,
+                                   format);
+      return;
+    }
+  }
   using Tile = typename Config::template HeadDimTile<kRows>;
+  const u16* elements = static_cast<const u16*>(base);
   const i32 tid = dev::linear_thread();
   // In storage order: thread t fills the t-th 16 bytes, whatever the layout.
   for (i32 c = tid; c < Tile::kChunks; c += Config::kThreads) {
@@ -109,7 +199,7 @@ ATTUNE_DEVICE void load_rows(u16* dst, const RowAddress& row_address, i64 rows_v
     const i32 cols = row_ok ? (cols_valid - col < 8 ? cols_valid - col : 8) : 0;
     const i32 valid = cols > 0 ? cols : 0;
     u16* to = dst + c * 8;
-    const u16* from = row_address(row_ok ? row : 0) + (row_ok ? col : 0);
+    const u16* from = elements + row_offset(row_ok ? row : 0) + (row_ok ? col : 0);
     if (vectorized) {
       dev::cp_async::copy16(to, from, valid * 2);
     } else {
@@ -121,15 +211,16 @@ ATTUNE_DEVICE void load_rows(u16* dst, const RowAddress& row_address, i64 rows_v
   }
 }
 
-// K or V of a KV cache as the key tiles read it: element `base` plus the
-// offset of a key's row in its page (or the contiguous cache).
+// K or V of a KV cache as the key tiles read it: elements past `base` (in
+// its stored format), at the offset of a key's row in its page (or the
+// contiguous cache).
 struct CacheRows {
-  const u16* base;
+  const void* base;
   i64 batch_stride;
   i64 row_stride;
   i64 head_offset;  // the KV head's: kv_head x head stride
-  ATTUNE_DEVICE const u16* row(const KeyPages& pages, i32 batch, i64 key) const {
-    return base + pages.key_offset(batch_stride, row_stride, head_offset, batch, key);
+  ATTUNE_DEVICE i64 row(const KeyPages& pages, i32 batch, i64 key) const {
+    return pages.key_offset(batch_stride, row_stride, head_offset, batch, key);
   }
 };
 
@@ -137,19 +228,27 @@ struct CacheRows {
 // row through the block table (KeyPages' rule); keys >= keys_valid are 0.
 template <class Config>
 ATTUNE_DEVICE void load_cache_kv(u16* k_dst, u16* v_dst, const KeyPages& pages, const CacheRows& k, const CacheRows& v,
-                                 i32 batch, i64 key0, i64 keys_valid, i32 head_dim_k, i32 head_dim_v, bool vectorized) {
+                                 i32 batch, i64 key0, i64 keys_valid, i32 head_dim_k, i32 head_dim_v, bool vectorized,
+                                 i32 format = kStored16) {
   load_rows<Config, Config::kBlockN>(
-      k_dst, [&](i32 r) { return k.row(pages, batch, key0 + r); }, keys_valid, head_dim_k, vectorized);
+      k_dst, k.base, [&](i32 r) { return k.row(pages, batch, key0 + r); }, keys_valid, head_dim_k, vectorized, format);
   load_rows<Config, Config::kBlockN>(
-      v_dst, [&](i32 r) { return v.row(pages, batch, key0 + r); }, keys_valid, head_dim_v, vectorized);
+      v_dst, v.base, [&](i32 r) { return v.row(pages, batch, key0 + r); }, keys_valid, head_dim_v, vectorized, format);
 }
 
-// load_rows for rows `row_stride` elements apart from `src`.
+// load_rows for rows `row_stride` elements apart, the first `first`
+// elements past `base` (in its stored format).
+template <class Config, int kRows>
+ATTUNE_DEVICE void load_tile(u16* dst, const void* base, i64 first, i64 row_stride, i64 rows_valid, i32 cols_valid,
+                             bool vectorized, i32 format) {
+  load_rows<Config, kRows>(
+      dst, base, [&](i32 row) { return first + row * row_stride; }, rows_valid, cols_valid, vectorized, format);
+}
+// The same for 16-bit rows from `src`.
 template <class Config, int kRows>
 ATTUNE_DEVICE void load_tile(u16* dst, const u16* src, i64 row_stride, i64 rows_valid, i32 cols_valid,
                              bool vectorized) {
-  load_rows<Config, kRows>(
-      dst, [&](i32 row) { return src + row * row_stride; }, rows_valid, cols_valid, vectorized);
+  load_rows<Config, kRows>(dst, src, [&](i32 row) { return row * row_stride; }, rows_valid, cols_valid, vectorized);
 }
 
 // What attend_tile needs of the problem: the mask band, the softmax scale in
@@ -519,6 +618,7 @@ struct RowOut {
   float* partial;               // [Dv + 2] floats: u, m, l (with `partial`)
   const float* sink = nullptr;  // the row's head's sink logit (Mods with sinks); joins O and LSE, not partials
   float keep_scale = 1.0f;      // Mods with dropout: 1 / (1 - p), applied to O (not to partials)
+  float v_descale = 1.0f;       // Config::kMayFp8: V's descale, applied to O and to a partial's u
 };
 
 template <class Config, class Out>
@@ -537,6 +637,11 @@ ATTUNE_DEVICE void store_rows(const typename Config::Softmax& softmax, i32 head_
         end = softmax::finalize_with_sink(r.m, r.l, dev::load_global(to.sink) * kLog2e);
     }
     if constexpr (Config::Mods::kMayDropout) end.inv_l *= to.keep_scale;
+    float u_scale = 1.0f;  // a partial's u carries V's descale; the splits' merge is linear in u
+    if constexpr (Config::kMayFp8) {
+      end.inv_l *= to.v_descale;
+      u_scale = to.v_descale;
+    }
     ATTUNE_UNROLL
     for (int dt = 0; dt < Config::kDTiles; ++dt) {
       ATTUNE_UNROLL
@@ -544,7 +649,7 @@ ATTUNE_DEVICE void store_rows(const typename Config::Softmax& softmax, i32 head_
         const i32 col = Softmax::column(lane, dt, e);
         if (col >= head_dim_v) continue;
         if (partial) {
-          dev::store_global(to.partial + col, r.u[dt][e]);
+          dev::store_global(to.partial + col, Config::kMayFp8 ? r.u[dt][e] * u_scale : r.u[dt][e]);
         } else {
           dev::store_global(to.o + col, dev::to_bits<D>(r.u[dt][e] * end.inv_l));
         }

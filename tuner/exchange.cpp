@@ -56,7 +56,7 @@ json to_json(const tuning_db::MeasurementRow& m) {
   const ProblemKey& k = m.problem.key;
   return {{"device", m.device_key},
           {"op", to_string(k.op)},
-          {"dtype", to_string(k.dtype)},
+          {"dtype", storage_name(k.dtype, k.kv_dtype)},
           {"head_dim_k", k.head_dim_k},
           {"head_dim_v", k.head_dim_v},
           {"mask", to_string(k.mask)},

@@ -51,6 +51,7 @@ std::optional<std::string> default_variant_id(const std::vector<tuning_db::Measu
                      std::vector<std::int64_t>{r.batch, r.seqlen_k, r.heads_kv, r.key.head_dim_k},
                      std::vector<std::int64_t>{r.batch, r.seqlen_k, r.heads_kv, r.key.head_dim_v},
                      {.dtype = key->dtype,
+                      .kv_dtype = key->kv_dtype,
                       .mask = key->mask == MaskKind::kCausalBottomRight ? Mask::causal_bottom_right()
                               : key->mask == MaskKind::kCausalTopLeft   ? Mask::causal_top_left()
                                                                         : Mask::none(),

@@ -337,7 +337,7 @@ ProblemRowId TuningDb::upsert_problem(const ProblemRecord& problem) {
   std::lock_guard lock(s.mutex);
   const ProblemKey& k = problem.key;
   const std::string op(to_string(k.op));
-  const std::string dtype(to_string(k.dtype));
+  const std::string dtype = storage_name(k.dtype, k.kv_dtype);
   const std::string mask(to_string(k.mask));
   const std::string modifiers = modifier_names(k.modifiers);
   const auto find = [&] {
@@ -499,7 +499,7 @@ std::vector<MeasurementRow> TuningDb::measurements(const std::string& device_key
                   "WHERE d.key = ?1 AND p.op = ?2 AND p.dtype = ?3 AND p.head_dim_k = ?4 AND p.head_dim_v = ?5 AND "
                   "p.mask = ?6 AND p.seqlen_q_log2 = ?7 AND p.seqlen_k_log2 = ?8 AND p.batch_heads_log2 = ?9 AND "
                   "p.modifiers = ?10 ORDER BY m.ok DESC, m.median_ms IS NULL, m.median_ms, m.id");
-  query.bind(device_key, std::string(to_string(key.op)), std::string(to_string(key.dtype)), key.head_dim_k,
+  query.bind(device_key, std::string(to_string(key.op)), storage_name(key.dtype, key.kv_dtype), key.head_dim_k,
              key.head_dim_v, std::string(to_string(key.mask)), key.seqlen_q_log2, key.seqlen_k_log2,
              key.batch_heads_log2, modifier_names(key.modifiers));
   std::vector<MeasurementRow> rows;

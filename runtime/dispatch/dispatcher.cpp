@@ -31,7 +31,7 @@ DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem, con
   const auto dv = static_cast<int>(problem.head_dim_v);
   const std::uint8_t modifiers = modifier_bits(problem.modifiers);
   if (op != Op::kForward) {
-    return {heuristic_variant(to_string(op), problem.dtype, dk, dv, arch_, modifiers), DispatchRule::kHeuristic, "", 0};
+    return {heuristic_variant(to_string(op), problem.compute_dtype(), dk, dv, arch_, modifiers), DispatchRule::kHeuristic, "", 0};
   }
   // The forward: flash_fwd_sm90 where the device and the call allow it.
   ForwardHints hints{.masked = problem.mask.kind != MaskKind::kNone};
@@ -44,7 +44,7 @@ DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem, con
       hints.portable_only = true;
     }
   }
-  DispatchChoice choice{heuristic_variant("fwd", problem.dtype, dk, dv, arch_, modifiers, hints),
+  DispatchChoice choice{heuristic_variant("fwd", problem.compute_dtype(), dk, dv, arch_, modifiers, hints),
                         DispatchRule::kHeuristic, detail, 0};
   if (choice.variant.kernel->id == KernelId::kFlashFwdSm90) {
     choice.detail = "flash_fwd_sm90: TMA, wgmma and warp specialization on " + arch_.name;

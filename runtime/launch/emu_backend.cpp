@@ -122,7 +122,7 @@ void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& bu
                      emu::LaunchCounters* counters) {
   check_runs(variant, KernelId::kFlashFwd, problem, buffers);
   emulate(
-      problem, [&](LaunchBackend& b) { return load_forward(b, variant, problem.dtype); },
+      problem, [&](LaunchBackend& b) { return load_forward(b, variant, problem.compute_dtype()); },
       [](const ForwardKernels& k) { return forward_workspace_bytes(k); },
       [&](LaunchBackend::Call& call, const ForwardKernels& k, const CallMemory& m) {
         launch_forward(call, problem, k, buffers, m.metadata(), m.workspace());
@@ -134,7 +134,7 @@ void emulate_decode(const AttentionProblem& problem, const AttentionBuffers& buf
                     int splits, emu::LaunchCounters* counters) {
   check_runs(variant, KernelId::kFlashDecode, problem, buffers);
   emulate(
-      problem, [&](LaunchBackend& b) { return load_decode(b, variant, splits, problem.dtype); },
+      problem, [&](LaunchBackend& b) { return load_decode(b, variant, splits, problem.compute_dtype()); },
       [&](const DecodeKernels& k) { return decode_workspace_bytes(problem, k); },
       [&](LaunchBackend::Call& call, const DecodeKernels& k, const CallMemory& m) {
         launch_decode(call, problem, k, buffers, m.metadata(), m.workspace());
@@ -146,7 +146,7 @@ void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& bu
                       emu::LaunchCounters* counters) {
   check_runs(variant, KernelId::kFlashBwd, problem, buffers);
   emulate(
-      problem, [&](LaunchBackend& b) { return load_backward(b, variant, problem.dtype, problem.modifiers.sinks); },
+      problem, [&](LaunchBackend& b) { return load_backward(b, variant, problem.compute_dtype(), problem.modifiers.sinks); },
       [&](const BackwardKernels& k) { return backward_workspace_bytes(problem, k); },
       [&](LaunchBackend::Call& call, const BackwardKernels& k, const CallMemory& m) {
         launch_backward(call, problem, k, buffers, m.metadata(), m.workspace());

@@ -83,6 +83,7 @@ FlashDecodeParams flash_decode_params(const AttentionProblem& p, const Attention
   set_problem_fields(k, p);
   k.max_seqlen_q = static_cast<i32>(p.max_seqlen_q());
   k.mods = score_mod_params(p, b.sinks, b.alibi_slopes);
+  k.fp8 = fp8_inputs_of(p, b);
   k.vectorized =
       rows_aligned(b.q, p.q_strides, p.is_packed()) && rows_aligned(b.k, p.k_strides) && rows_aligned(b.v, p.v_strides);
   k.splits = splits;

@@ -16,6 +16,7 @@ FlashFwdParams flash_fwd_params(const AttentionProblem& p, const AttentionBuffer
   set_problem_fields(k, p);
   k.mods = score_mod_params(p, b.sinks, b.alibi_slopes);
   k.dropout = dropout_params_of(p, b.rng_state);
+  k.fp8 = fp8_inputs_of(p, b);
   if (p.is_paged()) {
     k.pages = {metadata.block_table, static_cast<i32>(p.max_pages()), static_cast<i32>(p.page_size),
                static_cast<i32>(p.num_pages)};

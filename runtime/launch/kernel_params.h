@@ -9,6 +9,7 @@
 
 #include "core/problem.h"
 #include "templates/dropout.h"
+#include "templates/flash_tile.cuh"
 #include "templates/score_mods.cuh"
 
 namespace attune {
@@ -86,6 +87,15 @@ void set_problem_fields(Params& k, const AttentionProblem& p) {
   k.head_dim_v = static_cast<i32>(p.head_dim_v);
   k.mask = mask_params(p.mask);
   k.scale_log2 = static_cast<float>(p.softmax_scale() * std::numbers::log2e);
+}
+
+// fp8 inputs: their stored formats and descales (Fp8Inputs).
+inline i32 stored_format(DType dtype) {
+  return dtype == DType::kE4M3 ? kStoredE4M3 : dtype == DType::kE5M2 ? kStoredE5M2 : kStored16;
+}
+inline Fp8Inputs fp8_inputs_of(const AttentionProblem& p, const AttentionBuffers& b) {
+  return {stored_format(p.dtype), stored_format(p.k_dtype()), b.q_descale, b.k_descale, b.v_descale,
+          p.descale_strides.batch, p.descale_strides.head};
 }
 
 }  // namespace attune

@@ -1,5 +1,6 @@
 #include "runtime/launch/ops.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 
@@ -44,12 +45,19 @@ void describe_modifiers(LaunchBackend::Call& call, const AttentionProblem& p, co
 
 // Q, K, V, O and LSE of a forward or decode call, and its modifiers.
 void describe_attention(LaunchBackend::Call& call, const AttentionProblem& p, const AttentionBuffers& b) {
-  describe(call, "Q", b.q, q_extent(p), 2);
-  describe(call, "K", b.k, k_extent(p), 2);
-  describe(call, "V", b.v, v_extent(p), 2);
-  describe(call, "O", b.o, o_extent(p), 2);
+  const auto kv_bytes = static_cast<std::size_t>(element_bytes(p.k_dtype()));
+  describe(call, "Q", b.q, q_extent(p), static_cast<std::size_t>(element_bytes(p.dtype)));
+  describe(call, "K", b.k, k_extent(p), kv_bytes);
+  describe(call, "V", b.v, v_extent(p), kv_bytes);
+  describe(call, "O", b.o, o_extent(p), static_cast<std::size_t>(element_bytes(p.compute_dtype())));
   describe(call, "LSE", b.lse, lse_extent(p), sizeof(float));
   describe_modifiers(call, p, b.sinks, b.alibi_slopes, b.rng_state);
+  // fp8 descales: the largest [b, kv_head] index read, plus one.
+  const DescaleStrides& d = p.descale_strides;
+  const std::int64_t descales = (std::max<std::int64_t>(p.batch, 1) - 1) * d.batch + (p.heads_kv - 1) * d.head + 1;
+  describe(call, "q_descale", b.q_descale, descales, sizeof(float));
+  describe(call, "k_descale", b.k_descale, descales, sizeof(float));
+  describe(call, "v_descale", b.v_descale, descales, sizeof(float));
 }
 
 template <class Params>
@@ -146,7 +154,7 @@ void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const 
 
 void launch_decode(LaunchBackend::Call& call, const AttentionProblem& p, const DecodeKernels& kernels,
                    const AttentionBuffers& b, const DeviceMetadata& metadata, float* workspace) {
-  check_variant_modifiers(kernels.main.variant, modifier_bits(p.modifiers));
+  check_variant_modifiers(kernels.main.variant, problem_features(p));
   if (p.batch == 0 || p.seqlen_q == 0) return;
   describe_attention(call, p, b);
   describe_metadata(call, p, metadata);

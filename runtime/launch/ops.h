@@ -2,7 +2,7 @@
 // needs, their params and grids, the buffers they touch, early returns and
 // the split combine, written once for the cuda backend and the emulator.
 //
-//   const ForwardKernels kernels = load_forward(backend, variant, problem.dtype);
+//   const ForwardKernels kernels = load_forward(backend, variant, problem.compute_dtype());
 //   CallMemory memory(backend, problem, 0, stream);    // host metadata, copied when needed
 //   launch_forward(*backend.begin(stream), problem, kernels, buffers, memory.metadata());
 //   memory.finish();                                    // waits before freeing what it allocated

@@ -184,9 +184,13 @@ ATTUNE_DEVICE u16 pack_fp8x2(float lo, float hi) {
   return r;
 }
 // Both bytes widened to fp16 (exact), byte 0 to bits 0..15: an fp16 pair.
+// Before sm_89 (no cvt from fp8) the same bits from integer operations
+// (templates/fp8.h), so an fp8 KV cache reads alike on Ampere.
 template <Fp8 F>
 ATTUNE_DEVICE u32 fp8x2_to_half2(u16 pair) {
-  static_assert(kFp8Instantiable<F>, "fp8 conversions need sm_89 or later");
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 890
+  return fp8x2_to_half2_bits(pair, F);
+#else
   u32 r;
   if constexpr (F == Fp8::kE4M3) {
     asm("cvt.rn.f16x2.e4m3x2 %0, %1;" : "=r"(r) : "h"(pair));
@@ -194,6 +198,7 @@ ATTUNE_DEVICE u32 fp8x2_to_half2(u16 pair) {
     asm("cvt.rn.f16x2.e5m2x2 %0, %1;" : "=r"(r) : "h"(pair));
   }
   return r;
+#endif
 }
 template <Fp8 F>
 ATTUNE_DEVICE float unpack_fp8x2_lo(u16 pair) {

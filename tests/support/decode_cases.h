@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -30,11 +31,12 @@ struct DecodeCase {
   std::vector<int32_t> query_lens;
   Mask mask = Mask::causal_bottom_right();
   DType dtype = DType::kBF16;
+  std::optional<DType> kv_dtype;  // an fp8 cache
 };
 
 inline Inputs make_decode_inputs(const DecodeCase& c, unsigned seed = 1234) {
   const int64_t longest = *std::max_element(c.cache_seqlens.begin(), c.cache_seqlens.end());
-  ProblemOptions options{.dtype = c.dtype, .mask = c.mask, .seqlens_k = c.cache_seqlens};
+  ProblemOptions options{.dtype = c.dtype, .kv_dtype = c.kv_dtype, .mask = c.mask, .seqlens_k = c.cache_seqlens};
   std::vector<int64_t> k_shape = {c.batch, longest, c.heads_kv, c.head_dim_k};
   std::vector<int64_t> v_shape = {c.batch, longest, c.heads_kv, c.head_dim_v};
   std::mt19937 rng(seed);
@@ -58,8 +60,8 @@ inline Inputs make_decode_inputs(const DecodeCase& c, unsigned seed = 1234) {
   Inputs in{make_problem(q_shape, k_shape, v_shape, std::move(options)), {}, {}, {}};
   const AttentionProblem& p = in.problem;
   in.q = random_bits(q_extent(p), p.dtype, 0.0F, 1.0F, rng);
-  in.k = random_bits(k_extent(p), p.dtype, 0.0F, 1.0F, rng);
-  in.v = random_bits(v_extent(p), p.dtype, 0.0F, 1.0F, rng);
+  in.k = random_bits(k_extent(p), p.k_dtype(), 0.0F, 1.0F, rng);
+  in.v = random_bits(v_extent(p), p.k_dtype(), 0.0F, 1.0F, rng);
   return in;
 }
 

@@ -109,8 +109,8 @@ inline Inputs make_inputs(const Family& family, unsigned seed = 1234) {
   std::mt19937 rng(seed);
   const AttentionProblem& p = in.problem;
   in.q = random_bits(q_extent(p), p.dtype, family.input_shift, family.input_spread, rng);
-  in.k = random_bits(k_extent(p), p.dtype, family.input_shift, family.input_spread, rng);
-  in.v = random_bits(v_extent(p), p.dtype, 0.0F, 1.0F, rng);
+  in.k = random_bits(k_extent(p), p.k_dtype(), family.input_shift, family.input_spread, rng);
+  in.v = random_bits(v_extent(p), p.k_dtype(), 0.0F, 1.0F, rng);
   return in;
 }
 
