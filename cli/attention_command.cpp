@@ -8,6 +8,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -119,9 +120,75 @@ void run_repeated(Runtime& runtime, Backend backend, const AttentionProblem& pro
               choice.repeat, std::string(to_string(backend)).c_str());
 }
 
+// fp8 descales as the problem reads them (DescaleStrides): empty where a
+// tensor has none.
+struct Descales {
+  std::vector<float> q, k, v;
+  ModifierTensors add_to(ModifierTensors t) const {
+    const auto at = [](const std::vector<float>& d) { return d.empty() ? nullptr : d.data(); };
+    t.q_descale = at(q);
+    t.k_descale = at(k);
+    t.v_descale = at(v);
+    return t;
+  }
+};
+
+// --q-descale and the rest: a number, or a float .npy of [Hkv] or [B, Hkv]
+// values (or one value). All three are brought to the widest layout given,
+// which sets the problem's descale strides.
+Descales read_descales(const AttentionOptions& o, ProblemOptions& options, std::int64_t batch, std::int64_t heads_kv) {
+  struct Given {
+    const char* flag;
+    const std::string* text;
+    std::vector<float> values;
+    std::vector<std::int64_t> shape;
+  };
+  Given given[] = {{"--q-descale", &o.q_descale, {}, {}},
+                   {"--k-descale", &o.k_descale, {}, {}},
+                   {"--v-descale", &o.v_descale, {}, {}}};
+  int rank = 0;  // 0: one per tensor, 1: per KV head, 2: per (batch, KV head)
+  for (Given& g : given) {
+    if (g.text->empty()) continue;
+    double number = 0;
+    const auto [end, error] = std::from_chars(g.text->data(), g.text->data() + g.text->size(), number);
+    if (error == std::errc() && end == g.text->data() + g.text->size()) {
+      g.values = {static_cast<float>(number)};
+    } else {
+      const npy::Array array = read_floats(*g.text, g.flag + 2);
+      g.values = array.to_float32();
+      g.shape = array.shape;
+      const std::vector<std::int64_t> per_head = {heads_kv};
+      const std::vector<std::int64_t> per_batch_head = {batch, heads_kv};
+      if (g.values.size() != 1 && g.shape != per_head && g.shape != per_batch_head) {
+        bad_flag(g.flag, *g.text + " of " + std::to_string(g.values.size()) + " values",
+                 "a number, or a float array of one value, [Hkv] = [" + std::to_string(heads_kv) +
+                     "] or [B, Hkv] = [" + std::to_string(batch) + ", " + std::to_string(heads_kv) + "]");
+      }
+      if (g.values.size() != 1) rank = std::max(rank, static_cast<int>(g.shape.size()));
+    }
+    for (float f : g.values) {
+      if (!std::isfinite(f)) bad_flag(g.flag, *g.text, "finite descale factors");
+    }
+  }
+  const std::int64_t count = rank == 2 ? batch * heads_kv : rank == 1 ? heads_kv : 1;
+  options.descale_strides = {.batch = rank == 2 ? heads_kv : 0, .head = rank >= 1 ? 1 : 0};
+  const auto widen = [&](const Given& g) {
+    std::vector<float> out;
+    if (g.values.empty()) return out;
+    for (std::int64_t i = 0; i < count; ++i) {
+      const bool one = g.values.size() == 1;
+      const std::int64_t head = rank >= 1 ? i % heads_kv : 0;
+      out.push_back(one ? g.values[0] : g.shape.size() == 1 ? g.values[static_cast<std::size_t>(head)]
+                                                           : g.values[static_cast<std::size_t>(i)]);
+    }
+    return out;
+  };
+  return {widen(given[0]), widen(given[1]), widen(given[2])};
+}
+
 ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem, const std::vector<std::uint16_t>& q,
                                const std::vector<std::uint16_t>& k, const std::vector<std::uint16_t>& v,
-                               const ModifierInputs& mods, const RunChoice& choice) {
+                               const ModifierInputs& mods, const Descales& descales, const RunChoice& choice) {
   const std::string& variant_id = choice.variant_id;
   const std::string& db_path = choice.db_path;
   const std::optional<tuning_db::TuningDb> db = open_db_for_dispatch(db_path);
@@ -146,22 +213,43 @@ ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem,
       runtime.forward_variant(parse_variant_id(variant_id), problem, buffers, stream);
     }
   };
+  // The kernels read the stored bytes: 1 per fp8 element.
+  const std::vector<std::uint8_t> q_bytes = storage_bytes(problem.dtype, q);
+  const std::vector<std::uint8_t> k_bytes = storage_bytes(problem.k_dtype(), k);
+  const std::vector<std::uint8_t> v_bytes = storage_bytes(problem.k_dtype(), v);
+  const auto with_descales = [](AttentionBuffers b, const ModifierTensors& d) {
+    b.q_descale = d.q_descale;
+    b.k_descale = d.k_descale;
+    b.v_descale = d.v_descale;
+    return b;
+  };
   if (backend == Backend::kEmu) {
     const ModifierTensors host = mods.host();
-    run({q.data(), k.data(), v.data(), o.data(), lse.data(), host.sinks, host.alibi_slopes}, nullptr);
+    run(with_descales({q_bytes.data(), k_bytes.data(), v_bytes.data(), o.data(), lse.data(), host.sinks,
+                       host.alibi_slopes},
+                      descales.add_to({})),
+        nullptr);
   } else {
     cuda::Driver& driver = cuda::Driver::get();
     const Stream stream(driver);
     const DeviceModifiers device_mods(driver, mods);
-    cuda::run_on_device(
-        driver, stream.get(), {cuda::in(q), cuda::in(k), cuda::in(v), cuda::out(o), cuda::out(lse)},
-        [&](const std::vector<void*>& d) {
-          run({d[0], d[1], d[2], d[3], static_cast<float*>(d[4]), device_mods.sinks(), device_mods.alibi_slopes()},
-              stream.get());
-        });
+    cuda::run_on_device(driver, stream.get(),
+                        {cuda::in(q_bytes), cuda::in(k_bytes), cuda::in(v_bytes), cuda::out(o), cuda::out(lse),
+                         cuda::in(descales.q), cuda::in(descales.k), cuda::in(descales.v)},
+                        [&](const std::vector<void*>& d) {
+                          const auto at = [&](std::size_t i, const std::vector<float>& host) {
+                            return host.empty() ? nullptr : static_cast<const float*>(d[i]);
+                          };
+                          run(with_descales({d[0], d[1], d[2], d[3], static_cast<float*>(d[4]), device_mods.sinks(),
+                                             device_mods.alibi_slopes()},
+                                            {.q_descale = at(5, descales.q),
+                                             .k_descale = at(6, descales.k),
+                                             .v_descale = at(7, descales.v)}),
+                              stream.get());
+                        });
   }
   ReferenceOutput out;
-  out.o = widen_bits<double>(problem.dtype, o);
+  out.o = widen_bits<double>(problem.compute_dtype(), o);
   out.lse.assign(lse.begin(), lse.end());
   return out;
 }
@@ -195,7 +283,17 @@ CLI::App* add_attention_command(CLI::App& app, AttentionOptions& o) {
   cmd->add_option("--out", o.out_path,
                   "O output: float32 [B,Sq,Hq,Dv] (packed: [Tq,Hq,Dv]); required unless --backward");
   cmd->add_option("--lse", o.lse_path, "LSE output: float32 [B,Hq,Sq] (packed: [Hq,Tq])");
-  cmd->add_option("--dtype", o.dtype, "Storage dtype the inputs are rounded to: fp16 or bf16")->capture_default_str();
+  cmd->add_option("--dtype", o.dtype,
+                  "Storage dtype the inputs are rounded to: fp16, bf16, or e4m3 / e5m2 (fp8 Q, K and V; O in bf16)")
+      ->capture_default_str();
+  cmd->add_option("--kv-dtype", o.kv_dtype,
+                  "K and V's own storage: e4m3 or e5m2 (an fp8 KV cache under fp16 / bf16 queries; default: --dtype)");
+  cmd->add_option("--q-descale", o.q_descale,
+                  "fp8 Q's descale: a number, or a float .npy [Hkv] or [B, Hkv]; Q is its stored value times it");
+  cmd->add_option("--k-descale,--k-scale", o.k_descale,
+                  "fp8 K's descale (vLLM's k_scale): a number, or a float .npy [Hkv] or [B, Hkv]");
+  cmd->add_option("--v-descale,--v-scale", o.v_descale,
+                  "fp8 V's descale (vLLM's v_scale): a number, or a float .npy [Hkv] or [B, Hkv]");
   cmd->add_option("--causal", o.causal, "Causal mask: bottom-right (j <= i + Sk - Sq) or top-left (j <= i)");
   cmd->add_option("--window", o.window, "Sliding window LEFT,RIGHT around the bottom-right diagonal (-1: unbounded)");
   cmd->add_option("--scale", o.scale, "Softmax scale (default 1/sqrt(Dk))");
@@ -265,6 +363,11 @@ void run_attention(const AttentionOptions& o) {
   }
   ProblemOptions options;
   options.dtype = parse_dtype_flag(o.dtype);
+  if (!o.kv_dtype.empty()) {
+    const std::optional<DType> kv = parse_dtype(o.kv_dtype);
+    if (!kv || !is_fp8(*kv)) bad_flag("--kv-dtype", o.kv_dtype, "e4m3 or e5m2 (an fp8 KV cache)");
+    options.kv_dtype = *kv;
+  }
   options.mask = parse_mask(o.causal, o.window);
   options.scale = o.scale;
   options.seqlens_k = read_lengths(o.seqlens_k_path, "seqlens_k");
@@ -295,6 +398,7 @@ void run_attention(const AttentionOptions& o) {
   if (o.repeat > 0 && o.backward)
     bad_flag("--repeat", std::to_string(o.repeat), "a forward or decode call (not --backward)");
   const DType dtype = options.dtype;
+  const DType kv_dtype = options.kv_dtype.value_or(dtype);
 
   const npy::Array q = read_floats(o.q_path, "Q");
   if (options.page_size != 0) {
@@ -308,12 +412,26 @@ void run_attention(const AttentionOptions& o) {
   const npy::Array v = cache ? read_floats(o.v_cache_path, "V cache") : read_floats(o.v_path, "V");
   const ModifierInputs mods = read_modifier_inputs(o.softcap, o.sinks_path, o.alibi_slopes_path, options);
   set_dropout(o, options.modifiers);
+  // K's heads: dim 2 of [B, S, H, D] (and of a page pool), dim 1 of packed [T, H, D].
+  const std::int64_t heads_kv = k.shape.size() >= 3 ? k.shape[k.shape.size() - 2] : 1;
+  const std::int64_t sequences = !options.cu_seqlens_q.empty()
+                                     ? static_cast<std::int64_t>(options.cu_seqlens_q.size()) - 1
+                                     : (q.shape.empty() ? 0 : q.shape[0]);
+  const Descales descales = read_descales(o, options, sequences, heads_kv);
+  if (!is_fp8(dtype) && !o.q_descale.empty()) {
+    bad_flag("--q-descale", o.q_descale, "--dtype e4m3 or e5m2 with it (fp8 queries)");
+  }
+  if (!is_fp8(kv_dtype)) {
+    for (const auto& [flag, text] : {std::pair{"--k-descale", &o.k_descale}, std::pair{"--v-descale", &o.v_descale}}) {
+      if (!text->empty()) bad_flag(flag, *text, "--dtype or --kv-dtype e4m3 / e5m2 with it (fp8 K and V)");
+    }
+  }
   const AttentionProblem problem = make_problem(q.shape, k.shape, v.shape, std::move(options));
   check_modifier_inputs(mods, problem);
 
   const std::vector<std::uint16_t> q_bits = to_storage(q, dtype);
-  const std::vector<std::uint16_t> k_bits = to_storage(k, dtype);
-  const std::vector<std::uint16_t> v_bits = to_storage(v, dtype);
+  const std::vector<std::uint16_t> k_bits = to_storage(k, kv_dtype);
+  const std::vector<std::uint16_t> v_bits = to_storage(v, kv_dtype);
   if (o.backward) {
     run_backward(o, backend, problem, {q_bits, k_bits, v_bits}, {q.shape, k.shape, v.shape}, mods);
     return;
@@ -329,8 +447,8 @@ void run_attention(const AttentionOptions& o) {
       .splits = o.splits.value_or(0),
       .repeat = o.repeat};
   const ReferenceOutput out =
-      backend ? run_on_runtime(*backend, problem, q_bits, k_bits, v_bits, mods, choice)
-              : reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data(), mods.host());
+      backend ? run_on_runtime(*backend, problem, q_bits, k_bits, v_bits, mods, descales, choice)
+              : reference_forward(problem, q_bits.data(), k_bits.data(), v_bits.data(), descales.add_to(mods.host()));
 
   std::vector<int64_t> o_shape = {problem.seqlen_q, problem.heads_q, problem.head_dim_v};
   std::vector<int64_t> lse_shape = {problem.heads_q, problem.seqlen_q};

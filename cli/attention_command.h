@@ -15,6 +15,12 @@ struct AttentionOptions {
   std::string q_path, k_path, v_path, out_path;
   std::string lse_path;  // empty: LSE not written
   std::string dtype = "bf16";
+  // fp8 (docs/contract.md, "FP8 inputs"): K and V's own storage (an fp8
+  // cache under 16-bit queries), and the descales: a number (one per
+  // tensor) or a float .npy [Hkv] or [B, Hkv]. FlashAttention-3's names,
+  // and vLLM's --k-scale / --v-scale for the same K and V factors.
+  std::string kv_dtype;
+  std::string q_descale, k_descale, v_descale;
   std::string causal;  // "", "bottom-right" or "top-left"
   std::string window;  // "", or "LEFT,RIGHT"
   std::optional<double> scale;

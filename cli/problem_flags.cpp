@@ -27,7 +27,7 @@ void bad_flag(const std::string& flag, const std::string& seen, const std::strin
 
 DType parse_dtype_flag(const std::string& text) {
   if (auto dtype = parse_dtype(text)) return *dtype;
-  bad_flag("--dtype", text, "fp16 or bf16");
+  bad_flag("--dtype", text, "fp16, bf16, e4m3 or e5m2");
 }
 
 Mask parse_mask(const std::string& causal, const std::string& window) {

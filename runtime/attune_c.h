@@ -35,7 +35,14 @@ typedef enum {
   ATTUNE_ERROR_INTERNAL = 7
 } attune_status;
 
-typedef enum { ATTUNE_DTYPE_FP16 = 0, ATTUNE_DTYPE_BF16 = 1 } attune_dtype;
+/* fp8 (E4M3, E5M2) stores inputs only: Q, K and V (O is then bf16), or a
+ * KV cache under fp16 / bf16 queries (attune_problem.kv_dtype). */
+typedef enum {
+  ATTUNE_DTYPE_FP16 = 0,
+  ATTUNE_DTYPE_BF16 = 1,
+  ATTUNE_DTYPE_E4M3 = 2,
+  ATTUNE_DTYPE_E5M2 = 3
+} attune_dtype;
 
 typedef enum {
   ATTUNE_MASK_NONE = 0,
@@ -82,13 +89,24 @@ typedef struct {
    * in backend memory instead. The LSE is the one without dropout. */
   double dropout_p; /* in [0, 1) */
   uint64_t seed, offset;
+  /* FP8 inputs (docs/contract.md, "FP8 inputs"). kv_dtype ATTUNE_DTYPE_E4M3
+   * or _E5M2: K and V (a KV cache) stored so under fp16 / bf16 queries; any
+   * other value: K and V in dtype. Each fp8 input is its stored value times
+   * its descale, a float32 in the backend's memory at [b, kv_head] with
+   * descale_strides {batch, head} (elements; {0, 0}: one per tensor); NULL:
+   * 1. attune_buffers carries them for plan runs. */
+  attune_dtype kv_dtype;
+  const float* q_descale;
+  const float* k_descale;
+  const float* v_descale;
+  int64_t descale_strides[2];
 } attune_problem;
 
 typedef struct attune_runtime attune_runtime;
 
 /* The ABI of this header: attune_abi_version() of the loaded library must
  * equal it (a caller built against another header must not call in). */
-#define ATTUNE_ABI_VERSION 3
+#define ATTUNE_ABI_VERSION 4
 int attune_abi_version(void);
 /* The library's version, "0.1.0". */
 const char* attune_version(void);
@@ -173,6 +191,9 @@ typedef struct {
   const float* alibi_slopes;
   float* dsink;
   const uint64_t* rng_state; /* [2]: seed, offset */
+  const float* q_descale;    /* fp8 inputs: as in attune_problem */
+  const float* k_descale;
+  const float* v_descale;
 } attune_buffers;
 
 /* The length arrays of one run (the backend's memory) and its batch. */

@@ -30,11 +30,16 @@ AttentionProblem problem_from_c(const attune_problem& c, const std::optional<Len
   // value as the enum is undefined, so the fields are read as ints.
   const int dtype = enum_field(c.dtype);
   const int mask = enum_field(c.mask);
-  if (dtype != ATTUNE_DTYPE_FP16 && dtype != ATTUNE_DTYPE_BF16) {
-    throw InvalidArgument("dtype: got " + std::to_string(dtype) + "; expected ATTUNE_DTYPE_FP16 or ATTUNE_DTYPE_BF16");
+  if (dtype < ATTUNE_DTYPE_FP16 || dtype > ATTUNE_DTYPE_E5M2) {
+    throw InvalidArgument("dtype: got " + std::to_string(dtype) +
+                          "; expected ATTUNE_DTYPE_FP16, ATTUNE_DTYPE_BF16, ATTUNE_DTYPE_E4M3 or ATTUNE_DTYPE_E5M2");
   }
+  constexpr DType kDTypes[] = {DType::kF16, DType::kBF16, DType::kE4M3, DType::kE5M2};
   AttentionProblem p;
-  p.dtype = dtype == ATTUNE_DTYPE_FP16 ? DType::kF16 : DType::kBF16;
+  p.dtype = kDTypes[dtype];
+  const int kv_dtype = enum_field(c.kv_dtype);
+  if (kv_dtype == ATTUNE_DTYPE_E4M3 || kv_dtype == ATTUNE_DTYPE_E5M2) p.kv_dtype = kDTypes[kv_dtype];
+  p.descale_strides = {.batch = c.descale_strides[0], .head = c.descale_strides[1]};
   p.batch = c.batch;
   p.seqlen_q = c.seqlen_q;
   p.seqlen_k = c.seqlen_k;

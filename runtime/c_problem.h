@@ -19,4 +19,13 @@ namespace attune {
 // and the bounds say which arrays each run passes.
 AttentionProblem problem_from_c(const attune_problem& c, const std::optional<LengthBounds>& device_lengths = {});
 
+// `buffers` with the problem's fp8 descales (the direct calls pass them in
+// the problem, as the modifiers' tensors).
+inline AttentionBuffers with_descales(AttentionBuffers buffers, const attune_problem& c) {
+  buffers.q_descale = c.q_descale;
+  buffers.k_descale = c.k_descale;
+  buffers.v_descale = c.v_descale;
+  return buffers;
+}
+
 }  // namespace attune

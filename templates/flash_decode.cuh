@@ -171,17 +171,33 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
 
   const auto q_row = [&](i32 r) {
     const decode_detail::RowPlace at = decode_detail::place<kPackGqa>(row0 + r, slot, p.group_size);
-    return batch * p.q_batch_stride + (q_begin + at.position) * p.q_row_stride + at.head * p.q_head_stride;
+    return p.q + batch * p.q_batch_stride + (q_begin + at.position) * p.q_row_stride + at.head * p.q_head_stride;
+  };
+  const auto q_row_bytes = [&](i32 r) {  // fp8 queries
+    const decode_detail::RowPlace at = decode_detail::place<kPackGqa>(row0 + r, slot, p.group_size);
+    return flash_detail::stored_bytes(p.q) + batch * p.q_batch_stride + (q_begin + at.position) * p.q_row_stride +
+           at.head * p.q_head_stride;
   };
   const KeyPages pages{p.block_table, p.block_table_stride, p.page_size, p.num_pages};
   const auto issue = [&](i64 n) {
     if (n < n_end) {
       const i32 stage = static_cast<i32>(n % Config::kStages);
       const i64 key0 = n * Config::kBlockN;
-      flash_detail::load_cache_kv<Config>(k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems, pages,
-                                          {p.k, p.k_batch_stride, p.k_row_stride, kv_head * p.k_head_stride},
-                                          {p.v, p.v_batch_stride, p.v_row_stride, kv_head * p.v_head_stride}, batch,
-                                          key0, k_len - key0, p.head_dim_k, p.head_dim_v, vectorized, kv_format);
+      if (Config::kMayFp8 && kv_format != kStored16) {  // the stored bytes, widened as they load
+        flash_detail::load_cache_kv<Config>(
+            k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems, pages,
+            flash_detail::CacheRows<u8>{flash_detail::stored_bytes(p.k), p.k_batch_stride, p.k_row_stride,
+                                        kv_head * p.k_head_stride},
+            flash_detail::CacheRows<u8>{flash_detail::stored_bytes(p.v), p.v_batch_stride, p.v_row_stride,
+                                        kv_head * p.v_head_stride},
+            batch, key0, k_len - key0, p.head_dim_k, p.head_dim_v, vectorized, kv_format);
+      } else {
+        flash_detail::load_cache_kv<Config>(
+            k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems, pages,
+            flash_detail::CacheRows<u16>{p.k, p.k_batch_stride, p.k_row_stride, kv_head * p.k_head_stride},
+            flash_detail::CacheRows<u16>{p.v, p.v_batch_stride, p.v_row_stride, kv_head * p.v_head_stride}, batch,
+            key0, k_len - key0, p.head_dim_k, p.head_dim_v, vectorized);
+      }
     }
     dev::cp_async::commit();  // possibly empty: keeps the group count uniform
   };
@@ -189,7 +205,12 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
   typename Config::Softmax softmax;
   softmax.init();
   if (n_begin < n_end) {
-    flash_detail::load_rows<Config, Config::kBlockM>(q_s, p.q, q_row, rows - row0, p.head_dim_k, vectorized, q_format);
+    if (Config::kMayFp8 && q_format != kStored16) {
+      flash_detail::load_fp8_rows<Config, Config::kBlockM>(q_s, q_row_bytes, rows - row0, p.head_dim_k, vectorized,
+                                                           q_format);
+    } else {
+      flash_detail::load_rows<Config, Config::kBlockM>(q_s, q_row, rows - row0, p.head_dim_k, vectorized);
+    }
     dev::cp_async::commit();
     flash_detail::attend_key_tiles<Config>(q_s, k_s, v_s, softmax, tile_mask, row0, n_begin, n_end, keys, q_len, k_len,
                                            issue);

@@ -76,7 +76,7 @@ struct FlashFwdTunables {
 // without it compile to the code they had before paging existed. kDropout:
 // attention dropout (templates/dropout.h), the same kind of feature. kFp8:
 // fp8 inputs (Fp8Inputs: Q, K and V, or K and V alone), widened to DType
-// as they load.
+// as they load; a variant with it still reads 16-bit tensors as before.
 template <int kHeadDim, int kBlockM, int kBlockN, int kWarpsM, int kWarpsN, int kStages, int kQRegs, class DType,
           int kSoftcap, int kSinks, int kAlibi, int kPaged, int kDropout = 0, int kFp8 = 0>
 ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
@@ -111,27 +111,48 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   const flash_detail::TileMask tile_mask{p.mask, scale_log2, 1, block_score_mods<Mods>(p.mods, scale_log2, batch, head),
                                          block_dropout<Mods>(p.dropout, batch, head, p.heads_q)};
 
-  // Element offsets of the block's first rows.
-  const i64 q_rows = batch * p.q_batch_stride + (seq.q_begin + row0) * p.q_row_stride + head * p.q_head_stride;
-  const i64 k_rows = batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + kv_head * p.k_head_stride;
-  const i64 v_rows = batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + kv_head * p.v_head_stride;
+  const i64 q_first = batch * p.q_batch_stride + (seq.q_begin + row0) * p.q_row_stride + head * p.q_head_stride;
+  const i64 k_first = batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + kv_head * p.k_head_stride;
+  const i64 v_first = batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + kv_head * p.v_head_stride;
+  const u16* q_rows = p.q + batch * p.q_batch_stride + (seq.q_begin + row0) * p.q_row_stride + head * p.q_head_stride;
+  const u16* k_rows = p.k + batch * p.k_batch_stride + seq.k_begin * p.k_row_stride + kv_head * p.k_head_stride;
+  const u16* v_rows = p.v + batch * p.v_batch_stride + seq.k_begin * p.v_row_stride + kv_head * p.v_head_stride;
   const auto issue = [&](i64 n) {
     if (n < n_end) {
       const i32 stage = static_cast<i32>(n % Config::kStages);
       const i64 key0 = n * Config::kBlockN;
       const bool paged = kPaged == kAtRunTime ? p.pages.block_table != nullptr : kPaged != 0;
-      if (!paged) {
-        flash_detail::load_tile<Config, Config::kBlockN>(k_s + stage * Config::kTileElems, p.k,
+      if (Config::kMayFp8 && kv_format != kStored16) {  // the stored bytes, widened as they load
+        using flash_detail::stored_bytes;
+        if (!paged) {
+          flash_detail::load_tile<Config, Config::kBlockN>(
+              k_s + stage * Config::kTileElems, stored_bytes(p.k) + k_first + key0 * p.k_row_stride, p.k_row_stride,
+              seq.k_len - key0, p.head_dim_k, vectorized, kv_format);
+          flash_detail::load_tile<Config, Config::kBlockN>(
+              v_s + stage * Config::kTileElems, stored_bytes(p.v) + v_first + key0 * p.v_row_stride, p.v_row_stride,
+              seq.k_len - key0, p.head_dim_v, vectorized, kv_format);
+        } else {
+          flash_detail::load_cache_kv<Config>(
+              k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems, p.pages,
+              flash_detail::CacheRows<u8>{stored_bytes(p.k), p.k_batch_stride, p.k_row_stride,
+                                          kv_head * p.k_head_stride},
+              flash_detail::CacheRows<u8>{stored_bytes(p.v), p.v_batch_stride, p.v_row_stride,
+                                          kv_head * p.v_head_stride},
+              batch, key0, seq.k_len - key0, p.head_dim_k, p.head_dim_v, vectorized, kv_format);
+        }
+      } else if (!paged) {
+        flash_detail::load_tile<Config, Config::kBlockN>(k_s + stage * Config::kTileElems,
                                                          k_rows + key0 * p.k_row_stride, p.k_row_stride,
-                                                         seq.k_len - key0, p.head_dim_k, vectorized, kv_format);
-        flash_detail::load_tile<Config, Config::kBlockN>(v_s + stage * Config::kTileElems, p.v,
+                                                         seq.k_len - key0, p.head_dim_k, vectorized);
+        flash_detail::load_tile<Config, Config::kBlockN>(v_s + stage * Config::kTileElems,
                                                          v_rows + key0 * p.v_row_stride, p.v_row_stride,
-                                                         seq.k_len - key0, p.head_dim_v, vectorized, kv_format);
+                                                         seq.k_len - key0, p.head_dim_v, vectorized);
       } else {  // each key's row through the block table
-        flash_detail::load_cache_kv<Config>(k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems, p.pages,
-                                            {p.k, p.k_batch_stride, p.k_row_stride, kv_head * p.k_head_stride},
-                                            {p.v, p.v_batch_stride, p.v_row_stride, kv_head * p.v_head_stride}, batch,
-                                            key0, seq.k_len - key0, p.head_dim_k, p.head_dim_v, vectorized, kv_format);
+        flash_detail::load_cache_kv<Config>(
+            k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems, p.pages,
+            flash_detail::CacheRows<u16>{p.k, p.k_batch_stride, p.k_row_stride, kv_head * p.k_head_stride},
+            flash_detail::CacheRows<u16>{p.v, p.v_batch_stride, p.v_row_stride, kv_head * p.v_head_stride}, batch,
+            key0, seq.k_len - key0, p.head_dim_k, p.head_dim_v, vectorized);
       }
     }
     dev::cp_async::commit();  // possibly empty: keeps the group count uniform
@@ -140,8 +161,13 @@ ATTUNE_KERNEL void flash_fwd(FlashFwdParams p) {
   typename Config::Softmax softmax;
   softmax.init();
   if (n_begin < n_end) {
-    flash_detail::load_tile<Config, Config::kBlockM>(q_s, p.q, q_rows, p.q_row_stride, seq.q_len - row0,
-                                                     p.head_dim_k, vectorized, q_format);
+    if (Config::kMayFp8 && q_format != kStored16) {
+      flash_detail::load_tile<Config, Config::kBlockM>(q_s, flash_detail::stored_bytes(p.q) + q_first, p.q_row_stride,
+                                                       seq.q_len - row0, p.head_dim_k, vectorized, q_format);
+    } else {
+      flash_detail::load_tile<Config, Config::kBlockM>(q_s, q_rows, p.q_row_stride, seq.q_len - row0, p.head_dim_k,
+                                                       vectorized);
+    }
     dev::cp_async::commit();
     flash_detail::attend_key_tiles<Config>(q_s, k_s, v_s, softmax, tile_mask, row0, n_begin, n_end, keys, seq.q_len,
                                            seq.k_len, issue);

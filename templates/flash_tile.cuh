@@ -143,20 +143,21 @@ ATTUNE_DEVICE Vec16 widen_fp8x8(u32 lo, u32 hi) {
   return out;
 }
 
-// load_rows for an fp8 tensor: each 16-byte chunk of the tile is 8 stored
-// bytes, read into registers (one 8-byte load when rows are aligned) and
-// widened there; the tile in shared memory is the same as from 16-bit
-// storage.
-template <class Config, int kRows, class RowOffset>
-ATTUNE_DEVICE void load_fp8_rows(u16* dst, const u8* base, const RowOffset& row_offset, i64 rows_valid,
-                                 i32 cols_valid, bool vectorized, i32 format) {
+// load_rows for an fp8 tensor: row r's stored bytes start at
+// row_address(r). Each 16-byte chunk of the tile is 8 stored bytes, read
+// into registers (one 8-byte load when rows are aligned) and widened there
+// to Config::DType; the tile in shared memory is the one 16-bit storage
+// gives. `format`: kStoredE4M3 or kStoredE5M2.
+template <class Config, int kRows, class RowAddress>
+ATTUNE_DEVICE void load_fp8_rows(u16* dst, const RowAddress& row_address, i64 rows_valid, i32 cols_valid,
+                                 bool vectorized, i32 format) {
   using D = typename Config::DType;
   using Tile = typename Config::template HeadDimTile<kRows>;
   for (i32 c = dev::linear_thread(); c < Tile::kChunks; c += Config::kThreads) {
     const typename Tile::Coord at = Tile::chunk_coord(c);
     const bool row_ok = at.row < rows_valid;
     const i32 cols = row_ok ? (cols_valid - at.col < 8 ? cols_valid - at.col : 8) : 0;
-    const u8* from = base + row_offset(row_ok ? at.row : 0) + (row_ok ? at.col : 0);
+    const u8* from = row_address(row_ok ? at.row : 0) + (row_ok ? at.col : 0);
     u64 bytes = 0;  // byte e in bits 8e..8e+7
     if (vectorized && cols == 8) {
       bytes = dev::load_global(reinterpret_cast<const u64*>(from));
@@ -171,24 +172,16 @@ ATTUNE_DEVICE void load_fp8_rows(u16* dst, const u8* base, const RowOffset& row_
   }
 }
 
+// The bytes of an fp8 tensor whose params field is a u16 pointer.
+ATTUNE_DEVICE const u8* stored_bytes(const u16* p) { return reinterpret_cast<const u8*>(p); }
+
 // Copies a tile of kRows x kHeadDim elements into shared memory, laid out as
 // Config::HeadDimTile<kRows>; rows >= rows_valid and columns >= cols_valid
-// are zero. Row r starts row_offset(r) elements past `base`: tensors whose
-// rows are not evenly spaced (paged caches, packed query heads) load
-// through the same code. `format`: how the tensor is stored (kStored16, or
-// fp8 with Config::kMayFp8).
-template <class Config, int kRows, class RowOffset>
-ATTUNE_DEVICE void load_rows(u16* dst, const void* base, const RowOffset& row_offset, i64 rows_valid, i32 cols_valid,
-                             bool vectorized, i32 format = kStored16) {
-  if constexpr (Config::kMayFp8) {
-    if (format != kStored16) {
-      load_fp8_rows<Config, kRows>(dst, static_cast<const u8*>(base), row_offset, rows_valid, cols_valid, vectorized,
-                                   format);
-      return;
-    }
-  }
+// are zero. Row r starts at row_address(r): tensors whose rows are not evenly
+// spaced (paged caches, packed query heads) load through the same code.
+template <class Config, int kRows, class RowAddress>
+ATTUNE_DEVICE void load_rows(u16* dst, const RowAddress& row_address, i64 rows_valid, i32 cols_valid, bool vectorized) {
   using Tile = typename Config::template HeadDimTile<kRows>;
-  const u16* elements = static_cast<const u16*>(base);
   const i32 tid = dev::linear_thread();
   // In storage order: thread t fills the t-th 16 bytes, whatever the layout.
   for (i32 c = tid; c < Tile::kChunks; c += Config::kThreads) {
@@ -199,7 +192,7 @@ ATTUNE_DEVICE void load_rows(u16* dst, const void* base, const RowOffset& row_of
     const i32 cols = row_ok ? (cols_valid - col < 8 ? cols_valid - col : 8) : 0;
     const i32 valid = cols > 0 ? cols : 0;
     u16* to = dst + c * 8;
-    const u16* from = elements + row_offset(row_ok ? row : 0) + (row_ok ? col : 0);
+    const u16* from = row_address(row_ok ? row : 0) + (row_ok ? col : 0);
     if (vectorized) {
       dev::cp_async::copy16(to, from, valid * 2);
     } else {
@@ -211,44 +204,55 @@ ATTUNE_DEVICE void load_rows(u16* dst, const void* base, const RowOffset& row_of
   }
 }
 
-// K or V of a KV cache as the key tiles read it: elements past `base` (in
-// its stored format), at the offset of a key's row in its page (or the
-// contiguous cache).
+// K or V of a KV cache as the key tiles read it: element `base` plus the
+// offset of a key's row in its page (or the contiguous cache). T: u16, or
+// u8 for an fp8 cache.
+template <class T>
 struct CacheRows {
-  const void* base;
+  const T* base;
   i64 batch_stride;
   i64 row_stride;
   i64 head_offset;  // the KV head's: kv_head x head stride
-  ATTUNE_DEVICE i64 row(const KeyPages& pages, i32 batch, i64 key) const {
-    return pages.key_offset(batch_stride, row_stride, head_offset, batch, key);
+  ATTUNE_DEVICE const T* row(const KeyPages& pages, i32 batch, i64 key) const {
+    return base + pages.key_offset(batch_stride, row_stride, head_offset, batch, key);
   }
 };
 
 // K and V of keys [key0, key0 + kBlockN) into k_dst and v_dst, each key's
 // row through the block table (KeyPages' rule); keys >= keys_valid are 0.
 template <class Config>
-ATTUNE_DEVICE void load_cache_kv(u16* k_dst, u16* v_dst, const KeyPages& pages, const CacheRows& k, const CacheRows& v,
-                                 i32 batch, i64 key0, i64 keys_valid, i32 head_dim_k, i32 head_dim_v, bool vectorized,
-                                 i32 format = kStored16) {
+ATTUNE_DEVICE void load_cache_kv(u16* k_dst, u16* v_dst, const KeyPages& pages, const CacheRows<u16>& k,
+                                 const CacheRows<u16>& v, i32 batch, i64 key0, i64 keys_valid, i32 head_dim_k,
+                                 i32 head_dim_v, bool vectorized) {
   load_rows<Config, Config::kBlockN>(
-      k_dst, k.base, [&](i32 r) { return k.row(pages, batch, key0 + r); }, keys_valid, head_dim_k, vectorized, format);
+      k_dst, [&](i32 r) { return k.row(pages, batch, key0 + r); }, keys_valid, head_dim_k, vectorized);
   load_rows<Config, Config::kBlockN>(
-      v_dst, v.base, [&](i32 r) { return v.row(pages, batch, key0 + r); }, keys_valid, head_dim_v, vectorized, format);
+      v_dst, [&](i32 r) { return v.row(pages, batch, key0 + r); }, keys_valid, head_dim_v, vectorized);
+}
+// The same from an fp8 cache (`format`: kStoredE4M3 or kStoredE5M2).
+template <class Config>
+ATTUNE_DEVICE void load_cache_kv(u16* k_dst, u16* v_dst, const KeyPages& pages, const CacheRows<u8>& k,
+                                 const CacheRows<u8>& v, i32 batch, i64 key0, i64 keys_valid, i32 head_dim_k,
+                                 i32 head_dim_v, bool vectorized, i32 format) {
+  load_fp8_rows<Config, Config::kBlockN>(
+      k_dst, [&](i32 r) { return k.row(pages, batch, key0 + r); }, keys_valid, head_dim_k, vectorized, format);
+  load_fp8_rows<Config, Config::kBlockN>(
+      v_dst, [&](i32 r) { return v.row(pages, batch, key0 + r); }, keys_valid, head_dim_v, vectorized, format);
 }
 
-// load_rows for rows `row_stride` elements apart, the first `first`
-// elements past `base` (in its stored format).
-template <class Config, int kRows>
-ATTUNE_DEVICE void load_tile(u16* dst, const void* base, i64 first, i64 row_stride, i64 rows_valid, i32 cols_valid,
-                             bool vectorized, i32 format) {
-  load_rows<Config, kRows>(
-      dst, base, [&](i32 row) { return first + row * row_stride; }, rows_valid, cols_valid, vectorized, format);
-}
-// The same for 16-bit rows from `src`.
+// load_rows for rows `row_stride` elements apart from `src`.
 template <class Config, int kRows>
 ATTUNE_DEVICE void load_tile(u16* dst, const u16* src, i64 row_stride, i64 rows_valid, i32 cols_valid,
                              bool vectorized) {
-  load_rows<Config, kRows>(dst, src, [&](i32 row) { return row * row_stride; }, rows_valid, cols_valid, vectorized);
+  load_rows<Config, kRows>(
+      dst, [&](i32 row) { return src + row * row_stride; }, rows_valid, cols_valid, vectorized);
+}
+// The same from an fp8 tensor's bytes.
+template <class Config, int kRows>
+ATTUNE_DEVICE void load_tile(u16* dst, const u8* src, i64 row_stride, i64 rows_valid, i32 cols_valid, bool vectorized,
+                             i32 format) {
+  load_fp8_rows<Config, kRows>(
+      dst, [&](i32 row) { return src + row * row_stride; }, rows_valid, cols_valid, vectorized, format);
 }
 
 // What attend_tile needs of the problem: the mask band, the softmax scale in

@@ -84,11 +84,12 @@ class _Entry:
     dtypes and devices skips every check the first one made (but the
     contents of a block table, checked at every run where they are on the
     host: pages is (page_size, num_pages) of a paged cache, else None)."""
-    __slots__ = ("plan", "o_shape", "lse_shape", "problem", "pages")
+    __slots__ = ("plan", "o_shape", "lse_shape", "problem", "pages", "o_dtype")
 
-    def __init__(self, plan, o_shape, lse_shape, problem, pages=None):
+    def __init__(self, plan, o_shape, lse_shape, problem, pages=None, o_dtype=None):
         self.plan, self.o_shape, self.lse_shape, self.problem = plan, o_shape, lse_shape, problem
         self.pages = pages
+        self.o_dtype = o_dtype  # None: q's dtype; "bf16" for fp8 queries
 
 
 _entries = {}  # fast key -> _Entry
@@ -96,21 +97,24 @@ _entries = {}  # fast key -> _Entry
 
 def forward(arrays, q, k, v, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None, block_table=None,
             max_seqlen_q=0, max_seqlen_k=0, alibi_slopes=None, sinks=None, num_splits=0, decode=False,
-            rng_state=None):
+            rng_state=None, descales=None):
     """O and LSE of one call: O shaped like q with v's head dim, LSE
     [B, Hq, Sq] (packed [Hq, Tq]), float32 (float64 for float64 inputs).
     decode (or num_splits > 0): the split-KV decode kernel; a forward over a
     paged cache picks between the two itself (Runtime::plan). sinks: float32
     [Hq] sink logits (spec.has_sinks). rng_state: with spec.dropout_p, the
     dropout's {seed, offset}, an int64 [2] array on q's device that the
-    kernels read at the run (None: seed 0, offset 0)."""
+    kernels read at the run (None: seed 0, offset 0). descales: the fp8 inputs'
+    (q, k, v) descale arrays, float32 on q's device laid out as
+    spec.descale_strides says (each may be None: 1); None: none. fp8
+    queries write O in bf16."""
     lengths_in = (cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table)
     fast = arrays.fast_key(q, k, v, lengths_in, alibi_slopes, sinks)
     if fast is not None:
         fast = (fast, spec, max_seqlen_q, max_seqlen_k, num_splits, decode)
         entry = _entries.get(fast)
         if entry is not None and entry.plan.alive():
-            return _run(arrays, entry, q, k, v, lengths_in, alibi_slopes, sinks, rng_state)
+            return _run(arrays, entry, q, k, v, lengths_in, alibi_slopes, sinks, rng_state, descales)
     lengths, keep = _lengths(arrays, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_seqlen_q, max_seqlen_k)
     qv, kv, vv = arrays.view(q), arrays.view(k), arrays.view(v)
     s = engine.shape_of(qv, kv, vv, lengths)
@@ -118,7 +122,8 @@ def forward(arrays, q, k, v, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seql
     backend, device = engine.backend_of(qv)
     o_shape, o_strides, lse_shape, lse_strides = _out_layout(s)
     decode = decode or num_splits > 0
-    problem = _record.problem_of("decode" if decode else "fwd", qv.dtype, s, spec, lengths)
+    problem = _record.problem_of("decode" if decode else "fwd",
+                                 engine.storage_name(qv.dtype, engine.kv_storage(qv.dtype, kv.dtype)), s, spec, lengths)
     if backend == "reference":
         _record.add(problem)
         return _reference_forward(arrays, q, k, v, spec, s, lengths, keep, (alibi_slopes, sinks, rng_state),
@@ -126,18 +131,19 @@ def forward(arrays, q, k, v, spec, *, cu_seqlens_q=None, cu_seqlens_k=None, seql
     key = engine.problem_key(qv.dtype, s, spec, qv, kv, vv, o_strides, lse_strides, lengths, lengths.any())
     op = native.OP_DECODE if decode else native.OP_FORWARD
     plan = engine.plan_for(backend, device, key, op, lengths, splits=num_splits, alibi=alibi_slopes is not None)
-    entry = _Entry(plan, o_shape, lse_shape, problem, (s.page_size, s.num_pages) if s.page_size else None)
+    o_dtype = "bf16" if qv.dtype in engine.FP8_DTYPES else None
+    entry = _Entry(plan, o_shape, lse_shape, problem, (s.page_size, s.num_pages) if s.page_size else None, o_dtype)
     if fast is not None:
         _entries[fast] = entry
     converted = tuple(arrays.int32(x) if x is not None else None for x in lengths_in)
     slopes = arrays.float32(alibi_slopes) if alibi_slopes is not None else None
     sinks = arrays.float32(sinks) if sinks is not None else None
-    out = _run(arrays, entry, q, k, v, converted, slopes, sinks, rng_state)
+    out = _run(arrays, entry, q, k, v, converted, slopes, sinks, rng_state, descales)
     del keep
     return out
 
 
-def _run(arrays, entry, q, k, v, lengths, alibi_slopes, sinks, rng_state=None):
+def _run(arrays, entry, q, k, v, lengths, alibi_slopes, sinks, rng_state=None, descales=None):
     """One run of a prepared call: outputs allocated by the caller's
     library, then the plan's launches on the current stream."""
     if entry.pages is not None:
@@ -151,13 +157,14 @@ def _run(arrays, entry, q, k, v, lengths, alibi_slopes, sinks, rng_state=None):
     if _record.active():
         _record.add(entry.problem)
     ptr = arrays.ptr
-    o = arrays.empty(entry.o_shape, None, q)
+    o = arrays.empty(entry.o_shape, entry.o_dtype, q)
     lse = arrays.empty(entry.lse_shape, "fp32", q)
     plan = entry.plan
     buffers = native.Buffers(ptr(q), ptr(k), ptr(v), ptr(o), ptr(lse), None, None, None, None,
                              ptr(sinks) if sinks is not None else None,
                              ptr(alibi_slopes) if alibi_slopes is not None else None, None,
-                             ptr(rng_state) if rng_state is not None else None)
+                             ptr(rng_state) if rng_state is not None else None,
+                             *((ptr(x) if x is not None else None) for x in (descales or (None,) * 3)))
     workspace = _workspace(arrays, plan, q) if plan.workspace_bytes else None
     length_ptrs = None
     if lengths[0] is not None or lengths[1] is not None or lengths[2] is not None or lengths[3] is not None:
@@ -175,6 +182,10 @@ def backward(arrays, dout, q, k, v, out, lse, spec, *, cu_seqlens_q=None, cu_seq
     qv, kv, vv = arrays.view(q), arrays.view(k), arrays.view(v)
     s = engine.shape_of(qv, kv, vv, lengths)
     _bounds(lengths, s)
+    fp8 = [(name, x.dtype) for name, x in (("q", qv), ("k", kv), ("v", vv)) if x.dtype in engine.FP8_DTYPES]
+    if fp8:
+        raise InvalidArgument(f"backward: got {fp8[0][0]} in {fp8[0][1]}; expected float16 or bfloat16 inputs (fp8 "
+                              "inputs are forward only: attune's backward takes 16-bit q, k and v)")
     backend, device = engine.backend_of(qv)
     _record.note("bwd", qv.dtype, s, spec, lengths)
     if backend == "reference":

@@ -18,7 +18,28 @@ from . import _native as native
 from ._errors import InvalidArgument
 
 KERNEL_DTYPES = ("fp16", "bf16")  # what the kernels store
+FP8_DTYPES = ("e4m3", "e5m2")  # what the kernels also read (inputs only: their O is bf16)
 REFERENCE_DTYPES = ("fp32", "fp64")  # what the fp64 reference takes (CPU only)
+_DTYPE_ENUMS = {"fp16": native.DTYPE_FP16, "bf16": native.DTYPE_BF16, "e4m3": native.DTYPE_E4M3,
+                "e5m2": native.DTYPE_E5M2}
+_KV_INFIX = "-kv-"  # as core/dtype.cpp's storage_name spells an fp8 cache under 16-bit queries
+
+
+def storage_name(dtype, kv_dtype=None):
+    """A problem's dtype as the library names it (problem keys, tuning
+    databases): q's dtype, or "bf16-kv-e4m3" for an fp8 KV cache under
+    16-bit queries."""
+    return dtype if kv_dtype in (None, dtype) else f"{dtype}{_KV_INFIX}{kv_dtype}"
+
+
+def kv_storage(q_dtype, k_dtype):
+    """K and V's dtype when it differs from q's (an fp8 cache), else None."""
+    return k_dtype if k_dtype in FP8_DTYPES and k_dtype != q_dtype else None
+
+
+def out_dtype(dtype):
+    """The dtype O is written in: q's, or bf16 for fp8 queries."""
+    return "bf16" if dtype in FP8_DTYPES else dtype
 
 
 @dataclass(frozen=True)
@@ -44,6 +65,10 @@ class Spec(NamedTuple):
     has_alibi: bool = False
     has_sinks: bool = False  # a float32 sink logit per query head joins every row's softmax
     dropout_p: float = 0.0  # attention dropout (its seed and offset travel with each run, not the plan)
+    # fp8 inputs: where each [b, kv_head] descale factor is, (batch, head)
+    # strides in elements ((0, 0): one per tensor); the factors' addresses
+    # travel with each run.
+    descale_strides: tuple = (0, 0)
 
 
 def mask_of(causal, window_size, top_left=False):
@@ -135,15 +160,16 @@ def cpu_backend():
 
 def backend_of(view):
     if view.device == "cuda":
-        if view.dtype not in KERNEL_DTYPES:
-            raise InvalidArgument(f"dtype: got {view.dtype} on a CUDA device; expected float16 or bfloat16 "
-                                  "(float32 and float64 run on the fp64 reference, on the CPU)")
+        if view.dtype not in KERNEL_DTYPES and view.dtype not in FP8_DTYPES:
+            raise InvalidArgument(f"dtype: got {view.dtype} on a CUDA device; expected float16, bfloat16 or fp8 "
+                                  "(float8_e4m3fn, float8_e5m2); float32 and float64 run on the fp64 reference, "
+                                  "on the CPU")
         return "cuda", view.index
-    if view.dtype in KERNEL_DTYPES:
+    if view.dtype in KERNEL_DTYPES or view.dtype in FP8_DTYPES:
         return cpu_backend(), 0
     if view.dtype in REFERENCE_DTYPES:
         return "reference", 0
-    raise InvalidArgument(f"dtype: got {view.dtype}; expected float16 or bfloat16 (kernels), or float32 or "
+    raise InvalidArgument(f"dtype: got {view.dtype}; expected float16, bfloat16 or fp8 (kernels), or float32 or "
                           "float64 (the fp64 reference, on the CPU)")
 
 
@@ -191,8 +217,9 @@ def shape_of(q, k, v, lengths):
     """Sizes from Q [B, Sq, Hq, Dk] or packed [Tq, Hq, Dk], K and V [B, Sk,
     Hkv, D], packed [Tk, Hkv, D] or page pools [pages, page_size, Hkv, D]
     (with a block table)."""
-    _require(q.dtype == k.dtype == v.dtype,
-             f"dtypes: got q {q.dtype}, k {k.dtype}, v {v.dtype}; expected one dtype")
+    _require(k.dtype == v.dtype and (q.dtype == k.dtype or (k.dtype in FP8_DTYPES and q.dtype in KERNEL_DTYPES)),
+             f"dtypes: got q {q.dtype}, k {k.dtype}, v {v.dtype}; expected one dtype, or an fp8 k and v (e4m3 or "
+             "e5m2, one format) under fp16 or bf16 q")
     _require(q.device == k.device == v.device and q.index == k.index == v.index,
              "devices: q, k and v must be on one device")
     for name, t in (("q", q), ("k", k), ("v", v)):
@@ -271,13 +298,15 @@ def problem_key(dtype, s, spec, q, k, v, o_strides, lse_strides, lengths, device
     """The tuple a plan is cached under: everything the C problem holds but
     the pointers."""
     kv_packed = s.packed_k
-    return key_of(dtype, s, spec, (_strides3(q, s.packed_q), _strides3(k, kv_packed), _strides3(v, kv_packed),
-                                   o_strides, lse_strides), lengths, device_lengths)
+    return key_of(storage_name(dtype, kv_storage(dtype, k.dtype)), s, spec,
+                  (_strides3(q, s.packed_q), _strides3(k, kv_packed), _strides3(v, kv_packed), o_strides,
+                   lse_strides), lengths, device_lengths)
 
 
 def key_of(dtype, s, spec, strides, lengths, device_lengths):
     """problem_key from the (batch, seq, head) strides of q, k, v, o and lse
-    (batch stride 0 where packed): a plan made before its tensors exist."""
+    (batch stride 0 where packed): a plan made before its tensors exist.
+    dtype: storage_name's."""
     return (dtype, s.batch, s.seqlen_q, s.seqlen_k, s.heads_q, s.heads_kv, s.head_dim_k, s.head_dim_v, spec,
             *strides, s.page_size, s.max_pages, s.num_pages,
             lengths.cu_seqlens_q is not None, lengths.cu_seqlens_k is not None, lengths.seqlens_k is not None,
@@ -294,7 +323,11 @@ def make_problem(key, host_lengths=None):
      num_pages, _, _, _, _, _, _) = key
     p = native.Problem()
     native.lib().attune_problem_init(ctypes.byref(p))
-    p.dtype = native.DTYPE_FP16 if dtype == "fp16" else native.DTYPE_BF16
+    dtype, _, kv_dtype = dtype.partition(_KV_INFIX)
+    p.dtype = _DTYPE_ENUMS[dtype]
+    if kv_dtype:
+        p.kv_dtype = _DTYPE_ENUMS[kv_dtype]
+    p.descale_strides[:] = spec.descale_strides
     p.batch, p.seqlen_q, p.seqlen_k, p.heads_q, p.heads_kv = batch, seqlen_q, seqlen_k, heads_q, heads_kv
     p.head_dim_k, p.head_dim_v = dk, dv
     p.scale = spec.scale

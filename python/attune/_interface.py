@@ -8,6 +8,13 @@ serving step.
 Torch tensors go through the registered ops (autograd, torch.compile,
 torch.export); NumPy arrays run the same calls without torch (no autograd).
 An argument attune does not support raises NotImplementedError naming it.
+
+fp8 (torch.float8_e4m3fn, torch.float8_e5m2) as FlashAttention-3 takes it:
+q, k and v in one fp8 format with q_descale, k_descale and v_descale
+(float32 (batch, kv_heads), (kv_heads,), one element, or a Python float),
+the output in bfloat16; and, attune's addition, an fp8 KV cache under
+float16/bfloat16 queries (flash_attn_with_kvcache, k_scale/v_scale as vLLM
+names them). Forward only: no dropout, no gradient.
 """
 import math
 
@@ -64,13 +71,15 @@ def contiguous_rows(q, k, v, copy_kv=True):
 
 def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, deterministic, cu_seqlens_q=None,
          cu_seqlens_k=None, seqlens_k=None, block_table=None, max_seqlen_q=0, max_seqlen_k=0, num_splits=0,
-         top_left=False, copy_kv=True, sinks=None, dropout_p=0.0, rng_state=None):
+         top_left=False, copy_kv=True, sinks=None, dropout_p=0.0, rng_state=None, descales=(None, None, None)):
     """num_splits: 0 the forward; -1 decode with the built-in split count;
     N > 0 decode with N splits. copy_kv: see contiguous_rows. sinks: [Hq]
     sink logits (any float dtype), each joining its head's softmax as one
     more term with no value (docs/contract.md); for torch tensors their
     gradient flows back through autograd. dropout_p > 0: attention dropout
-    with rng_state (_dropout.rng_state), saved for the backward."""
+    with rng_state (_dropout.rng_state), saved for the backward. descales:
+    (q_descale, k_descale, v_descale) of fp8 inputs (tensors, numbers or
+    None; torch only)."""
     mask, window = _mask(causal, window_size, top_left)
     softcap = float(softcap or 0.0)
     if softcap < 0:
@@ -79,6 +88,7 @@ def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, determin
         if dropout_p:
             _unsupported("dropout_p with NumPy arrays", "dropout draws its seed from PyTorch's generator; pass "
                          "torch tensors")
+        _no_numpy_descales(descales)
         q, k, v, _ = contiguous_rows(q, k, v, copy_kv)
         from . import _numpy
         spec = engine.Spec(scale=scale, mask=mask, window=window, softcap=softcap,
@@ -92,12 +102,29 @@ def _run(q, k, v, *, scale, causal, window_size, softcap, alibi_slopes, determin
         q, k, v, _ = contiguous_rows(q, k, v, copy_kv)
     args = (q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, int(max_seqlen_q), int(max_seqlen_k), scale,
             mask, window[0], window[1], softcap, alibi_slopes, int(num_splits), bool(deterministic))
-    if sinks is not None or dropout_p:
+    fp8 = any(x is not None for x in descales) and _torch_module()._fp8.any_fp8(q, k, v)
+    if sinks is not None or dropout_p or fp8:
         # sinks.float(): itself when float32; else a copy autograd sees through
         args += (sinks.float() if sinks is not None else None,)
-    if dropout_p:
+    if dropout_p or fp8:
         args += (float(dropout_p), rng_state)
+    if fp8:  # the op takes tensors: a number becomes a 1-element tensor
+        to_tensor = _torch_module()._fp8.as_tensor
+        args += tuple(to_tensor(x, name, q) for x, name in zip(descales, ("q_descale", "k_descale", "v_descale")))
     return _torch_module().call(*args)
+
+
+def _no_numpy_descales(descales):
+    for name, x in zip(("q_descale", "k_descale", "v_descale"), descales):
+        if x is not None:
+            raise InvalidArgument(f"{name}: got it with NumPy arrays; expected None (NumPy has no fp8 dtype: fp8 "
+                                  "inputs are torch tensors)")
+
+
+def _refuse_fp8_training(q, k, v, dropout_p):
+    """fp8 torch inputs with requires_grad or dropout: InvalidArgument."""
+    if not _is_numpy(q):
+        _torch_module()._fp8.refuse_training(q, k, v, dropout_p)
 
 
 _masks = {}  # (causal, (left, right) as ints, top_left) -> (mask, window): the same few on every call
@@ -152,7 +179,8 @@ def _returned(q, out, lse, return_attn_probs, s_dmask=None):
 
 
 def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, sinks=None):
+                    alibi_slopes=None, deterministic=False, return_attn_probs=False, *, sinks=None, q_descale=None,
+                    k_descale=None, v_descale=None):
     """Attention over q [B, Sq, Hq, D], k and v [B, Sk, Hkv, D] (Hq a
     multiple of Hkv; v's head dim may differ), as flash-attn's: causal is
     aligned bottom-right, window_size (left, right) with -1 unbounded,
@@ -168,12 +196,21 @@ def flash_attn_func(q, k, v, dropout_p=0.0, softmax_scale=None, causal=False, wi
     seed and offset come from torch's generator for q's device
     (torch.manual_seed makes calls repeatable) and the backward regenerates
     the same mask. S_dmask is then [B, Hq, Sq, Sk]: the probabilities,
-    negative where dropped (flash-attn 2's convention; _dropout.s_dmask)."""
+    negative where dropped (flash-attn 2's convention; _dropout.s_dmask).
+
+    fp8 (FlashAttention-3's): q, k and v torch.float8_e4m3fn (or all
+    float8_e5m2), each input's value its stored value times its descale:
+    q_descale, k_descale, v_descale float32 (B, Hkv) as FlashAttention-3
+    takes them (q head h uses kv head h // (Hq / Hkv)'s), or (Hkv,), one
+    element or a Python float (per tensor); None: 1. out is bfloat16.
+    Descales of 16-bit inputs are ignored, as in FlashAttention-3. fp8 is
+    forward only: requires_grad and dropout_p > 0 are refused."""
     scale = _scale(softmax_scale, q.shape[-1])
+    _refuse_fp8_training(q, k, v, dropout_p)
     p, state = _dropout_state(q, dropout_p)
     out, lse = _run(q, k, v, scale=scale, causal=causal, window_size=window_size, softcap=softcap,
                     alibi_slopes=alibi_slopes, deterministic=deterministic, sinks=sinks, dropout_p=p,
-                    rng_state=state)
+                    rng_state=state, descales=(q_descale, k_descale, v_descale))
     probs = None
     if p and return_attn_probs:
         mask, window = _mask(causal, window_size, False)
@@ -196,7 +233,8 @@ def _dropout_state(q, dropout_p):
 
 def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p=0.0,
                            softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0, alibi_slopes=None,
-                           deterministic=False, return_attn_probs=False, block_table=None, *, sinks=None):
+                           deterministic=False, return_attn_probs=False, block_table=None, *, sinks=None,
+                           q_descale=None, k_descale=None, v_descale=None):
     """Packed sequences: q [Tq, Hq, D], k and v [Tk, Hkv, D], cu_seqlens
     int32 [B + 1] offsets, max_seqlen the longest sequence (a bound the plan
     is made for). With block_table, k and v are page pools [pages,
@@ -204,8 +242,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     Returns out [Tq, Hq, Dv], or (out, softmax_lse [Hq, Tq], S_dmask).
     sinks and dropout_p: as in flash_attn_func; S_dmask with dropout is
     [B, Hq, max_seqlen_q, max_seqlen_k], rows and keys local to each
-    sequence."""
+    sequence. fp8 q, k, v and their descales as in flash_attn_func, the
+    descales' batch the sequences (B = len(cu_seqlens_q) - 1)."""
     scale = _scale(softmax_scale, q.shape[-1])
+    _refuse_fp8_training(q, k, v, dropout_p)
     p, state = _dropout_state(q, dropout_p)
     if p and block_table is not None:
         _unsupported("dropout_p with block_table", "dropout is for training; a paged KV cache has no backward")
@@ -216,7 +256,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     out, lse = _run(q, k, v, scale=scale, causal=causal, window_size=window_size, softcap=softcap,
                     alibi_slopes=alibi_slopes, deterministic=deterministic, cu_seqlens_q=cu_seqlens_q,
                     cu_seqlens_k=cu_seqlens_k, seqlens_k=seqlens_k, block_table=block_table,
-                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, sinks=sinks, dropout_p=p, rng_state=state)
+                    max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k, sinks=sinks, dropout_p=p, rng_state=state,
+                    descales=(q_descale, k_descale, v_descale))
     probs = None
     if p and return_attn_probs:
         mask, window = _mask(causal, window_size, False)
@@ -289,7 +330,8 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
 def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None, rotary_sin=None,
                             cache_seqlens=None, cache_batch_idx=None, cache_leftpad=None, block_table=None,
                             softmax_scale=None, causal=False, window_size=(-1, -1), softcap=0.0,
-                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False):
+                            rotary_interleaved=True, alibi_slopes=None, num_splits=0, return_softmax_lse=False, *,
+                            q_descale=None, k_descale=None, v_descale=None, k_scale=None, v_scale=None):
     """Decode against a KV cache: q [B, Sq, Hq, D]; k_cache and v_cache
     [B_cache, Smax, Hkv, D], or page pools [pages, page_size, Hkv, D] with
     block_table int32 [B, max_pages]; cache_seqlens (int32 [B], or one int)
@@ -303,8 +345,23 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     with rotary_cos and rotary_sin [seqlen_ro, rotary_dim / 2] (interleaved
     pairs or halves), q rotated at the same positions (row by row when
     causal or local); cache_batch_idx [B] picks each sequence's cache row
-    and cache_leftpad [B] its first key (contiguous caches only)."""
+    and cache_leftpad [B] its first key (contiguous caches only).
+
+    fp8 caches (torch.float8_e4m3fn or float8_e5m2, contiguous or paged):
+    under float16/bfloat16 q (out in q's dtype), or under q in the same fp8
+    format (FlashAttention-3's; out bfloat16, q_descale applies). k_descale
+    and v_descale as in flash_attn_func ((B, Hkv), (Hkv,), one element or a
+    float); k_scale and v_scale are their names in vLLM (one of each pair).
+    New keys and values (k, v) cannot be appended to an fp8 cache."""
+    k_descale = _alias(k_descale, k_scale, "k_descale", "k_scale")
+    v_descale = _alias(v_descale, v_scale, "v_descale", "v_scale")
     appending = k is not None or v is not None
+    if not _is_numpy(q) and _torch_module()._fp8.any_fp8(k_cache, v_cache):
+        _refuse_fp8_training(q, k_cache, v_cache, 0.0)
+        if appending:
+            raise InvalidArgument(f"k, v: got new keys and values for a {k_cache.dtype} cache; expected None "
+                                  "(kv_append writes float16/bfloat16 caches: write the quantized keys and values "
+                                  "into the fp8 cache, then call with cache_seqlens counting them)")
     if appending or rotary_cos is not None or rotary_sin is not None or cache_batch_idx is not None or \
             cache_leftpad is not None:
         from . import _append
@@ -331,8 +388,19 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     out, lse = _run(q, k_cache, v_cache, scale=_scale(softmax_scale, q.shape[-1]), causal=causal,
                     window_size=window_size, softcap=softcap, alibi_slopes=alibi_slopes, deterministic=False,
                     seqlens_k=cache_seqlens, block_table=block_table, max_seqlen_k=max_k,
-                    num_splits=_splits(num_splits, block_table), copy_kv=False)
+                    num_splits=_splits(num_splits, block_table), copy_kv=False,
+                    descales=(q_descale, k_descale, v_descale))
     return (out, _flash_attn_lse(lse)) if return_softmax_lse else out
+
+
+def _alias(value, alias, name, alias_name):
+    """One of two names of an argument (FlashAttention-3's and vLLM's)."""
+    if alias is None:
+        return value
+    if value is not None:
+        raise InvalidArgument(f"{name} and {alias_name}: got both; expected one ({alias_name} is vLLM's name of "
+                              f"{name})")
+    return alias
 
 
 def _with_cache_step(q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, cache_seqlens, cache_batch_idx,
@@ -376,6 +444,7 @@ def sdpa(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scal
     (SDPA applies it whenever it is given: pass 0.0 outside training)."""
     if attn_mask is not None:
         _unsupported("attn_mask", "use is_causal, or flash_attn_func's window_size and cu_seqlens for padding")
+    _refuse_fp8_training(query, key, value, dropout_p)
     p, state = _dropout_state(query, dropout_p)
     if query.shape[1] != key.shape[1] and not enable_gqa:
         raise InvalidArgument(f"heads: query {query.shape[1]}, key {key.shape[1]}; expected equal counts, or "

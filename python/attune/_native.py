@@ -12,7 +12,7 @@ import threading
 
 from ._errors import error_for_status
 
-ABI_VERSION = 3  # ATTUNE_ABI_VERSION of the header this binding follows
+ABI_VERSION = 4  # ATTUNE_ABI_VERSION of the header this binding follows
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
 _SOURCE_BUILDS = [os.path.join(_HERE, "..", "..", "build", name) for name in ("ci", "dev")]
@@ -67,6 +67,9 @@ class Problem(ctypes.Structure):
         ("alibi_per_batch", ctypes.c_int),
         ("dsink", ctypes.c_void_p),
         ("dropout_p", ctypes.c_double), ("seed", ctypes.c_uint64), ("offset", ctypes.c_uint64),
+        ("kv_dtype", ctypes.c_int),
+        ("q_descale", ctypes.c_void_p), ("k_descale", ctypes.c_void_p), ("v_descale", ctypes.c_void_p),
+        ("descale_strides", ctypes.c_int64 * 2),
     ]
 
 
@@ -86,7 +89,8 @@ class PlanOptions(ctypes.Structure):
 
 class Buffers(ctypes.Structure):
     _fields_ = [(name, ctypes.c_void_p) for name in
-                ("q", "k", "v", "o", "lse", "d_o", "dq", "dk", "dv", "sinks", "alibi_slopes", "dsink", "rng_state")]
+                ("q", "k", "v", "o", "lse", "d_o", "dq", "dk", "dv", "sinks", "alibi_slopes", "dsink", "rng_state",
+                 "q_descale", "k_descale", "v_descale")]
 
 
 class Metadata(ctypes.Structure):
@@ -117,7 +121,7 @@ class AppendBuffers(ctypes.Structure):
                  "seqlens_out", "block_table")]
 
 
-DTYPE_FP16, DTYPE_BF16 = 0, 1
+DTYPE_FP16, DTYPE_BF16, DTYPE_E4M3, DTYPE_E5M2 = 0, 1, 2, 3
 MASK_NONE, MASK_CAUSAL_BOTTOM_RIGHT, MASK_CAUSAL_TOP_LEFT, MASK_SLIDING_WINDOW = 0, 1, 2, 3
 OP_FORWARD, OP_DECODE, OP_BACKWARD = 0, 1, 2
 

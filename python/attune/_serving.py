@@ -15,6 +15,11 @@ A plan with append_kv=True also writes each step's new keys and values into
 the pages first (flash_attn_with_kvcache's k=, v=, with rotary when planned
 with rotary_dim): run(..., k=k_new, v=v_new, rotary_cos=cos, rotary_sin=sin)
 launches kv_append, then the attention over the lengths after the append.
+
+An fp8 KV cache (plan(kv_dtype=torch.float8_e4m3fn)) under 16-bit queries,
+or fp8 queries and cache (plan(dtype=torch.float8_e4m3fn); out bfloat16):
+each run takes the descales' addresses (run(k_descale=..., v_descale=...)),
+laid out as planned (descale_strides), so runs still only launch.
 """
 import ctypes
 
@@ -38,7 +43,7 @@ class BatchDecode:
              dtype=None, head_dim_v=None, max_seqlen_q=1, total_q=None, max_seqlen_k=None, causal=True,
              window_size=(-1, -1), softmax_scale=None, softcap=0.0, num_splits=0, split_size=0, append_kv=False,
              rotary_dim=0, rotary_interleaved=True, seqlen_ro=None, sinks=False, k_strides=None, v_strides=None,
-             lse_strides=None):
+             lse_strides=None, kv_dtype=None, descale_strides=(0, 0)):
         """Plans runs over q [batch_size, max_seqlen_q, Hq, D] (or, with
         total_q, packed [total_q, Hq, D] and cu_seqlens_q), page pools
         [num_pages, page_size, Hkv, D] and block tables [batch_size,
@@ -61,13 +66,34 @@ class BatchDecode:
         "HND" pool transposed, or one half of a [pages, 2, ...] pool);
         default contiguous. lse_strides: where runs write softmax_lse, as
         (batch, row, head) strides (default [B, Hq, rows], packed [Hq,
-        total_q])."""
+        total_q]).
+
+        kv_dtype: the pools' dtype when they are an fp8 cache
+        (torch.float8_e4m3fn, float8_e5m2) under float16/bfloat16 queries
+        (None: dtype). dtype itself may be fp8 (q and the pools in one fp8
+        format): out is then bfloat16. descale_strides: the (batch, kv head)
+        element strides of the descales runs pass (q_descale for fp8 q,
+        k_descale, v_descale): (0, 0) one factor per tensor (vLLM's k_scale,
+        FlashInfer's), (0, 1) one per kv head, (num_kv_heads, 1)
+        FlashAttention-3's (batch, kv_heads) tensors."""
         import torch
 
+        from . import _fp8
+
         dtype = dtype or torch.bfloat16
-        names = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+        names = {torch.float16: "fp16", torch.bfloat16: "bf16", **_fp8.DTYPES}
         if dtype not in names:
-            raise InvalidArgument(f"dtype: got {dtype}; expected torch.float16 or torch.bfloat16")
+            raise InvalidArgument(f"dtype: got {dtype}; expected torch.float16, torch.bfloat16, "
+                                  "torch.float8_e4m3fn or torch.float8_e5m2")
+        kv_dtype = kv_dtype or dtype
+        if kv_dtype != dtype and (kv_dtype not in _fp8.DTYPES or dtype in _fp8.DTYPES):
+            raise InvalidArgument(f"kv_dtype: got {kv_dtype} under {dtype} queries; expected None, {dtype}, or an "
+                                  "fp8 cache (torch.float8_e4m3fn, torch.float8_e5m2) under float16/bfloat16 queries")
+        descale_strides = tuple(int(x) for x in descale_strides)
+        if len(descale_strides) != 2 or min(descale_strides) < 0:
+            raise InvalidArgument(f"descale_strides: got {descale_strides}; expected (batch, head) element strides "
+                                  ">= 0")
+        fp8 = dtype in _fp8.DTYPES or kv_dtype in _fp8.DTYPES
         device = torch.device(self._device) if self._device is not None else torch.device(
             "cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
         self._device = device
@@ -90,13 +116,15 @@ class BatchDecode:
         lse_strides = tuple(lse_strides) if lse_strides is not None else lse_default
         mask, window = engine.mask_of(causal, window_size)
         scale = engine.default_scale(head_dim) if softmax_scale is None else float(softmax_scale)
-        spec = engine.Spec(scale=scale, mask=mask, window=window, softcap=float(softcap), has_sinks=bool(sinks))
+        spec = engine.Spec(scale=scale, mask=mask, window=window, softcap=float(softcap), has_sinks=bool(sinks),
+                           descale_strides=descale_strides if fp8 else (0, 0))
         lengths = engine.Lengths(cu_seqlens_q=engine.View(0, (), (), "int32") if packed else None,
                                  seqlens_k=engine.View(0, (), (), "int32"),
                                  block_table=engine.View(0, (), (), "int32"),
                                  max_seqlen_q=int(max_seqlen_q), max_seqlen_k=max_k)
-        key = engine.key_of(names[dtype], s, spec, (q_strides, k_strides, v_strides, o_strides, lse_strides),
-                            lengths, True)
+        storage = engine.storage_name(names[dtype], names[kv_dtype])
+        key = engine.key_of(storage, s, spec, (q_strides, k_strides, v_strides, o_strides, lse_strides), lengths,
+                            True)
         backend = "cuda" if device.type == "cuda" else engine.cpu_backend()
         op = native.OP_FORWARD if (packed and num_splits == 0 and split_size == 0) else native.OP_DECODE
         self._plan = engine.Plan(engine.runtime(backend, device.index or 0), key, op, lengths,
@@ -107,12 +135,20 @@ class BatchDecode:
         self._out_shape = (rows, hq, dv) if packed else (s.batch, rows, hq, dv)
         self._lse_shape = (hq, rows) if packed else (s.batch, hq, rows)
         self._dtype, self._packed, self._plan_sinks = dtype, packed, bool(sinks)
+        self._kv_dtype = kv_dtype
+        self._out_dtype = torch.bfloat16 if dtype in _fp8.DTYPES else dtype
+        # The descales' layout and whether q has one; None: no fp8 input.
+        self._descales = (descale_strides, hkv, dtype in _fp8.DTYPES) if fp8 else None
         self._pages = (s.batch, s.max_pages, s.page_size, s.num_pages)
         self._append = None
         if append_kv:
             if packed:
                 raise InvalidArgument("append_kv: got a packed plan (total_q); expected dense queries [batch_size, "
                                       "max_seqlen_q, Hq, D], each step appending max_seqlen_q keys per sequence")
+            if fp8:
+                raise InvalidArgument(f"append_kv: got it with a {kv_dtype} cache; expected a float16/bfloat16 "
+                                      "cache (kv_append writes 16-bit caches; write the quantized keys into the fp8 "
+                                      "pages yourself)")
             self._append = _AppendPlan(self._plan.runtime, names[dtype], s, rows, int(rotary_dim),
                                        bool(rotary_interleaved), seqlen_ro, q_per_row=bool(causal) or
                                        tuple(window) != (-1, -1), device=device, dtype=dtype)
@@ -141,7 +177,8 @@ class BatchDecode:
         return self._plan.description if self._plan else "not planned"
 
     def run(self, q, k_cache, v_cache, block_table, cache_seqlens, cu_seqlens_q=None, out=None, lse=None,
-            batch=None, k=None, v=None, rotary_cos=None, rotary_sin=None, sinks=None):
+            batch=None, k=None, v=None, rotary_cos=None, rotary_sin=None, sinks=None, q_descale=None,
+            k_descale=None, v_descale=None):
         """Launches the plan on the current stream: out [shape of q with
         head_dim_v] (written into `out` when given), and softmax_lse into
         `lse` when given. block_table int32 [batch_size, max_pages],
@@ -151,19 +188,23 @@ class BatchDecode:
         [batch_size, max_seqlen_q, Hkv, D] (and the rotary tables when
         planned with rotary_dim) and appends them first; cache_seqlens stays
         as given (the caller advances it). sinks: float32 [Hq] on the plan's
-        device (a plan with sinks)."""
+        device (a plan with sinks). q_descale (a plan with fp8 queries),
+        k_descale, v_descale (fp8 pools): float32 descales on the plan's
+        device laid out as planned (descale_strides); None: 1. out is
+        bfloat16 for fp8 queries."""
         import torch
 
         if self._plan is None:
             raise InvalidArgument("BatchDecode.run before plan(); expected plan() first")
-        for name, t, shape, strides in (("q", q, self._shapes[0], None),
-                                        ("k_cache", k_cache, self._shapes[1], self._pool_strides[0]),
-                                        ("v_cache", v_cache, self._shapes[2], self._pool_strides[1])):
+        for name, t, shape, strides, dtype in (
+                ("q", q, self._shapes[0], None, self._dtype),
+                ("k_cache", k_cache, self._shapes[1], self._pool_strides[0], self._kv_dtype),
+                ("v_cache", v_cache, self._shapes[2], self._pool_strides[1], self._kv_dtype)):
             laid_out = t.is_contiguous() if strides is None else tuple(t.stride()) == (*strides, 1)
-            if tuple(t.shape) != shape or t.dtype != self._dtype or not laid_out:
+            if tuple(t.shape) != shape or t.dtype != dtype or not laid_out:
                 layout = "contiguous" if strides is None else f"strides {[*strides, 1]}"
                 raise InvalidArgument(f"{name}: got {list(t.shape)} {t.dtype} strides {list(t.stride())}; expected "
-                                      f"{list(shape)} {self._dtype} {layout} (as planned)")
+                                      f"{list(shape)} {dtype} {layout} (as planned)")
         planned_sinks = self._plan_sinks
         if (sinks is None) == planned_sinks or (sinks is not None and (
                 sinks.dtype != torch.float32 or tuple(sinks.shape) != (self._shapes[0][-2],))):
@@ -184,6 +225,7 @@ class BatchDecode:
                                   "(the run's sequences x the planned max_pages)")
         if cache_seqlens.dim() != 1 or cache_seqlens.shape[0] < rows:
             raise InvalidArgument(f"cache_seqlens: got {list(cache_seqlens.shape)}; expected [{rows}]")
+        descales = self._check_descales(q_descale, k_descale, v_descale, rows, torch)
         if (k is not None or v is not None) and self._append is None:
             raise InvalidArgument("k, v: got new keys for a plan without append_kv; expected plan(append_kv=True)")
         appended = self._append.new_keys if self._append is not None else 0
@@ -196,22 +238,51 @@ class BatchDecode:
             q, cache_seqlens = self._append.run(q, k_cache, v_cache, k, v, block_table, cache_seqlens, rotary_cos,
                                                 rotary_sin, rows)
         if out is None:
-            out = torch.empty(self._out_shape, dtype=self._dtype, device=q.device)
+            out = torch.empty(self._out_shape, dtype=self._out_dtype, device=q.device)
         launch(self._plan, self._workspace, q, k_cache, v_cache, out, lse, sinks, cu_seqlens_q=cu_seqlens_q,
-               seqlens_k=cache_seqlens, block_table=block_table, batch=batch)
+               seqlens_k=cache_seqlens, block_table=block_table, batch=batch, descales=descales)
         return out
+
+    def _check_descales(self, q_descale, k_descale, v_descale, rows, torch):
+        """The run's descales (None where not given) after checks that read
+        no values: contiguous float32 on the plan's device, holding every
+        factor the planned layout addresses for `rows` sequences."""
+        given = (("q_descale", q_descale), ("k_descale", k_descale), ("v_descale", v_descale))
+        if self._descales is None:
+            for name, t in given:
+                if t is not None:
+                    raise InvalidArgument(f"{name}: got a descale for a plan without fp8 inputs; expected None "
+                                          "(plan(dtype=... or kv_dtype=torch.float8_e4m3fn) for fp8)")
+            return None
+        (batch_stride, head_stride), hkv, fp8_q = self._descales
+        extent = (max(rows, 1) - 1) * batch_stride + (hkv - 1) * head_stride + 1
+        device = torch.device(self._device)
+        if q_descale is not None and not fp8_q:
+            raise InvalidArgument(f"q_descale: got one for {self._dtype} queries; expected None (q_descale is for "
+                                  "fp8 queries; an fp8 cache takes k_descale and v_descale)")
+        for name, t in given:
+            if t is not None and (not isinstance(t, torch.Tensor) or t.dtype != torch.float32 or
+                                  not t.is_contiguous() or t.numel() < extent or t.device.type != device.type or
+                                  (device.index is not None and t.device.index != device.index)):
+                got = type(t).__name__ if not isinstance(t, torch.Tensor) else \
+                    f"{t.dtype} with {t.numel()} elements on {t.device}"
+                raise InvalidArgument(f"{name}: got {got}; expected a contiguous float32 tensor on {device} holding "
+                                      f"the {extent} elements that the planned descale_strides "
+                                      f"{(batch_stride, head_stride)} address for {rows} sequences")
+        return q_descale, k_descale, v_descale
 
 
 def launch(plan, workspace, q, k, v, out, lse, sinks, cu_seqlens_q=None, cu_seqlens_k=None, seqlens_k=None,
-           block_table=None, batch=None):
+           block_table=None, batch=None, descales=None):
     """One run of a plan on the current stream of q's device: the tensors'
-    addresses and nothing else (no check, allocation or copy). lse, sinks
-    and the length arrays may be None; batch: the run's sequences (None:
-    the plan's)."""
+    addresses and nothing else (no check, allocation or copy). lse, sinks,
+    the length arrays and descales ((q, k, v) descales of fp8 inputs, each
+    may be None) may be None; batch: the run's sequences (None: the
+    plan's)."""
     from . import _torch
     ptr = (lambda t: t.data_ptr() if t is not None else None)
     buffers = native.Buffers(q.data_ptr(), k.data_ptr(), v.data_ptr(), out.data_ptr(), ptr(lse), None, None, None,
-                             None, ptr(sinks), None, None)
+                             None, ptr(sinks), None, None, None, *(ptr(t) for t in (descales or (None,) * 3)))
     lengths = [ptr(t) for t in (cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table)]
     plan.run_pointers(buffers, lengths, workspace.data_ptr() if plan.workspace_bytes else None,
                       _torch.ARRAYS.stream(q), batch=-1 if batch is None else int(batch))

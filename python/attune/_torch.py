@@ -5,7 +5,8 @@ op), so torch.compile(fullgraph=True) and torch.export trace them.
 
     attune::fwd(q, k, v, cu_seqlens_q?, cu_seqlens_k?, seqlens_k?, block_table?, max_seqlen_q, max_seqlen_k,
                 scale, mask, window_left, window_right, softcap, alibi_slopes?, num_splits, deterministic,
-                sinks?=None, dropout_p=0.0, rng_state?=None)
+                sinks?=None, dropout_p=0.0, rng_state?=None, q_descale?=None, k_descale?=None,
+                v_descale?=None)
         -> (out, softmax_lse)
     attune::bwd(dout, q, k, v, out, softmax_lse, cu_seqlens_q?, cu_seqlens_k?, seqlens_k?, max_seqlen_q,
                 max_seqlen_k, scale, mask, window_left, window_right, softcap, alibi_slopes?, deterministic,
@@ -17,10 +18,14 @@ gradient, an empty tensor without sinks (an op returns tensors, not None).
 dropout_p > 0: attention dropout with rng_state, int64 [2] {seed, offset}
 on q's device, drawn by the caller from torch's generator (so the op stays
 a function of its inputs) and saved for the backward, which regenerates
-the forward's mask from it.
+the forward's mask from it. q_descale, k_descale, v_descale: the descales
+of fp8 inputs (_fp8.descales: FlashAttention-3's (batch, kv_heads) float32
+tensors, or any layout broadcasting to it); out is then bfloat16 for fp8
+queries. fp8 inputs have no backward.
 
 Tensors are [B, S, H, D] or packed [T, H, D]; CPU float16/bfloat16 run on
 the emulator (the real kernels), float32/float64 on the fp64 reference;
+float8_e4m3fn/float8_e5m2 inputs run the kernels as 16-bit ones do;
 CUDA float16/bfloat16 on the GPU, on the current stream of the tensors'
 device, without synchronizing.
 """
@@ -30,9 +35,10 @@ import torch
 
 from . import _calls as calls
 from . import _engine as engine
+from . import _fp8
 
 _NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32", torch.float64: "fp64",
-          torch.int32: "int32", torch.int64: "int64"}
+          torch.int32: "int32", torch.int64: "int64", **_fp8.DTYPES}
 _TYPES = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32, "fp64": torch.float64,
           "int32": torch.int32}
 
@@ -55,7 +61,7 @@ class TorchArrays(calls.Arrays):
         strides, dtypes, devices), or None where the slow path must convert
         something (a length array not contiguous int32, slopes or sinks not
         contiguous float32) or the call runs on the reference."""
-        if q.dtype not in _KERNEL:
+        if q.dtype not in _FAST:
             return None
         key = [q.shape, q.stride(), k.shape, k.stride(), v.shape, v.stride(), q.dtype, k.dtype, v.dtype, q.device,
                k.device, v.device]
@@ -106,6 +112,7 @@ class TorchArrays(calls.Arrays):
 
 
 _KERNEL = (torch.float16, torch.bfloat16)
+_FAST = _KERNEL + tuple(_fp8.DTYPES)  # the dtypes of q whose calls run the kernels
 
 
 def _raw_stream(device):
@@ -116,12 +123,17 @@ def _raw_stream(device):
 ARRAYS = TorchArrays()
 
 
-def _spec(scale, mask, window_left, window_right, softcap, alibi_slopes, sinks=None, dropout_p=0.0):
-    if alibi_slopes is None and sinks is None and not dropout_p:
+def _spec(scale, mask, window_left, window_right, softcap, alibi_slopes, sinks=None, dropout_p=0.0,
+          descale_strides=(0, 0)):
+    if alibi_slopes is None and sinks is None and not dropout_p and descale_strides == (0, 0):
         return engine.Spec(scale, mask, (window_left, window_right), softcap)
     return engine.Spec(scale, mask, (window_left, window_right), softcap,
                        alibi_slopes is not None and alibi_slopes.dim() == 2, alibi_slopes is not None,
-                       sinks is not None, float(dropout_p))
+                       sinks is not None, float(dropout_p), descale_strides)
+
+
+def _out_dtype(q):
+    return torch.bfloat16 if q.dtype in _fp8.DTYPES else q.dtype
 
 
 def _lse_dtype(q):
@@ -133,15 +145,21 @@ def fwd_impl(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu_seqlens_q: Op
              block_table: Optional[torch.Tensor], max_seqlen_q: int, max_seqlen_k: int, scale: float, mask: int,
              window_left: int, window_right: int, softcap: float, alibi_slopes: Optional[torch.Tensor],
              num_splits: int, deterministic: bool, sinks: Optional[torch.Tensor] = None, dropout_p: float = 0.0,
-             rng_state: Optional[torch.Tensor] = None) -> Tuple[torch.Tensor, torch.Tensor]:
+             rng_state: Optional[torch.Tensor] = None, q_descale: Optional[torch.Tensor] = None,
+             k_descale: Optional[torch.Tensor] = None, v_descale: Optional[torch.Tensor] = None
+             ) -> Tuple[torch.Tensor, torch.Tensor]:
     # num_splits: 0 the forward (a paged cache picks its kernel), -1 decode
     # with the built-in split count, N > 0 decode with N splits.
-    spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes, sinks, dropout_p)
+    descales, strides = None, (0, 0)
+    if q_descale is not None or k_descale is not None or v_descale is not None:
+        batch = len(cu_seqlens_q) - 1 if q.dim() == 3 and cu_seqlens_q is not None else q.shape[0]
+        descales, strides = _fp8.descales(q, k, v, batch, q_descale, k_descale, v_descale)
+    spec = _spec(scale, mask, window_left, window_right, softcap, alibi_slopes, sinks, dropout_p, strides)
     out, lse = calls.forward(ARRAYS, q, k, v, spec, cu_seqlens_q=cu_seqlens_q, cu_seqlens_k=cu_seqlens_k,
                              seqlens_k=seqlens_k, block_table=block_table, max_seqlen_q=max_seqlen_q,
                              max_seqlen_k=max_seqlen_k, alibi_slopes=alibi_slopes, sinks=sinks,
                              num_splits=num_splits if num_splits > 0 else 0, decode=num_splits != 0,
-                             rng_state=rng_state)
+                             rng_state=rng_state, descales=descales)
     return out, (lse if lse.dtype == _lse_dtype(q) else lse.to(_lse_dtype(q)))
 
 
@@ -151,12 +169,12 @@ fwd = torch.library.custom_op("attune::fwd", mutates_args=())(fwd_impl)
 @fwd.register_fake
 def _fwd_fake(q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_seqlen_q, max_seqlen_k, scale, mask,
               window_left, window_right, softcap, alibi_slopes, num_splits, deterministic, sinks=None, dropout_p=0.0,
-              rng_state=None):
+              rng_state=None, q_descale=None, k_descale=None, v_descale=None):
     if q.dim() == 3:  # packed [T, H, D]
-        out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]))
+        out = q.new_empty((q.shape[0], q.shape[1], v.shape[-1]), dtype=_out_dtype(q))
         lse = q.new_empty((q.shape[1], q.shape[0]), dtype=_lse_dtype(q))
     else:
-        out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[-1]))
+        out = q.new_empty((q.shape[0], q.shape[1], q.shape[2], v.shape[-1]), dtype=_out_dtype(q))
         lse = q.new_empty((q.shape[0], q.shape[2], q.shape[1]), dtype=_lse_dtype(q))
     return out, lse
 
@@ -199,7 +217,7 @@ def _bwd_fake(dout, q, k, v, out, softmax_lse, cu_seqlens_q, cu_seqlens_k, seqle
 def _setup_context(ctx, inputs, output):
     (q, k, v, cu_seqlens_q, cu_seqlens_k, seqlens_k, block_table, max_seqlen_q, max_seqlen_k, scale, mask,
      window_left, window_right, softcap, alibi_slopes, num_splits, deterministic, *rest) = inputs
-    sinks, dropout_p, rng_state = (tuple(rest) + (None, 0.0, None)[len(rest):])[:3]
+    sinks, dropout_p, rng_state = (tuple(rest) + (None, 0.0, None)[len(rest):])[:3]  # then the descales: no gradient
     out, lse = output
     # rng_state is saved with the tensors: the backward regenerates the mask from the same {seed, offset}.
     ctx.save_for_backward(q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, alibi_slopes, sinks, rng_state)
@@ -220,7 +238,7 @@ def _backward(ctx, dout, dlse):
     dq, dk, dv, dsink = bwd(dout, q, k, v, out, lse, cu_seqlens_q, cu_seqlens_k, seqlens_k, max_seqlen_q,
                             max_seqlen_k, scale, mask, window_left, window_right, softcap, alibi_slopes,
                             deterministic, *extra)
-    return ((dq, dk, dv) + (None,) * 14 + ((dsink if sinks is not None else None), None, None))[:ctx.inputs]
+    return ((dq, dk, dv) + (None,) * 14 + ((dsink if sinks is not None else None),) + (None,) * 5)[:ctx.inputs]
 
 
 fwd.register_autograd(_backward, setup_context=_setup_context)

@@ -91,8 +91,11 @@ def sweeps(problems):
     for are left out, with the reason."""
     groups, skipped = {}, []
     for p in problems:
-        if p.dtype not in ("bf16", "fp16"):
+        if p.dtype in ("fp32", "fp64"):
             skipped.append((p, f"{p.dtype} runs on the fp64 reference, which is not tuned"))
+            continue
+        if p.dtype not in ("bf16", "fp16"):
+            skipped.append((p, f"{p.dtype}: the sweeps made here tune 16-bit inputs, not fp8 ones"))
             continue
         if p.head_dim_k != p.head_dim_v:
             skipped.append((p, "Dk != Dv: the tuner's sweeps tune Dk = Dv"))

@@ -21,9 +21,17 @@ device, dispatches and loads the kernel, sizes the workspace); run() only
 launches attune's kernel, and with return_lse one in-place scale of the LSE
 to base 2 (attune's is natural).
 
+fp8 caches: plan(kv_data_type=torch.float8_e4m3fn or float8_e5m2) under
+float16/bfloat16 queries, or q_data_type the same fp8 type (out bfloat16),
+in the paged wrappers; run()'s k_scale and v_scale (and q_scale for fp8
+queries) are FlashInfer's: floats or one-element float32 tensors, each
+input's value its stored value times its scale. A float is written once
+into a buffer the wrapper holds (rewritten only when it changes), so runs
+still only launch.
+
 Differences, each refused with NotImplementedError naming the argument:
-pos_encoding_mode other than "NONE", custom masks, fp8 data types and
-their scales, jit_args. Where attune's plan needs what FlashInfer's plan
+pos_encoding_mode other than "NONE", custom masks, scales other than 1 of
+16-bit inputs, fp8 in the ragged wrapper, jit_args. Where attune's plan needs what FlashInfer's plan
 does not take (the pool's page count and strides, known at the first run),
 the first run after the wrapper is made, or after the pool changes, plans
 (later plan() calls reuse what it learned). So with use_cuda_graph, run
@@ -35,6 +43,7 @@ import math
 import torch
 
 from . import _engine as engine
+from . import _fp8
 from . import _native as native
 from . import _serving
 from ._errors import InvalidArgument
@@ -44,7 +53,9 @@ from ._interface import merge_states as _merge
 LOG2E = 1.0 / math.log(2.0)  # FlashInfer's LSE is log2(sum exp2(...)): natural LSE x log2(e)
 
 _DTYPES = {"float16": torch.float16, "half": torch.float16, "bfloat16": torch.bfloat16,
-           torch.float16: torch.float16, torch.bfloat16: torch.bfloat16}
+           "float8_e4m3fn": torch.float8_e4m3fn, "e4m3": torch.float8_e4m3fn, "float8_e5m2": torch.float8_e5m2,
+           "e5m2": torch.float8_e5m2, torch.float16: torch.float16, torch.bfloat16: torch.bfloat16,
+           torch.float8_e4m3fn: torch.float8_e4m3fn, torch.float8_e5m2: torch.float8_e5m2}
 
 
 def _dtype(value, name, default=None):
@@ -52,7 +63,7 @@ def _dtype(value, name, default=None):
         return default
     found = _DTYPES.get(value if isinstance(value, torch.dtype) else str(value).replace("torch.", ""))
     if found is None:
-        _unsupported(f"{name}={value}", "attune's kernels take float16 and bfloat16")
+        _unsupported(f"{name}={value}", "attune's kernels take float16, bfloat16, float8_e4m3fn and float8_e5m2")
     return found
 
 
@@ -65,8 +76,11 @@ def _refuse(**given):
             continue
         if name.endswith("scale") and not torch.is_tensor(value) and float(value) == 1.0:
             continue
-        _unsupported(name, "FlashInfer's option has no counterpart in attune (fp8 scales, custom masks, "
-                     "JIT kernels, item-wise prefixes)")
+        if name in ("q_scale", "k_scale", "v_scale"):
+            _unsupported(f"{name}={value} with 16-bit inputs", "attune applies scales to fp8 inputs (plan with "
+                         "kv_data_type=torch.float8_e4m3fn); fold a 16-bit input's scale into sm_scale")
+        _unsupported(name, "FlashInfer's option has no counterpart in attune (custom masks, JIT kernels, "
+                     "item-wise prefixes, o_scale)")
 
 
 def _refuse_run(args, **options):
@@ -198,6 +212,10 @@ class _PagedWrapper:
         self._last = None  # ((num_pages, k strides, v strides), sinks or not) of the last run
         self._views = None  # q's and out's shapes as BatchDecode takes them
         self._window_left = -1
+        # run()'s float scales of fp8 inputs (q, k, v), where the kernels read
+        # them; the host copy says what the buffer holds.
+        self._scales = torch.ones(3, dtype=torch.float32, device=self.device)
+        self._scales_held = [1.0, 1.0, 1.0]
 
     @property
     def is_cuda_graph_enabled(self):
@@ -221,9 +239,38 @@ class _PagedWrapper:
             self._decode.plan(**full)
             self._planned = full
 
-    def _launch(self, q, paged_kv_cache, out, lse, return_lse, sinks, window_left, cu_seqlens_q=None):
+    def _descales(self, scales):
+        """run()'s (q_scale, k_scale, v_scale) as BatchDecode's descales:
+        FlashInfer's scales are the same factors (value = stored x scale).
+        Scales other than 1 of 16-bit inputs are refused, as before fp8."""
+        fp8_q = self._request["dtype"] in _fp8.DTYPES
+        fp8_kv = fp8_q or self._request.get("kv_dtype") is not None
+        out = []
+        for i, (name, value, applies) in enumerate(zip(("q_scale", "k_scale", "v_scale"), scales,
+                                                       (fp8_q, fp8_kv, fp8_kv))):
+            if value is None:
+                out.append(None)
+            elif not applies:
+                _refuse(**{name: value})
+                out.append(None)
+            elif torch.is_tensor(value):
+                if value.numel() != 1:
+                    raise InvalidArgument(f"{name}: got shape {list(value.shape)}; expected a float or one element "
+                                          "(one scale per tensor)")
+                out.append(value.detach().reshape(1).to(device=self.device, dtype=torch.float32))
+            else:
+                value = float(value)
+                if self._scales_held[i] != value:  # one small write when it changes, not one a run
+                    self._scales[i].fill_(value)
+                    self._scales_held[i] = value
+                out.append(self._scales[i:i + 1])
+        return out
+
+    def _launch(self, q, paged_kv_cache, out, lse, return_lse, sinks, window_left, cu_seqlens_q=None,
+                scales=(None, None, None)):
         """Runs the plan with FlashInfer's q [rows, Hq, D], out [rows, Hq,
-        Dv] and lse [rows, Hq] (written in base 2)."""
+        Dv] and lse [rows, Hq] (written in base 2); scales: run()'s
+        (q_scale, k_scale, v_scale)."""
         if self._request is None:
             raise InvalidArgument("run before plan(); expected plan() first")
         if window_left is not None and int(window_left) != self._window_left:
@@ -241,18 +288,21 @@ class _PagedWrapper:
             raise InvalidArgument(f"q: got {list(q.shape)} {q.dtype}; expected {list(q_shape)} "
                                   f"{self._request['dtype']} (as planned)")
         q = q.contiguous()  # itself unless a strided view (then one copy)
-        out, lse = _outputs(out, lse, return_lse, out_shape, lse_shape, q)
+        q_descale, k_descale, v_descale = self._descales(scales)
+        out_dtype = torch.bfloat16 if q.dtype in _fp8.DTYPES else q.dtype
+        out, lse = _outputs(out, lse, return_lse, out_shape, lse_shape, q, out_dtype)
         if sinks is not None:
             sinks = sinks.to(device=q.device, dtype=torch.float32).contiguous()
         self._decode.run(q.view(q_view), k, v, self._pages.table, self._pages.lengths, cu_seqlens_q=cu_seqlens_q,
-                         out=out.view(out_view), lse=lse, sinks=sinks)
+                         out=out.view(out_view), lse=lse, sinks=sinks, q_descale=q_descale, k_descale=k_descale,
+                         v_descale=v_descale)
         return _returned(out, lse, return_lse)
 
 
-def _outputs(out, lse, return_lse, out_shape, lse_shape, like):
-    """run()'s out (the caller's, or new) and lse (the caller's, new with
-    return_lse, else None)."""
-    out = _output(out, out_shape, like, "out")
+def _outputs(out, lse, return_lse, out_shape, lse_shape, like, out_dtype=None):
+    """run()'s out (the caller's, or new; out_dtype None: like's) and lse
+    (the caller's, new with return_lse, else None)."""
+    out = _output(out, out_shape, like, "out", out_dtype)
     if return_lse or lse is not None:
         lse = _output(lse, lse_shape, like, "lse", torch.float32)
     return out, lse
@@ -285,14 +335,20 @@ def _common_plan(num_qo_heads, num_kv_heads, head_dim, head_dim_vo, causal, wind
         _unsupported(f"pos_encoding_mode={pos_encoding_mode!r}", "rotate q and k before attune (its kv_append "
                      "kernel does, in attune.BatchDecode with rotary_dim) and pass 'NONE'")
     dtype = _dtype(q_data_type, "q_data_type", torch.float16)
-    for name, value in (("kv_data_type", kv_data_type), ("o_data_type", o_data_type)):
-        if _dtype(value, name, dtype) != dtype:
-            _unsupported(f"{name}={value}", f"attune reads and writes q's dtype ({dtype})")
+    kv_dtype = _dtype(kv_data_type, "kv_data_type", dtype)
+    if kv_dtype != dtype and (kv_dtype not in _fp8.DTYPES or dtype in _fp8.DTYPES):
+        _unsupported(f"kv_data_type={kv_data_type}", f"attune reads K and V in q's dtype ({dtype}), or an fp8 cache "
+                     "(float8_e4m3fn, float8_e5m2) under float16/bfloat16 queries")
+    written = torch.bfloat16 if dtype in _fp8.DTYPES else dtype  # fp8 queries: out in bfloat16
+    if _dtype(o_data_type, "o_data_type", written) != written:
+        _unsupported(f"o_data_type={o_data_type}", f"attune writes {written} for {dtype} queries")
     window_left = int(window_left if window_left is not None else -1)
     request = dict(num_qo_heads=int(num_qo_heads), num_kv_heads=int(num_kv_heads), head_dim=int(head_dim),
                    head_dim_v=int(head_dim_vo or head_dim), dtype=dtype, causal=bool(causal),
                    window_size=(window_left, 0 if causal else -1), softmax_scale=sm_scale,
                    softcap=float(logits_soft_cap or 0.0))
+    if kv_dtype != dtype:
+        request["kv_dtype"] = kv_dtype
     if disable_split_kv:
         request["num_splits"] = 1
     elif fixed_split_size is not None and int(fixed_split_size) > 0:
@@ -365,12 +421,15 @@ class BatchDecodeWithPagedKVCacheWrapper(_PagedWrapper):
             skip_softmax_threshold_scale_factor=None, kv_cache_sf=None):
         """FlashInfer's run(): q [batch * q_len_per_req, Hq, D] -> out
         [batch * q_len_per_req, Hq, Dv], or (out, lse [rows, Hq] float32,
-        base 2) with return_lse. sinks: float32 [Hq] sink logits."""
-        _refuse_run(args, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, kv_cache_sf=kv_cache_sf,
+        base 2) with return_lse. sinks: float32 [Hq] sink logits. k_scale,
+        v_scale (q_scale with fp8 queries): an fp8 input's per-tensor scale,
+        a float or a one-element tensor (None: 1)."""
+        _refuse_run(args, kv_cache_sf=kv_cache_sf,
                     skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
         if q_len_per_req is not None and int(q_len_per_req) != self._q_len:
             raise InvalidArgument(f"q_len_per_req: got {q_len_per_req}; expected the planned {self._q_len}")
-        return self._launch(q, paged_kv_cache, out, lse, return_lse, sinks, window_left)
+        return self._launch(q, paged_kv_cache, out, lse, return_lse, sinks, window_left,
+                            scales=(q_scale, k_scale, v_scale))
 
     def run_return_lse(self, q, paged_kv_cache, *args, **kwargs):
         return self.run(q, paged_kv_cache, *args, return_lse=True, **kwargs)
@@ -436,11 +495,12 @@ class BatchPrefillWithPagedKVCacheWrapper(_PagedWrapper):
             return_lse=False, enable_pdl=None, window_left=None, sinks=None, kv_cache_sf=None,
             skip_softmax_threshold_scale_factor=None, use_fp16_softmax=None, uses_spcompress=None):
         """FlashInfer's run(): q [qo_indptr[-1], Hq, D] -> out [rows, Hq,
-        Dv], or (out, lse [rows, Hq] float32, base 2) with return_lse."""
-        _refuse_run(args, q_scale=q_scale, k_scale=k_scale, v_scale=v_scale, kv_cache_sf=kv_cache_sf,
+        Dv], or (out, lse [rows, Hq] float32, base 2) with return_lse.
+        k_scale, v_scale (q_scale): as in the decode wrapper's run()."""
+        _refuse_run(args, kv_cache_sf=kv_cache_sf,
                     skip_softmax_threshold_scale_factor=skip_softmax_threshold_scale_factor)
         return self._launch(q, paged_kv_cache, out, lse, return_lse, sinks, window_left,
-                            cu_seqlens_q=getattr(self, "_cu_q", None))
+                            cu_seqlens_q=getattr(self, "_cu_q", None), scales=(q_scale, k_scale, v_scale))
 
     def run_return_lse(self, q, paged_kv_cache, *args, **kwargs):
         return self.run(q, paged_kv_cache, *args, return_lse=True, **kwargs)
@@ -484,6 +544,9 @@ class BatchPrefillWithRaggedKVCacheWrapper:
         request, _ = _common_plan(num_qo_heads, num_kv_heads, head_dim_qk, head_dim_vo, causal, window_left,
                                   logits_soft_cap, sm_scale, q_data_type, kv_data_type, o_data_type,
                                   pos_encoding_mode, None, False)
+        if request["dtype"] in _fp8.DTYPES or "kv_dtype" in request:
+            _unsupported(f"q_data_type={q_data_type}, kv_data_type={kv_data_type}", "the ragged wrapper takes "
+                         "float16/bfloat16; fp8 runs in the paged wrappers and attune.flash_attn_varlen_func")
         q_starts = _indptr(qo_indptr, "qo_indptr")
         batch = len(q_starts) - 1
         k_starts = _indptr(kv_indptr, "kv_indptr", batch)

@@ -152,7 +152,19 @@ TEST(ProblemTest, PackedSequencesAreReadFromOffsets) {
 TEST(ProblemTest, RejectsUnsupportedDtypeAndMask) {
   AttentionProblem p = valid_problem();
   p.dtype = static_cast<DType>(7);
-  expect_rejected([&] { validate(p); }, {"dtype", "enum value 7", "fp16 or bf16"});
+  expect_rejected([&] { validate(p); }, {"dtype", "enum value 7", "fp16, bf16, e4m3 or e5m2"});
+  // fp8 K and V: under 16-bit queries (a cache), or with fp8 queries of the same format.
+  p = valid_problem();
+  p.kv_dtype = DType::kF16;
+  expect_rejected([&] { validate(p); }, {"kv dtype", "fp16 under bf16 queries", "e4m3 / e5m2"});
+  p.dtype = DType::kE4M3;
+  p.kv_dtype = DType::kE5M2;
+  expect_rejected([&] { validate(p); }, {"kv dtype", "e5m2 under e4m3 queries", "queries' fp8 format"});
+  p.kv_dtype = DType::kE4M3;
+  EXPECT_NO_THROW(validate(p));
+  EXPECT_EQ(p.compute_dtype(), DType::kBF16);
+  EXPECT_NO_THROW(validate_backward(valid_problem()));
+  expect_rejected([&] { validate_backward(p); }, {"backward dtype", "e4m3 Q", "fp16 or bf16"});
   p = valid_problem();
   p.mask = Mask::window(-2, 3);
   expect_rejected([&] { validate(p); }, {"window", "-2,3", "-1 for unbounded"});
