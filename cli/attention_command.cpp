@@ -433,6 +433,7 @@ void run_attention(const AttentionOptions& o) {
   const std::vector<std::uint16_t> k_bits = to_storage(k, kv_dtype);
   const std::vector<std::uint16_t> v_bits = to_storage(v, kv_dtype);
   if (o.backward) {
+    validate_backward(problem);  // fp8 and paged caches are forward-only
     run_backward(o, backend, problem, {q_bits, k_bits, v_bits}, {q.shape, k.shape, v.shape}, mods);
     return;
   }

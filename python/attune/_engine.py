@@ -161,16 +161,16 @@ def cpu_backend():
 def backend_of(view):
     if view.device == "cuda":
         if view.dtype not in KERNEL_DTYPES and view.dtype not in FP8_DTYPES:
-            raise InvalidArgument(f"dtype: got {view.dtype} on a CUDA device; expected float16, bfloat16 or fp8 "
-                                  "(float8_e4m3fn, float8_e5m2); float32 and float64 run on the fp64 reference, "
-                                  "on the CPU")
+            raise InvalidArgument(f"dtype: got {view.dtype} on a CUDA device; expected float16 or bfloat16 (or fp8 "
+                                  "inputs: float8_e4m3fn, float8_e5m2); float32 and float64 run on the fp64 "
+                                  "reference, on the CPU")
         return "cuda", view.index
     if view.dtype in KERNEL_DTYPES or view.dtype in FP8_DTYPES:
         return cpu_backend(), 0
     if view.dtype in REFERENCE_DTYPES:
         return "reference", 0
-    raise InvalidArgument(f"dtype: got {view.dtype}; expected float16, bfloat16 or fp8 (kernels), or float32 or "
-                          "float64 (the fp64 reference, on the CPU)")
+    raise InvalidArgument(f"dtype: got {view.dtype}; expected float16 or bfloat16 (kernels; also fp8 inputs: "
+                          "float8_e4m3fn, float8_e5m2), or float32 or float64 (the fp64 reference, on the CPU)")
 
 
 # -- problems -------------------------------------------------------------------

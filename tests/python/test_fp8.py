@@ -123,6 +123,19 @@ def test_every_descale_layout_reads_the_same_factors():
                        attune.flash_attn_func(q8, k1, v8, causal=True, q_descale=0.75, k_descale=1.0, v_descale=1.5))
 
 
+def test_compile_fullgraph_traces_fp8_and_its_descales():
+    # The fake implementation says bf16 out; a float descale becomes a tensor in the graph.
+    q8 = randn(1, 16, 4, 64, seed=44).to(E4M3)
+    k8, v8 = randn(1, 16, 2, 64, seed=45).to(E4M3), randn(1, 16, 2, 64, seed=46).to(E4M3)
+    d = descales(1, 2, 47)
+
+    def fn(q, k, v, d):
+        return attune.flash_attn_func(q, k, v, causal=True, q_descale=0.5, k_descale=d, v_descale=d[0])
+
+    out = torch.compile(fn, fullgraph=True, backend="aot_eager")(q8, k8, v8, d)
+    assert out.dtype == torch.bfloat16 and torch.equal(out, fn(q8, k8, v8, d))
+
+
 def test_descales_of_16_bit_inputs_are_ignored_as_in_flash_attention_3():
     q, k, v = randn(1, 8, 2, 32, seed=16), randn(1, 8, 2, 32, seed=17), randn(1, 8, 2, 32, seed=18)
     assert torch.equal(attune.flash_attn_func(q, k, v, k_descale=torch.tensor([2.0])),
