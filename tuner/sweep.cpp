@@ -55,9 +55,15 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
     spec.dtypes.clear();
     for (const std::string& item : items) {
       const auto dtype = parse_dtype(item);
-      if (!dtype) throw InvalidArgument("dtypes: got '" + item + "'; expected fp16 or bf16");
+      if (!dtype) throw InvalidArgument("dtypes: got '" + item + "'; expected fp16, bf16, e4m3 or e5m2");
       spec.dtypes.push_back(*dtype);
     }
+  } else if (axis == "kv_dtype") {
+    const auto dtype = items.size() == 1 ? parse_dtype(items.front()) : std::nullopt;
+    if (!dtype || !is_fp8(*dtype)) {
+      throw InvalidArgument("kv_dtype: got '" + trim(values) + "'; expected e4m3 or e5m2 (an fp8 KV cache)");
+    }
+    spec.kv_dtype = *dtype;
   } else if (axis == "head_dims") {
     spec.head_dims.clear();
     for (const std::string& item : items) {
@@ -157,7 +163,7 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
     }
   } else {
     throw InvalidArgument("sweep axis: got '" + axis +
-                          "'; expected dtypes, head_dims, masks, modifiers, softcap, dropout, seqlens, batch_heads, "
+                          "'; expected dtypes, kv_dtype, head_dims, masks, modifiers, softcap, dropout, seqlens, batch_heads, "
                           "max_variants, order, op, "
                           "queries, gqa or splits");
   }
@@ -204,7 +210,10 @@ namespace {
 
 // The speed model's bound of a variant on the architecture, remembered per
 // (variant, dtype, arch): the emulation behind it is the expensive part.
-double predicted_tflops(const Variant& v, DType dtype, const ArchLimits& arch) {
+double predicted_tflops(Variant v, DType dtype, const ArchLimits& arch) {
+  // The model emulates 16-bit tiles: an fp8 variant is ranked by its tile
+  // (the fp8 loads are a feature of the problem, not a tuned choice).
+  v.modifiers = static_cast<std::uint8_t>(v.modifiers & ~kFeatureFp8);
   static std::mutex mutex;
   static std::map<std::string, double> known;
   const std::string key = v.id() + "/" + std::string(to_string(dtype)) + "/" + arch.name;
@@ -219,13 +228,16 @@ double predicted_tflops(const Variant& v, DType dtype, const ArchLimits& arch) {
   return known.emplace(key, tflops).first->second;
 }
 
-// The variants of a problem class (with its modifier bits compiled in): all
-// of them, or max_variants of them (spread over the list, or the model's
-// best), the heuristic's always among them. With the model's order the list
-// comes best first.
-std::vector<Variant> sweep_variants(const SweepSpec& spec, DType dtype, int d, std::uint8_t modifiers,
-                                    const ArchLimits& arch, const Variant& heuristic) {
-  std::vector<Variant> variants = enumerate_variants(spec.op, dtype, d, d, arch, modifiers);
+// The variants of a problem class (with its features compiled in: modifier
+// bits, and fp8 inputs, which leave the families without fp8 out): all of
+// them, or max_variants of them (spread over the list, or the model's best),
+// the heuristic's always among them. With the model's order the list comes
+// best first. Kernels are compiled for the compute dtype (bf16 under fp8 Q).
+std::vector<Variant> sweep_variants(const SweepSpec& spec, const AttentionProblem& problem, const ArchLimits& arch,
+                                    const Variant& heuristic) {
+  const DType dtype = problem.compute_dtype();
+  const int d = static_cast<int>(problem.head_dim_k);
+  std::vector<Variant> variants = enumerate_variants(spec.op, dtype, d, d, arch, problem_features(problem));
   if (spec.order == "model") {
     std::vector<std::pair<double, Variant>> ranked;
     ranked.reserve(variants.size());
@@ -256,9 +268,8 @@ std::vector<Variant> sweep_variants(const SweepSpec& spec, DType dtype, int d, s
 // sweep (0: the heuristic's count for that variant), each count once.
 void add_decode_tasks(const SweepSpec& spec, const AttentionProblem& problem, const ArchLimits& arch, int sm_count,
                       std::vector<Task>& tasks) {
-  const int d = static_cast<int>(problem.head_dim_k);
-  for (const Variant& v : sweep_variants(spec, problem.dtype, d, modifier_bits(problem.modifiers), arch,
-                                         heuristic_decode_variant(problem, arch))) {
+  for (const Variant& v :
+       sweep_variants(spec, problem, arch, with_problem_features(heuristic_decode_variant(problem, arch), problem))) {
     std::vector<int> counts;
     for (int splits : spec.splits) {
       const int n = splits > 0 ? splits : heuristic_splits(problem, v, sm_count);
@@ -266,6 +277,25 @@ void add_decode_tasks(const SweepSpec& spec, const AttentionProblem& problem, co
     }
     for (int n : counts) tasks.push_back({problem, v, n, Op::kDecode});
   }
+}
+
+// The KV cache's dtype of the sweep's problems of `dtype`: spec.kv_dtype
+// where it differs from the dtype. fp8 has no backward, and fp8 queries take
+// K and V in their own format only.
+std::optional<DType> sweep_kv_dtype(const SweepSpec& spec, DType dtype) {
+  const std::optional<DType> kv = spec.kv_dtype == dtype ? std::nullopt : spec.kv_dtype;
+  if (spec.op == "bwd" && is_fp8(kv.value_or(dtype))) {
+    throw InvalidArgument("dtypes: got " + storage_name(dtype, kv) +
+                          " with op bwd; expected fp16 or bf16 inputs (fp8 is a forward and KV-cache format: "
+                          "there is no fp8 backward)");
+  }
+  if (kv && is_fp8(dtype)) {
+    throw InvalidArgument("kv_dtype: got " + std::string(to_string(*kv)) + " with dtype " +
+                          std::string(to_string(dtype)) +
+                          "; expected no kv_dtype, or the dtype's own format (fp8 queries read K and V in their "
+                          "fp8 format)");
+  }
+  return kv;
 }
 
 }  // namespace
@@ -285,16 +315,25 @@ std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shar
   const bool decode = spec.op == "decode";
   std::vector<Task> tasks;
   for (DType dtype : spec.dtypes) {
+    const std::optional<DType> kv_dtype = sweep_kv_dtype(spec, dtype);
     for (int d : spec.head_dims) {
       for (const Mask& mask : spec.masks) {
         for (std::uint8_t bits : spec.modifiers) {
+          if (is_fp8(kv_dtype.value_or(dtype)) && (bits & kModDropout) != 0) {
+            throw InvalidArgument("modifiers: got '" + modifier_names(bits) + "' with " +
+                                  storage_name(dtype, kv_dtype) +
+                                  " inputs; expected a set without dropout (fp8 is an inference format: no "
+                                  "dropout with fp8 inputs)");
+          }
           if (decode && (bits & kModDropout) != 0) {
             throw InvalidArgument("modifiers: got '" + modifier_names(bits) +
                                   "' with op decode; expected a set without dropout (the decode kernels serve "
                                   "inference, without dropout)");
           }
-          const ProblemOptions options{
-              .dtype = dtype, .mask = mask, .modifiers = sweep_modifiers(bits, spec.softcap, spec.dropout)};
+          const ProblemOptions options{.dtype = dtype,
+                                       .kv_dtype = kv_dtype,
+                                       .mask = mask,
+                                       .modifiers = sweep_modifiers(bits, spec.softcap, spec.dropout)};
           for (std::int64_t s : spec.seqlens) {
             for (const auto& [b, h] : spec.batch_heads) {
               if (!decode) {
@@ -302,8 +341,12 @@ std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shar
                     make_problem(std::vector<std::int64_t>{b, s, h, d}, std::vector<std::int64_t>{b, s, h, d},
                                  std::vector<std::int64_t>{b, s, h, d}, options);
                 const Op op = parse_op(spec.op).value_or(Op::kForward);
-                const Variant heuristic = heuristic_variant(spec.op, dtype, d, d, arch, bits);
-                for (const Variant& v : sweep_variants(spec, dtype, d, bits, arch, heuristic)) {
+                // flash_fwd_sm90 has no fp8 loads: the heuristic's portable choice then.
+                const Variant heuristic = with_problem_features(
+                    heuristic_variant(spec.op, problem.compute_dtype(), d, d, arch, bits,
+                                      {.portable_only = problem.has_fp8()}),
+                    problem);
+                for (const Variant& v : sweep_variants(spec, problem, arch, heuristic)) {
                   tasks.push_back({problem, v, 0, op});
                 }
                 continue;

@@ -5,7 +5,8 @@
 // Sweep file (attune tune --sweep FILE): one `name = values` line per axis,
 // values separated by commas, `#` starts a comment; axes left out keep their
 // defaults:
-//   dtypes      = bf16, fp16
+//   dtypes      = bf16, fp16         # or e4m3, e5m2: fp8 Q, K and V (fwd; O in bf16)
+//   kv_dtype    = e4m3               # an fp8 KV cache under the dtypes' queries (fwd, decode)
 //   head_dims   = 64, 128            # Dk = Dv
 //   masks       = none, causal       # causal: bottom-right
 //   modifiers   = none, softcap, sinks+alibi, dropout  # modifier sets, each under its own key (default none)
@@ -27,6 +28,7 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -40,6 +42,9 @@ namespace attune::tuner {
 struct SweepSpec {
   std::string op = "fwd";
   std::vector<DType> dtypes = {DType::kBF16};
+  // K's and V's storage when it differs from the queries': an fp8 KV cache
+  // (e4m3 or e5m2). Unset: the dtype's. Not with fp8 dtypes of another format.
+  std::optional<DType> kv_dtype;
   std::vector<int> head_dims = {64};
   std::vector<Mask> masks = {Mask::none()};
   // Modifier sets as bits (kModSoftcap | kModSinks | kModAlibi |

@@ -3,9 +3,10 @@
 // backward kernels with every modifier its kernel supports, each modifier
 // alone at d128, the forward reading a paged cache (alone in every bucket,
 // and with every modifier at d128), and the decode combine and backward
-// dsink kernels, and the forward and backward with dropout. Registers and
-// spills are reported (docs/perf/score_mods.md has the whole space); the
-// heuristic's paged forward and its dropout variants never spill.
+// dsink kernels, the forward and backward with dropout, and the forward and
+// decode over fp8 inputs. Registers and spills are reported
+// (docs/perf/score_mods.md has the whole space); the heuristic's paged
+// forward, its dropout variants and its fp8 variants never spill.
 #include <gtest/gtest.h>
 
 #include "runtime/dispatch/heuristics.h"
@@ -49,6 +50,17 @@ std::vector<Variant> covering_set(const ArchLimits& arch) {
     out.push_back(heuristic_variant("fwd", DType::kBF16, d, d, arch, kModDropout));
     out.push_back(heuristic_backward_variant(DType::kBF16, d, d, arch, false, kModDropout));
   }
+  // FP8 inputs (inference): the forward's variant over fp8 Q, K and V, and
+  // decode's over an fp8 paged cache, at the smallest, usual and largest
+  // buckets (on sm_80 too: the widening is integer code there).
+  for (int d : {64, 128, 256}) {
+    out.push_back(heuristic_variant("fwd", DType::kBF16, d, d, arch, kFeatureFp8));
+    const AttentionProblem cache =
+        make_problem(std::vector<std::int64_t>{4, 1, 8, d}, std::vector<std::int64_t>{64, 16, 1, d},
+                     std::vector<std::int64_t>{64, 16, 1, d},
+                     {.kv_dtype = DType::kE4M3, .block_table = std::vector<std::int32_t>(64, 0), .page_size = 16});
+    out.push_back(with_problem_features(heuristic_decode_variant(cache, arch), cache));
+  }
   return out;
 }
 
@@ -60,7 +72,7 @@ TEST_P(ScoreModsNvrtcTest, CoveringSetCompiles) {
   for (std::size_t i = 0; i < variants.size(); ++i) {
     const bool paged_alone =
         (variants[i].modifiers & kFeaturePaged) != 0 && variants[i].modifiers != (kModAll | kFeaturePaged);
-    if (paged_alone || variants[i].modifiers == kModDropout) {
+    if (paged_alone || variants[i].modifiers == kModDropout || variants[i].modifiers == kFeatureFp8) {
       EXPECT_EQ(s.spill_bytes[i], 0) << variants[i].id() << " spills";
     }
   }
