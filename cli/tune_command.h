@@ -13,6 +13,7 @@ struct TuneCommandOptions {
   std::string db_path;  // empty: TuningDb::default_path()
   std::string sweep_file;
   std::string dtypes, head_dims, masks, seqlens, batch_heads;
+  std::string kv_dtype;                  // an fp8 KV cache (empty: the sweep file's or none)
   std::string modifiers, softcap;        // score modifier sets and c (empty: the sweep file's or the default)
   std::string dropout;                   // p of the sets with dropout (empty: the sweep file's or 0.1)
   std::string op, queries, gqa, splits;  // decode sweeps (empty: the sweep file's or the default)

@@ -15,6 +15,7 @@ CLI::App* add_tune_worker_command(CLI::App& app, TuneWorkerOptions& o) {
   cmd->add_option("--device", o.device);
   cmd->add_option("--variant", o.variant)->required();
   cmd->add_option("--dtype", o.dtype);
+  cmd->add_option("--kv-dtype", o.kv_dtype);  // an fp8 KV cache; empty: --dtype's
   cmd->add_option("--mask", o.mask);
   cmd->add_option("--batch", o.batch);
   cmd->add_option("--seqlen", o.seqlen)->required();
@@ -49,7 +50,13 @@ void run_tune_worker(const TuneWorkerOptions& o) {
     const std::optional<std::uint8_t> bits = parse_modifier_names(o.modifiers);
     if (!bits) bad_flag("--modifiers", o.modifiers, "none, or softcap, sinks, alibi and dropout joined by '+'");
     // The sweep's problem again: tuner::plan builds its modifiers the same way.
+    std::optional<DType> kv_dtype;
+    if (!o.kv_dtype.empty()) {
+      kv_dtype = parse_dtype(o.kv_dtype);
+      if (!kv_dtype || !is_fp8(*kv_dtype)) bad_flag("--kv-dtype", o.kv_dtype, "e4m3 or e5m2 (an fp8 KV cache)");
+    }
     const ProblemOptions options{.dtype = parse_dtype_flag(o.dtype),
+                                 .kv_dtype = kv_dtype,
                                  .mask = mask,
                                  .modifiers = tuner::sweep_modifiers(*bits, o.softcap, o.dropout)};
     const tuner::Task task{make_problem(shape_q, shape_k, shape_v, options), parse_variant_id(o.variant), o.splits,

@@ -11,6 +11,7 @@ struct TuneWorkerOptions {
   std::string backend = "cuda";
   int device = 0;
   std::string variant, dtype = "bf16", mask = "none";
+  std::string kv_dtype;  // e4m3 or e5m2: an fp8 KV cache under --dtype queries; empty: --dtype's
   long long batch = 1, seqlen = 0, heads = 1, dk = 0, dv = 0;
   long long seqlen_k = 0, heads_kv = 0;  // 0: as seqlen, heads
   int splits = 0;                        // > 0: split-KV decode

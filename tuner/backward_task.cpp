@@ -122,12 +122,23 @@ bool within_dsink_rule(const AttentionProblem& p, const BackwardInputs& in, cons
   return ok;
 }
 
+// fp8 inputs have no backward (validate_backward refuses them): a task of
+// them fails with the reason instead of reaching a kernel.
+void require_backward_dtypes(const Task& task) {
+  const AttentionProblem& p = task.problem;
+  if (p.has_fp8()) {
+    throw InvalidArgument("backward task " + task.variant.id() + ": got " + storage_name(p.dtype, p.kv_dtype) +
+                          " inputs; expected fp16 or bf16 (fp8 is a forward and KV-cache format: no fp8 backward)");
+  }
+}
+
 }  // namespace
 
 // The gate: a small instance of the problem class (odd sizes, two heads at
 // most, the same score modifiers) against the fp64 reference backward with
 // FlashAttention's rule, and dsink with sinks.
 bool passes_backward_gate(Runtime& runtime, const Task& task, double* max_error, std::string* why) {
+  require_backward_dtypes(task);
   const AttentionProblem& full = task.problem;
   const std::int64_t s = std::min<std::int64_t>(full.seqlen_q, 77);
   const std::int64_t h = std::min<std::int64_t>(full.heads_kv, 2);
@@ -156,6 +167,7 @@ bool passes_backward_gate(Runtime& runtime, const Task& task, double* max_error,
 }
 
 Timing time_backward(Runtime& runtime, const Task& task, const TuneOptions& o) {
+  require_backward_dtypes(task);
   const AttentionProblem& p = task.problem;
   BackwardInputs sets[2] = {random_inputs(p, 1), random_inputs(p, 2)};
   std::vector<std::uint16_t> dq(sets[0].q.size()), dk(sets[0].k.size()), dv(sets[0].v.size());

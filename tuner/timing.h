@@ -27,7 +27,8 @@ struct Timing {
 // the cuda backend, wall-clock time on the emulator.
 Timing time_runs(Runtime& runtime, const TuneOptions& options, const std::function<void(int)>& run);
 
-// Normal random values rounded to the storage dtype, as bit patterns.
+// Normal random values rounded to the storage dtype, as bit patterns (fp8:
+// finite bytes, as float_to_bits saturates).
 std::vector<std::uint16_t> random_bits(std::int64_t count, DType dtype, std::mt19937& rng);
 
 // The score modifiers' tensors of a problem in host memory, each empty where
@@ -47,12 +48,29 @@ ModifierInputs modifier_inputs(const AttentionProblem& problem, std::mt19937& rn
 
 // Random Q, K and V of a problem and its modifiers' tensors: what a task runs on.
 struct Inputs {
+  // One element per 16-bit slot (float_to_bits): what the references read.
   std::vector<std::uint16_t> q, k, v;
+  // fp8 tensors packed as the kernels read them (storage_bytes: one byte an
+  // element); empty for 16-bit tensors, whose slots are their stored bytes.
+  std::vector<std::uint8_t> q_fp8, k_fp8, v_fp8;
   ModifierInputs modifiers;
+
+  // Q, K and V as the kernels read them: host pointer and bytes.
+  cuda::DeviceBuffers::Spec stored_q() const { return stored(q, q_fp8); }
+  cuda::DeviceBuffers::Spec stored_k() const { return stored(k, k_fp8); }
+  cuda::DeviceBuffers::Spec stored_v() const { return stored(v, v_fp8); }
+
+ private:
+  static cuda::DeviceBuffers::Spec stored(const std::vector<std::uint16_t>& slots,
+                                          const std::vector<std::uint8_t>& packed) {
+    if (!packed.empty()) return {packed.data(), packed.size()};
+    return {slots.data(), slots.size() * sizeof(std::uint16_t)};
+  }
 };
 
-// Draws in.q, in.k and in.v (random_bits) from `rng`, in that order; the
-// caller draws the rest after them, so Q, K and V do not depend on it.
+// Draws in.q, in.k and in.v (random_bits; K and V in the problem's k_dtype)
+// from `rng`, in that order, and packs the fp8 ones; the caller draws the
+// rest after them, so Q, K and V do not depend on it.
 void draw_qkv(const AttentionProblem& problem, std::mt19937& rng, Inputs& in);
 
 // An input set in device memory (cuda backend): Q, K and V copied from `in`

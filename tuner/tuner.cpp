@@ -46,19 +46,22 @@ ReferenceOutput run_once(Runtime& runtime, const Task& task, const AttentionProb
   if (runtime.backend() == Backend::kEmu) {
     const ModifierTensors mods = in.modifiers.host();
     launch(runtime, task, p,
-           {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data(), mods.sinks, mods.alibi_slopes});
+           {in.stored_q().host, in.stored_k().host, in.stored_v().host, o.data(), lse.data(), mods.sinks,
+            mods.alibi_slopes});
   } else {
     cuda::Driver& driver = cuda::Driver::get();
     const DeviceModifiers mods(driver, in.modifiers);
+    const auto input = [](const cuda::DeviceBuffers::Spec& s) { return cuda::HostArray{s.host, nullptr, s.bytes}; };
     cuda::run_on_device(
-        driver, nullptr, {cuda::in(in.q), cuda::in(in.k), cuda::in(in.v), cuda::inout(o), cuda::out(lse)},
+        driver, nullptr,
+        {input(in.stored_q()), input(in.stored_k()), input(in.stored_v()), cuda::inout(o), cuda::out(lse)},
         [&](const std::vector<void*>& d) {
           launch(runtime, task, p,
                  {d[0], d[1], d[2], d[3], static_cast<float*>(d[4]), mods.sinks(), mods.alibi_slopes()});
         });
   }
   ReferenceOutput out;
-  out.o = widen_bits<double>(p.dtype, o);
+  out.o = widen_bits<double>(p.compute_dtype(), o);  // fp8 Q: O is bf16
   out.lse.assign(lse.begin(), lse.end());
   return out;
 }
@@ -69,8 +72,11 @@ ReferenceOutput run_once(Runtime& runtime, const Task& task, const AttentionProb
 // enough that several splits have keys and the last ones may not.
 AttentionProblem gate_problem(const Task& task) {
   const AttentionProblem& full = task.problem;
-  const ProblemOptions options{
-      .dtype = full.dtype, .mask = full.mask, .scale = full.scale, .modifiers = gate_modifiers(full.modifiers)};
+  const ProblemOptions options{.dtype = full.dtype,
+                               .kv_dtype = full.kv_dtype,
+                               .mask = full.mask,
+                               .scale = full.scale,
+                               .modifiers = gate_modifiers(full.modifiers)};
   if (task.splits > 0) {
     const std::int64_t kv = std::min<std::int64_t>(full.heads_kv, 2);
     const std::int64_t sq = std::min<std::int64_t>(full.seqlen_q, 77);
@@ -87,7 +93,8 @@ AttentionProblem gate_problem(const Task& task) {
 }
 
 // The gate: the task on a small instance of its problem class against the
-// fp64 reference with FlashAttention's rule.
+// fp64 reference with FlashAttention's rule. Both references read the 16-bit
+// slots and dequantize fp8 inputs (descales 1: the tuner passes none).
 bool passes_gate(Runtime& runtime, const Task& task, double* max_error, std::string* why) {
   const AttentionProblem p = gate_problem(task);
   const Inputs in = make_inputs(p, 7);
@@ -124,7 +131,8 @@ Timing time_task(Runtime& runtime, const Task& task, const TuneOptions& o) {
     return time_runs(runtime, o, [&](int set) {
       const Inputs& in = sets[set];
       const ModifierTensors mods = in.modifiers.host();
-      run({in.q.data(), in.k.data(), in.v.data(), out.data(), lse.data(), mods.sinks, mods.alibi_slopes},
+      run({in.stored_q().host, in.stored_k().host, in.stored_v().host, out.data(), lse.data(), mods.sinks,
+           mods.alibi_slopes},
           workspace.empty() ? nullptr : workspace.data());
     });
   }
@@ -156,14 +164,19 @@ std::vector<std::uint16_t> random_bits(std::int64_t count, DType dtype, std::mt1
 
 void draw_qkv(const AttentionProblem& p, std::mt19937& rng, Inputs& in) {
   in.q = random_bits(q_extent(p), p.dtype, rng);
-  in.k = random_bits(k_extent(p), p.dtype, rng);
-  in.v = random_bits(v_extent(p), p.dtype, rng);
+  in.k = random_bits(k_extent(p), p.k_dtype(), rng);
+  in.v = random_bits(v_extent(p), p.k_dtype(), rng);
+  // The kernels read fp8 tensors a byte an element.
+  if (is_fp8(p.dtype)) in.q_fp8 = storage_bytes(p.dtype, in.q);
+  if (is_fp8(p.k_dtype())) {
+    in.k_fp8 = storage_bytes(p.k_dtype(), in.k);
+    in.v_fp8 = storage_bytes(p.k_dtype(), in.v);
+  }
 }
 
 std::unique_ptr<cuda::DeviceBuffers> qkv_on_device(cuda::Driver& driver, const Inputs& in,
                                                    std::initializer_list<cuda::DeviceBuffers::Spec> rest) {
-  std::vector<cuda::DeviceBuffers::Spec> specs = {
-      {in.q.data(), in.q.size() * 2}, {in.k.data(), in.k.size() * 2}, {in.v.data(), in.v.size() * 2}};
+  std::vector<cuda::DeviceBuffers::Spec> specs = {in.stored_q(), in.stored_k(), in.stored_v()};
   specs.insert(specs.end(), rest);
   return std::make_unique<cuda::DeviceBuffers>(driver, specs);
 }
@@ -240,7 +253,10 @@ std::size_t precompile(const std::vector<Task>& tasks, const std::string& arch,
   CompilerService service(&cache, threads);
   std::vector<std::shared_future<CompilerService::Result>> pending;
   pending.reserve(tasks.size());
-  for (const Task& task : tasks) pending.push_back(service.compile({task.variant, task.problem.dtype, arch}));
+  // Kernels are compiled for the compute dtype (bf16 under fp8 Q; fp8 loads are a feature of the variant).
+  for (const Task& task : tasks) {
+    pending.push_back(service.compile({task.variant, task.problem.compute_dtype(), arch}));
+  }
   std::size_t failed = 0;
   for (const auto& result : pending) failed += result.get()->ok ? 0 : 1;  // shared compiles count per task
   return failed;
