@@ -67,8 +67,7 @@ TuneCommands add_tune_commands(CLI::App& app, TuneCommandOptions& t, DbCommandOp
   c.tune->add_option("--db", t.db_path,
                      "Tuning database (default: $ATTUNE_TUNING_DB or ~/.local/share/attune/tuning.db)");
   c.tune->add_option("--sweep", t.sweep_file, "Sweep file (see tuner/sweep.h); flags below override its axes");
-  c.tune->add_option("--dtypes,--dtype", t.dtypes,
-                     "e.g. bf16,fp16; e4m3 or e5m2: fp8 Q, K and V (forward; O in bf16)");
+  c.tune->add_option("--dtypes,--dtype", t.dtypes, "e.g. bf16,fp16; e4m3 or e5m2: fp8 Q, K and V (forward; O in bf16)");
   c.tune->add_option("--kv-dtype", t.kv_dtype,
                      "e4m3 or e5m2: an fp8 KV cache under the --dtypes queries (fwd and decode; keyed e.g. "
                      "bf16-kv-e4m3)");
@@ -143,10 +142,11 @@ void run_tune(const TuneCommandOptions& o) {
   if (!backend) bad_flag("--backend", o.backend, "cuda or emu");
   tuner::SweepSpec spec = o.sweep_file.empty() ? tuner::SweepSpec{} : tuner::read_sweep_file(o.sweep_file);
   const std::pair<const char*, const std::string*> axes[] = {
-      {"dtypes", &o.dtypes},   {"kv_dtype", &o.kv_dtype},   {"head_dims", &o.head_dims}, {"masks", &o.masks},     {"modifiers", &o.modifiers},
-      {"softcap", &o.softcap}, {"dropout", &o.dropout},     {"seqlens", &o.seqlens}, {"batch_heads", &o.batch_heads},
-      {"op", &o.op},           {"queries", &o.queries},     {"gqa", &o.gqa},         {"splits", &o.splits},
-      {"order", &o.order}};
+      {"dtypes", &o.dtypes},   {"kv_dtype", &o.kv_dtype},   {"head_dims", &o.head_dims},
+      {"masks", &o.masks},     {"modifiers", &o.modifiers}, {"softcap", &o.softcap},
+      {"dropout", &o.dropout}, {"seqlens", &o.seqlens},     {"batch_heads", &o.batch_heads},
+      {"op", &o.op},           {"queries", &o.queries},     {"gqa", &o.gqa},
+      {"splits", &o.splits},   {"order", &o.order}};
   for (const auto& [axis, values] : axes) {
     if (!values->empty()) tuner::set_axis(spec, axis, *values);
   }

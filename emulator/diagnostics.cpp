@@ -54,7 +54,8 @@ std::string id_ranges(const std::vector<i32>& ids) {
 }
 
 std::string shape_text(const WgmmaShape& s) {
-  std::string text = std::string("m64n") + std::to_string(s.n) + "k16 " + (s.bf16 ? "bf16" : "f16") +
+  const char* type = s.fp8 == 1 ? "e4m3" : s.fp8 == 2 ? "e5m2" : s.bf16 ? "bf16" : "f16";
+  std::string text = std::string("m64n") + std::to_string(s.n) + "k" + std::to_string(wgmma_k(s)) + " " + type +
                      (s.a_in_registers ? " A in registers" : " A " + std::string(s.trans_a ? "MN" : "K") + "-major") +
                      " B " + (s.trans_b ? "MN" : "K") + "-major";
   char buffer[64];

@@ -17,6 +17,7 @@ namespace attune::emu {
 
 struct WgmmaShape {
   bool bf16 = false;
+  i32 fp8 = 0;           // 8-bit inputs: 1 e4m3, 2 e5m2 (k32, K-major); 0: 16-bit (bf16 says which)
   i32 n = 0;             // 8..256
   bool trans_a = false;  // A MN-major (shared A only)
   bool trans_b = false;  // B MN-major
@@ -28,14 +29,18 @@ struct WgmmaShape {
 
 using WarpgroupARegisters = std::array<std::array<u32, 4>, sm90::kWarpgroupSize>;
 
-// The shared-window address of every 16-bit element one wgmma reads (B's,
-// then A's when it is in shared memory): for bounds checks and in-flight marks.
+// K of one wgmma (16, or 32 for 8-bit inputs) and the bytes of an element.
+inline i32 wgmma_k(const WgmmaShape& shape) { return shape.fp8 != 0 ? sm90::kWgmmaK8 : sm90::kWgmmaK; }
+inline i32 wgmma_element_bytes(const WgmmaShape& shape) { return shape.fp8 != 0 ? 1 : 2; }
+
+// The shared-window address of every element one wgmma reads (B's, then
+// A's when it is in shared memory): for bounds checks and in-flight marks.
 std::vector<u32> wgmma_operand_addresses(const WgmmaShape& shape);
 
-// D = A (64 x 16) * B (16 x N) + (accumulate ? C : 0): products exact in fp32,
+// D = A (64 x K) * B (K x N) + (accumulate ? C : 0): products exact in fp32,
 // summed in k order onto C, in fp32 (as mma.sync). `read_u16(address)` reads
-// the 16-bit element at a shared-window address; acc[t] holds thread t's N/2
-// accumulators, C on entry and D on return.
+// the element at a shared-window address (an 8-bit one in the low byte);
+// acc[t] holds thread t's N/2 accumulators, C on entry and D on return.
 void wgmma_compute(const WgmmaShape& shape, const std::function<u16(u32)>& read_u16, const WarpgroupARegisters& a,
                    bool accumulate, std::vector<std::vector<float>>& acc);
 

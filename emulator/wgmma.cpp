@@ -105,18 +105,19 @@ void Emulator::Impl::issue_wgmma(std::size_t warpgroup) {
   // fence.proxy.async, and marked as read until the wgmma runs.
   op.addresses = wgmma_operand_addresses(op.shape);
   const u64 size = shared.size();
+  const u32 bytes = static_cast<u32>(wgmma_element_bytes(op.shape));
   for (const u32 address : op.addresses) {
-    if (address + 2 > size) {
+    if (address + bytes > size) {
       report(BugKind::kSharedOutOfBounds, first, first.site,
              "wgmma " + shape_text(op.shape) + " reads shared bytes [" + std::to_string(address) + ", " +
-                 std::to_string(address + 2) + ") but the dynamic shared memory has " + std::to_string(size) +
+                 std::to_string(address + bytes) + ") but the dynamic shared memory has " + std::to_string(size) +
                  " bytes");
       throw AbortLaunch{};
     }
   }
   bool unfenced_reported = false;
   for (const u32 address : op.addresses) {
-    for (u32 i = address; i < address + 2; ++i) {
+    for (u32 i = address; i < address + bytes; ++i) {
       ProxyCell& cell = proxy_cell(i);
       const i32 writer = cell.writer;
       if (!unfenced_reported && writer >= 0 &&
@@ -136,7 +137,7 @@ void Emulator::Impl::issue_wgmma(std::size_t warpgroup) {
   }
   for (const u32 address : op.addresses) {
     const std::size_t before = reports.size();
-    check_async_visible(group[0], address, 2, "wgmma operand read", first.site);
+    check_async_visible(group[0], address, bytes, "wgmma operand read", first.site);
     if (reports.size() != before) break;
   }
   bool needs_fence = false;
@@ -170,7 +171,8 @@ void Emulator::Impl::issue_wgmma(std::size_t warpgroup) {
     for (i32 l = 0; l < sm90::kWarpgroupSize; ++l) group[l].wgmma_needs_fence = false;
   }
   ++counters.wgmma;
-  counters.wgmma_flops += 2ULL * sm90::kWgmmaM * static_cast<std::uint64_t>(op.shape.n) * sm90::kWgmmaK;
+  counters.wgmma_flops +=
+      2ULL * sm90::kWgmmaM * static_cast<std::uint64_t>(op.shape.n) * static_cast<std::uint64_t>(wgmma_k(op.shape));
   wgmma_ops[warpgroup].push_back(std::move(op));
 }
 
@@ -181,9 +183,10 @@ void Emulator::Impl::execute_wgmma(std::size_t warpgroup, InFlightWgmma& op) {
     acc[static_cast<std::size_t>(l)] = group[l].accumulators.at(op.d[static_cast<std::size_t>(l)]).values;
   }
   // Shared memory is read now, as late as the ISA allows.
+  const u32 bytes = static_cast<u32>(wgmma_element_bytes(op.shape));
   const auto read_u16 = [&](u32 address) {
-    u16 bits = 0;
-    std::memcpy(&bits, shared.data() + address, 2);
+    u16 bits = 0;  // an 8-bit element in the low byte (little-endian)
+    std::memcpy(&bits, shared.data() + address, bytes);
     return bits;
   };
   wgmma_compute(op.shape, read_u16, op.a_values, op.accumulate, acc);
@@ -193,7 +196,7 @@ void Emulator::Impl::execute_wgmma(std::size_t warpgroup, InFlightWgmma& op) {
   const Thread& reader = group[0];
   if (track_clocks) op.read_clock = reader.clock[static_cast<std::size_t>(reader.linear)];
   for (const u32 address : op.addresses) {
-    for (u32 i = address; i < address + 2; ++i) {
+    for (u32 i = address; i < address + bytes; ++i) {
       ProxyCell& cell = proxy_cell(i);
       --cell.async_readers;
       if (track_clocks) {

@@ -9,7 +9,7 @@
 #   --out DIR        report.md, summary.txt, run.tgz, rewritten after every step (default: $OUT, else build/gpu-report)
 #   --deadline S     seconds for everything (default 420); steps that no longer fit are skipped
 #   --only a,b / --skip a,b   steps to run or leave out (facts compile smoke primitives sm90 sweep
-#                             ceilings forward decode backward python tests)
+#                             ceilings forward decode backward dropout fp8 python tests)
 #   --plant KIND@JOB the rehearsal's planted faults: hang@JOB, sticky@JOB, wrong@JOB (JOB as the report names it)
 #
 # It refuses a bundle built from other sources than this tree's templates/,

@@ -37,8 +37,12 @@ std::optional<std::string> default_variant_id(const std::vector<tuning_db::Measu
   const std::optional<ProblemKey> key = best.key;
   const ArchLimits arch = require_arch(kEmulatedArch);
   if (key->op != Op::kDecode) {
-    return heuristic_variant(to_string(key->op), key->dtype, key->head_dim_k, key->head_dim_v, arch, key->modifiers)
-        .id();
+    // As the sweep chose it: for fp8 inputs the portable family with its fp8 loads, compiled for bf16 under fp8 Q.
+    const bool fp8 = is_fp8(key->dtype) || (key->kv_dtype && is_fp8(*key->kv_dtype));
+    Variant v = heuristic_variant(to_string(key->op), is_fp8(key->dtype) ? DType::kBF16 : key->dtype, key->head_dim_k,
+                                  key->head_dim_v, arch, key->modifiers, {.portable_only = fp8});
+    if (fp8) v.modifiers = static_cast<std::uint8_t>(v.modifiers | (kFeatureFp8 & supported_modifiers(*v.kernel)));
+    return v.id();
   }
   const auto measured = std::find_if(rows.begin(), rows.end(), [&](const tuning_db::MeasurementRow& m) {
     return m.ok && m.variant_id == best.variant_id;
@@ -57,7 +61,7 @@ std::optional<std::string> default_variant_id(const std::vector<tuning_db::Measu
                                                                         : Mask::none(),
                       // The key's modifiers as a sweep sets them (the choice reads the set, not c).
                       .modifiers = sweep_modifiers(key->modifiers, SweepSpec{}.softcap)});
-    const Variant v = heuristic_decode_variant(p, arch);
+    const Variant v = with_problem_features(heuristic_decode_variant(p, arch), p);  // an fp8 cache: its loads
     return tuned_id(v, heuristic_splits(p, v, sm_count_of(best.device_key)));
   } catch (const InvalidArgument&) {
     return std::nullopt;  // a record this attune cannot rebuild: no default to compare with
@@ -86,7 +90,11 @@ KeyAnalysis analyze_key(const tuning_db::TuningDb& db, const tuning_db::BestRow&
       break;
     }
   }
-  if (row.key.op != Op::kDecode) k.predicted_tflops = predicted_tflops(row.device_key, row.variant_id, row.key.dtype);
+  if (row.key.op != Op::kDecode) {
+    // Kernels compute in bf16 under fp8 Q.
+    const DType compute = is_fp8(row.key.dtype) ? DType::kBF16 : row.key.dtype;
+    k.predicted_tflops = predicted_tflops(row.device_key, row.variant_id, compute);
+  }
   return k;
 }
 
@@ -105,7 +113,9 @@ std::optional<double> predicted_tflops(const std::string& device_key, const std:
   const std::string arch = "sm_" + std::to_string(major * 10 + minor) + (major == 9 && minor == 0 ? "a" : "");
   try {
     const profile::ArchRates rates = profile::arch_rates(arch);
-    const Variant v = parse_tuned_id(variant_id).variant;
+    Variant v = parse_tuned_id(variant_id).variant;
+    // The model emulates the 16-bit tile; fp8 loads are the problem's feature.
+    v.modifiers = static_cast<std::uint8_t>(v.modifiers & ~kFeatureFp8);
     return profile::bound_of(profile::emulate_per_key_tile(v, dtype), rates, sms > 0 ? sms : rates.sm_count,
                              rates.clock_ghz)
         .tflops;

@@ -162,10 +162,11 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
       spec.splits.push_back(static_cast<int>(n));
     }
   } else {
-    throw InvalidArgument("sweep axis: got '" + axis +
-                          "'; expected dtypes, kv_dtype, head_dims, masks, modifiers, softcap, dropout, seqlens, batch_heads, "
-                          "max_variants, order, op, "
-                          "queries, gqa or splits");
+    throw InvalidArgument(
+        "sweep axis: got '" + axis +
+        "'; expected dtypes, kv_dtype, head_dims, masks, modifiers, softcap, dropout, seqlens, batch_heads, "
+        "max_variants, order, op, "
+        "queries, gqa or splits");
   }
 }
 
@@ -342,10 +343,10 @@ std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shar
                                  std::vector<std::int64_t>{b, s, h, d}, options);
                 const Op op = parse_op(spec.op).value_or(Op::kForward);
                 // flash_fwd_sm90 has no fp8 loads: the heuristic's portable choice then.
-                const Variant heuristic = with_problem_features(
-                    heuristic_variant(spec.op, problem.compute_dtype(), d, d, arch, bits,
-                                      {.portable_only = problem.has_fp8()}),
-                    problem);
+                const Variant heuristic =
+                    with_problem_features(heuristic_variant(spec.op, problem.compute_dtype(), d, d, arch, bits,
+                                                            {.portable_only = problem.has_fp8()}),
+                                          problem);
                 for (const Variant& v : sweep_variants(spec, problem, arch, heuristic)) {
                   tasks.push_back({problem, v, 0, op});
                 }

@@ -71,7 +71,8 @@ std::vector<std::string> worker_arguments(const Task& task, const TuneOptions& o
       p.head_dim_v, "--mask", to_string(p.mask.kind), "--warmup", options.warmup, "--repetitions", options.repetitions);
   args.insert(args.end(), modifiers.begin(), modifiers.end());
   // An fp8 KV cache under the queries' dtype: the worker's problem keys the same.
-  if (p.kv_dtype && *p.kv_dtype != p.dtype) args.insert(args.end(), {"--kv-dtype", std::string(to_string(*p.kv_dtype))});
+  if (p.kv_dtype && *p.kv_dtype != p.dtype)
+    args.insert(args.end(), {"--kv-dtype", std::string(to_string(*p.kv_dtype))});
   return args;
 }
 

@@ -11,6 +11,8 @@
 //   wgmma::mma_ss<D, N, kTransA, kTransB>(float (&d)[N/2], u64 desc_a, u64 desc_b, i32 accumulate)
 //   wgmma::mma_rs<D, N, kTransB>(float (&d)[N/2], const u32 (&a)[4], u64 desc_b, i32 accumulate)
 //   (both also take d as mma.sync's C fragment of a warp, float (&d)[1][N/8][4])
+//   wgmma::mma_ss_fp8<F, N>(d, desc_a, desc_b, accumulate), mma_rs_fp8<F, N>(d, a, desc_b, accumulate)
+//     // 8-bit inputs (Fp8::kE4M3 / kE5M2): k32, K-major operands only
 //   wgmma::descriptor(const void* smem, lbo, sbo, Swizzle)   // sm90::encode_descriptor
 //   wgmma::advance(u64 desc, u32 bytes)                      // sm90::advance_descriptor
 //   registers::increase<R>(), registers::decrease<R>()  // setmaxnreg.{inc,dec}
@@ -166,6 +168,27 @@
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate), "n"(kTransB)); \
   }
 
+// The same for 8-bit inputs (k32; no transposition immediates): mma_ss
+// uses b0..b2, mma_rs b0..b5.
+#define ATTUNE_WGMMA_SS8_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                       \
+  if constexpr (kN == N) {                                                                            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b2                                             \
+                 ", 0;\n"                                                                             \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N \
+                 "}, %" #b0 ", %" #b1 ", p, 1, 1;\n}\n"                                              \
+                 : ATTUNE_WGMMA_OUT_##N                                                               \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                        \
+  }
+#define ATTUNE_WGMMA_RS8_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                        \
+  if constexpr (kN == N) {                                                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b5                                              \
+                 ", 0;\n"                                                                              \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N  \
+                 "}, {%" #b0 ", %" #b1 ", %" #b2 ", %" #b3 "}, %" #b4 ", p, 1, 1;\n}\n"                 \
+                 : ATTUNE_WGMMA_OUT_##N                                                                \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));          \
+  }
+
 #if defined(ATTUNE_WAIT_BOUND_MS)
 // Where a bounded wait reports (host-mapped memory; null: trap without a report).
 extern "C" __device__ attune::WaitReport* attune_wait_report;
@@ -269,6 +292,36 @@ ATTUNE_DEVICE void mma_rs(float (&d)[1][kN / 8][4], const u32 (&a)[4], u64 desc_
   mma_rs<D, kN, kTransB>(reinterpret_cast<float(&)[kN / 2]>(d), a, desc_b, accumulate);
 }
 
+// 8-bit inputs (e4m3, e5m2): D[64 x N] (+)= A[64 x 32] * B[32 x N], both
+// K-major (the ISA has no transposition for 8-bit types); A from shared
+// memory or from registers (sm90::a_fragment_row, a8_fragment_col).
+template <Fp8 F, i32 kN>
+ATTUNE_DEVICE void mma_ss_fp8(float (&d)[kN / 2], u64 desc_a, u64 desc_b, i32 accumulate) {
+  static_assert(kN >= 8 && kN <= 256 && kN % 8 == 0, "wgmma: N is 8..256 in steps of 8");
+  if constexpr (F == Fp8::kE4M3) {
+    ATTUNE_WGMMA_EACH_N(ATTUNE_WGMMA_SS8_CASE, "e4m3")
+  } else {
+    ATTUNE_WGMMA_EACH_N(ATTUNE_WGMMA_SS8_CASE, "e5m2")
+  }
+}
+template <Fp8 F, i32 kN>
+ATTUNE_DEVICE void mma_rs_fp8(float (&d)[kN / 2], const u32 (&a)[4], u64 desc_b, i32 accumulate) {
+  static_assert(kN >= 8 && kN <= 256 && kN % 8 == 0, "wgmma: N is 8..256 in steps of 8");
+  if constexpr (F == Fp8::kE4M3) {
+    ATTUNE_WGMMA_EACH_N(ATTUNE_WGMMA_RS8_CASE, "e4m3")
+  } else {
+    ATTUNE_WGMMA_EACH_N(ATTUNE_WGMMA_RS8_CASE, "e5m2")
+  }
+}
+template <Fp8 F, i32 kN>
+ATTUNE_DEVICE void mma_ss_fp8(float (&d)[1][kN / 8][4], u64 desc_a, u64 desc_b, i32 accumulate) {
+  mma_ss_fp8<F, kN>(reinterpret_cast<float(&)[kN / 2]>(d), desc_a, desc_b, accumulate);
+}
+template <Fp8 F, i32 kN>
+ATTUNE_DEVICE void mma_rs_fp8(float (&d)[1][kN / 8][4], const u32 (&a)[4], u64 desc_b, i32 accumulate) {
+  mma_rs_fp8<F, kN>(reinterpret_cast<float(&)[kN / 2]>(d), a, desc_b, accumulate);
+}
+
 }  // namespace wgmma
 
 namespace registers {
@@ -318,6 +371,27 @@ ATTUNE_DEVICE void expect_tx(u64* bar, u32 bytes) {
     return done != 0;                                                                                                 \
   }
 ATTUNE_MBARRIER_PHASE_QUERY(try_wait)
+// The same for 8-bit inputs (k32; no transposition immediates): mma_ss
+// uses b0..b2, mma_rs b0..b5.
+#define ATTUNE_WGMMA_SS8_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                       \
+  if constexpr (kN == N) {                                                                            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b2                                             \
+                 ", 0;\n"                                                                             \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N \
+                 "}, %" #b0 ", %" #b1 ", p, 1, 1;\n}\n"                                              \
+                 : ATTUNE_WGMMA_OUT_##N                                                               \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                        \
+  }
+#define ATTUNE_WGMMA_RS8_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                        \
+  if constexpr (kN == N) {                                                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b5                                              \
+                 ", 0;\n"                                                                              \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N  \
+                 "}, {%" #b0 ", %" #b1 ", %" #b2 ", %" #b3 "}, %" #b4 ", p, 1, 1;\n}\n"                 \
+                 : ATTUNE_WGMMA_OUT_##N                                                                \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));          \
+  }
+
 #if defined(ATTUNE_WAIT_BOUND_MS)
 ATTUNE_DEVICE u64 global_ns() {
   u64 t;
@@ -356,6 +430,27 @@ __device__ __noinline__ void give_up(u64* bar, u32 parity, u64 waited_ns) {
 }
 #endif
 ATTUNE_DEVICE void wait(u64* bar, u32 parity) {
+// The same for 8-bit inputs (k32; no transposition immediates): mma_ss
+// uses b0..b2, mma_rs b0..b5.
+#define ATTUNE_WGMMA_SS8_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                       \
+  if constexpr (kN == N) {                                                                            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b2                                             \
+                 ", 0;\n"                                                                             \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N \
+                 "}, %" #b0 ", %" #b1 ", p, 1, 1;\n}\n"                                              \
+                 : ATTUNE_WGMMA_OUT_##N                                                               \
+                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                        \
+  }
+#define ATTUNE_WGMMA_RS8_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                        \
+  if constexpr (kN == N) {                                                                             \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b5                                              \
+                 ", 0;\n"                                                                              \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N  \
+                 "}, {%" #b0 ", %" #b1 ", %" #b2 ", %" #b3 "}, %" #b4 ", p, 1, 1;\n}\n"                 \
+                 : ATTUNE_WGMMA_OUT_##N                                                                \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));          \
+  }
+
 #if defined(ATTUNE_WAIT_BOUND_MS)
   if (try_wait(bar, parity)) return;
   const u64 start = global_ns();

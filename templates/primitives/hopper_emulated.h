@@ -18,6 +18,9 @@ void wgmma_wait(i32 pending, const Where& where);
 // a_registers: null when A is in shared memory (desc_a).
 void wgmma(bool bf16, i32 n, bool trans_a, bool trans_b, u64 desc_a, u64 desc_b, u32* a_registers, float* d,
            i32 accumulate, const Where& where);
+// 8-bit inputs (format 1 e4m3, 2 e5m2): k32, both operands K-major.
+void wgmma_fp8(i32 format, i32 n, u64 desc_a, u64 desc_b, u32* a_registers, float* d, i32 accumulate,
+               const Where& where);
 void fence_proxy_async(const Where& where);
 void setmaxnreg(bool increase, i32 registers, const Where& where);
 void mbarrier_init(u64* bar, i32 count, const Where& where);
@@ -98,6 +101,33 @@ void mma_rs(float (&d)[1][kN / 8][4], const u32 (&a)[4], u64 desc_b, i32 accumul
   static_assert(kN >= 8 && kN <= 256 && kN % 8 == 0, "wgmma: N is 8..256 in steps of 8");
   emu::hooks::wgmma(std::is_same_v<D, Bf16>, kN, false, kTransB != 0, 0, desc_b, const_cast<u32*>(a), &d[0][0][0],
                     accumulate, where);
+}
+
+// 8-bit inputs (e4m3, e5m2): D[64 x N] (+)= A[64 x 32] * B[32 x N], both
+// K-major (the ISA has no transposition for 8-bit types); A from shared
+// memory or from registers (sm90::a_fragment_row, a8_fragment_col).
+template <Fp8 F, i32 kN>
+void mma_ss_fp8(float (&d)[kN / 2], u64 desc_a, u64 desc_b, i32 accumulate, const Where& where = Where::current()) {
+  static_assert(kN >= 8 && kN <= 256 && kN % 8 == 0, "wgmma: N is 8..256 in steps of 8");
+  emu::hooks::wgmma_fp8(F == Fp8::kE4M3 ? 1 : 2, kN, desc_a, desc_b, nullptr, d, accumulate, where);
+}
+template <Fp8 F, i32 kN>
+void mma_rs_fp8(float (&d)[kN / 2], const u32 (&a)[4], u64 desc_b, i32 accumulate,
+                const Where& where = Where::current()) {
+  static_assert(kN >= 8 && kN <= 256 && kN % 8 == 0, "wgmma: N is 8..256 in steps of 8");
+  emu::hooks::wgmma_fp8(F == Fp8::kE4M3 ? 1 : 2, kN, 0, desc_b, const_cast<u32*>(a), d, accumulate, where);
+}
+template <Fp8 F, i32 kN>
+void mma_ss_fp8(float (&d)[1][kN / 8][4], u64 desc_a, u64 desc_b, i32 accumulate,
+                const Where& where = Where::current()) {
+  static_assert(kN >= 8 && kN <= 256 && kN % 8 == 0, "wgmma: N is 8..256 in steps of 8");
+  emu::hooks::wgmma_fp8(F == Fp8::kE4M3 ? 1 : 2, kN, desc_a, desc_b, nullptr, &d[0][0][0], accumulate, where);
+}
+template <Fp8 F, i32 kN>
+void mma_rs_fp8(float (&d)[1][kN / 8][4], const u32 (&a)[4], u64 desc_b, i32 accumulate,
+                const Where& where = Where::current()) {
+  static_assert(kN >= 8 && kN <= 256 && kN % 8 == 0, "wgmma: N is 8..256 in steps of 8");
+  emu::hooks::wgmma_fp8(F == Fp8::kE4M3 ? 1 : 2, kN, 0, desc_b, const_cast<u32*>(a), &d[0][0][0], accumulate, where);
 }
 
 }  // namespace wgmma

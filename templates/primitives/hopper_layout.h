@@ -95,7 +95,9 @@ enum class Major : u32 { kK = 0, kMN = 1 };
 
 // The logical byte address (before swizzle_address) of element (mn, k) of a
 // 16-bit operand of one wgmma (k < 16), in the canonical layouts of
-// 9.7.15.5.1.2. With S the span and T = 8 elements (16 bytes):
+// 9.7.15.5.1.2; of an 8-bit one (e4m3, e5m2: k < 32, K-major only, the
+// same 16-byte rows holding 16 elements) with element_bytes 1. With S the
+// span and T = 16 bytes of elements:
 //   K-major,  none:     8 rows of 16 B form a core matrix; SBO steps 8 rows
 //                       (M/N), LBO steps the second 8 elements of K.
 //   K-major,  swizzled: rows of S bytes, 8 rows an atom; SBO steps 8 rows;
@@ -104,15 +106,18 @@ enum class Major : u32 { kK = 0, kMN = 1 };
 //                       SBO steps 8 M/N elements, LBO steps 8 K-rows.
 //   MN-major, swizzled: 8 K-rows of S bytes (S/2 M/N elements) form an atom;
 //                       LBO steps S/2 M/N elements, SBO steps 8 K-rows.
-ATTUNE_HOST_DEVICE constexpr u32 operand_address(const MatrixDescriptor& d, Major major, i32 mn, i32 k) {
+ATTUNE_HOST_DEVICE constexpr u32 operand_address(const MatrixDescriptor& d, Major major, i32 mn, i32 k,
+                                                 i32 element_bytes = 2) {
   const u32 m = static_cast<u32>(mn);
   const u32 kk = static_cast<u32>(k);
   const u32 span = static_cast<u32>(swizzle_span(d.swizzle));
   if (major == Major::kK) {
+    const u32 e = static_cast<u32>(element_bytes);
+    const u32 per_row = 16 / e;  // elements in a core matrix row
     if (d.swizzle == Swizzle::kNone) {
-      return d.start + (m % 8) * 16 + (m / 8) * d.stride_bytes + (kk % 8) * 2 + (kk / 8) * d.leading_bytes;
+      return d.start + (m % 8) * 16 + (m / 8) * d.stride_bytes + (kk % per_row) * e + (kk / per_row) * d.leading_bytes;
     }
-    return d.start + (m % 8) * span + (m / 8) * d.stride_bytes + kk * 2;
+    return d.start + (m % 8) * span + (m / 8) * d.stride_bytes + kk * e;
   }
   if (d.swizzle == Swizzle::kNone) {
     return d.start + (m % 8) * 2 + (m / 8) * d.stride_bytes + (kk % 8) * 16 + (kk / 8) * d.leading_bytes;
@@ -122,15 +127,17 @@ ATTUNE_HOST_DEVICE constexpr u32 operand_address(const MatrixDescriptor& d, Majo
 }
 
 // Where element (mn, k) is read from: operand_address, swizzled.
-ATTUNE_HOST_DEVICE constexpr u32 operand_shared_address(const MatrixDescriptor& d, Major major, i32 mn, i32 k) {
-  return swizzle_address(d.swizzle, operand_address(d, major, mn, k));
+ATTUNE_HOST_DEVICE constexpr u32 operand_shared_address(const MatrixDescriptor& d, Major major, i32 mn, i32 k,
+                                                        i32 element_bytes = 2) {
+  return swizzle_address(d.swizzle, operand_address(d, major, mn, k, element_bytes));
 }
 
 // --- register fragments (one warpgroup: 4 warps, 128 threads) -----------
 
 inline constexpr i32 kWarpgroupSize = 128;
 inline constexpr i32 kWgmmaM = 64;
-inline constexpr i32 kWgmmaK = 16;  // for 16-bit inputs
+inline constexpr i32 kWgmmaK = 16;     // for 16-bit inputs
+inline constexpr i32 kWgmmaK8 = 32;    // for 8-bit inputs (e4m3, e5m2)
 
 // Accumulator register i (0 .. N/2-1) of thread t (0..127) of an m64nN
 // fp32 accumulator: warp w = t / 32 owns rows 16w..16w+15; within 8 columns
@@ -144,5 +151,9 @@ ATTUNE_HOST_DEVICE constexpr i32 accumulator_col(i32 t, i32 i) { return 8 * (i /
 // operand (m64k16, 16-bit): mma.m16n8k16's A fragment, warp w on rows 16w...
 ATTUNE_HOST_DEVICE constexpr i32 a_fragment_row(i32 t, i32 q) { return 16 * (t / 32) + (t % 32) / 4 + 8 * (q % 2); }
 ATTUNE_HOST_DEVICE constexpr i32 a_fragment_col(i32 t, i32 q, i32 h) { return 8 * (q / 2) + 2 * (t % 4) + h; }
+// Byte h (0..3) of register q of an 8-bit register A operand (m64k32): the
+// same bytes of the same registers as the 16-bit fragment, so the row is
+// a_fragment_row's and the column twice as fine (mma.m16n8k32's A).
+ATTUNE_HOST_DEVICE constexpr i32 a8_fragment_col(i32 t, i32 q, i32 h) { return 16 * (q / 2) + 4 * (t % 4) + h; }
 
 }  // namespace attune::sm90

@@ -81,7 +81,7 @@ def planted_run(bundle, tmp):
     steps = step_table(report)
     print("steps:", steps)
     check(steps.get("sm90", "").startswith("FAILED"), "the sm90 step failed (planted faults): %s" % steps.get("sm90"))
-    for later in ("ceilings", "forward", "decode", "backward", "dropout", "python"):
+    for later in ("ceilings", "forward", "decode", "backward", "dropout", "fp8", "python"):
         check(steps.get(later) == "ok", "the later step %s still ran and passed: %s" % (later, steps.get(later)))
     # The culprits, named with variant and case.
     hang_block = report[report.find("**" + HANG + "**"):][:1500]

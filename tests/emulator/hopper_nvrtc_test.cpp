@@ -208,6 +208,30 @@ template __global__ void wgmma_gemm<Bf16, 128, sm90::Swizzle::kNone, false, fals
   EXPECT_FALSE(mix.contains("HMMA")) << "no mma.sync fallback";
 }
 
+// The 8-bit GEMM (wgmma_fp8_gemm.cuh) compiles for sm_90a into QGMMA, the
+// fp8 form FlashAttention-3's e4m3 kernels use, shared and register A alike.
+TEST(HopperNvrtcTest, TheEmulatorsFp8GemmCompilesToQgmma) {
+  const std::string source = R"cuda(
+#include "tests/emulator/wgmma_fp8_gemm.cuh"
+namespace attune::test_kernels {
+template __global__ void wgmma_fp8_gemm<Fp8::kE4M3, 64, sm90::Swizzle::k128B, false>(Fp8GemmParams);
+template __global__ void wgmma_fp8_gemm<Fp8::kE5M2, 128, sm90::Swizzle::k64B, true>(Fp8GemmParams);
+}  // namespace attune::test_kernels
+)cuda";
+  const CompileResult r = compile_with_nvrtc(
+      source, "wgmma_fp8_gemm.cu",
+      "attune::test_kernels::wgmma_fp8_gemm<attune::Fp8::kE4M3, 64, attune::sm90::Swizzle::k128B, false>", "sm_90a",
+      include_source_dir());
+  ASSERT_TRUE(r.ok) << r.log;
+  for (const char* ptx : {"m64n64k32.f32.e4m3.e4m3", "m64n128k32.f32.e5m2.e5m2"}) {
+    EXPECT_NE(r.ptx.find(ptx), std::string::npos) << ptx << " missing from the PTX";
+  }
+  profile::SassMix mix;
+  if (const std::string why = sass_mix(r, &mix); !why.empty()) GTEST_SKIP() << why;
+  EXPECT_GE(mix.contains("QGMMA") ? mix.at("QGMMA") : 0, 4) << "two K steps in each of two kernels";
+  EXPECT_FALSE(mix.contains("HGMMA")) << "no 16-bit wgmma";
+}
+
 // The warp-specialized GEMM of tma_test (TMA producer, wgmma consumers,
 // setmaxnreg) compiles for sm_90a with no slowdown ptxas would report, no
 // spill, and the instructions it exists for.

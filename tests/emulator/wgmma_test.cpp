@@ -15,6 +15,7 @@
 #include "emulator/emulator.h"
 #include "tests/emulator/planted_bug.h"
 #include "tests/emulator/planted_report.h"
+#include "tests/emulator/wgmma_fp8_gemm.cuh"
 #include "tests/emulator/wgmma_gemm.cuh"
 
 namespace attune {
@@ -91,6 +92,66 @@ TEST(WgmmaEmuTest, TheGemmMatchesFp64InEverySwizzleModeAndOperandForm) {
   expect_matches_fp64<Bf16, 136, Swizzle::k64B, true, false, false>();
   expect_matches_fp64<Fp16, 128, Swizzle::k128B, false, false, true>();
   expect_matches_fp64<Bf16, 40, Swizzle::k32B, false, true, true>();
+}
+
+// 8-bit wgmma (k32, K-major): finite random bytes of the format; exact
+// products (two 4-bit significands) summed in fp32.
+template <Fp8 F, i32 kN, Swizzle kSwizzle, bool kARegisters>
+void expect_fp8_matches_fp64(bool wrong_fragment = false) {
+  SCOPED_TRACE(std::string(F == Fp8::kE4M3 ? "e4m3" : "e5m2") + " N " + std::to_string(kN) + " swizzle " +
+               std::to_string(sm90::swizzle_span(kSwizzle)) + (kARegisters ? " A in registers" : ""));
+  std::mt19937 rng(kN * 11 + static_cast<int>(kSwizzle));
+  const auto finite_byte = [&] {
+    for (;;) {
+      const auto b = static_cast<u8>(rng() & 0xFFU);
+      if (std::isfinite(fp8_to_float(b, F)) && std::abs(fp8_to_float(b, F)) <= 16.0F) return b;
+    }
+  };
+  std::vector<u8> a(64 * 64), bt(static_cast<std::size_t>(kN * 64));
+  for (u8& x : a) x = finite_byte();
+  for (u8& x : bt) x = finite_byte();
+  std::vector<float> c(static_cast<std::size_t>(64 * kN), -1.0F);
+  emu::Emulator emulator;
+  emulator.register_buffer("a", a.data(), a.size());
+  emulator.register_buffer("bt", bt.data(), bt.size());
+  emulator.register_buffer("c", c.data(), c.size() * 4);
+  const LaunchConfig config{{1, 1, 1}, {128, 1, 1}, test_kernels::fp8_gemm_shared_bytes<kN, kSwizzle>()};
+  emulator.launch(&test_kernels::wgmma_fp8_gemm<F, kN, kSwizzle, kARegisters>, config,
+                  test_kernels::Fp8GemmParams{a.data(), bt.data(), c.data()});
+  int bad = 0;
+  for (int m = 0; m < 64; ++m) {
+    for (int n = 0; n < kN; ++n) {
+      double want = 0;
+      double magnitude = 0;
+      for (int k = 0; k < 64; ++k) {
+        // wrong_fragment: the check itself read with the 16-bit A layout's
+        // columns, which must not match (the test can fail).
+        const int ka = wrong_fragment ? (k / 2) * 2 + (1 - k % 2) : k;
+        const double p = static_cast<double>(fp8_to_float(a[static_cast<std::size_t>(m * 64 + ka)], F)) *
+                         fp8_to_float(bt[static_cast<std::size_t>(n * 64 + k)], F);
+        want += p;
+        magnitude += std::abs(p);
+      }
+      const float got = c[static_cast<std::size_t>(m * kN + n)];
+      if (!(std::abs(got - want) <= 64 * 0x1p-24 * magnitude + 1e-30) && ++bad <= 3 && !wrong_fragment) {
+        ADD_FAILURE() << "C[" << m << "][" << n << "] = " << got << ", fp64 " << want;
+      }
+    }
+  }
+  if (wrong_fragment) {
+    EXPECT_GT(bad, 0) << "a swapped K order matched too";
+  } else {
+    EXPECT_EQ(bad, 0);
+  }
+}
+
+TEST(WgmmaEmuTest, Fp8GemmMatchesFp64InEverySwizzleModeAndOperandForm) {
+  expect_fp8_matches_fp64<Fp8::kE4M3, 64, Swizzle::k128B, false>();
+  expect_fp8_matches_fp64<Fp8::kE4M3, 128, Swizzle::k64B, true>();
+  expect_fp8_matches_fp64<Fp8::kE5M2, 24, Swizzle::k32B, false>();
+  expect_fp8_matches_fp64<Fp8::kE5M2, 32, Swizzle::kNone, true>();
+  expect_fp8_matches_fp64<Fp8::kE4M3, 256, Swizzle::kNone, false>();
+  expect_fp8_matches_fp64<Fp8::kE4M3, 64, Swizzle::k128B, true>(/*wrong_fragment=*/true);
 }
 
 using Planted = testing::PlantedBug;

@@ -38,6 +38,7 @@
 #include "tests/emulator/hopper_probes.cuh"
 #include "tests/emulator/tma_gemm.cuh"
 #include "tests/emulator/tma_gemm_maps.h"
+#include "tests/emulator/wgmma_fp8_gemm.cuh"
 #include "tests/emulator/wgmma_gemm.cuh"
 #include "tests/support/swizzled_tile_map.h"
 
@@ -274,6 +275,71 @@ TEST(HopperGpuTest, WgmmaEveryOperandFormMatchesTheEmulator) {
   wgmma_form<Bf16, 64, Swizzle::k128B, false, false, false>("SS K-major, 128B swizzle, bf16", why);
   wgmma_form<Fp16, 64, Swizzle::k64B, true, true, false>("SS MN-major, 64B swizzle, fp16", why);
   wgmma_form<Bf16, 128, Swizzle::k128B, false, false, true>("RS (A in registers), 128B swizzle, bf16", why);
+  if (!why.empty()) GTEST_SKIP() << "emulator half passed; GPU: " << why;
+}
+
+// 8-bit wgmma (k32, K-major): the emulator's fragment and operand layouts
+// for e4m3 and e5m2 against the tensor cores' (the register A layout,
+// sm90::a8_fragment_col, is the premise the fp8 forward's P rests on).
+template <Fp8 F, i32 kN, Swizzle kSwizzle, bool kARegisters>
+void fp8_wgmma_form(const std::string& name, const std::string& why_no_gpu) {
+  SCOPED_TRACE(name);
+  std::mt19937 rng(kN * 3 + static_cast<unsigned>(kSwizzle));
+  const auto finite_byte = [&] {
+    for (;;) {
+      const auto b = static_cast<u8>(rng() & 0xFFU);
+      if (std::isfinite(fp8_to_float(b, F)) && std::abs(fp8_to_float(b, F)) <= 16.0F) return b;
+    }
+  };
+  std::vector<u8> a(64 * 64), bt(static_cast<std::size_t>(kN * 64));
+  for (u8& x : a) x = finite_byte();
+  for (u8& x : bt) x = finite_byte();
+  std::vector<double> reference(static_cast<std::size_t>(64 * kN), 0.0), magnitude(reference.size(), 0.0);
+  for (int m = 0; m < 64; ++m) {
+    for (int n = 0; n < kN; ++n) {
+      for (int k = 0; k < 64; ++k) {
+        const double p = static_cast<double>(fp8_to_float(a[static_cast<std::size_t>(m * 64 + k)], F)) *
+                         fp8_to_float(bt[static_cast<std::size_t>(n * 64 + k)], F);
+        reference[static_cast<std::size_t>(m * kN + n)] += p;
+        magnitude[static_cast<std::size_t>(m * kN + n)] += std::abs(p);
+      }
+    }
+  }
+  const LaunchConfig config{{1, 1, 1}, {128, 1, 1}, test_kernels::fp8_gemm_shared_bytes<kN, kSwizzle>()};
+  std::vector<float> emu_c(reference.size(), -1.0F);
+  {
+    emu::Emulator emulator;
+    emulator.register_buffer("a", a.data(), a.size());
+    emulator.register_buffer("bt", bt.data(), bt.size());
+    emulator.register_buffer("c", emu_c.data(), emu_c.size() * 4);
+    emulator.launch(&test_kernels::wgmma_fp8_gemm<F, kN, kSwizzle, kARegisters>, config,
+                    test_kernels::Fp8GemmParams{a.data(), bt.data(), emu_c.data()});
+  }
+  EXPECT_EQ(count_off(emu_c, reference, magnitude, 64, "emulator", kN), 0);
+  if (!why_no_gpu.empty()) return;
+  const char* swizzle = kSwizzle == Swizzle::k128B ? "k128B" : kSwizzle == Swizzle::k64B ? "k64B" : "kNone";
+  const std::string args = std::string(F == Fp8::kE4M3 ? "attune::Fp8::kE4M3" : "attune::Fp8::kE5M2") + ", " +
+                           std::to_string(kN) + ", attune::sm90::Swizzle::" + swizzle + ", " +
+                           (kARegisters ? "true" : "false");
+  const auto f = load_kernel("tests/emulator/wgmma_fp8_gemm.cuh",
+                             "template __global__ void wgmma_fp8_gemm<" + args + ">(Fp8GemmParams);",
+                             "attune::test_kernels::wgmma_fp8_gemm<" + args + ">");
+  std::vector<float> gpu_c(emu_c.size(), -1.0F);
+  Driver& driver = Driver::get();
+  DeviceBuffers d(driver, {{a.data(), a.size()}, {bt.data(), bt.size()}, {gpu_c.data(), gpu_c.size() * 4}});
+  launch_on_gpu(f, config,
+                test_kernels::Fp8GemmParams{static_cast<const u8*>(d.at(0)), static_cast<const u8*>(d.at(1)),
+                                            static_cast<float*>(d.at(2))});
+  driver.copy_to_host(gpu_c.data(), d.at(2), gpu_c.size() * 4);
+  std::vector<double> emu_as_want(emu_c.begin(), emu_c.end());
+  EXPECT_EQ(count_off(gpu_c, emu_as_want, magnitude, 128, "GPU against the emulator", kN), 0);
+}
+
+TEST(HopperGpuTest, Fp8WgmmaFormsMatchTheEmulator) {
+  const std::string why = gpu_unavailable();
+  fp8_wgmma_form<Fp8::kE4M3, 64, Swizzle::k128B, false>("SS e4m3, 128B swizzle", why);
+  fp8_wgmma_form<Fp8::kE4M3, 128, Swizzle::k128B, true>("RS (A in registers) e4m3, 128B swizzle", why);
+  fp8_wgmma_form<Fp8::kE5M2, 64, Swizzle::kNone, false>("SS e5m2, no swizzle", why);
   if (!why.empty()) GTEST_SKIP() << "emulator half passed; GPU: " << why;
 }
 

@@ -18,7 +18,9 @@ MASKS = {"none": native.MASK_NONE, "causal": native.MASK_CAUSAL_BOTTOM_RIGHT}
 
 def dtype_code(torch_dtype):
     import torch
-    return native.DTYPE_BF16 if torch_dtype == torch.bfloat16 else native.DTYPE_FP16
+    codes = {torch.bfloat16: native.DTYPE_BF16, torch.float16: native.DTYPE_FP16,
+             torch.float8_e4m3fn: native.DTYPE_E4M3, torch.float8_e5m2: native.DTYPE_E5M2}
+    return codes[torch_dtype]
 
 
 class Runtime:
@@ -62,14 +64,32 @@ def _ptr(t):
 
 class Problem:
     """attune_problem for contiguous [B, S, H, D] tensors, or packed [T, H, D]
-    with cu_seqlens (host lists)."""
+    with cu_seqlens (host lists), or a paged cache: K and V page pools
+    [pages, page_size, Hkv, D] with `paged` = (block table [B][max_pages],
+    cache lengths [B]) as host lists. K and V of an fp8 dtype under 16-bit
+    queries: an fp8 KV cache (kv_dtype)."""
 
-    def __init__(self, q, k, v, mask="none", cu_q=None, cu_k=None, scale=0.0):
+    def __init__(self, q, k, v, mask="none", cu_q=None, cu_k=None, scale=0.0, paged=None):
         p = native.Problem()
         native.lib().attune_problem_init(ctypes.byref(p))
         p.dtype = dtype_code(q.dtype)
+        if k.dtype != q.dtype:
+            p.kv_dtype = dtype_code(k.dtype)
         self._keep = []
-        if cu_q is not None:
+        if paged is not None:
+            table, lengths = paged
+            p.batch, p.seqlen_q, p.heads_q, p.head_dim_k = q.shape
+            p.num_pages, p.page_size, p.heads_kv = k.shape[0], k.shape[1], k.shape[2]
+            p.max_pages = len(table[0])
+            p.seqlen_k = p.max_pages * p.page_size
+            p.head_dim_v = v.shape[3]
+            flat = [x for row in table for x in row]
+            arr_t = (ctypes.c_int32 * len(flat))(*flat)
+            arr_l = (ctypes.c_int32 * len(lengths))(*lengths)
+            self._keep += [arr_t, arr_l]
+            p.block_table = ctypes.cast(arr_t, ctypes.c_void_p)
+            p.seqlens_k = ctypes.cast(arr_l, ctypes.c_void_p)
+        elif cu_q is not None:
             p.batch = len(cu_q) - 1
             p.seqlen_q, p.heads_q, p.head_dim_k = q.shape
             p.seqlen_k, p.heads_kv = k.shape[0], k.shape[1]
@@ -119,12 +139,21 @@ class Plan:
         self.workspace_bytes = size.value
         self.description = lib.attune_plan_describe(self.handle).decode()
 
-    def run(self, stream=None, **tensors):
+    def run(self, stream=None, metadata=None, **tensors):
+        """metadata: the length arrays a plan with lengths reads (int32 tensors in the backend's memory by
+        native.Metadata's names, e.g. seqlens_k and block_table of a paged cache)."""
         b = native.Buffers()
         for name, t in tensors.items():
             setattr(b, name, None if t is None else t.data_ptr())
+        m = None
+        if metadata:
+            m = native.Metadata()
+            m.batch = -1
+            for name, t in metadata.items():
+                setattr(m, name, t.data_ptr())
+            m = ctypes.byref(m)
         ws = self.workspace.data_ptr() if self.workspace is not None else None
-        native.check(self.rt.lib.attune_plan_run(self.rt.rt, self.handle, ctypes.byref(b), None, ws,
+        native.check(self.rt.lib.attune_plan_run(self.rt.rt, self.handle, ctypes.byref(b), m, ws,
                                                  self.workspace_bytes, stream))
 
     def __del__(self):

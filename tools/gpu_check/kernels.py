@@ -2,7 +2,7 @@
 compile ahead into the bundle's kernel cache:
 
   BUNDLE/kernels.bounded.txt  smoke, sm90 and sweep checks (built with the wait bound)
-  BUNDLE/kernels.txt          the timed variants (production builds), the dropout step's
+  BUNDLE/kernels.txt          the timed variants (production builds), the dropout and fp8 steps'
 
 Each line is "ID@DTYPE" for `attune variants compile --from`. The
 dispatcher's choices come from attune's own explain on an sm_90a device (the
@@ -33,6 +33,16 @@ def dispatched(rt, torch, case, dropout=0.0, backward=False):
     prob = binding.Problem(q, k, v, mask, case.get("cu_q"), case.get("cu_k"))
     prob.c.dropout_p = dropout
     return (rt.explain_backward(prob) if backward else rt.explain(prob)).split()[0]
+
+
+def fp8_dispatched(rt, torch, case, fp8):
+    """The variant the fp8 step's forward plan of `case` runs (fp8 inputs, or the bf16 twin). Its decode plans
+    compile on the GPU, as the decode step's do (explain_decode names the tiles without the fp8 loads)."""
+    f8 = getattr(torch, {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}[case["fmt"]]) if fp8 else torch.bfloat16
+    b, hq, hkv, d = case["b"], case["hq"], case["hkv"], case["d"]
+    q, k, v = (torch.empty(s, dtype=f8, device="meta")
+               for s in ((b, case["sq"], hq, d), (b, case["sk"], hkv, d), (b, case["sk"], hkv, d)))
+    return rt.explain(binding.Problem(q, k, v, case["mask"])).split()[0]
 
 
 def write(args):
@@ -66,6 +76,10 @@ def write(args):
         for p in (0.0, plan.DROPOUT_P):
             for backward in (False, True):
                 add(production, dispatched(rt, torch, case, p, backward), case["dtype"])
+    checks_, timing = plan.fp8_cases(args.dry_run)
+    for case in [c for c in checks_ + timing if c["op"] == "fwd"]:  # the fp8 step's and their bf16 twins' forwards
+        for fp8 in (True, False):
+            add(production, fp8_dispatched(rt, torch, case, fp8), "bf16")
     for name, items in (("kernels.bounded.txt", bounded), ("kernels.txt", production)):
         with open(os.path.join(args.bundle, name), "w") as f:
             f.write("# compiled ahead by tools/gpu_bundle.sh (tools/gpu_check/kernels.py)\n")

@@ -2,7 +2,7 @@
 
 Steps run in order of what they teach (facts, compile ahead, smoke, the
 Hopper primitives, flash_fwd_sm90 correctness, the variants to time,
-ceilings, forward speed, decode, backward, dropout, python, the gtest
+ceilings, forward speed, decode, backward, dropout, fp8, python, the gtest
 programs), each
 in its own process group under its own limit, cut to what is left of the
 overall deadline; a step that no longer fits is skipped and says so. A step
@@ -35,6 +35,7 @@ STEPS = [
     ("decode", 35, 60, 10),
     ("backward", 60, 90, 15),
     ("dropout", 45, 60, 15),
+    ("fp8", 30, 60, 10),
     ("python", 40, 60, 15),
     ("tests", 60, 30, 15),
 ]

@@ -148,3 +148,19 @@ def dropout_cases(dry):
     checks = [dict(b=2, sq=300, sk=300, hq=4, hkv=2, d=d, dtype="bf16", mask="causal") for d in (64, 128)]
     timing = [dict(b=8, sq=4096, sk=4096, hq=16, hkv=16, d=128, dtype="bf16", mask=m) for m in ("none", "causal")]
     return checks, timing
+
+
+def fp8_cases(dry):
+    """(check cases, timing cases) of the fp8 step: e4m3 forwards at d 128,
+    causal and not, and decode over an e4m3 paged cache under bf16 queries;
+    timed at shapes of a few milliseconds."""
+    if dry:
+        fwd = [dict(op="fwd", fmt="e4m3", b=1, sq=40, sk=40, hq=2, hkv=2, d=128, mask=m) for m in ("none", "causal")]
+        dec = dict(op="decode", fmt="e4m3", b=2, sk=150, page=16, hq=4, hkv=1, d=128)
+        return fwd + [dec], [dict(fwd[0], sq=64, sk=64, hq=1, hkv=1), dict(dec, b=1)]
+    fwd = [dict(op="fwd", fmt="e4m3", b=2, sq=500, sk=500, hq=4, hkv=4, d=128, mask=m) for m in ("none", "causal")]
+    dec = dict(op="decode", fmt="e4m3", b=3, sk=1000, page=64, hq=16, hkv=2, d=128)
+    timing = [dict(op="fwd", fmt="e4m3", b=4, sq=4096, sk=4096, hq=16, hkv=16, d=128, mask=m)
+              for m in ("none", "causal")]
+    timing += [dict(op="decode", fmt="e4m3", b=8, sk=16384, page=64, hq=64, hkv=8, d=128)]
+    return fwd + [dec], timing

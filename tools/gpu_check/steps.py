@@ -531,6 +531,54 @@ def step_dropout(args):
     return st.done()
 
 
+def step_fp8(args):
+    st = Step(args, "fp8", "FP8 inputs (e4m3 forward, decode over an e4m3 paged cache)")
+    checks_, timing = plan.fp8_cases(args.dry_run)
+
+    def name(kind, c):
+        return "fp8.%s.%s.d%d.%s" % (kind, c["op"], c["d"], c.get("mask", "paged"))
+    jobs = [{"name": name("check", c), "kind": "fp8", "case": c} for c in checks_]
+    jobs += [{"name": name("time", c), "kind": "fp8", "case": c, "time": True,
+              "launches": 1 if args.dry_run else 10, "reps": 2 if args.dry_run else 7} for c in timing]
+    peak = (load(args.work, "ceilings") or {}).get("copy_bytes_per_s")
+    st.text("Correctness: the plan's O and LSE against the fp64 oracle on the dequantized inputs (descales 1; the "
+            "accuracy rule with the naive bf16 attention). Timing: per-launch median ms of plans on the same values "
+            "in e4m3 and in bf16; the forward beside SDPA's fastest bf16 backend, decode's K and V bytes per second "
+            "(1 byte an e4m3 element) against the copy ceiling (%s)." % (
+                "%.0f GB/s" % (peak / 1e9) if peak else "not measured"), "",
+            "| job | plan | result | e4m3 ms | bf16 ms | bf16 / e4m3 | e4m3 TFLOP/s or GB/s (share of copy) | "
+            "bf16 TFLOP/s or GB/s (share of copy) | best SDPA bf16 ms (backend) |",
+            "|---|---|---|---|---|---|---|---|---|")
+    for r in finished(st, jobs_in_worker(args, st, jobs, "fp8", args.time_limit)):
+        res = r["result"]
+        st.row("| %s | %s | %s %s | | | | | | |" % (r["name"], res["plan"], res["text"], "ok" if res["ok"] else "FAIL"),
+               "%s %s %s" % (r["name"], "ok" if res["ok"] else "FAIL", res["text"]),
+               name=r["name"], **{k: v for k, v in res.items() if k not in ("case", "rows")})
+        if not res["ok"]:
+            st.fail(r["name"])
+        rows = res.get("rows")
+        if not rows:
+            continue
+        a, b = rows["fp8"], rows["bf16"]
+
+        def rate(row):
+            if "tflops" in row:
+                return "%.0f TFLOP/s" % row["tflops"]
+            share = 100 * row["bytes_per_s"] / peak if peak else float("nan")
+            return "%.0f GB/s (%.0f%%)" % (row["bytes_per_s"] / 1e9, share)
+        sdpa = sorted((x["ms"], k) for k, x in rows.items() if k.startswith("sdpa_") and "ms" in x)
+        best = "%s (%s)" % (_ms(sdpa[0][0]), sdpa[0][1][5:]) if sdpa else "-"
+        st.row("| %s | %s | | %s | %s | %.2f | %s | %s | %s |" % (
+            r["name"], a["plan"], _ms(a["ms"]), _ms(b["ms"]), b["ms"] / a["ms"], rate(a), rate(b), best),
+            "%s e4m3 %s ms (%s), bf16 %s ms (%s), SDPA best %s" % (r["name"], _ms(a["ms"]), rate(a), _ms(b["ms"]),
+                                                                   rate(b), best),
+            name=r["name"], fp8=a, bf16=b, bf16_over_fp8=b["ms"] / a["ms"],
+            sdpa_best_ms=sdpa[0][0] if sdpa else None, sdpa_best=sdpa[0][1] if sdpa else None,
+            fp8_copy_share=a["bytes_per_s"] / peak if peak and "bytes_per_s" in a else None,
+            sm_clock_mhz=res.get("sm_clock_mhz"))
+    return st.done()
+
+
 # ------------------------------------------------------------------ python, gtest programs
 
 def step_python(args):
@@ -600,5 +648,6 @@ def _text(x):
 
 STEPS = {"facts": step_facts, "compile": step_compile, "smoke": step_smoke, "primitives": step_primitives,
          "sm90": step_sm90, "sweep": step_sweep_check, "ceilings": step_ceilings, "forward": step_forward,
-         "decode": step_decode, "backward": step_backward, "dropout": step_dropout, "python": step_python,
+         "decode": step_decode, "backward": step_backward, "dropout": step_dropout, "fp8": step_fp8,
+         "python": step_python,
          "tests": step_tests}

@@ -489,9 +489,101 @@ def job_dropout(ctx, job, emit):
     result["sm_clock_mhz"] = ctx.sm_clock_mhz()
     return result
 
+FP8 = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
+
+
+def fp8_sets(ctx, shapes, fmt, count, seed):
+    """`count` input sets in the fp8 format and the same values in bf16 (every
+    e4m3 and e5m2 value is a bf16 value: the 16-bit twin reads what fp8 stores)."""
+    torch = ctx.torch
+    f8 = getattr(torch, FP8[fmt])
+    g = torch.Generator(device="cpu").manual_seed(seed)
+    sets8 = [tuple(torch.randn(s, generator=g).to(f8).to(ctx.dev) for s in shapes) for _ in range(count)]
+    return sets8, [tuple(x.to(torch.bfloat16) for x in s) for s in sets8]
+
+
+def job_fp8(ctx, job, emit):
+    """fp8 inputs: a forward of fp8 Q, K and V (O in bf16), or decode over an
+    fp8 paged cache under bf16 queries. Checked against the oracle on the
+    dequantized values (descales 1); timed beside the same shape in bf16 (and
+    the forward beside SDPA's best bf16 backend) on the same values."""
+    torch = ctx.torch
+    from torch.nn.attention import SDPBackend
+    case = job["case"]
+    b, hq, hkv, d, fmt = case["b"], case["hq"], case["hkv"], case["d"], case["fmt"]
+    launches, reps = job.get("launches", 10), job.get("reps", 7)
+    if case["op"] == "fwd":
+        sq, sk = case["sq"], case["sk"]
+        sets8, sets16 = fp8_sets(ctx, ((b, sq, hq, d), (b, sk, hkv, d), (b, sk, hkv, d)), fmt, job.get("sets", 1), 11)
+        q8, k8, v8 = sets8[0]
+        probs = {"fp8": binding.Problem(q8, k8, v8, case["mask"]), "bf16": binding.Problem(*sets16[0], case["mask"])}
+        sizes, meta = {"fp8": 0, "bf16": 0}, None
+        op, oracle_case = "fwd", case
+    else:
+        # A paged cache: pages shuffled, each sequence `sk` keys long; bf16 queries over an fp8 (or bf16) pool.
+        sk, page = case["sk"], case["page"]
+        per = -(-sk // page)
+        order = torch.randperm(b * per, generator=torch.Generator(device="cpu").manual_seed(5)).tolist()
+        table = [order[i * per:(i + 1) * per] for i in range(b)]
+        shapes = ((b, 1, hq, d), (b * per, page, hkv, d), (b * per, page, hkv, d))
+        sets8, sets16 = fp8_sets(ctx, shapes, fmt, job.get("sets", 1), 13)
+        sets8 = [(q16, k8, v8) for (q16, _, _), (_, k8, v8) in zip(sets16, sets8)]  # bf16 queries
+        q8, k8, v8 = sets8[0]
+        paged = (table, [sk] * b)
+        probs = {"fp8": binding.Problem(q8, k8, v8, "none", paged=paged),
+                 "bf16": binding.Problem(*sets16[0], "none", paged=paged)}
+        # K and V bytes read: the cache as stored (1 byte an fp8 element).
+        sizes = {"fp8": 2 * b * sk * hkv * d, "bf16": 4 * b * sk * hkv * d}
+        op, oracle_case = "decode", dict(case, mask="none", sq=1)
+        meta = {"seqlens_k": torch.tensor([sk] * b, dtype=torch.int32, device=ctx.dev),
+                "block_table": torch.tensor(table, dtype=torch.int32, device=ctx.dev)}
+    q16, k16, v16 = sets16[0]
+    o, lse = outputs(ctx, q16, v16, probs["bf16"])
+    plan8 = ctx.rt.plan(probs["fp8"], op)
+    plan8.run(ctx.stream(), meta, q=q8, k=k8, v=v8, o=o, lse=lse)
+    ctx.sync()
+    if op == "decode":
+        # The oracle on the dense cache the block table describes.
+        def dense(pool):
+            return torch.stack([pool[torch.tensor(t)].reshape(-1, hkv, d)[:sk] for t in table])
+        k16, v16 = dense(k16), dense(v16)
+    ref, naive = oracle(ctx, q16, k16, v16, oracle_case)
+    ok, text, numbers = checks.within_rule((o, lse), ref, naive)
+    result = {"case": case, "ok": ok, "text": text, "plan": plan8.description, **numbers}
+    emit({"correct": ok, "text": text, "plan": plan8.description})
+    if not job.get("time"):
+        return result
+    rows = {}
+    for label, sets in (("fp8", sets8), ("bf16", sets16)):
+        plan = plan8 if label == "fp8" else ctx.rt.plan(probs[label], op)
+        stream = ctx.stream()
+        ms, spread = time_launches(ctx, lambda q, k, v, plan=plan: plan.run(stream, meta, q=q, k=k, v=v, o=o, lse=lse),
+                                   sets, launches, reps)
+        rows[label] = {"plan": plan.description, "ms": ms, "spread_ms": spread}
+        if op == "fwd":
+            rows[label]["tflops"] = tflops(fwd_flops(case), ms)
+        else:
+            rows[label]["bytes_per_s"] = sizes[label] / (ms * 1e-3)
+        emit({"timed": label, **rows[label]})
+    if op == "fwd":
+        # SDPA has no fp8 attention: its fastest bf16 backend on the same values.
+        for label, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION),
+                               ("sdpa_efficient", SDPBackend.EFFICIENT_ATTENTION)):
+            try:
+                ms, spread = time_launches(ctx, sdpa_launch(ctx, case["mask"] == "causal", backend), sets16, launches,
+                                           reps)
+                rows[label] = {"ms": ms, "spread_ms": spread, "tflops": tflops(fwd_flops(case), ms)}
+            except RuntimeError as e:
+                if is_cuda_error(e):
+                    raise
+                rows[label] = {"error": str(e)[:200]}
+            emit({"timed": label, **rows[label]})
+    result.update(rows=rows, sm_clock_mhz=ctx.sm_clock_mhz())
+    return result
+
 
 JOBS = {"fwd_check": job_fwd_check, "fwd_time": job_fwd_time, "decode": job_decode, "bwd": job_bwd,
-        "dropout": job_dropout}
+        "dropout": job_dropout, "fp8": job_fp8}
 
 
 def is_cuda_error(e):
