@@ -208,14 +208,19 @@ template __global__ void wgmma_gemm<Bf16, 128, sm90::Swizzle::kNone, false, fals
   EXPECT_FALSE(mix.contains("HMMA")) << "no mma.sync fallback";
 }
 
-// The 8-bit GEMM (wgmma_fp8_gemm.cuh) compiles for sm_90a into QGMMA, the
-// fp8 form FlashAttention-3's e4m3 kernels use, shared and register A alike.
+// The 8-bit GEMM (wgmma_fp8_gemm.cuh) and the fp8 P V (wgmma_fp8_pv.cuh)
+// compile for sm_90a into QGMMA, the fp8 form FlashAttention-3's e4m3
+// kernels use, shared and register A alike, P packed by F2FP.
 TEST(HopperNvrtcTest, TheEmulatorsFp8GemmCompilesToQgmma) {
   const std::string source = R"cuda(
 #include "tests/emulator/wgmma_fp8_gemm.cuh"
 namespace attune::test_kernels {
 template __global__ void wgmma_fp8_gemm<Fp8::kE4M3, 64, sm90::Swizzle::k128B, false>(Fp8GemmParams);
 template __global__ void wgmma_fp8_gemm<Fp8::kE5M2, 128, sm90::Swizzle::k64B, true>(Fp8GemmParams);
+}  // namespace attune::test_kernels
+#include "tests/emulator/wgmma_fp8_pv.cuh"
+namespace attune::test_kernels {
+template __global__ void wgmma_fp8_pv<Fp8::kE4M3, 128, true>(Fp8PvParams);
 }  // namespace attune::test_kernels
 )cuda";
   const CompileResult r = compile_with_nvrtc(
@@ -228,7 +233,8 @@ template __global__ void wgmma_fp8_gemm<Fp8::kE5M2, 128, sm90::Swizzle::k64B, tr
   }
   profile::SassMix mix;
   if (const std::string why = sass_mix(r, &mix); !why.empty()) GTEST_SKIP() << why;
-  EXPECT_GE(mix.contains("QGMMA") ? mix.at("QGMMA") : 0, 4) << "two K steps in each of two kernels";
+  EXPECT_GE(mix.contains("QGMMA") ? mix.at("QGMMA") : 0, 6) << "two K steps in each of three kernels";
+  EXPECT_TRUE(mix.contains("F2FP")) << "P packed to e4m3 by F2FP";
   EXPECT_FALSE(mix.contains("HGMMA")) << "no 16-bit wgmma";
 }
 

@@ -16,6 +16,7 @@
 #include "tests/emulator/planted_bug.h"
 #include "tests/emulator/planted_report.h"
 #include "tests/emulator/wgmma_fp8_gemm.cuh"
+#include "tests/emulator/wgmma_fp8_pv.cuh"
 #include "tests/emulator/wgmma_gemm.cuh"
 
 namespace attune {
@@ -152,6 +153,56 @@ TEST(WgmmaEmuTest, Fp8GemmMatchesFp64InEverySwizzleModeAndOperandForm) {
   expect_fp8_matches_fp64<Fp8::kE5M2, 32, Swizzle::kNone, true>();
   expect_fp8_matches_fp64<Fp8::kE4M3, 256, Swizzle::kNone, false>();
   expect_fp8_matches_fp64<Fp8::kE4M3, 64, Swizzle::k128B, true>(/*wrong_fragment=*/true);
+}
+
+// P V of the fp8 forward: P packed from the S accumulators as they are
+// (sm90_fp8::pack_p_fp8), V's keys in the slots p_key gives; with V's keys in
+// their own order (the planted bug) the same P is wrong.
+template <Fp8 F, i32 kN, bool kPermute>
+int fp8_pv_errors() {
+  std::mt19937 rng(kN + (kPermute ? 1 : 0));
+  std::uniform_real_distribution<float> prob(0.0F, 1.0F);
+  std::vector<float> pm(64 * 64);
+  for (float& x : pm) x = prob(rng);
+  std::vector<u8> v(static_cast<std::size_t>(64 * kN));
+  for (u8& x : v) {
+    do {
+      x = static_cast<u8>(rng() & 0xFFU);
+    } while (!std::isfinite(fp8_to_float(x, F)) || std::abs(fp8_to_float(x, F)) > 16.0F);
+  }
+  std::vector<float> c(static_cast<std::size_t>(64 * kN), -1.0F);
+  emu::Emulator emulator;
+  emulator.register_buffer("p", pm.data(), pm.size() * 4);
+  emulator.register_buffer("v", v.data(), v.size());
+  emulator.register_buffer("c", c.data(), c.size() * 4);
+  const LaunchConfig config{{1, 1, 1}, {128, 1, 1}, test_kernels::fp8_pv_shared_bytes<kN>()};
+  emulator.launch(&test_kernels::wgmma_fp8_pv<F, kN, kPermute>, config,
+                  test_kernels::Fp8PvParams{pm.data(), v.data(), c.data()});
+  int bad = 0;
+  for (int m = 0; m < 64; ++m) {
+    for (int n = 0; n < kN; ++n) {
+      double want = 0;
+      double magnitude = 0;
+      for (int k = 0; k < 64; ++k) {
+        const double pk = fp8_to_float(float_to_fp8_satfinite(pm[static_cast<std::size_t>(m * 64 + k)], F), F);
+        const double term = pk * fp8_to_float(v[static_cast<std::size_t>(k * kN + n)], F);
+        want += term;
+        magnitude += std::abs(term);
+      }
+      if (!(std::abs(c[static_cast<std::size_t>(m * kN + n)] - want) <= 64 * 0x1p-24 * magnitude + 1e-30)) ++bad;
+    }
+  }
+  return bad;
+}
+
+TEST(WgmmaEmuTest, Fp8PvTakesPFromTheAccumulatorsWithoutAnExchange) {
+  EXPECT_EQ((fp8_pv_errors<Fp8::kE4M3, 128, true>()), 0);
+  EXPECT_EQ((fp8_pv_errors<Fp8::kE5M2, 64, true>()), 0);
+  EXPECT_GT((fp8_pv_errors<Fp8::kE4M3, 128, false>()), 1000) << "V in key order passed: the check cannot fail";
+  // p_key is a permutation of each 32-key step.
+  std::vector<int> seen(32, 0);
+  for (int c = 0; c < 32; ++c) ++seen[static_cast<std::size_t>(sm90_fp8::p_key(c))];
+  EXPECT_EQ(seen, std::vector<int>(32, 1));
 }
 
 using Planted = testing::PlantedBug;
