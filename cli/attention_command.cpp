@@ -8,8 +8,8 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <charconv>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <sstream>
@@ -161,8 +161,8 @@ Descales read_descales(const AttentionOptions& o, ProblemOptions& options, std::
       const std::vector<std::int64_t> per_batch_head = {batch, heads_kv};
       if (g.values.size() != 1 && g.shape != per_head && g.shape != per_batch_head) {
         bad_flag(g.flag, *g.text + " of " + std::to_string(g.values.size()) + " values",
-                 "a number, or a float array of one value, [Hkv] = [" + std::to_string(heads_kv) +
-                     "] or [B, Hkv] = [" + std::to_string(batch) + ", " + std::to_string(heads_kv) + "]");
+                 "a number, or a float array of one value, [Hkv] = [" + std::to_string(heads_kv) + "] or [B, Hkv] = [" +
+                     std::to_string(batch) + ", " + std::to_string(heads_kv) + "]");
       }
       if (g.values.size() != 1) rank = std::max(rank, static_cast<int>(g.shape.size()));
     }
@@ -178,8 +178,9 @@ Descales read_descales(const AttentionOptions& o, ProblemOptions& options, std::
     for (std::int64_t i = 0; i < count; ++i) {
       const bool one = g.values.size() == 1;
       const std::int64_t head = rank >= 1 ? i % heads_kv : 0;
-      out.push_back(one ? g.values[0] : g.shape.size() == 1 ? g.values[static_cast<std::size_t>(head)]
-                                                           : g.values[static_cast<std::size_t>(i)]);
+      out.push_back(one                   ? g.values[0]
+                    : g.shape.size() == 1 ? g.values[static_cast<std::size_t>(head)]
+                                          : g.values[static_cast<std::size_t>(i)]);
     }
     return out;
   };
@@ -225,28 +226,27 @@ ReferenceOutput run_on_runtime(Backend backend, const AttentionProblem& problem,
   };
   if (backend == Backend::kEmu) {
     const ModifierTensors host = mods.host();
-    run(with_descales({q_bytes.data(), k_bytes.data(), v_bytes.data(), o.data(), lse.data(), host.sinks,
-                       host.alibi_slopes},
-                      descales.add_to({})),
+    run(with_descales(
+            {q_bytes.data(), k_bytes.data(), v_bytes.data(), o.data(), lse.data(), host.sinks, host.alibi_slopes},
+            descales.add_to({})),
         nullptr);
   } else {
     cuda::Driver& driver = cuda::Driver::get();
     const Stream stream(driver);
     const DeviceModifiers device_mods(driver, mods);
-    cuda::run_on_device(driver, stream.get(),
-                        {cuda::in(q_bytes), cuda::in(k_bytes), cuda::in(v_bytes), cuda::out(o), cuda::out(lse),
-                         cuda::in(descales.q), cuda::in(descales.k), cuda::in(descales.v)},
-                        [&](const std::vector<void*>& d) {
-                          const auto at = [&](std::size_t i, const std::vector<float>& host) {
-                            return host.empty() ? nullptr : static_cast<const float*>(d[i]);
-                          };
-                          run(with_descales({d[0], d[1], d[2], d[3], static_cast<float*>(d[4]), device_mods.sinks(),
-                                             device_mods.alibi_slopes()},
-                                            {.q_descale = at(5, descales.q),
-                                             .k_descale = at(6, descales.k),
-                                             .v_descale = at(7, descales.v)}),
-                              stream.get());
-                        });
+    cuda::run_on_device(
+        driver, stream.get(),
+        {cuda::in(q_bytes), cuda::in(k_bytes), cuda::in(v_bytes), cuda::out(o), cuda::out(lse), cuda::in(descales.q),
+         cuda::in(descales.k), cuda::in(descales.v)},
+        [&](const std::vector<void*>& d) {
+          const auto at = [&](std::size_t i, const std::vector<float>& host) {
+            return host.empty() ? nullptr : static_cast<const float*>(d[i]);
+          };
+          run(with_descales(
+                  {d[0], d[1], d[2], d[3], static_cast<float*>(d[4]), device_mods.sinks(), device_mods.alibi_slopes()},
+                  {.q_descale = at(5, descales.q), .k_descale = at(6, descales.k), .v_descale = at(7, descales.v)}),
+              stream.get());
+        });
   }
   ReferenceOutput out;
   out.o = widen_bits<double>(problem.compute_dtype(), o);

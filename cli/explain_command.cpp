@@ -12,7 +12,8 @@ CLI::App* add_explain_command(CLI::App& app, ExplainOptions& o) {
   CLI::App* cmd = app.add_subcommand("explain", "Print the variant a problem would run and the rule that chose it");
   cmd->add_option("--backend", o.backend, "cuda or emu")->capture_default_str();
   cmd->add_option("--device", o.device, "CUDA device ordinal")->capture_default_str();
-  cmd->add_option("--dtype", o.dtype, "fp16 or bf16")->capture_default_str();
+  cmd->add_option("--dtype", o.dtype, "fp16, bf16, or e4m3 / e5m2 (fp8 Q, K and V)")->capture_default_str();
+  cmd->add_option("--kv-dtype", o.kv_dtype, "e4m3 or e5m2: an fp8 K and V (KV cache) under --dtype queries");
   cmd->add_option("--batch", o.batch, "B")->capture_default_str();
   cmd->add_option("--seqlen-q", o.seqlen_q, "Sq")->required();
   cmd->add_option("--seqlen-k", o.seqlen_k, "Sk")->required();
@@ -40,8 +41,14 @@ void run_explain(const ExplainOptions& o) {
   const std::vector<int64_t> q = {o.batch, o.seqlen_q, o.heads_q, o.dk};
   const std::vector<int64_t> k = {o.batch, o.seqlen_k, o.heads_kv, o.dk};
   const std::vector<int64_t> v = {o.batch, o.seqlen_k, o.heads_kv, o.dv};
+  std::optional<DType> kv_dtype;
+  if (!o.kv_dtype.empty()) {
+    kv_dtype = parse_dtype(o.kv_dtype);
+    if (!kv_dtype || !is_fp8(*kv_dtype)) bad_flag("--kv-dtype", o.kv_dtype, "e4m3 or e5m2 (an fp8 KV cache)");
+  }
   const AttentionProblem problem = make_problem(q, k, v,
                                                 {.dtype = parse_dtype_flag(o.dtype),
+                                                 .kv_dtype = kv_dtype,
                                                  .mask = parse_mask(o.causal, o.window),
                                                  .modifiers = parse_modifiers(o.modifiers, o.softcap)});
   const std::optional<tuning_db::TuningDb> db = open_db_for_dispatch(o.db_path);

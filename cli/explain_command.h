@@ -11,6 +11,7 @@ struct ExplainOptions {
   std::string backend = "emu";
   int device = 0;
   std::string dtype = "bf16";
+  std::string kv_dtype;  // e4m3 / e5m2: an fp8 KV cache under --dtype queries
   long long batch = 1, seqlen_q = 0, seqlen_k = 0, heads_q = 1, heads_kv = 1, dk = 0, dv = 0;
   std::string causal, window;
   std::string db_path;

@@ -717,7 +717,8 @@ void validate_buffers(const AttentionProblem& p, const AttentionBuffers& buffers
 
 void validate_backward(const AttentionProblem& p) {
   if (p.has_fp8()) {
-    reject("backward dtype", std::string(to_string(p.dtype)) + " Q with " + std::string(to_string(p.k_dtype())) + " K, V",
+    reject("backward dtype",
+           std::string(to_string(p.dtype)) + " Q with " + std::string(to_string(p.k_dtype())) + " K, V",
            "fp16 or bf16 (fp8 is a forward and KV-cache format)");
   }
   if (p.is_paged()) reject("backward K and V", "a paged KV cache", "contiguous K and V [B, Sk, Hkv, D]");

@@ -170,14 +170,14 @@ struct AttentionProblem {
   // e5m2) under fp16 or bf16 queries. Unset: dtype.
   std::optional<DType> kv_dtype;
   DescaleStrides descale_strides;  // fp8 inputs: where each [b, kv_head] factor is
-  int64_t batch = 1;            // B; packed: number of sequences
-  int64_t seqlen_q = 0;         // Sq; packed: total query rows Tq
-  int64_t seqlen_k = 0;         // Sk; packed: total key rows Tk
-  int64_t heads_q = 1;          // Hq
-  int64_t heads_kv = 1;         // Hkv; Hq % Hkv == 0 (GQA / MQA)
-  int64_t head_dim_k = 0;       // Dk, 1..256
-  int64_t head_dim_v = 0;       // Dv, 1..256
-  std::optional<double> scale;  // softmax scale; default 1/sqrt(Dk)
+  int64_t batch = 1;               // B; packed: number of sequences
+  int64_t seqlen_q = 0;            // Sq; packed: total query rows Tq
+  int64_t seqlen_k = 0;            // Sk; packed: total key rows Tk
+  int64_t heads_q = 1;             // Hq
+  int64_t heads_kv = 1;            // Hkv; Hq % Hkv == 0 (GQA / MQA)
+  int64_t head_dim_k = 0;          // Dk, 1..256
+  int64_t head_dim_v = 0;          // Dv, 1..256
+  std::optional<double> scale;     // softmax scale; default 1/sqrt(Dk)
   Mask mask;
   std::vector<int32_t> seqlens_k;     // [B] keys per sequence (key padding); empty: all
   std::vector<int32_t> cu_seqlens_q;  // [B+1] packed query offsets; empty: dense
@@ -213,7 +213,7 @@ struct AttentionProblem {
   int64_t max_seqlen_q() const;
   int64_t max_seqlen_k(bool cache_lengths = false) const;
   double softmax_scale() const;
-  int64_t group_size() const { return heads_q / heads_kv; }  // query heads per kv head
+  int64_t group_size() const { return heads_q / heads_kv; }   // query heads per kv head
   DType k_dtype() const { return kv_dtype.value_or(dtype); }  // K's and V's storage
   bool has_fp8() const { return is_fp8(dtype) || is_fp8(k_dtype()); }
   // The 16-bit dtype the kernels compute P V in and write O (and dQ, dK,

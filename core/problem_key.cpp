@@ -64,9 +64,9 @@ std::uint64_t ProblemKey::hash() const {
 }
 
 std::string ProblemKey::to_string() const {
-  return std::string(attune::to_string(op)) + "/" + storage_name(dtype, kv_dtype) + "/dk" +
-         std::to_string(head_dim_k) + "/dv" + std::to_string(head_dim_v) + "/" + std::string(attune::to_string(mask)) +
-         "/sq2^" + std::to_string(seqlen_q_log2) + "/sk2^" + std::to_string(seqlen_k_log2) + "/bh2^" +
+  return std::string(attune::to_string(op)) + "/" + storage_name(dtype, kv_dtype) + "/dk" + std::to_string(head_dim_k) +
+         "/dv" + std::to_string(head_dim_v) + "/" + std::string(attune::to_string(mask)) + "/sq2^" +
+         std::to_string(seqlen_q_log2) + "/sk2^" + std::to_string(seqlen_k_log2) + "/bh2^" +
          std::to_string(batch_heads_log2) + (modifiers != 0 ? "/" + modifier_names(modifiers) : std::string());
 }
 
@@ -94,8 +94,8 @@ ProblemKey problem_key(Op op, const AttentionProblem& p) {
 }
 
 int bucket_distance(const ProblemKey& a, const ProblemKey& b) {
-  if (a.op != b.op || a.dtype != b.dtype || a.kv_dtype != b.kv_dtype || a.head_dim_k != b.head_dim_k || a.head_dim_v != b.head_dim_v ||
-      a.mask != b.mask || a.modifiers != b.modifiers) {
+  if (a.op != b.op || a.dtype != b.dtype || a.kv_dtype != b.kv_dtype || a.head_dim_k != b.head_dim_k ||
+      a.head_dim_v != b.head_dim_v || a.mask != b.mask || a.modifiers != b.modifiers) {
     return std::numeric_limits<int>::max();
   }
   return std::abs(a.seqlen_q_log2 - b.seqlen_q_log2) + std::abs(a.seqlen_k_log2 - b.seqlen_k_log2) +

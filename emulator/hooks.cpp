@@ -75,8 +75,8 @@ void wgmma(bool bf16, i32 n, bool trans_a, bool trans_b, u64 desc_a, u64 desc_b,
 
 void wgmma_fp8(i32 format, i32 n, u64 desc_a, u64 desc_b, u32* a_registers, float* d, i32 accumulate,
                const Where& where) {
-  emulator().wgmma(WgmmaShape{false, format, n, false, false, a_registers != nullptr, desc_a, desc_b}, a_registers,
-                   d, accumulate, where);
+  emulator().wgmma(WgmmaShape{false, format, n, false, false, a_registers != nullptr, desc_a, desc_b}, a_registers, d,
+                   accumulate, where);
 }
 
 void fence_proxy_async(const Where& /*where*/) { emulator().fence_proxy_async(); }

@@ -89,7 +89,9 @@ inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const 
     const std::vector<double>* tensors[] = {&in.q, &in.k, &in.v};
     return naive_attention(
         in.problem, p.compute_dtype(),
-        [&](int which, int64_t offset) { return static_cast<float>((*tensors[which])[static_cast<std::size_t>(offset)]); },
+        [&](int which, int64_t offset) {
+          return static_cast<float>((*tensors[which])[static_cast<std::size_t>(offset)]);
+        },
         modifiers);
   }
   if (p.is_paged()) {

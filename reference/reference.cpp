@@ -122,9 +122,9 @@ DequantizedInputs dequantize_inputs(const AttentionProblem& p, const std::uint16
   }
   DequantizedInputs out{p, {}, {}, {}};
   const auto factor = [&](const float* descale, int64_t b, int64_t kv_head) {
-    return descale == nullptr ? 1.0
-                              : static_cast<double>(
-                                    descale[b * p.descale_strides.batch + kv_head * p.descale_strides.head]);
+    return descale == nullptr
+               ? 1.0
+               : static_cast<double>(descale[b * p.descale_strides.batch + kv_head * p.descale_strides.head]);
   };
   // Every element of every sequence's rows (padding rows stay 0: no row reads them).
   const auto widen = [&](std::vector<double>& to, const std::uint16_t* from, DType dtype, const float* descale,

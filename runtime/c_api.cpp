@@ -193,7 +193,8 @@ attune_status attune_forward(attune_runtime* runtime, const attune_problem* prob
     if (runtime == nullptr) throw attune::InvalidArgument("runtime: got NULL; expected one from attune_runtime_create");
     if (problem == nullptr) throw attune::InvalidArgument("problem: got NULL; expected an attune_problem");
     runtime->runtime->forward(attune::problem_from_c(*problem),
-                              attune::with_descales({q, k, v, o, lse, problem->sinks, problem->alibi_slopes}, *problem), stream);
+                              attune::with_descales({q, k, v, o, lse, problem->sinks, problem->alibi_slopes}, *problem),
+                              stream);
   });
 }
 
@@ -203,8 +204,9 @@ attune_status attune_forward_variant(attune_runtime* runtime, const char* varian
     if (runtime == nullptr) throw attune::InvalidArgument("runtime: got NULL; expected one from attune_runtime_create");
     if (problem == nullptr) throw attune::InvalidArgument("problem: got NULL; expected an attune_problem");
     if (variant_id == nullptr) throw attune::InvalidArgument("variant_id: got NULL; expected a variant id");
-    runtime->runtime->forward_variant(attune::parse_variant_id(variant_id), attune::problem_from_c(*problem),
-                                      attune::with_descales({q, k, v, o, lse, problem->sinks, problem->alibi_slopes}, *problem), stream);
+    runtime->runtime->forward_variant(
+        attune::parse_variant_id(variant_id), attune::problem_from_c(*problem),
+        attune::with_descales({q, k, v, o, lse, problem->sinks, problem->alibi_slopes}, *problem), stream);
   });
 }
 
@@ -213,7 +215,8 @@ attune_status attune_decode(attune_runtime* runtime, const attune_problem* probl
   return guarded([&] {
     if (runtime == nullptr) throw attune::InvalidArgument("runtime: got NULL; expected one from attune_runtime_create");
     if (problem == nullptr) throw attune::InvalidArgument("problem: got NULL; expected an attune_problem");
-    runtime->runtime->decode(attune::problem_from_c(*problem), attune::with_descales({q, k, v, o, lse, problem->sinks, problem->alibi_slopes}, *problem),
+    runtime->runtime->decode(attune::problem_from_c(*problem),
+                             attune::with_descales({q, k, v, o, lse, problem->sinks, problem->alibi_slopes}, *problem),
                              {.splits = splits}, stream);
   });
 }
@@ -241,7 +244,8 @@ attune_status attune_reference_forward(const attune_problem* problem, const doub
     const attune::AttentionProblem p = attune::problem_from_c(c);
     if (p.is_paged()) throw attune::InvalidArgument("reference: a paged cache; expected contiguous K and V");
     if (p.has_fp8()) {
-      throw attune::InvalidArgument("reference: fp8 inputs; expected fp16 or bf16 (the fp64 reference takes the values)");
+      throw attune::InvalidArgument(
+          "reference: fp8 inputs; expected fp16 or bf16 (the fp64 reference takes the values)");
     }
     const attune::ReferenceOutput out = attune::reference_forward(p, q, k, v, {c.sinks, c.alibi_slopes});
     std::copy(out.o.begin(), out.o.end(), o);

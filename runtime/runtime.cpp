@@ -366,7 +366,7 @@ DispatchChoice Runtime::explain(const AttentionProblem& problem) const {
 DecodeChoice Runtime::explain_decode(const AttentionProblem& problem, DecodeOptions options) const {
   validate(problem);
   const DispatchChoice dispatched = impl_->dispatcher->resolve(Op::kDecode, problem);
-  DecodeChoice choice{dispatched.variant, dispatched.splits, reason_of(dispatched)};
+  DecodeChoice choice{with_problem_features(dispatched.variant, problem), dispatched.splits, reason_of(dispatched)};
   if (options.splits != 0) {
     check_splits(options.splits);
     choice.splits = options.splits;

@@ -195,8 +195,8 @@ ATTUNE_KERNEL void flash_decode(FlashDecodeParams p) {
         flash_detail::load_cache_kv<Config>(
             k_s + stage * Config::kTileElems, v_s + stage * Config::kTileElems, pages,
             flash_detail::CacheRows<u16>{p.k, p.k_batch_stride, p.k_row_stride, kv_head * p.k_head_stride},
-            flash_detail::CacheRows<u16>{p.v, p.v_batch_stride, p.v_row_stride, kv_head * p.v_head_stride}, batch,
-            key0, k_len - key0, p.head_dim_k, p.head_dim_v, vectorized);
+            flash_detail::CacheRows<u16>{p.v, p.v_batch_stride, p.v_row_stride, kv_head * p.v_head_stride}, batch, key0,
+            k_len - key0, p.head_dim_k, p.head_dim_v, vectorized);
       }
     }
     dev::cp_async::commit();  // possibly empty: keeps the group count uniform

@@ -166,8 +166,7 @@ ATTUNE_DEVICE void load_fp8_rows(u16* dst, const RowAddress& row_address, i64 ro
     }
     const u32 lo = static_cast<u32>(bytes);
     const u32 hi = static_cast<u32>(bytes >> 32);
-    const Vec16 wide =
-        format == kStoredE5M2 ? widen_fp8x8<D, Fp8::kE5M2>(lo, hi) : widen_fp8x8<D, Fp8::kE4M3>(lo, hi);
+    const Vec16 wide = format == kStoredE5M2 ? widen_fp8x8<D, Fp8::kE5M2>(lo, hi) : widen_fp8x8<D, Fp8::kE4M3>(lo, hi);
     dev::store_shared(reinterpret_cast<Vec16*>(dst + c * 8), wide);
   }
 }

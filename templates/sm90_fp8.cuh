@@ -33,10 +33,14 @@ ATTUNE_HOST_DEVICE constexpr i32 p_key(i32 column) {
 template <Fp8 F>
 ATTUNE_DEVICE void pack_p_fp8(const float (&t0)[4], const float (&t1)[4], const float (&t2)[4], const float (&t3)[4],
                               u32 (&a)[4]) {
-  a[0] = static_cast<u32>(dev::pack_fp8x2<F>(t0[0], t0[1])) | (static_cast<u32>(dev::pack_fp8x2<F>(t1[0], t1[1])) << 16);
-  a[1] = static_cast<u32>(dev::pack_fp8x2<F>(t0[2], t0[3])) | (static_cast<u32>(dev::pack_fp8x2<F>(t1[2], t1[3])) << 16);
-  a[2] = static_cast<u32>(dev::pack_fp8x2<F>(t2[0], t2[1])) | (static_cast<u32>(dev::pack_fp8x2<F>(t3[0], t3[1])) << 16);
-  a[3] = static_cast<u32>(dev::pack_fp8x2<F>(t2[2], t2[3])) | (static_cast<u32>(dev::pack_fp8x2<F>(t3[2], t3[3])) << 16);
+  a[0] =
+      static_cast<u32>(dev::pack_fp8x2<F>(t0[0], t0[1])) | (static_cast<u32>(dev::pack_fp8x2<F>(t1[0], t1[1])) << 16);
+  a[1] =
+      static_cast<u32>(dev::pack_fp8x2<F>(t0[2], t0[3])) | (static_cast<u32>(dev::pack_fp8x2<F>(t1[2], t1[3])) << 16);
+  a[2] =
+      static_cast<u32>(dev::pack_fp8x2<F>(t2[0], t2[1])) | (static_cast<u32>(dev::pack_fp8x2<F>(t3[0], t3[1])) << 16);
+  a[3] =
+      static_cast<u32>(dev::pack_fp8x2<F>(t2[2], t2[3])) | (static_cast<u32>(dev::pack_fp8x2<F>(t3[2], t3[3])) << 16);
 }
 
 }  // namespace attune::sm90_fp8

@@ -31,7 +31,8 @@ DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem, con
   const auto dv = static_cast<int>(problem.head_dim_v);
   const std::uint8_t modifiers = modifier_bits(problem.modifiers);
   if (op != Op::kForward) {
-    return {heuristic_variant(to_string(op), problem.compute_dtype(), dk, dv, arch_, modifiers), DispatchRule::kHeuristic, "", 0};
+    return {heuristic_variant(to_string(op), problem.compute_dtype(), dk, dv, arch_, modifiers),
+            DispatchRule::kHeuristic, "", 0};
   }
   // The forward: flash_fwd_sm90 where the device and the call allow it.
   ForwardHints hints{.masked = problem.mask.kind != MaskKind::kNone};
@@ -85,7 +86,9 @@ DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem, const
           throw InvalidArgument("variant " + tuned.variant.id() + ": no split count; expected VARIANT/splitsN");
         }
         check_variant_fits(tuned.variant, dk, dv, arch_);
-        check_variant_modifiers(tuned.variant, key.modifiers);
+        // The key's modifiers, and the fp8 load its storage compiles in.
+        const bool fp8 = is_fp8(key.dtype) || (key.kv_dtype && is_fp8(*key.kv_dtype));
+        check_variant_modifiers(tuned.variant, static_cast<std::uint8_t>(key.modifiers | (fp8 ? kFeatureFp8 : 0)));
       } catch (const InvalidArgument& e) {
         passed_over +=
             std::string(passed_over.empty() ? "" : "; ") + "passed over " + entry.key.to_string() + ": " + e.what();

@@ -92,7 +92,8 @@ Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits
 Variant heuristic_decode_variant(const AttentionProblem& p, const ArchLimits& arch) {
   const auto dk = static_cast<int>(p.head_dim_k);
   const auto dv = static_cast<int>(p.head_dim_v);
-  const std::vector<Variant> candidates = candidates_for("decode", p.compute_dtype(), dk, dv, arch, modifier_bits(p.modifiers));
+  const std::vector<Variant> candidates =
+      candidates_for("decode", p.compute_dtype(), dk, dv, arch, modifier_bits(p.modifiers));
   const int pack = p.group_size() > 1 ? 1 : 0;
   const std::int64_t rows = p.seqlen_q * (pack != 0 ? p.group_size() : 1);
   const int bucket = FlashDecodeShape::of(candidates.front()).head_dim;

@@ -146,7 +146,8 @@ void emulate_backward(const AttentionProblem& problem, const BackwardBuffers& bu
                       emu::LaunchCounters* counters) {
   check_runs(variant, KernelId::kFlashBwd, problem, buffers);
   emulate(
-      problem, [&](LaunchBackend& b) { return load_backward(b, variant, problem.compute_dtype(), problem.modifiers.sinks); },
+      problem,
+      [&](LaunchBackend& b) { return load_backward(b, variant, problem.compute_dtype(), problem.modifiers.sinks); },
       [&](const BackwardKernels& k) { return backward_workspace_bytes(problem, k); },
       [&](LaunchBackend::Call& call, const BackwardKernels& k, const CallMemory& m) {
         launch_backward(call, problem, k, buffers, m.metadata(), m.workspace());

@@ -94,7 +94,7 @@ inline i32 stored_format(DType dtype) {
   return dtype == DType::kE4M3 ? kStoredE4M3 : dtype == DType::kE5M2 ? kStoredE5M2 : kStored16;
 }
 inline Fp8Inputs fp8_inputs_of(const AttentionProblem& p, const AttentionBuffers& b) {
-  return {stored_format(p.dtype), stored_format(p.k_dtype()), b.q_descale, b.k_descale, b.v_descale,
+  return {stored_format(p.dtype),  stored_format(p.k_dtype()), b.q_descale, b.k_descale, b.v_descale,
           p.descale_strides.batch, p.descale_strides.head};
 }
 

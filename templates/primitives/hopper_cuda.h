@@ -175,18 +175,18 @@
     asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b2                                             \
                  ", 0;\n"                                                                             \
                  "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N \
-                 "}, %" #b0 ", %" #b1 ", p, 1, 1;\n}\n"                                              \
+                 "}, %" #b0 ", %" #b1 ", p, 1, 1;\n}\n"                                               \
                  : ATTUNE_WGMMA_OUT_##N                                                               \
                  : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                        \
   }
-#define ATTUNE_WGMMA_RS8_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                        \
-  if constexpr (kN == N) {                                                                             \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b5                                              \
-                 ", 0;\n"                                                                              \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N  \
-                 "}, {%" #b0 ", %" #b1 ", %" #b2 ", %" #b3 "}, %" #b4 ", p, 1, 1;\n}\n"                 \
-                 : ATTUNE_WGMMA_OUT_##N                                                                \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));          \
+#define ATTUNE_WGMMA_RS8_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                       \
+  if constexpr (kN == N) {                                                                            \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b5                                             \
+                 ", 0;\n"                                                                             \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N \
+                 "}, {%" #b0 ", %" #b1 ", %" #b2 ", %" #b3 "}, %" #b4 ", p, 1, 1;\n}\n"               \
+                 : ATTUNE_WGMMA_OUT_##N                                                               \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));         \
   }
 
 #if defined(ATTUNE_WAIT_BOUND_MS)
@@ -371,27 +371,6 @@ ATTUNE_DEVICE void expect_tx(u64* bar, u32 bytes) {
     return done != 0;                                                                                                 \
   }
 ATTUNE_MBARRIER_PHASE_QUERY(try_wait)
-// The same for 8-bit inputs (k32; no transposition immediates): mma_ss
-// uses b0..b2, mma_rs b0..b5.
-#define ATTUNE_WGMMA_SS8_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                       \
-  if constexpr (kN == N) {                                                                            \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b2                                             \
-                 ", 0;\n"                                                                             \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N \
-                 "}, %" #b0 ", %" #b1 ", p, 1, 1;\n}\n"                                              \
-                 : ATTUNE_WGMMA_OUT_##N                                                               \
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                        \
-  }
-#define ATTUNE_WGMMA_RS8_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                        \
-  if constexpr (kN == N) {                                                                             \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b5                                              \
-                 ", 0;\n"                                                                              \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N  \
-                 "}, {%" #b0 ", %" #b1 ", %" #b2 ", %" #b3 "}, %" #b4 ", p, 1, 1;\n}\n"                 \
-                 : ATTUNE_WGMMA_OUT_##N                                                                \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));          \
-  }
-
 #if defined(ATTUNE_WAIT_BOUND_MS)
 ATTUNE_DEVICE u64 global_ns() {
   u64 t;
@@ -430,27 +409,6 @@ __device__ __noinline__ void give_up(u64* bar, u32 parity, u64 waited_ns) {
 }
 #endif
 ATTUNE_DEVICE void wait(u64* bar, u32 parity) {
-// The same for 8-bit inputs (k32; no transposition immediates): mma_ss
-// uses b0..b2, mma_rs b0..b5.
-#define ATTUNE_WGMMA_SS8_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                       \
-  if constexpr (kN == N) {                                                                            \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b2                                             \
-                 ", 0;\n"                                                                             \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N \
-                 "}, %" #b0 ", %" #b1 ", p, 1, 1;\n}\n"                                              \
-                 : ATTUNE_WGMMA_OUT_##N                                                               \
-                 : "l"(desc_a), "l"(desc_b), "r"(accumulate));                                        \
-  }
-#define ATTUNE_WGMMA_RS8_CASE(T, N, b0, b1, b2, b3, b4, b5, b6)                                        \
-  if constexpr (kN == N) {                                                                             \
-    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" #b5                                              \
-                 ", 0;\n"                                                                              \
-                 "wgmma.mma_async.sync.aligned.m64n" #N "k32.f32." T "." T " {" ATTUNE_WGMMA_REGS_##N  \
-                 "}, {%" #b0 ", %" #b1 ", %" #b2 ", %" #b3 "}, %" #b4 ", p, 1, 1;\n}\n"                 \
-                 : ATTUNE_WGMMA_OUT_##N                                                                \
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(accumulate));          \
-  }
-
 #if defined(ATTUNE_WAIT_BOUND_MS)
   if (try_wait(bar, parity)) return;
   const u64 start = global_ns();

@@ -136,8 +136,8 @@ ATTUNE_HOST_DEVICE constexpr u32 operand_shared_address(const MatrixDescriptor& 
 
 inline constexpr i32 kWarpgroupSize = 128;
 inline constexpr i32 kWgmmaM = 64;
-inline constexpr i32 kWgmmaK = 16;     // for 16-bit inputs
-inline constexpr i32 kWgmmaK8 = 32;    // for 8-bit inputs (e4m3, e5m2)
+inline constexpr i32 kWgmmaK = 16;   // for 16-bit inputs
+inline constexpr i32 kWgmmaK8 = 32;  // for 8-bit inputs (e4m3, e5m2)
 
 // Accumulator register i (0 .. N/2-1) of thread t (0..127) of an m64nN
 // fp32 accumulator: warp w = t / 32 owns rows 16w..16w+15; within 8 columns

@@ -22,9 +22,9 @@ import sys
 import tempfile
 import time
 
-SWEEP = ["--backend", "emu", "--head-dims", "32", "--masks", "none,causal", "--seqlens", "64,96,128",
+SWEEP = ["--backend", "emu", "--head-dims", "32", "--masks", "none,causal", "--seqlens", "64,96,128,160",
          "--batch-heads", "1x2", "--max-variants", "10", "--repetitions", "2", "--quiet"]
-TASKS = 2 * 3 * 10  # masks x seqlens x variants
+TASKS = 2 * 4 * 10  # masks x seqlens x variants: enough work to outlast KILLS kills
 KILLS = 20
 
 
@@ -66,7 +66,7 @@ def main():
             attempts += 1
             proc = subprocess.Popen([attune, "tune", "--db", db] + SWEEP,
                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-            time.sleep(rng.uniform(0.02, 1.0))
+            time.sleep(rng.uniform(0.02, 0.6))
             if proc.poll() is not None:
                 proc.wait()
                 break  # the sweep finished before this kill: too few tasks for KILLS kills

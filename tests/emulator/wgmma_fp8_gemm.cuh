@@ -12,9 +12,9 @@
 namespace attune::test_kernels {
 
 struct Fp8GemmParams {
-  const u8* a;    // [64, 64], row-major (K contiguous)
-  const u8* bt;   // [N, 64]: B transposed, K contiguous
-  float* c;       // [64, N]
+  const u8* a;   // [64, 64], row-major (K contiguous)
+  const u8* bt;  // [N, 64]: B transposed, K contiguous
+  float* c;      // [64, N]
 };
 
 template <Fp8 F, i32 kN, sm90::Swizzle kSwizzle, bool kARegisters>

@@ -51,8 +51,8 @@ ATTUNE_KERNEL void wgmma_fp8_pv(Fp8PvParams p) {
   for (i32 i = 0; i < kN / 2; ++i) d[i] = 0.0f;
   dev::wgmma::fence();
   for (i32 s = 0; s < kSteps; ++s) {
-    const u64 desc_v = dev::wgmma::descriptor(smem + s * kB, layout.leading_bytes, layout.stride_bytes,
-                                              sm90::Swizzle::k128B);
+    const u64 desc_v =
+        dev::wgmma::descriptor(smem + s * kB, layout.leading_bytes, layout.stride_bytes, sm90::Swizzle::k128B);
     dev::wgmma::mma_rs_fp8<F, kN>(d, a[s], desc_v, s);
   }
   dev::wgmma::commit();

@@ -149,7 +149,8 @@ TEST(Fp8EmuTest, DecodeOverAnFp8CacheMatchesTheReference) {
         for (const char* id : {"flash_decode/d64.bm16.bn64.wn2.st2.pk1", "flash_decode/d64.bm64.bn32.wn1.st1.pk0"}) {
           for (const int splits : {1, 3}) {
             std::string why;
-            EXPECT_TRUE(within_rule(in, run(in, parse_variant_id(id), d.tensors(false), splits), d.tensors(false), &why))
+            EXPECT_TRUE(
+                within_rule(in, run(in, parse_variant_id(id), d.tensors(false), splits), d.tensors(false), &why))
                 << id << " " << storage_name(q, kv) << " page " << page << " splits " << splits << ": " << why;
           }
         }
@@ -198,9 +199,8 @@ void expect_forward_mutant_caught(void (*mutant)(Mutant), DType dtype, const cha
   const Descales d;
   const testing::Inputs in = testing::make_inputs(fp8_family(dtype, 64, Mask::causal_bottom_right()));
   std::string why;
-  EXPECT_TRUE(within_rule(
-      in, run_flash_fwd(in, &flash_fwd<64, 64, 32, 4, 1, 2, 0, Bf16, 0, 0, 0, 0, 0, 1>, d),
-      d.tensors(true), &why))
+  EXPECT_TRUE(within_rule(in, run_flash_fwd(in, &flash_fwd<64, 64, 32, 4, 1, 2, 0, Bf16, 0, 0, 0, 0, 0, 1>, d),
+                          d.tensors(true), &why))
       << why;
   EXPECT_FALSE(within_rule(in, run_flash_fwd(in, mutant, d), d.tensors(true), &why)) << what << " passed";
 }
@@ -212,8 +212,8 @@ TEST(Fp8EmuTest, PlantedScoresWithoutQAndKDescalesAreCaught) {
 
 TEST(Fp8EmuTest, PlantedSwappedFormatsAreCaught) {
   for (const DType dtype : {DType::kE4M3, DType::kE5M2}) {
-    expect_forward_mutant_caught(&fp8_formats_swapped::flash_fwd<64, 64, 32, 4, 1, 2, 0, Bf16, 0, 0, 0, 0, 0, 1>,
-                                 dtype, "e4m3 widened as e5m2 and back");
+    expect_forward_mutant_caught(&fp8_formats_swapped::flash_fwd<64, 64, 32, 4, 1, 2, 0, Bf16, 0, 0, 0, 0, 0, 1>, dtype,
+                                 "e4m3 widened as e5m2 and back");
   }
 }
 
@@ -246,14 +246,12 @@ TEST(Fp8EmuTest, PlantedOutputWithoutTheVDescaleIsCaught) {
   in.problem.descale_strides = {.batch = 2, .head = 1};
   const Descales d;
   std::string why;
-  EXPECT_TRUE(within_rule(
-      in, run_flash_decode(in, &flash_decode<64, 16, 64, 2, 2, 1, Bf16, 0, 0, 0, 1>, d),
-      d.tensors(false), &why))
+  EXPECT_TRUE(within_rule(in, run_flash_decode(in, &flash_decode<64, 16, 64, 2, 2, 1, Bf16, 0, 0, 0, 1>, d),
+                          d.tensors(false), &why))
       << why;
-  EXPECT_FALSE(within_rule(in,
-                           run_flash_decode(in, &fp8_no_v_descale::flash_decode<64, 16, 64, 2, 2, 1, Bf16, 0, 0, 0, 1>,
-                                            d),
-                           d.tensors(false), &why))
+  EXPECT_FALSE(
+      within_rule(in, run_flash_decode(in, &fp8_no_v_descale::flash_decode<64, 16, 64, 2, 2, 1, Bf16, 0, 0, 0, 1>, d),
+                  d.tensors(false), &why))
       << "O without v's descale passed";
 }
 

@@ -117,7 +117,8 @@ TEST(VariantsTest, HeuristicIsAnEnumeratedVariant) {
 
 TEST(VariantsTest, NameExpressionInstantiatesTheTemplate) {
   const Variant v = parse_variant_id("flash_fwd/d64.bm128.bn64.wm8.wn1.st3.qr1");
-  EXPECT_EQ(v.name_expression(DType::kBF16), "attune::flash_fwd<64, 128, 64, 8, 1, 3, 1, attune::Bf16, 0, 0, 0, 0, 0, 0>");
+  EXPECT_EQ(v.name_expression(DType::kBF16),
+            "attune::flash_fwd<64, 128, 64, 8, 1, 3, 1, attune::Bf16, 0, 0, 0, 0, 0, 0>");
   EXPECT_EQ(v.name_expression(DType::kF16),
             "attune::flash_fwd<64, 128, 64, 8, 1, 3, 1, attune::Fp16, 0, 0, 0, 0, 0, 0>");
   EXPECT_EQ(FlashFwdShape::of(v).stages, 3);
