@@ -366,7 +366,7 @@ void run_attention(const AttentionOptions& o) {
   if (!o.kv_dtype.empty()) {
     const std::optional<DType> kv = parse_dtype(o.kv_dtype);
     if (!kv || !is_fp8(*kv)) bad_flag("--kv-dtype", o.kv_dtype, "e4m3 or e5m2 (an fp8 KV cache)");
-    options.kv_dtype = *kv;
+    options.kv_dtype = kv;
   }
   options.mask = parse_mask(o.causal, o.window);
   options.scale = o.scale;

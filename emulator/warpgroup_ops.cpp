@@ -46,14 +46,14 @@ u16 a_from_registers(const WgmmaShape& s, const WarpgroupARegisters& a, i32 m, i
 
 std::vector<u32> wgmma_operand_addresses(const WgmmaShape& shape) {
   std::vector<u32> out;
-  const i32 kK = wgmma_k(shape);
-  out.reserve(at((shape.n + sm90::kWgmmaM) * kK));
+  const i32 k_size = wgmma_k(shape);
+  out.reserve(at((shape.n + sm90::kWgmmaM) * k_size));
   for (i32 n = 0; n < shape.n; ++n) {
-    for (i32 k = 0; k < kK; ++k) out.push_back(b_address(shape, n, k));
+    for (i32 k = 0; k < k_size; ++k) out.push_back(b_address(shape, n, k));
   }
   if (!shape.a_in_registers) {
     for (i32 m = 0; m < sm90::kWgmmaM; ++m) {
-      for (i32 k = 0; k < kK; ++k) out.push_back(a_address(shape, m, k));
+      for (i32 k = 0; k < k_size; ++k) out.push_back(a_address(shape, m, k));
     }
   }
   return out;
@@ -62,17 +62,17 @@ std::vector<u32> wgmma_operand_addresses(const WgmmaShape& shape) {
 void wgmma_compute(const WgmmaShape& shape, const std::function<u16(u32)>& read_u16, const WarpgroupARegisters& a,
                    bool accumulate, std::vector<std::vector<float>>& acc) {
   constexpr i32 kM = sm90::kWgmmaM;
-  const i32 kK = wgmma_k(shape);
-  std::vector<float> a_values(static_cast<std::size_t>(kM * kK));
+  const i32 k_size = wgmma_k(shape);
+  std::vector<float> a_values(static_cast<std::size_t>(kM * k_size));
   for (i32 m = 0; m < kM; ++m) {
-    for (i32 k = 0; k < kK; ++k) {
+    for (i32 k = 0; k < k_size; ++k) {
       const u16 bits = shape.a_in_registers ? a_from_registers(shape, a, m, k) : read_u16(a_address(shape, m, k));
-      a_values[at(m * kK + k)] = element(shape, bits);
+      a_values[at(m * k_size + k)] = element(shape, bits);
     }
   }
-  std::vector<float> b_values(static_cast<std::size_t>(shape.n * kK));
+  std::vector<float> b_values(static_cast<std::size_t>(shape.n * k_size));
   for (i32 n = 0; n < shape.n; ++n) {
-    for (i32 k = 0; k < kK; ++k) b_values[at(n * kK + k)] = element(shape, read_u16(b_address(shape, n, k)));
+    for (i32 k = 0; k < k_size; ++k) b_values[at(n * k_size + k)] = element(shape, read_u16(b_address(shape, n, k)));
   }
   for (i32 t = 0; t < sm90::kWarpgroupSize; ++t) {
     std::vector<float>& d = acc[static_cast<std::size_t>(t)];
@@ -80,8 +80,8 @@ void wgmma_compute(const WgmmaShape& shape, const std::function<u16(u32)>& read_
       const i32 row = sm90::accumulator_row(t, i);
       const i32 col = sm90::accumulator_col(t, i);
       float sum = accumulate ? d[static_cast<std::size_t>(i)] : 0.0F;
-      for (i32 k = 0; k < kK; ++k) {
-        sum += a_values[at(row * kK + k)] * b_values[at(col * kK + k)];
+      for (i32 k = 0; k < k_size; ++k) {
+        sum += a_values[at(row * k_size + k)] * b_values[at(col * k_size + k)];
       }
       d[static_cast<std::size_t>(i)] = sum;
     }

@@ -63,7 +63,7 @@ void set_axis(SweepSpec& spec, const std::string& axis, const std::string& value
     if (!dtype || !is_fp8(*dtype)) {
       throw InvalidArgument("kv_dtype: got '" + trim(values) + "'; expected e4m3 or e5m2 (an fp8 KV cache)");
     }
-    spec.kv_dtype = *dtype;
+    spec.kv_dtype = dtype;
   } else if (axis == "head_dims") {
     spec.head_dims.clear();
     for (const std::string& item : items) {
