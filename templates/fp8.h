@@ -26,7 +26,7 @@
 // stored in the lower 8 bits"): pack_fp8x2(lo, hi) holds lo in bits 0..7 and
 // hi in bits 8..15, i.e. `cvt.rn.satfinite.e4m3x2.f32 d, hi, lo`.
 //
-//   const u8 b = float_to_fp8_satfinite(300.0f, Fp8::kE4M3);  // 0x7A: 288 (300 is nearer 288 than 320)
+//   const u8 b = float_to_fp8_satfinite(300.0f, Fp8::kE4M3);  // 0x79: 288 (300 is nearer 288 than 320)
 //   fp8_to_float(b, Fp8::kE4M3);                               // 288.0f
 #pragma once
 

@@ -144,10 +144,45 @@ TEST(DTypeTest, TiesRoundToEven) {
 }
 
 TEST(DTypeTest, NamesRoundTrip) {
-  for (DType dtype : {DType::kF16, DType::kBF16}) {
+  for (DType dtype : {DType::kF16, DType::kBF16, DType::kE4M3, DType::kE5M2}) {
     EXPECT_EQ(parse_dtype(to_string(dtype)), dtype);
   }
   EXPECT_FALSE(parse_dtype("fp8").has_value());
+  // torch's names
+  EXPECT_EQ(parse_dtype("float8_e4m3fn"), DType::kE4M3);
+  EXPECT_EQ(parse_dtype("float8_e5m2"), DType::kE5M2);
+  EXPECT_EQ(parse_dtype("bfloat16"), DType::kBF16);
+}
+
+TEST(DTypeTest, Fp8StoresOneByteAndRoundsAsCvtSatfinite) {
+  EXPECT_EQ(element_bytes(DType::kE4M3), 1);
+  EXPECT_EQ(element_bytes(DType::kBF16), 2);
+  EXPECT_TRUE(is_fp8(DType::kE5M2));
+  EXPECT_FALSE(is_fp8(DType::kF16));
+  EXPECT_EQ(float_to_bits(DType::kE4M3, 300.0F), 0x79);     // 288 (0x79): nearer than 320 (0x7A)
+  EXPECT_EQ(float_to_bits(DType::kE4M3, 1e6F), 0x7E);       // saturates to 448
+  EXPECT_EQ(bits_to_float(DType::kE5M2, 0x3C), 1.0F);       // e5m2 is fp16's upper byte
+  EXPECT_EQ(round_to(DType::kE4M3, 1.0F + 0x1p-4F), 1.0F);  // 3 mantissa bits: a tie to even
+  // Slots to the bytes kernels read: one per fp8 element, two (little-endian) per 16-bit one.
+  const std::vector<std::uint16_t> slots = {0x0138, 0x00C0, 0x1234};
+  EXPECT_EQ(storage_bytes(DType::kE4M3, slots), (std::vector<std::uint8_t>{0x38, 0xC0, 0x34}));
+  EXPECT_EQ(storage_bytes(DType::kBF16, slots), (std::vector<std::uint8_t>{0x38, 0x01, 0xC0, 0x00, 0x34, 0x12}));
+}
+
+TEST(DTypeTest, StorageNamesKeyAnFp8CacheApart) {
+  EXPECT_EQ(storage_name(DType::kBF16, std::nullopt), "bf16");
+  EXPECT_EQ(storage_name(DType::kBF16, DType::kBF16), "bf16");
+  EXPECT_EQ(storage_name(DType::kE4M3, DType::kE4M3), "e4m3");
+  EXPECT_EQ(storage_name(DType::kF16, DType::kE5M2), "fp16-kv-e5m2");
+  for (const char* name : {"bf16", "e4m3", "fp16-kv-e5m2", "bf16-kv-e4m3"}) {
+    const std::optional<StorageName> parsed = parse_storage_name(name);
+    ASSERT_TRUE(parsed.has_value()) << name;
+    EXPECT_EQ(storage_name(parsed->dtype, parsed->kv_dtype), name);
+  }
+  // Canonical names only, and a cache in its queries' own dtype is no second dtype.
+  for (const char* name : {"bfloat16", "bf16-kv-bf16", "bf16-kv-", "bf16-kv-float8_e4m3fn", "kv-e4m3", "bf16-kv-fp8"}) {
+    EXPECT_FALSE(parse_storage_name(name).has_value()) << name;
+  }
 }
 
 }  // namespace
