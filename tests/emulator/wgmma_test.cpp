@@ -102,15 +102,8 @@ void expect_fp8_matches_fp64(bool wrong_fragment = false) {
   SCOPED_TRACE(std::string(F == Fp8::kE4M3 ? "e4m3" : "e5m2") + " N " + std::to_string(kN) + " swizzle " +
                std::to_string(sm90::swizzle_span(kSwizzle)) + (kARegisters ? " A in registers" : ""));
   std::mt19937 rng(kN * 11 + static_cast<int>(kSwizzle));
-  const auto finite_byte = [&] {
-    for (;;) {
-      const auto b = static_cast<u8>(rng() & 0xFFU);
-      if (std::isfinite(fp8_to_float(b, F)) && std::abs(fp8_to_float(b, F)) <= 16.0F) return b;
-    }
-  };
-  std::vector<u8> a(64 * 64), bt(static_cast<std::size_t>(kN * 64));
-  for (u8& x : a) x = finite_byte();
-  for (u8& x : bt) x = finite_byte();
+  const std::vector<u8> a = testing::finite_fp8_bytes<F>(64 * 64, rng);
+  const std::vector<u8> bt = testing::finite_fp8_bytes<F>(static_cast<std::size_t>(kN * 64), rng);
   std::vector<float> c(static_cast<std::size_t>(64 * kN), -1.0F);
   emu::Emulator emulator;
   emulator.register_buffer("a", a.data(), a.size());
@@ -164,12 +157,7 @@ int fp8_pv_errors() {
   std::uniform_real_distribution<float> prob(0.0F, 1.0F);
   std::vector<float> pm(64 * 64);
   for (float& x : pm) x = prob(rng);
-  std::vector<u8> v(static_cast<std::size_t>(64 * kN));
-  for (u8& x : v) {
-    do {
-      x = static_cast<u8>(rng() & 0xFFU);
-    } while (!std::isfinite(fp8_to_float(x, F)) || std::abs(fp8_to_float(x, F)) > 16.0F);
-  }
+  const std::vector<u8> v = testing::finite_fp8_bytes<F>(static_cast<std::size_t>(64 * kN), rng);
   std::vector<float> c(static_cast<std::size_t>(64 * kN), -1.0F);
   emu::Emulator emulator;
   emulator.register_buffer("p", pm.data(), pm.size() * 4);

@@ -59,6 +59,17 @@ struct Fp8Buffers {
     buffers.k_descale = d.k_descale;
     buffers.v_descale = d.v_descale;
   }
+  // Described to an emulator that launches a kernel by hand, with the descales.
+  void register_on(emu::Emulator& emulator, const Descales& values) const {
+    emulator.register_buffer("Q", q.data(), q.size());
+    emulator.register_buffer("K", k.data(), k.size());
+    emulator.register_buffer("V", v.data(), v.size());
+    emulator.register_buffer("O", o.data(), o.size() * 2);
+    emulator.register_buffer("LSE", lse.data(), lse.size() * 4);
+    emulator.register_buffer("q_descale", values.q.data(), values.q.size() * 4);
+    emulator.register_buffer("k_descale", values.k.data(), values.k.size() * 4);
+    emulator.register_buffer("v_descale", values.v.data(), values.v.size() * 4);
+  }
   ReferenceOutput output(const AttentionProblem& p) const {
     ReferenceOutput out;
     for (std::uint16_t bits : o) out.o.push_back(bits_to_float(p.compute_dtype(), bits));
@@ -181,14 +192,7 @@ ReferenceOutput run_flash_fwd(const testing::Inputs& in, void (*kernel)(Params),
   Fp8Buffers b(in, values.tensors(true));
   const AttentionProblem& p = in.problem;
   emu::Emulator emulator;
-  emulator.register_buffer("Q", b.q.data(), b.q.size());
-  emulator.register_buffer("K", b.k.data(), b.k.size());
-  emulator.register_buffer("V", b.v.data(), b.v.size());
-  emulator.register_buffer("O", b.o.data(), b.o.size() * 2);
-  emulator.register_buffer("LSE", b.lse.data(), b.lse.size() * 4);
-  emulator.register_buffer("q_descale", values.q.data(), values.q.size() * 4);
-  emulator.register_buffer("k_descale", values.k.data(), values.k.size() * 4);
-  emulator.register_buffer("v_descale", values.v.data(), values.v.size() * 4);
+  b.register_on(emulator, values);
   const Variant v = parse_variant_id("flash_fwd/d64.bm64.bn32.wm4.wn1.st2.qr0");
   emulator.launch(kernel, flash_fwd_launch(p, v), std::bit_cast<Params>(flash_fwd_params(p, b.buffers, {})));
   return b.output(p);
@@ -223,14 +227,8 @@ ReferenceOutput run_flash_decode(const testing::Inputs& in, void (*kernel)(Param
   Fp8Buffers b(in, values.tensors(false));
   const AttentionProblem& p = in.problem;
   emu::Emulator emulator;
-  emulator.register_buffer("Q", b.q.data(), b.q.size());
-  emulator.register_buffer("K", b.k.data(), b.k.size());
-  emulator.register_buffer("V", b.v.data(), b.v.size());
-  emulator.register_buffer("O", b.o.data(), b.o.size() * 2);
-  emulator.register_buffer("LSE", b.lse.data(), b.lse.size() * 4);
+  b.register_on(emulator, values);
   emulator.register_buffer("cache_seqlens", p.seqlens_k.data(), p.seqlens_k.size() * 4);
-  emulator.register_buffer("k_descale", values.k.data(), values.k.size() * 4);
-  emulator.register_buffer("v_descale", values.v.data(), values.v.size() * 4);
   const Variant v = parse_variant_id("flash_decode/d64.bm16.bn64.wn2.st2.pk1");
   const DeviceMetadata metadata{.seqlens_k = p.seqlens_k.data()};
   emulator.launch(kernel, flash_decode_launch(p, v, 1),

@@ -285,15 +285,8 @@ template <Fp8 F, i32 kN, Swizzle kSwizzle, bool kARegisters>
 void fp8_wgmma_form(const std::string& name, const std::string& why_no_gpu) {
   SCOPED_TRACE(name);
   std::mt19937 rng(kN * 3 + static_cast<unsigned>(kSwizzle));
-  const auto finite_byte = [&] {
-    for (;;) {
-      const auto b = static_cast<u8>(rng() & 0xFFU);
-      if (std::isfinite(fp8_to_float(b, F)) && std::abs(fp8_to_float(b, F)) <= 16.0F) return b;
-    }
-  };
-  std::vector<u8> a(64 * 64), bt(static_cast<std::size_t>(kN * 64));
-  for (u8& x : a) x = finite_byte();
-  for (u8& x : bt) x = finite_byte();
+  const std::vector<u8> a = testing::finite_fp8_bytes<F>(64 * 64, rng);
+  const std::vector<u8> bt = testing::finite_fp8_bytes<F>(static_cast<std::size_t>(kN * 64), rng);
   std::vector<double> reference(static_cast<std::size_t>(64 * kN), 0.0), magnitude(reference.size(), 0.0);
   for (int m = 0; m < 64; ++m) {
     for (int n = 0; n < kN; ++n) {
