@@ -117,17 +117,23 @@ std::int64_t max_sm90_head_dim() {
   }();
   return kLargest;
 }
-constexpr std::int64_t kStrideElements = 8;  // TMA: global strides are multiples of 16 bytes
-
-bool tma_stride(std::int64_t elements) { return elements > 0 && elements % kStrideElements == 0; }
+constexpr std::int64_t kStrideBytes = 16;  // TMA: global strides are multiples of 16 bytes
+// The Hopper fp8 forward: e4m3 Q, K and V in whole 128-byte rows.
+constexpr std::int64_t kSm90Fp8MinHeadDim = 65;
 
 }  // namespace
 
-Sm90Fit tma_stride_fit(char tensor, const TensorStrides& s, bool single_batch) {
-  if (!tma_stride(s.seq)) return {Sm90Fit::Why::kStride, tensor, "row", s.seq};
-  if (!tma_stride(s.head)) return {Sm90Fit::Why::kStride, tensor, "head", s.head};
-  if (!single_batch && !tma_stride(s.batch)) return {Sm90Fit::Why::kStride, tensor, "batch", s.batch};
+Sm90Fit tma_stride_fit(char tensor, const TensorStrides& s, bool single_batch, int element_bytes) {
+  const std::int64_t multiple = kStrideBytes / element_bytes;
+  const auto fits = [&](std::int64_t elements) { return elements > 0 && elements % multiple == 0; };
+  if (!fits(s.seq)) return {Sm90Fit::Why::kStride, tensor, "row", s.seq, multiple};
+  if (!fits(s.head)) return {Sm90Fit::Why::kStride, tensor, "head", s.head, multiple};
+  if (!single_batch && !fits(s.batch)) return {Sm90Fit::Why::kStride, tensor, "batch", s.batch, multiple};
   return {};
+}
+
+bool sm90_takes_fp8(DType dtype, DType k_dtype, std::int64_t head_dim) {
+  return dtype == DType::kE4M3 && k_dtype == DType::kE4M3 && head_dim >= kSm90Fp8MinHeadDim;
 }
 
 Sm90Fit sm90_fit(const AttentionProblem& p) {
@@ -137,14 +143,15 @@ Sm90Fit sm90_fit(const AttentionProblem& p) {
   // (The default, 1/sqrt(Dk), is: no square root on the dispatch path.)
   if (p.scale && !(*p.scale > 0)) return {Sm90Fit::Why::kScale};
   if (p.is_paged()) return {Sm90Fit::Why::kPaged};
-  if (p.has_fp8()) return {Sm90Fit::Why::kFp8};
   const std::int64_t d = std::max(p.head_dim_k, p.head_dim_v);
+  if (p.has_fp8() && !sm90_takes_fp8(p.dtype, p.k_dtype(), d)) return {Sm90Fit::Why::kFp8};
   if (d > max_sm90_head_dim()) return {Sm90Fit::Why::kHeadDim, 0, nullptr, d};
   const bool single_k = p.has_packed_keys() || p.batch <= 1;
-  Sm90Fit fit = tma_stride_fit('Q', p.q_strides, p.is_packed() || p.batch <= 1);
+  const int bytes = element_bytes(p.dtype);
+  Sm90Fit fit = tma_stride_fit('Q', p.q_strides, p.is_packed() || p.batch <= 1, bytes);
   // Without keys the kernel loads no K or V tile: their maps are never built.
-  if (fit.fits() && p.seqlen_k > 0) fit = tma_stride_fit('K', p.k_strides, single_k);
-  if (fit.fits() && p.seqlen_k > 0) fit = tma_stride_fit('V', p.v_strides, single_k);
+  if (fit.fits() && p.seqlen_k > 0) fit = tma_stride_fit('K', p.k_strides, single_k, bytes);
+  if (fit.fits() && p.seqlen_k > 0) fit = tma_stride_fit('V', p.v_strides, single_k, bytes);
   return fit;
 }
 
@@ -163,12 +170,15 @@ std::string Sm90Fit::reason(const AttentionProblem& p) const {
     case Why::kPaged:
       return "a paged KV cache";
     case Why::kFp8:
-      return "fp8 inputs (" + storage_name(p.dtype, p.kv_dtype) + "), which the portable kernels widen as they load";
+      return "fp8 inputs (" + storage_name(p.dtype, p.kv_dtype) + ", head dim " +
+             std::to_string(std::max(p.head_dim_k, p.head_dim_v)) +
+             "): the Hopper kernel takes e4m3 Q, K and V at head dims " + std::to_string(kSm90Fp8MinHeadDim) + " to " +
+             std::to_string(max_sm90_head_dim()) + "; the portable kernels widen the rest as they load";
     case Why::kHeadDim:
       return "head dim " + std::to_string(value) + " above " + std::to_string(max_sm90_head_dim());
     case Why::kStride:
       return std::string(1, tensor) + " " + stride + " stride " + std::to_string(value) +
-             " elements: TMA needs a positive multiple of " + std::to_string(kStrideElements);
+             " elements: TMA needs a positive multiple of " + std::to_string(multiple);
   }
   return {};
 }
@@ -302,6 +312,8 @@ std::vector<Variant> enumerate_variants(std::string_view op, DType /*dtype*/, in
       if (!kernel_runs_on(*kernel, arch) || bits != modifiers || kernel->tunables.front().values.back() < need) {
         continue;
       }
+      // The Hopper fp8 forward reads whole 128-byte rows of e4m3 columns.
+      if (kernel->id == KernelId::kFlashFwdSm90 && (bits & kFeatureFp8) != 0 && need < kSm90Fp8MinHeadDim) continue;
     }
     std::vector<int> current = {head_dim_bucket(*kernel, dk, dv)};
     std::vector<std::vector<int>> all;

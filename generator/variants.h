@@ -134,6 +134,7 @@ struct Sm90Fit {
   char tensor = 0;               // kStride: 'Q', 'K', 'V' or 'O'
   const char* stride = nullptr;  // kStride: "row", "head" or "batch"
   std::int64_t value = 0;        // kHeadDim: the head dim; kStride: the stride in elements
+  std::int64_t multiple = 0;     // kStride: what TMA needs it a multiple of, in elements (16 bytes)
 
   bool fits() const { return why == Why::kFits; }
   // "score modifiers (softcap)", "softmax scale -0.5: ...", "a paged KV cache", "head dim 320 above
@@ -148,7 +149,13 @@ Sm90Fit sm90_fit(const AttentionProblem& problem);
 // Whether TMA can describe one 16-bit [batch, rows, heads, D] tensor with
 // these strides; `single_batch` (packed, or a batch of one): the batch
 // stride is never stepped.
-Sm90Fit tma_stride_fit(char tensor, const TensorStrides& strides, bool single_batch);
+Sm90Fit tma_stride_fit(char tensor, const TensorStrides& strides, bool single_batch, int element_bytes = 2);
+
+// Whether flash_fwd_sm90 takes fp8 inputs of these storage types at head
+// dim max(Dk, Dv): e4m3 Q, K and V (FlashAttention-3's fp8 forward) in
+// whole 128-byte rows, d > 64. e5m2, an fp8 cache under 16-bit queries and
+// d <= 64 run on the portable kernels, which widen fp8 as they load.
+bool sm90_takes_fp8(DType dtype, DType k_dtype, std::int64_t head_dim);
 
 // sm90_fit(problem).reason(problem).
 std::string sm90_unfit_reason(const AttentionProblem& problem);

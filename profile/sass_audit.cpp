@@ -94,7 +94,8 @@ std::string class_of(const Instruction& i) {
   return "";
 }
 
-bool is_mma(const Instruction& i) { return i.opcode == "HGMMA" || i.opcode == "HMMA"; }
+// Tensor-core instructions: warpgroup (HGMMA 16-bit, QGMMA 8-bit) and warp (HMMA).
+bool is_mma(const Instruction& i) { return i.opcode == "HGMMA" || i.opcode == "QGMMA" || i.opcode == "HMMA"; }
 
 // Whether control can go on to the next instruction: not after an
 // unconditional branch, exit or return.

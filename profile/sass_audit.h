@@ -3,7 +3,7 @@
 // (USETMAXREG) the highest register named and the local-memory spills, since
 // ptxas compiles the code after `setmaxnreg.inc` for the raised budget while
 // `ptxas -v` prints only the entry's; per loop that issues tensor-core MMAs
-// (HGMMA or HMMA) its length per MMA and the instruction classes an
+// (HGMMA, QGMMA or HMMA) its length per MMA and the instruction classes an
 // attention step spends.
 //
 //   const SassAudit audit = audit_sass(disassemble(cubin));
@@ -36,7 +36,7 @@ struct SassLoop {
   int begin_address = 0;  // the header's
   int end_address = 0;    // the highest address in the loop
   int instructions = 0;
-  int mma = 0;                            // HGMMA and HMMA
+  int mma = 0;                            // HGMMA, QGMMA and HMMA
   int inner_mma_loops = 0;                // MMA loops inside this one (0: innermost; a persistent tile loop holds some)
   std::map<std::string, int> mma_shapes;  // "HGMMA.64x128x16.F32.BF16": count
   double instructions_per_mma = 0;

@@ -22,12 +22,14 @@ namespace attune {
 // fp32 sum; dropout scales the rounded probability (rounded again).
 // The loops of naive_storage_attention: `read(which, offset)` gives element
 // `offset` of Q (0), K (1) or V (2) as a float, intermediates rounded to
-// `dtype`. Contiguous or packed K and V.
+// `dtype`, the probabilities to `p_dtype` first (fp8 attention's P V runs
+// on fp8 P). Contiguous or packed K and V.
 template <class Read>
 ReferenceOutput naive_attention(const AttentionProblem& p, DType dtype, const Read& read,
-                                const ModifierTensors& modifiers) {
+                                const ModifierTensors& modifiers, DType p_dtype) {
   const ModifierValues mods(p, modifiers);
   const auto round = [&](float x) { return round_to(dtype, x); };
+  const auto round_p = [&](float x) { return round(round_to(p_dtype, x)); };
   constexpr int kQ = 0;
   constexpr int kK = 1;
   constexpr int kV = 2;
@@ -63,7 +65,7 @@ ReferenceOutput naive_attention(const AttentionProblem& p, DType dtype, const Re
         for (int64_t d = 0; d < p.head_dim_v; ++d) {
           float acc = 0;
           for (int64_t j = keys.begin; j < keys.end; ++j) {
-            float prob = round(std::exp(logits[static_cast<std::size_t>(j - keys.begin)] - max_logit) / sum);
+            float prob = round_p(std::exp(logits[static_cast<std::size_t>(j - keys.begin)] - max_logit) / sum);
             // Dropout as a framework applies it: to the rounded probability, rounded again.
             if (mods.has_dropout()) prob = round(static_cast<float>(prob * mods.dropout_weight(b, h, i, j)));
             acc += prob * read(kV, element_offset(p.v_strides, b, s.k_begin + j, p.kv_head_of(h)) + d);
@@ -80,7 +82,9 @@ ReferenceOutput naive_attention(const AttentionProblem& p, DType dtype, const Re
 // fp8 inputs (one element per 16-bit slot, as reference_forward takes them)
 // are read as the values dequantize_inputs gives, rounded to float, and the
 // intermediates to the compute dtype: the attention a framework computes
-// after dequantizing, whose error the kernels' is held to.
+// after dequantizing, whose error the kernels' is held to. With Q, K and V
+// in fp8 (FlashAttention-3's fp8 attention) P is rounded to their format
+// too, as FlashAttention-3's fp8 P V takes it (docs/contract.md).
 inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const std::uint16_t* q_bits,
                                                const std::uint16_t* k_bits, const std::uint16_t* v_bits,
                                                const ModifierTensors& modifiers = {}) {
@@ -92,7 +96,7 @@ inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const 
         [&](int which, int64_t offset) {
           return static_cast<float>((*tensors[which])[static_cast<std::size_t>(offset)]);
         },
-        modifiers);
+        modifiers, is_fp8(p.dtype) ? p.dtype : p.compute_dtype());
   }
   if (p.is_paged()) {
     const UnpagedKv cache = unpage_kv(p, k_bits, v_bits);
@@ -100,7 +104,8 @@ inline ReferenceOutput naive_storage_attention(const AttentionProblem& p, const 
   }
   const std::uint16_t* tensors[] = {q_bits, k_bits, v_bits};
   return naive_attention(
-      p, p.dtype, [&](int which, int64_t offset) { return bits_to_float(p.dtype, tensors[which][offset]); }, modifiers);
+      p, p.dtype, [&](int which, int64_t offset) { return bits_to_float(p.dtype, tensors[which][offset]); }, modifiers,
+      p.dtype);
 }
 
 struct AccuracyErrors {

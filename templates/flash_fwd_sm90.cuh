@@ -26,11 +26,23 @@
 // addresses that layout. Rows and keys past the tensor read as zero; keys
 // past a sequence inside the tensor (packed or padded keys) are masked, and
 // their V rows are zeroed by the producer before the consumers see them.
+//
+// kFp8 (a feature the problem chooses): Q, K and V in e4m3, O in DType.
+// Tiles are D/128 boxes of 128 one-byte columns (the same 128-byte rows),
+// S = Q K^T runs on 8-bit wgmma (k32 steps), and P V wants V K-major
+// (keys contiguous), which TMA cannot write: V lands key-major in a staging
+// buffer and the producer's warps 1..3 transpose it into the stage, key
+// 32 j + p_key(c) in slot c of each 32-key step, so P is packed to e4m3
+// from the S accumulators with no exchange between threads
+// (sm90_fp8.cuh); they zero the keys past the sequence or the tile as they
+// go, then complete the stage's full barrier. q and k's descales fold
+// into the softmax scale, v's into the row's output scale.
 #pragma once
 
 #include "templates/flash_fwd_params.h"
 #include "templates/flash_fwd_sm90_registers.h"
 #include "templates/primitives/hopper.h"
+#include "templates/sm90_fp8.cuh"
 #include "templates/sm90_pipeline.cuh"
 #include "templates/sm90_scheduler.cuh"
 #include "templates/tunable.cuh"
@@ -61,6 +73,7 @@ struct FlashFwdSm90Params {
   i32 scheduler ATTUNE_TUNABLE_OF(flash_fwd_sm90, kScheduler);
   // Added at the end, so variants without it keep their code.
   DropoutParams dropout;  // read only by variants with kDropout
+  Fp8Inputs fp8;          // read only by variants with kFp8: e4m3 Q, K and V, and their descales
 };
 
 struct FlashFwdSm90Tunables {
@@ -85,6 +98,9 @@ struct FlashFwdSm90Tunables {
   // 64K-register file): the producer keeps the minimum that its loop needs.
   ATTUNE_HOST_DEVICE static constexpr int consumer_registers(int consumers) { return consumers == 3 ? 160 : 240; }
   ATTUNE_HOST_DEVICE static constexpr int producer_registers(int consumers) { return consumers == 3 ? 32 : 24; }
+  // kFp8 with two consumers: the producer's transpose keeps 32, which
+  // 240 per consumer thread still leaves (128 x 32 + 256 x 240 = 64K).
+  static constexpr int kFp8ProducerRegisters = 32;
   // Whether the consumers of a variant fit their registers, from
   // measurements (flash_fwd_sm90_registers.h, tools/sm90_registers.py):
   // ptxas compiles the code after `setmaxnreg.inc` for the raised budget
@@ -144,6 +160,12 @@ struct Layout {
   ATTUNE_DEVICE i32 tile_bytes() const { return 2 * block_n * head_dim; }  // one K or V tile
   ATTUNE_DEVICE i32 k_offset(i32 stage) const { return q_offset() + q_bytes() + stage * 2 * tile_bytes(); }
   ATTUNE_DEVICE i32 v_offset(i32 stage) const { return k_offset(stage) + tile_bytes(); }
+  // kFp8, in the same stage bytes: K (block_n x D bytes), then V as TMA
+  // lands it (the same), then at v_offset the transposed V, D rows of
+  // 128 key slots per 128 keys (at most 2 block_n x D bytes for any
+  // block_n >= 64). Q fills the first half of its buffer.
+  ATTUNE_DEVICE i32 fp8_tile_bytes() const { return block_n * head_dim; }
+  ATTUNE_DEVICE i32 fp8_v_landing(i32 stage) const { return k_offset(stage) + fp8_tile_bytes(); }
 };
 
 // 16-bit elements of 128-byte rows: a box of 64 columns.
@@ -160,7 +182,54 @@ struct Barriers {
   u64 q_empty;  // every consumer thread is done with Q's rows and the O staged in them
   u64 v_fixed;  // the producer's own wait on a V tile it must zero rows of
   i32 tile;     // kDynamic: the tile the producer claimed, written before q_full's arrival; -1: none left
+  // kFp8: a stage's V landed (its TMA bytes and the producer leader's
+  // arrival), and how many of its keys the transpose keeps (written
+  // before that arrival; the rest become zeros; -1: no tile follows).
+  u64 v_landed[3];
+  i32 v_keys[3];
 };
+
+// kFp8: the producer's warps 1..3 transpose V (kTransposeThreads threads).
+inline constexpr i32 kTransposeThreads = 96;
+// 128 key slots per transposed row: one 128-byte row per head-dim column.
+inline constexpr i32 kFp8BoxCols = 128;
+ATTUNE_HOST_DEVICE constexpr i32 fp8_p_steps(i32 block_n) { return (block_n + 31) / 32; }
+
+// One stage's V from the landed key-major tile (rows of keys, boxes of
+// 128 head-dim columns) into the K-major tile the P V wgmma reads: slot c
+// of 32-key step j holds key 32 j + p_key(c), keys at or past `keys` (and
+// the slots past the tile) hold zeros. Thread `tt` of kTransposeThreads
+// moves 4 x 4 bytes at a time: four words of one head-dim quad, from the
+// four keys of a slot quad, become the slot quad's word in four rows.
+template <int kHeadDim, int kBlockN>
+ATTUNE_DEVICE void transpose_v_fp8(unsigned char* smem, const unsigned char* landed, unsigned char* vt, i32 keys,
+                                   i32 tt) {
+  constexpr i32 kQuads = kHeadDim / 4;                    // head-dim quads per key
+  constexpr i32 kSlotWords = fp8_p_steps(kBlockN) * 8;    // slot quads per head-dim column
+  const u32 landed_at = static_cast<u32>(landed - smem);  // both on swizzle atoms
+  const u32 vt_at = static_cast<u32>(vt - smem);
+  for (i32 u = tt; u < kQuads * kSlotWords; u += kTransposeThreads) {
+    const i32 quad = u % kQuads;  // a warp reads whole 128-byte key rows
+    const i32 slot = 4 * (u / kQuads);
+    const i32 col = 4 * quad;
+    u32 x[4];
+    ATTUNE_UNROLL
+    for (i32 h = 0; h < 4; ++h) {
+      const i32 key = 32 * (slot / 32) + sm90_fp8::p_key(slot % 32 + h);
+      const u32 at =
+          landed_at + static_cast<u32>((col / kFp8BoxCols) * kBlockN * kRowBytes + key * kRowBytes + col % kFp8BoxCols);
+      x[h] = key < keys ? dev::load_shared(dev::shared_as<u32>(smem + sm90::swizzle_address(kSwizzle, at))) : 0U;
+    }
+    ATTUNE_UNROLL
+    for (i32 r = 0; r < 4; ++r) {  // row col + r: byte r of each key's word
+      const u32 word = ((x[0] >> (8 * r)) & 0xFFU) | (((x[1] >> (8 * r)) & 0xFFU) << 8) |
+                       (((x[2] >> (8 * r)) & 0xFFU) << 16) | (((x[3] >> (8 * r)) & 0xFFU) << 24);
+      const u32 at = vt_at + static_cast<u32>((slot / kFp8BoxCols) * kHeadDim * kRowBytes + (col + r) * kRowBytes +
+                                              slot % kFp8BoxCols);
+      dev::store_shared(dev::shared_as<u32>(smem + sm90::swizzle_address(kSwizzle, at)), word);  // producer: V^T
+    }
+  }
+}
 
 // What a CTA needs to know of its tile, producer and consumers alike.
 struct TileWork {
@@ -204,7 +273,7 @@ struct TileWork {
 // every tunable but kHeadDim and kBlockN may be kAtRunTime, read from the
 // params.
 template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kPingpong, int kOverlap, int kRescaleAfter,
-          int kTmaStore, int kScheduler, class DType, int kDropout = 0>
+          int kTmaStore, int kScheduler, class DType, int kDropout = 0, int kFp8 = 0>
 ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     flash_fwd_sm90(const ATTUNE_GRID_CONSTANT FlashFwdSm90Params p) {
   using namespace sm90_detail;
@@ -222,6 +291,14 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   constexpr i32 kChunks = kHeadDim / kBoxCols;
   constexpr i32 kKSteps = kHeadDim / 16;  // S GEMM: 16 head-dim columns per wgmma
   constexpr i32 kPSteps = kBlockN / 16;   // P V GEMM: 16 keys per wgmma
+  // kFp8 (1, or -1: the emulator's, from the params) needs whole 128-byte
+  // rows of e4m3 head-dim columns: head dims of 128 and 256.
+  static_assert(kFp8 != 1 || kHeadDim % kFp8BoxCols == 0, "flash_fwd_sm90: fp8 needs a head dim of 128 or 256");
+  constexpr bool kMayFp8 = kFp8 != 0 && kHeadDim % kFp8BoxCols == 0;
+  constexpr i32 kFp8Chunks = kHeadDim / kFp8BoxCols;
+  constexpr i32 kFp8KSteps = kHeadDim / 32;         // S GEMM: 32 head-dim columns per 8-bit wgmma
+  constexpr i32 kFp8PSteps = fp8_p_steps(kBlockN);  // P V GEMM: 32 keys per 8-bit wgmma
+  const bool fp8 = kMayFp8 && (kFp8 == 1 || p.fp8.q_format == kStoredE4M3);
   const i32 block_m = Tunable<kBlockM>(p.block_m).value();
   const i32 stages = Tunable<kStages>(p.stages).value();
   const bool pingpong = Tunable<kPingpong>(p.pingpong).on();
@@ -250,6 +327,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     dev::mbarrier::init(q_full, 1);
     dev::mbarrier::init(q_empty, 128 * consumers);
     dev::mbarrier::init(v_fixed, 1);
+    if (fp8) {
+      for (i32 st = 0; st < stages; ++st) dev::mbarrier::init(&bars->v_landed[st], 1);
+    }
     dev::mbarrier::fence_init();
   }
   dev::block::sync();
@@ -261,9 +341,29 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     if (consumers == 3) {
       dev::registers::decrease<FlashFwdSm90Tunables::producer_registers(3)>();
     } else if (consumers == 2) {
-      dev::registers::decrease<FlashFwdSm90Tunables::producer_registers(2)>();
+      if (fp8) {
+        dev::registers::decrease<FlashFwdSm90Tunables::kFp8ProducerRegisters>();
+      } else {
+        dev::registers::decrease<FlashFwdSm90Tunables::producer_registers(2)>();
+      }
     }
-    if (dev::warp_id() != 0) return;
+    if (dev::warp_id() != 0) {
+      if (!fp8) return;
+      // kFp8: warps 1..3 transpose each stage's V as it lands, in ring
+      // order, until the leader's -1.
+      const i32 tt = dev::linear_thread() - kWarpSize;
+      for (i32 it = 0;; ++it) {
+        const i32 st = ring.stage(it);
+        dev::mbarrier::wait(&bars->v_landed[st], ring.lap(it) & 1);  // transposer: wait V landed
+        const i32 keys = dev::load_shared(&bars->v_keys[st]);
+        if (keys < 0) break;
+        transpose_v_fp8<kHeadDim, kBlockN>(smem, smem + layout.fp8_v_landing(st), smem + layout.v_offset(st), keys, tt);
+        dev::fence_proxy_async();  // V^T before wgmma reads it, the landed V read before TMA writes it again
+        dev::named_barrier::sync(sm90_sync::kTranspose, kTransposeThreads);
+        if (tt == 0) dev::mbarrier::arrive(ring.full_barrier(it));  // transposer: V^T ready
+      }
+      return;
+    }
     const bool leader = dev::elect_one();
     if (leader) {
       dev::tma::prefetch(&p.q_map);
@@ -284,7 +384,13 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
       // thread that arrives writes it.
       if (dynamic && leader) dev::store_shared(&bars->tile, index);  // producer: hand the tile over
       if (leader) {
-        if (w.tiles > 0) {
+        if (w.tiles > 0 && fp8) {
+          dev::mbarrier::arrive_expect_tx(q_full, static_cast<u32>(block_m * kHeadDim));
+          for (i32 c = 0; c < kFp8Chunks; ++c) {
+            dev::tma::load(q_s + c * block_m * kRowBytes, &p.q_map, q_full, c * kFp8BoxCols,
+                           static_cast<i32>(w.seq.q_begin + w.row0), w.head, w.map_batch);  // producer: load Q
+          }
+        } else if (w.tiles > 0) {
           dev::mbarrier::arrive_expect_tx(q_full, static_cast<u32>(layout.q_bytes()));
           for (i32 c = 0; c < kChunks; ++c) {
             dev::tma::load(q_s + c * block_m * kRowBytes, &p.q_map, q_full, c * kBoxCols,
@@ -307,6 +413,25 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         const bool zero_v = key0 + kBlockN > w.seq.k_len && (f.cu_seqlens_k != nullptr || w.seq.k_len < f.seqlen_k);
         ring.producer_acquire(it);
         u64* full = ring.full_barrier(it);
+        if (fp8) {
+          // K completes `full` with the transposers' arrival; V lands on
+          // v_landed, with the keys the transpose keeps.
+          if (leader) {
+            dev::store_shared(&bars->v_keys[s], zero_v ? static_cast<i32>(w.seq.k_len - key0) : kBlockN);
+            dev::mbarrier::expect_tx(full, static_cast<u32>(layout.fp8_tile_bytes()));
+            for (i32 c = 0; c < kFp8Chunks; ++c) {
+              dev::tma::load(k_tile + c * kBlockN * kRowBytes, &p.k_map, full, c * kFp8BoxCols, key_row, w.kv_head,
+                             w.k_map_batch);  // producer: load K
+            }
+            unsigned char* landing = smem + layout.fp8_v_landing(s);
+            dev::mbarrier::arrive_expect_tx(&bars->v_landed[s], static_cast<u32>(layout.fp8_tile_bytes()));
+            for (i32 c = 0; c < kFp8Chunks; ++c) {
+              dev::tma::load(landing + c * kBlockN * kRowBytes, &p.v_map, &bars->v_landed[s], c * kFp8BoxCols, key_row,
+                             w.kv_head, w.k_map_batch);  // producer: load V
+            }
+          }
+          continue;
+        }
         if (leader) {
           if (!zero_v) {
             dev::mbarrier::arrive_expect_tx(full, static_cast<u32>(2 * layout.tile_bytes()));
@@ -354,6 +479,13 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         dev::mbarrier::arrive(q_full);
       }
     }
+    if (fp8) {  // the transposers' last wait: the next stage, once free, says no tile follows
+      ring.producer_acquire(kv_base);
+      if (leader) {
+        dev::store_shared(&bars->v_keys[ring.stage(kv_base)], -1);
+        dev::mbarrier::arrive(&bars->v_landed[ring.stage(kv_base)]);
+      }
+    }
     return;
   }
 
@@ -398,6 +530,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
       softmax.init();
       typename Config::Scores s;  // S, as the softmax and the S GEMM's accumulators hold it
       u32 pa[kPSteps][4];         // P, the A operand of the P V GEMM
+      u32 pa8[kFp8PSteps][4];     // kFp8: P in e4m3, 32 keys a step in p_key's order
+      // kFp8: q and k's descales in the scores' scale, v's in O's.
+      const float fp8_scale_log2 = fp8 ? f.scale_log2 * p.fp8.score_factor(w.batch, w.kv_head) : 0.0f;
       // With the overlap, tile i's factor is applied to O before P V of tile i
       // is issued: inside the next issue turn (behind the S GEMM), or at once
       // after the wait for the previous P V (kRescaleAfter).
@@ -408,7 +543,21 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
       sm90_sync::PingpongTurns turns(pingpong, consumer, tiles > 0 ? (overlap ? tiles + 1 : 2 * tiles) : 0);
       // Key tiles are named by their ring index `it` (kv_base + the tile's
       // index in the block), so the free loop adds nothing to find a stage.
-      const auto issue_s = [&](i32 it) {
+      const auto issue_s_fp8 = [&](i32 it) {
+        const u64 q_desc = dev::wgmma::descriptor(q_s + 64 * consumer * kRowBytes, 16, kAtomStride, kSwizzle);
+        const u64 k_desc = dev::wgmma::descriptor(smem + layout.k_offset(ring.stage(it)), 16, kAtomStride, kSwizzle);
+        dev::wgmma::fence();
+        ATTUNE_UNROLL
+        for (i32 kk = 0; kk < kFp8KSteps; ++kk) {
+          const i32 box = kk / 4;
+          const i32 col_bytes = (kk % 4) * 32;
+          const u64 desc_q = dev::wgmma::advance(q_desc, static_cast<u32>(box * block_m * kRowBytes + col_bytes));
+          const u64 desc_k = dev::wgmma::advance(k_desc, static_cast<u32>(box * kBlockN * kRowBytes + col_bytes));
+          dev::wgmma::mma_ss_fp8<Fp8::kE4M3, kBlockN>(s.tiles, desc_q, desc_k, kk > 0);  // consumer: S GEMM
+        }
+        dev::wgmma::commit();
+      };
+      const auto issue_s16 = [&](i32 it) {
         const unsigned char* k_tile = smem + layout.k_offset(ring.stage(it));
         const unsigned char* q_rows = q_s + 64 * consumer * kRowBytes;
         // Every k-step's operands are the first ones moved by a constant.
@@ -425,8 +574,26 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         }
         dev::wgmma::commit();
       };
-      const auto issue_pv = [&](i32 it) {
-        rescale.before_pv(softmax);
+      const auto issue_s = [&](i32 it) {
+        if (fp8) {
+          issue_s_fp8(it);
+        } else {
+          issue_s16(it);
+        }
+      };
+      const auto issue_pv_fp8 = [&](i32 it) {
+        // V^T is K-major: D rows of 128 key slots per 128 keys, 32 slots a step.
+        const u64 v_desc = dev::wgmma::descriptor(smem + layout.v_offset(ring.stage(it)), 16, kAtomStride, kSwizzle);
+        dev::wgmma::fence();
+        ATTUNE_UNROLL
+        for (i32 ks = 0; ks < kFp8PSteps; ++ks) {
+          const u64 desc_v =
+              dev::wgmma::advance(v_desc, static_cast<u32>((ks / 4) * kHeadDim * kRowBytes + (ks % 4) * 32));
+          dev::wgmma::mma_rs_fp8<Fp8::kE4M3, kHeadDim>(softmax.u, pa8[ks], desc_v, 1);  // consumer: P V GEMM
+        }
+        dev::wgmma::commit();
+      };
+      const auto issue_pv16 = [&](i32 it) {
         const unsigned char* v_tile = smem + layout.v_offset(ring.stage(it));
         // V is MN-major for this GEMM: 16 key rows of every box; LBO steps a box.
         const u64 v_desc = dev::wgmma::descriptor(v_tile, static_cast<u32>(kBlockN * kRowBytes), kAtomStride, kSwizzle);
@@ -438,6 +605,14 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         }
         dev::wgmma::commit();
       };
+      const auto issue_pv = [&](i32 it) {
+        rescale.before_pv(softmax);
+        if (fp8) {
+          issue_pv_fp8(it);
+        } else {
+          issue_pv16(it);
+        }
+      };
       // Scores of tile i to probabilities, m and l: the mask by global position
       // on the tiles that need it, the scale folded into the exponent.
       // (`masked` is a constant at every call: each loop below compiles its own
@@ -445,7 +620,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
       flash_detail::RowWindows<Config> windows;
       const auto softmax_step = [&](bool masked, i32 it) {
         if (masked) windows.apply(s, it - kv_base);
-        rescale.step(softmax, s.tiles, f.scale_log2);
+        rescale.step(softmax, s.tiles, fp8 ? fp8_scale_log2 : f.scale_log2);
       };
       // P of tile `it` to the A operand; with dropout, after m and l (the
       // saved LSE is the one without it), the dropped probabilities zeroed.
@@ -456,9 +631,23 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
             drop_probabilities(s.tiles, drop.stream, warp_row0, (w.n_begin + (it - kv_base)) * kBlockN);
           }
         }
-        ATTUNE_UNROLL
-        for (i32 ks = 0; ks < kPSteps; ++ks) {
-          flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
+        if (fp8) {
+          // Four 8-key tiles a step; the slots past the tile pack zeros.
+          ATTUNE_UNROLL
+          for (i32 ks = 0; ks < kFp8PSteps; ++ks) {
+            float p8[4][4];
+            ATTUNE_UNROLL
+            for (i32 q = 0; q < 4; ++q) {
+              ATTUNE_UNROLL
+              for (i32 e = 0; e < 4; ++e) p8[q][e] = 4 * ks + q < kBlockN / 8 ? s.tile(0, 4 * ks + q)[e] : 0.0f;
+            }
+            sm90_fp8::pack_p_fp8<Fp8::kE4M3>(p8[0], p8[1], p8[2], p8[3], pa8[ks]);
+          }
+        } else {
+          ATTUNE_UNROLL
+          for (i32 ks = 0; ks < kPSteps; ++ks) {
+            flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
+          }
         }
       };
       // One key tile i >= first. With the overlap, tile 0 runs before the loops
@@ -545,12 +734,14 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
                        static_cast<u32>(row * kRowBytes + (col % kBoxCols) * 2);
         return dev::shared_as<u16>(smem + sm90::swizzle_address(kSwizzle, at));
       };
+      const float v_descale = fp8 ? p.fp8.output_factor(out.batch, out.kv_head) : 1.0f;
       softmax.for_each_row(lane_o, [&](i32 warp_row, const typename Softmax::Row& r) {
         const i64 row = warp_row0 - row0 + warp_row;  // in the block
         softmax::RowEnd end = softmax::finalize(r.m, r.l);
         if constexpr (Mods::kMayDropout) {
           if (Mods::dropout(p.dropout)) end.inv_l *= p.dropout.keep_scale;  // 1 / (1 - p)
         }
+        if (fp8) end.inv_l *= v_descale;
         const i64 q_row = row0 + row;
         if (q_row < out.seq.q_len && f.lse != nullptr && frag::row_leader(lane_o)) {
           dev::store_global(f.lse + out.batch * f.lse_batch_stride + out.head * f.lse_head_stride +

@@ -17,6 +17,7 @@ enum NamedBarrierId : i32 {
   kStore = 1,
   kTurn = 5,
   kProducerWarp = 7,  // the producer warp's lanes
+  kTranspose = 8,     // kFp8: the producer warps that transpose V
 };
 
 // A ring of `stages` shared stages handed from a producer to the consumers.

@@ -37,10 +37,13 @@ std::optional<std::string> default_variant_id(const std::vector<tuning_db::Measu
   const std::optional<ProblemKey> key = best.key;
   const ArchLimits arch = require_arch(kEmulatedArch);
   if (key->op != Op::kDecode) {
-    // As the sweep chose it: for fp8 inputs the portable family with its fp8 loads, compiled for bf16 under fp8 Q.
+    // As the sweep chose it: for fp8 inputs the fp8 feature, compiled for bf16 under fp8 Q, on the
+    // portable family unless flash_fwd_sm90 takes them (e4m3 Q, K and V).
     const bool fp8 = is_fp8(key->dtype) || (key->kv_dtype && is_fp8(*key->kv_dtype));
+    const bool portable = fp8 && !sm90_takes_fp8(key->dtype, key->kv_dtype.value_or(key->dtype),
+                                                 std::max<std::int64_t>(key->head_dim_k, key->head_dim_v));
     Variant v = heuristic_variant(to_string(key->op), is_fp8(key->dtype) ? DType::kBF16 : key->dtype, key->head_dim_k,
-                                  key->head_dim_v, arch, key->modifiers, {.portable_only = fp8});
+                                  key->head_dim_v, arch, key->modifiers, {.portable_only = portable});
     if (fp8) v.modifiers = static_cast<std::uint8_t>(v.modifiers | (kFeatureFp8 & supported_modifiers(*v.kernel)));
     return v.id();
   }

@@ -13,22 +13,23 @@ namespace attune {
 
 namespace {
 
-// A 16-bit tensor [batch, rows, heads, head dim] as a 4-D map; a packed one
-// (batch 1) or a batch of one gets a batch stride TMA accepts, never stepped.
+// A tensor [batch, rows, heads, head dim] of 16-bit (or, `bytes` 1, fp8)
+// elements as a 4-D map, boxes of 128-byte rows; a packed one (batch 1) or
+// a batch of one gets a batch stride TMA accepts, never stepped.
 TensorMapSpec map_of(const void* base, const TensorStrides& s, bool packed, std::int64_t batch, std::int64_t rows,
-                     std::int64_t heads, std::int64_t head_dim, std::uint32_t box_rows) {
+                     std::int64_t heads, std::int64_t head_dim, std::uint32_t box_rows, int bytes = 2) {
   packed = packed || batch <= 1;
   TensorMapSpec m;
   m.address = base;
   m.rank = 4;
-  m.element_bytes = 2;
+  m.element_bytes = bytes;
   m.dims = {static_cast<std::uint64_t>(head_dim), static_cast<std::uint64_t>(std::max<std::int64_t>(rows, 1)),
             static_cast<std::uint64_t>(heads),
             static_cast<std::uint64_t>(packed ? 1 : std::max<std::int64_t>(batch, 1))};
   const std::int64_t batch_stride = packed ? s.head * heads : s.batch;
-  m.strides = {static_cast<std::uint64_t>(2 * s.seq), static_cast<std::uint64_t>(2 * s.head),
-               static_cast<std::uint64_t>(2 * batch_stride), 0};
-  m.box = {64, box_rows, 1, 1, 1};
+  m.strides = {static_cast<std::uint64_t>(bytes * s.seq), static_cast<std::uint64_t>(bytes * s.head),
+               static_cast<std::uint64_t>(bytes * batch_stride), 0};
+  m.box = {static_cast<std::uint32_t>(128 / bytes), box_rows, 1, 1, 1};
   m.swizzle = sm90::Swizzle::k128B;
   return m;
 }
@@ -51,9 +52,10 @@ Sm90TensorMaps flash_fwd_sm90_maps(const AttentionProblem& p, const AttentionBuf
   const bool packed_k = p.has_packed_keys();
   const auto bm = static_cast<std::uint32_t>(shape.block_m);
   const auto bn = static_cast<std::uint32_t>(shape.block_n);
-  return {map_of(b.q, p.q_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_k, bm),
-          map_of(b.k, p.k_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_k, bn),
-          map_of(b.v, p.v_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v, bn),
+  const int bytes = element_bytes(p.dtype);  // e4m3 Q, K and V, or all 16-bit (sm90_fit)
+  return {map_of(b.q, p.q_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_k, bm, bytes),
+          map_of(b.k, p.k_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_k, bn, bytes),
+          map_of(b.v, p.v_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v, bn, bytes),
           map_of(b.o, p.o_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v, 64)};
 }
 
@@ -64,6 +66,7 @@ FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& p,
   const FlashFwdParams fwd = flash_fwd_params(p, b, metadata);
   k.fwd = fwd;  // the shared part
   k.dropout = fwd.dropout;
+  k.fp8 = fwd.fp8;
   fill_tunable_fields(k, FlashFwdSm90Shape::of(variant));
   k.tiles = flash_fwd_sm90_tiles(p, variant);
   if (FlashFwdSm90Shape::of(variant).scheduler == sm90_sched::kDynamic) {
@@ -83,7 +86,8 @@ sm90_sched::TileOrder flash_fwd_sm90_tiles(const AttentionProblem& p, const Vari
   const std::int64_t m_blocks = std::max<std::int64_t>((p.max_seqlen_q() + block_m - 1) / block_m, 1);
   const std::int64_t pairs = p.heads_q * std::max<std::int64_t>(p.batch, 1);
   // K and V of one kv head stay in L2 for the query heads of its group.
-  const std::int64_t kv_head_bytes = std::max<std::int64_t>(p.max_seqlen_k(), 1) * (p.head_dim_k + p.head_dim_v) * 2;
+  const std::int64_t kv_head_bytes =
+      std::max<std::int64_t>(p.max_seqlen_k(), 1) * (p.head_dim_k + p.head_dim_v) * element_bytes(p.k_dtype());
   const std::int64_t kv_heads = std::max<std::int64_t>(kL2SectionBytes / kv_head_bytes, 1);
   const std::int64_t section = std::min(kv_heads * p.group_size(), pairs);
   if (m_blocks * pairs > std::numeric_limits<std::int32_t>::max()) {

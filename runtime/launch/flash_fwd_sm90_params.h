@@ -18,8 +18,9 @@ namespace attune {
 std::string sm90_unfit_reason(const AttentionProblem& problem, const AttentionBuffers& buffers);
 
 // The tensor maps of a call: Q, K, V and O as 4-D tensors (head dim, rows,
-// heads, batch; packed tensors as batch 1), 128-byte swizzle, boxes of 64
-// head-dim columns by the variant's rows (Q), keys (K, V) or 64 rows (O).
+// heads, batch; packed tensors as batch 1), 128-byte swizzle, boxes of
+// 128-byte rows (64 16-bit or 128 e4m3 head-dim columns) by the variant's
+// rows (Q), keys (K, V) or 64 rows (O).
 struct Sm90TensorMaps {
   TensorMapSpec q, k, v, o;
 };

@@ -6,7 +6,11 @@
 // the forward's against the attention a framework computes after
 // dequantizing (reference/accuracy.h). Three planted bugs fail the same
 // checks: q and k's descales left out of the scores, v's left out of O, and
-// the two fp8 formats' widenings swapped.
+// the two fp8 formats' widenings swapped. The Hopper e4m3 forward
+// (flash_fwd_sm90 with fp8: 8-bit wgmma, V transposed by the producer, P
+// packed to e4m3) over a covering set, GQA, padded and packed keys,
+// Dk != Dv, with its own three planted bugs: no q and k descales, V not
+// transposed, V's keys not in P's slot order.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -24,6 +28,11 @@
 #include "runtime/launch/emu_backend.h"
 #include "runtime/launch/flash_decode_params.h"
 #include "runtime/launch/flash_fwd_params.h"
+#include "runtime/launch/flash_fwd_sm90_params.h"
+#include "sm90_fp8_no_permute.cuh"
+#include "sm90_fp8_no_score_descale.cuh"
+#include "sm90_fp8_v_not_transposed.cuh"
+#include "tests/support/covering_set.h"
 #include "tests/support/decode_cases.h"
 #include "tests/support/families.h"
 
@@ -251,6 +260,123 @@ TEST(Fp8EmuTest, PlantedOutputWithoutTheVDescaleIsCaught) {
       within_rule(in, run_flash_decode(in, &fp8_no_v_descale::flash_decode<64, 16, 64, 2, 2, 1, Bf16, 0, 0, 0, 1>, d),
                   d.tensors(false), &why))
       << "O without v's descale passed";
+}
+
+// ---- the Hopper e4m3 forward ----
+
+const KernelSpec& sm90() { return *find_kernel_spec("flash_fwd_sm90"); }
+
+// e4m3 families the Hopper kernel takes at head dim `d`: GQA with a causal
+// mask, keys padded past each sequence (seqlens_k: V's rows there must read
+// as zero), packed variable-length sequences, and Dv < Dk.
+std::vector<testing::Family> sm90_fp8_families(int64_t d) {
+  std::vector<testing::Family> f{fp8_family(DType::kE4M3, d, Mask::causal_bottom_right())};
+  testing::Family padded = fp8_family(DType::kE4M3, d, Mask::none());
+  padded.name = "fp8_padded_keys";
+  padded.options.seqlens_k = {93, 40};
+  f.push_back(padded);
+  testing::Family packed{"fp8_packed",
+                         {150, 4, d},
+                         {300, 2, d},
+                         {300, 2, d - 16},
+                         {.dtype = DType::kE4M3, .descale_strides = {.batch = 2, .head = 1}, .mask = Mask::none()},
+                         0.0F,
+                         2.0F};
+  packed.options.cu_seqlens_q = {0, 70, 150};
+  packed.options.cu_seqlens_k = {0, 200, 300};
+  f.push_back(packed);
+  packed.name = "fp8_packed_causal";
+  packed.options.mask = Mask::causal_bottom_right();
+  f.push_back(packed);
+  return f;
+}
+
+// Every value of every tunable of flash_fwd_sm90 at d128 (d256 is the
+// heuristic's in ForwardOverFp8InputsMatchesTheReferenceOnTheirValues).
+std::vector<Variant> sm90_fp8_set() { return testing::covering_set_of(sm90(), require_arch("sm_90a"), 128); }
+
+class Sm90Fp8Test : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(Sm90Fp8Test, MatchesTheReferenceWithPInE4m3) {
+  const Descales d;
+  for (const testing::Family& family : sm90_fp8_families(128)) {
+    const testing::Inputs in = testing::make_inputs(family);
+    ASSERT_EQ(sm90_unfit_reason(in.problem), "") << family.name;  // the Hopper kernel runs, not the fallback
+    std::string why;
+    EXPECT_TRUE(within_rule(in, run(in, GetParam(), d.tensors(true)), d.tensors(true), &why))
+        << GetParam().id() << " " << family.name << ": " << why;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, Sm90Fp8Test, ::testing::ValuesIn(sm90_fp8_set()), testing::variant_test_name);
+
+// What the Hopper kernel takes, and what runs on the portable ones with why.
+TEST(Fp8EmuTest, TheHopperKernelTakesE4m3AtHeadDimsAbove64) {
+  const auto problem = [](DType dtype, std::optional<DType> kv, int64_t d) {
+    return testing::make_inputs({"p", {1, 64, 2, d}, {1, 64, 2, d}, {1, 64, 2, d}, {.dtype = dtype, .kv_dtype = kv}})
+        .problem;
+  };
+  EXPECT_EQ(sm90_unfit_reason(problem(DType::kE4M3, std::nullopt, 128)), "");
+  EXPECT_EQ(sm90_unfit_reason(problem(DType::kE4M3, std::nullopt, 256)), "");
+  for (const auto& [p, name] : {std::pair{problem(DType::kE4M3, std::nullopt, 64), "e4m3, head dim 64"},
+                                std::pair{problem(DType::kE5M2, std::nullopt, 128), "e5m2, head dim 128"},
+                                std::pair{problem(DType::kBF16, DType::kE4M3, 128), "bf16-kv-e4m3, head dim 128"}}) {
+    const std::string why = sm90_unfit_reason(p);
+    EXPECT_NE(why.find(name), std::string::npos) << why;
+    EXPECT_NE(why.find("e4m3 Q, K and V at head dims 65 to 256"), std::string::npos) << why;
+  }
+  // TMA's 16-byte strides are 16 one-byte elements.
+  AttentionProblem p = problem(DType::kE4M3, std::nullopt, 128);
+  p.k_strides.seq = 136;
+  p.v_strides.seq = 136;
+  EXPECT_EQ(sm90_unfit_reason(p), "K row stride 136 elements: TMA needs a positive multiple of 16");
+  // The heuristic variant with the feature names it.
+  const Variant v = with_problem_features(heuristic_variant("fwd", DType::kBF16, 128, 128, require_arch("sm_90a")),
+                                          problem(DType::kE4M3, std::nullopt, 128));
+  EXPECT_EQ(v.kernel, &sm90());
+  EXPECT_NE(v.id().find(".fp81"), std::string::npos) << v.id();
+}
+
+// flash_fwd_sm90's `kernel` (the real one or a mutant, d128.bm128.bn128,
+// the overlapped schedule) on the emulator, by hand.
+constexpr const char* kSm90Fp8Id = "flash_fwd_sm90/d128.bm128.bn128.st2.pp0.ov1.ra0.ts0.sc0";
+
+template <class Params>
+ReferenceOutput run_flash_fwd_sm90(const testing::Inputs& in, void (*kernel)(Params), const Descales& values) {
+  Fp8Buffers b(in, values.tensors(true));
+  const AttentionProblem& p = in.problem;
+  emu::Emulator emulator;
+  b.register_on(emulator, values);
+  const Variant v = with_problem_features(parse_variant_id(kSm90Fp8Id), p);
+  const FlashFwdSm90Params params = flash_fwd_sm90_params(p, b.buffers, {}, v, nullptr, encode_emulated_tensor_map);
+  emulator.launch(kernel, flash_fwd_sm90_launch(params.tiles, v, 132), std::bit_cast<Params>(params));
+  return b.output(p);
+}
+
+template <class Mutant>
+void expect_sm90_mutant_caught(void (*mutant)(Mutant), const char* what) {
+  const Descales d;
+  const testing::Inputs in = testing::make_inputs(fp8_family(DType::kE4M3, 128, Mask::causal_bottom_right()));
+  std::string why;
+  EXPECT_TRUE(within_rule(in, run_flash_fwd_sm90(in, &flash_fwd_sm90<128, 128, 128, 2, 0, 1, 0, 0, 0, Bf16, 0, 1>, d),
+                          d.tensors(true), &why))
+      << why;
+  EXPECT_FALSE(within_rule(in, run_flash_fwd_sm90(in, mutant, d), d.tensors(true), &why)) << what << " passed";
+}
+
+TEST(Fp8EmuTest, PlantedHopperScoresWithoutQAndKDescalesAreCaught) {
+  expect_sm90_mutant_caught(&sm90_fp8_no_score_descale::flash_fwd_sm90<128, 128, 128, 2, 0, 1, 0, 0, 0, Bf16, 0, 1>,
+                            "the scores without q and k's descales");
+}
+
+TEST(Fp8EmuTest, PlantedHopperVNotTransposedIsCaught) {
+  expect_sm90_mutant_caught(&sm90_fp8_v_not_transposed::flash_fwd_sm90<128, 128, 128, 2, 0, 1, 0, 0, 0, Bf16, 0, 1>,
+                            "V stored key-major");
+}
+
+TEST(Fp8EmuTest, PlantedHopperVKeysOutOfPsOrderAreCaught) {
+  expect_sm90_mutant_caught(&sm90_fp8_no_permute::flash_fwd_sm90<128, 128, 128, 2, 0, 1, 0, 0, 0, Bf16, 0, 1>,
+                            "V's keys in their own order");
 }
 
 }  // namespace

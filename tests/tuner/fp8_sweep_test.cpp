@@ -7,6 +7,7 @@
 #include <cmath>
 #include <initializer_list>
 #include <random>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -45,14 +46,20 @@ TEST(SweepFp8Test, AxesTakeFp8DtypesAndRefuseA16BitKvDtype) {
 
 TEST(SweepFp8Test, PlanKeysByStorageAndCompilesTheFp8Loads) {
   const ArchLimits hopper = require_arch("sm_90a");
-  // fp8 Q, K, V: the portable family only (flash_fwd_sm90 has no fp8 loads), each variant with them.
+  // e4m3 Q, K, V: both families (flash_fwd_sm90 on 8-bit wgmma), each variant with the fp8 feature;
+  // e5m2: the portable family only.
   const std::vector<Task> fwd = plan(spec_of({{"dtypes", "e4m3"}, {"head_dims", "128"}}, 0), hopper);
   ASSERT_FALSE(fwd.empty());
+  std::set<std::string> kernels;
   for (const Task& t : fwd) {
-    EXPECT_EQ(t.variant.kernel->name, std::string("flash_fwd")) << t.variant.id();
+    kernels.insert(std::string(t.variant.kernel->name));
     EXPECT_TRUE(t.variant.id().ends_with(".fp81")) << t.variant.id();
     EXPECT_EQ(t.problem.compute_dtype(), DType::kBF16);
     EXPECT_EQ(problem_key(task_op(t), t.problem).to_string().rfind("fwd/e4m3/dk128/", 0), 0U);
+  }
+  EXPECT_EQ(kernels, (std::set<std::string>{"flash_fwd", "flash_fwd_sm90"}));
+  for (const Task& t : plan(spec_of({{"dtypes", "e5m2"}, {"head_dims", "128"}}, 0), hopper)) {
+    EXPECT_EQ(t.variant.kernel->name, std::string("flash_fwd")) << t.variant.id();
   }
   // An fp8 cache under bf16 queries, for decode and the forward.
   for (const char* op : {"decode", "fwd"}) {

@@ -19,13 +19,15 @@ def sequences(q_len, k_len, cu_q=None, cu_k=None, batch=1):
     return [(cu_q[b], cu_q[b + 1] - cu_q[b], cu_k[b], cu_k[b + 1] - cu_k[b]) for b in range(len(cu_q) - 1)]
 
 
-def attention(q, k, v, mask, scale, cu_q=None, cu_k=None, storage=None, weights=None):
+def attention(q, k, v, mask, scale, cu_q=None, cu_k=None, storage=None, weights=None, p_storage=None):
     """O [..., Hq, Dv] and LSE [B, Hq, Sq] (packed: [Hq, T]) of the contract.
     q, k, v: [B, S, H, D] (or packed [T, H, D]) in any float dtype; the math
     runs in float64 (storage None) or, with storage = the input dtype, the
     naive way: scores and probabilities rounded to it, fp32 accumulation.
     weights [B, Hq, Sq, Sk] (dense only): dropout's, 0 or 1 / (1 - p), on P
-    after the softmax (LSE without them)."""
+    after the softmax (LSE without them). p_storage (with storage): the
+    probabilities rounded to it first, as fp8 attention's P V takes them
+    (docs/contract.md, "FP8 inputs")."""
     import torch
     packed = cu_q is not None
     if not packed:
@@ -62,6 +64,8 @@ def attention(q, k, v, mask, scale, cu_q=None, cu_k=None, storage=None, weights=
         e = torch.exp(s - m_safe)
         l = e.sum(-1, keepdim=True)
         p = e / torch.where(l > 0, l, torch.ones_like(l))
+        if storage is not None and p_storage is not None:
+            p = p.to(p_storage).to(work)
         if storage is not None:
             p = p.to(storage).to(work)
         if weights is not None:

@@ -117,12 +117,14 @@ def outputs(ctx, q, v, prob, device=None):
     return o, lse
 
 
-def oracle(ctx, q, k, v, case):
-    """(fp64 reference, naive storage-dtype attention), both (O, LSE)."""
+def oracle(ctx, q, k, v, case, p_storage=None):
+    """(fp64 reference, naive storage-dtype attention), both (O, LSE);
+    p_storage: the naive attention's P rounded to it first (fp8 Q, K, V)."""
     mask = "causal" if case["mask"] == "causal" else "none"
     scale = 1.0 / math.sqrt(case["d"])
     ref = checks.attention(q, k, v, mask, scale, case.get("cu_q"), case.get("cu_k"))
-    naive = checks.attention(q, k, v, mask, scale, case.get("cu_q"), case.get("cu_k"), storage=q.dtype)
+    naive = checks.attention(q, k, v, mask, scale, case.get("cu_q"), case.get("cu_k"), storage=q.dtype,
+                             p_storage=p_storage)
     return ref, naive
 
 
@@ -547,7 +549,9 @@ def job_fp8(ctx, job, emit):
         def dense(pool):
             return torch.stack([pool[torch.tensor(t)].reshape(-1, hkv, d)[:sk] for t in table])
         k16, v16 = dense(k16), dense(v16)
-    ref, naive = oracle(ctx, q16, k16, v16, oracle_case)
+    # fp8 Q, K and V: the rule's naive attention rounds P to their format too (an fp8 cache's keeps bf16 P).
+    p_storage = getattr(torch, FP8[fmt]) if op == "fwd" else None
+    ref, naive = oracle(ctx, q16, k16, v16, oracle_case, p_storage)
     ok, text, numbers = checks.within_rule((o, lse), ref, naive)
     result = {"case": case, "ok": ok, "text": text, "plan": plan8.description, **numbers}
     emit({"correct": ok, "text": text, "plan": plan8.description})
