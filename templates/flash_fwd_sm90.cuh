@@ -195,38 +195,70 @@ inline constexpr i32 kTransposeThreads = 96;
 inline constexpr i32 kFp8BoxCols = 128;
 ATTUNE_HOST_DEVICE constexpr i32 fp8_p_steps(i32 block_n) { return (block_n + 31) / 32; }
 
+// The keys of a slot quad (4 slots from a multiple of 4) after its first:
+// p_key(c + h) - p_key(c) for h = 0..3.
+inline constexpr i32 kQuadKeys[4] = {0, 1, 8, 9};
+ATTUNE_HOST_DEVICE constexpr bool quad_keys_hold() {
+  for (i32 c = 0; c < 32; c += 4) {
+    for (i32 h = 0; h < 4; ++h) {
+      if (sm90_fp8::p_key(c + h) - sm90_fp8::p_key(c) != kQuadKeys[h]) return false;
+    }
+  }
+  return true;
+}
+static_assert(quad_keys_hold(), "kQuadKeys: the slot quads of sm90_fp8::p_key");
+
 // One stage's V from the landed key-major tile (rows of keys, boxes of
 // 128 head-dim columns) into the K-major tile the P V wgmma reads: slot c
 // of 32-key step j holds key 32 j + p_key(c), keys at or past `keys` (and
 // the slots past the tile) hold zeros. Thread `tt` of kTransposeThreads
-// moves 4 x 4 bytes at a time: four words of one head-dim quad, from the
-// four keys of a slot quad, become the slot quad's word in four rows.
+// owns one slot quad, keys k, k + 1, k + 8, k + 9 (k even), and walks its
+// head-dim quads: four words, one per key, become the slot quad's word in
+// four rows of V^T (eight PRMT). Consecutive threads write consecutive
+// words of one row. (128-byte swizzle: in a 1024-byte atom, the 16-byte
+// chunk index is XORed with the row's index in the atom; rows k and k + 8
+// share theirs, k + 1's flips bit 4.)
 template <int kHeadDim, int kBlockN>
-ATTUNE_DEVICE void transpose_v_fp8(unsigned char* smem, const unsigned char* landed, unsigned char* vt, i32 keys,
-                                   i32 tt) {
-  constexpr i32 kQuads = kHeadDim / 4;                    // head-dim quads per key
-  constexpr i32 kSlotWords = fp8_p_steps(kBlockN) * 8;    // slot quads per head-dim column
-  const u32 landed_at = static_cast<u32>(landed - smem);  // both on swizzle atoms
-  const u32 vt_at = static_cast<u32>(vt - smem);
-  for (i32 u = tt; u < kQuads * kSlotWords; u += kTransposeThreads) {
-    const i32 quad = u % kQuads;  // a warp reads whole 128-byte key rows
-    const i32 slot = 4 * (u / kQuads);
-    const i32 col = 4 * quad;
-    u32 x[4];
-    ATTUNE_UNROLL
-    for (i32 h = 0; h < 4; ++h) {
-      const i32 key = 32 * (slot / 32) + sm90_fp8::p_key(slot % 32 + h);
-      const u32 at =
-          landed_at + static_cast<u32>((col / kFp8BoxCols) * kBlockN * kRowBytes + key * kRowBytes + col % kFp8BoxCols);
-      x[h] = key < keys ? dev::load_shared(dev::shared_as<u32>(smem + sm90::swizzle_address(kSwizzle, at))) : 0U;
-    }
-    ATTUNE_UNROLL
-    for (i32 r = 0; r < 4; ++r) {  // row col + r: byte r of each key's word
-      const u32 word = ((x[0] >> (8 * r)) & 0xFFU) | (((x[1] >> (8 * r)) & 0xFFU) << 8) |
-                       (((x[2] >> (8 * r)) & 0xFFU) << 16) | (((x[3] >> (8 * r)) & 0xFFU) << 24);
-      const u32 at = vt_at + static_cast<u32>((slot / kFp8BoxCols) * kHeadDim * kRowBytes + (col + r) * kRowBytes +
-                                              slot % kFp8BoxCols);
-      dev::store_shared(dev::shared_as<u32>(smem + sm90::swizzle_address(kSwizzle, at)), word);  // producer: V^T
+ATTUNE_DEVICE void transpose_v_fp8(const unsigned char* landed, unsigned char* vt, i32 keys, i32 tt) {
+  constexpr i32 kQuads = kFp8BoxCols / 4;                  // head-dim quads per key and box
+  constexpr i32 kSlotWords = fp8_p_steps(kBlockN) * 8;     // slot quads per row of V^T
+  constexpr i32 kGroups = kTransposeThreads / kSlotWords;  // threads per slot quad, taking its head-dim quads in turn
+  static_assert(kGroups >= 1, "transpose_v_fp8: more slot quads than transposing threads");
+  if (tt >= kGroups * kSlotWords) return;
+  const i32 slot = 4 * (tt % kSlotWords);
+  const i32 key = 32 * (slot / 32) + sm90_fp8::p_key(slot % 32);
+  const bool kept[4] = {key + kQuadKeys[0] < keys, key + kQuadKeys[1] < keys, key + kQuadKeys[2] < keys,
+                        key + kQuadKeys[3] < keys};
+  const unsigned char* rows = landed + key * kRowBytes;
+  const u32 rows_swizzle = static_cast<u32>(key % 8) << 4;
+  unsigned char* column = vt + (slot / kFp8BoxCols) * kHeadDim * kRowBytes;
+  const u32 slot_byte = static_cast<u32>(slot % kFp8BoxCols);
+  ATTUNE_UNROLL
+  for (i32 box = 0; box < kHeadDim / kFp8BoxCols; ++box) {
+    ATTUNE_ROLLED  // one quad at a time: the producer's 32 registers
+        for (i32 quad = tt / kSlotWords; quad < kQuads; quad += kGroups) {
+      const u32 col_byte = static_cast<u32>(4 * quad);
+      const unsigned char* even = rows + box * kBlockN * kRowBytes + (col_byte ^ rows_swizzle);       // keys k, k + 8
+      const unsigned char* odd = rows + box * kBlockN * kRowBytes + (col_byte ^ rows_swizzle ^ 16U);  // k + 1, k + 9
+      const u32 x[4] = {kept[0] ? dev::load_shared(dev::shared_as<const u32>(even)) : 0U,
+                        kept[1] ? dev::load_shared(dev::shared_as<const u32>(odd + kRowBytes)) : 0U,
+                        kept[2] ? dev::load_shared(dev::shared_as<const u32>(even + 8 * kRowBytes)) : 0U,
+                        kept[3] ? dev::load_shared(dev::shared_as<const u32>(odd + 9 * kRowBytes)) : 0U};
+      // y[r] = byte r of x[0], x[1], x[2], x[3]: pairs first, then the halves.
+      const u32 lo01 = dev::byte_perm<0x5140U>(x[0], x[1]);  // x0.0 x1.0 x0.1 x1.1
+      const u32 hi01 = dev::byte_perm<0x7362U>(x[0], x[1]);  // x0.2 x1.2 x0.3 x1.3
+      const u32 lo23 = dev::byte_perm<0x5140U>(x[2], x[3]);
+      const u32 hi23 = dev::byte_perm<0x7362U>(x[2], x[3]);
+      const u32 y[4] = {dev::byte_perm<0x5410U>(lo01, lo23), dev::byte_perm<0x7632U>(lo01, lo23),
+                        dev::byte_perm<0x5410U>(hi01, hi23), dev::byte_perm<0x7632U>(hi01, hi23)};
+      // Rows n .. n + 3 of V^T (n = 128 box + col_byte, a multiple of 4): atom rows (n & 4) + r.
+      unsigned char* out = column + (box * kFp8BoxCols + static_cast<i32>(col_byte)) * kRowBytes;
+      const u32 swizzled = slot_byte ^ ((col_byte & 4U) << 4);
+      ATTUNE_UNROLL
+      for (i32 r = 0; r < 4; ++r) {
+        u32* word = dev::shared_as<u32>(out + r * kRowBytes + (swizzled ^ (static_cast<u32>(r) << 4)));
+        dev::store_shared(word, y[r]);  // producer: V^T
+      }
     }
   }
 }
@@ -357,7 +389,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         dev::mbarrier::wait(&bars->v_landed[st], ring.lap(it) & 1);  // transposer: wait V landed
         const i32 keys = dev::load_shared(&bars->v_keys[st]);
         if (keys < 0) break;
-        transpose_v_fp8<kHeadDim, kBlockN>(smem, smem + layout.fp8_v_landing(st), smem + layout.v_offset(st), keys, tt);
+        transpose_v_fp8<kHeadDim, kBlockN>(smem + layout.fp8_v_landing(st), smem + layout.v_offset(st), keys, tt);
         dev::fence_proxy_async();  // V^T before wgmma reads it, the landed V read before TMA writes it again
         dev::named_barrier::sync(sm90_sync::kTranspose, kTransposeThreads);
         if (tt == 0) dev::mbarrier::arrive(ring.full_barrier(it));  // transposer: V^T ready

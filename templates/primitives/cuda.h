@@ -209,6 +209,16 @@ ATTUNE_DEVICE float unpack_fp8x2_hi(u16 pair) {
   return unpack_hi<Fp16>(fp8x2_to_half2<F>(pair));
 }
 
+// prmt.b32 with a constant selector: byte i of the result is byte
+// (kSelector >> 4 i) & 7 of the pair {a: bytes 0..3, b: bytes 4..7}.
+template <u32 kSelector>
+ATTUNE_DEVICE u32 byte_perm(u32 a, u32 b) {
+  static_assert((kSelector & 0x8888U) == 0, "byte_perm: selectors 0..7 only (no sign replication)");
+  u32 r;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(r) : "r"(a), "r"(b), "r"(kSelector));
+  return r;
+}
+
 namespace block {
 ATTUNE_DEVICE void sync() { __syncthreads(); }
 }  // namespace block

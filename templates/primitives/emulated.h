@@ -174,6 +174,15 @@ float unpack_fp8x2_hi(u16 pair) {
   return unpack_hi<Fp16>(fp8x2_to_half2<F>(pair));
 }
 
+template <u32 kSelector>
+u32 byte_perm(u32 a, u32 b) {
+  static_assert((kSelector & 0x8888U) == 0, "byte_perm: selectors 0..7 only (no sign replication)");
+  const u64 pair = (static_cast<u64>(b) << 32) | a;
+  u32 r = 0;
+  for (u32 i = 0; i < 4; ++i) r |= static_cast<u32>((pair >> (8 * ((kSelector >> (4 * i)) & 7U))) & 0xFFU) << (8 * i);
+  return r;
+}
+
 namespace block {
 inline void sync(const Where& where = Where::current()) { emu::hooks::barrier(where); }
 }  // namespace block

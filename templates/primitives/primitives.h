@@ -30,6 +30,8 @@
 //   float unpack_lo<D>(u32), unpack_hi<D>(u32), to_float<D>(u16);  u16 to_bits<D>(float);
 //   u16 pack_fp8x2<Fp8::kE4M3|kE5M2>(float lo, float hi);  // cvt.rn.satfinite (sm_89+; templates/fp8.h)
 //   u32 fp8x2_to_half2<F>(u16);  float unpack_fp8x2_lo<F>(u16), unpack_fp8x2_hi<F>(u16);
+//   u32 byte_perm<kSelector>(u32 a, u32 b);  // prmt.b32: byte i of the result is byte (nibble i of
+//                                            // kSelector) of {a (0..3), b (4..7)}
 //   block::sync();                                    // bar.sync 0
 //   warp::shfl_xor(T, lane_mask), warp::shfl_idx(T, src_lane)   (T: u32, i32, float)
 //   warp::reduce_max(float), warp::reduce_sum(float)

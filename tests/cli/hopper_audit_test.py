@@ -8,7 +8,9 @@ HGMMA loops issue at most 32 instructions per HGMMA in the best loop and 40
 in the worst; the consumers' highest register is within the one the
 variant space was drawn from (templates/flash_fwd_sm90_registers.h, the
 worst of the three tile schedulers), so a table older than a kernel that
-needs more fails. Exits 77 (skipped) without NVRTC or nvdisasm.
+needs more fails. The e4m3 forward's variants (issue 35) at d128 and d256:
+QGMMA on e4m3 operands in every main loop, no spill, every setmaxnreg
+region within its budget. Exits 77 (skipped) without NVRTC or nvdisasm.
 
 Usage: hopper_audit_test.py PATH_TO_ATTUNE
 """
@@ -89,6 +91,31 @@ def main():
         # The table keeps the worst of the three schedulers' measurements.
         checks.check(table.get(key) is not None and highest <= table[key],
                      "%s: consumers' highest register R%d, within the table's R%s" % (vid, highest, table.get(key)))
+    # The e4m3 forward (issue 35), as explain names it for e4m3 Q, K and V at d128 (causal and not) and d256:
+    # every main loop on QGMMA with e4m3 operands (no 16-bit HGMMA), no spill, and every setmaxnreg region
+    # (the producer's V transpose at 32 registers included) within its budget.
+    for dim, causal in ((128, []), (128, ["--causal", "bottom-right"]), (256, [])):
+        fp8_problem = PROBLEM[:-4] + ["--dk", str(dim), "--dv", str(dim), "--dtype", "e4m3"]
+        r = run("explain", *fp8_problem, *causal)
+        m = re.search(r"^variant:\s+(\S+)", r.stdout, re.M)
+        vid = m.group(1) if r.returncode == 0 and m else None
+        if not checks.check(vid is not None and vid.startswith("flash_fwd_sm90/") and vid.endswith(".fp81"),
+                            "explain e4m3 d%d %s names a flash_fwd_sm90 fp8 variant: %s" % (dim, causal, vid)):
+            continue
+        p = run("variants", "profile", vid, "--arch", "sm_90a", "--no-emulate", "--format", "json")
+        if not checks.check(p.returncode == 0, "profile %s" % vid):
+            continue
+        prof = json.loads(p.stdout)
+        audit = prof["sass_audit"]
+        shapes = {k for loop in audit["mma_loops"] for k in loop["mma_shapes"]}
+        checks.check(shapes and all(k.startswith("QGMMA.") and k.endswith(".F32.E4M3.E4M3") for k in shapes),
+                     "%s: main loops on e4m3 QGMMA only: %s" % (vid, sorted(shapes)))
+        checks.check(prof["spill_bytes"] == 0 and
+                     all(g["spill_stores"] + g["spill_loads"] == 0 for g in audit["regions"]),
+                     "%s: no spill in any region" % vid)
+        checks.check(all(g["highest_register"] < g["register_limit"] for g in audit["regions"] if g["register_limit"]),
+                     "%s: every region within its setmaxnreg budget %s" %
+                     (vid, [(g["register_limit"], g["highest_register"]) for g in audit["regions"]]))
     return checks.finish()
 
 
