@@ -5,7 +5,8 @@
 // serialized: compile_with_nvrtc refuses those), and their SASS holds the
 // machinery the family is about: HGMMA and UTMALDG. ATTUNE_SM90_SWEEP=all
 // compiles every enumerated variant of every bucket (about half an hour on
-// two cores; docs/kernels.md has the last count).
+// two cores; docs/kernels.md has the last count). The e4m3 forward's
+// covering set compiles to QGMMA the same way.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -56,6 +57,48 @@ TEST(FlashFwdSm90NvrtcTest, CompilesWithoutSpillsToWgmmaAndTma) {
               << mix["UTMALDG"] << ", UTMASTG " << mix["UTMASTG"] << ", " << r.seconds << " s\n";
   }
   ::testing::Test::RecordProperty("variants", static_cast<int>(set.size()));
+  if (!no_sass.empty()) GTEST_SKIP() << "compiled without spills; SASS not checked: " << no_sass;
+}
+
+// The e4m3 forward (the fp8 feature): a covering set of the d128 and d256
+// buckets and the heuristic's choice of each (causal and not) compile
+// without spills to 8-bit wgmma only (QGMMA, no HGMMA) fed by TMA.
+std::vector<Variant> fp8_set() {
+  const ArchLimits arch = require_arch("sm_90a");
+  std::vector<Variant> set;
+  for (int d : {128, 256}) {
+    for (Variant v : testing::covering_set_of(sm90(), arch, d)) set.push_back(v);
+    for (bool masked : {false, true}) {
+      const Variant h = heuristic_variant("fwd", DType::kBF16, d, d, arch, kFeatureFp8, {.masked = masked});
+      if (std::find(set.begin(), set.end(), h) == set.end()) set.push_back(h);
+    }
+  }
+  for (Variant& v : set) v.modifiers = kFeatureFp8;
+  return set;
+}
+
+TEST(FlashFwdSm90NvrtcTest, E4m3VariantsCompileWithoutSpillsToQgmma) {
+  const std::vector<Variant> set = fp8_set();
+  const std::vector<CompileResult> results = testing::compile_all(
+      set, [](std::size_t) { return DType::kBF16; }, "sm_90a", "flash_fwd_sm90.cu");
+  std::string no_sass;
+  for (std::size_t i = 0; i < set.size(); ++i) {
+    const CompileResult& r = results[i];
+    ASSERT_TRUE(r.ok) << set[i].id() << ":\n" << r.log;
+    EXPECT_FALSE(r.spills()) << set[i].id() << ": " << r.spill_bytes << " bytes spilled\n" << r.log;
+    profile::SassMix mix;
+    try {
+      mix = profile::count_sass(profile::disassemble(r.cubin));
+    } catch (const Error& e) {
+      no_sass = e.what();
+      continue;
+    }
+    EXPECT_GT(mix["QGMMA"], 0) << set[i].id();
+    EXPECT_EQ(mix["HGMMA"], 0) << set[i].id();
+    EXPECT_GT(mix["UTMALDG"], 0) << set[i].id();
+    std::cout << set[i].id() << ": " << r.registers << " registers, QGMMA " << mix["QGMMA"] << ", " << r.seconds
+              << " s\n";
+  }
   if (!no_sass.empty()) GTEST_SKIP() << "compiled without spills; SASS not checked: " << no_sass;
 }
 
