@@ -10,6 +10,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <optional>
 #include <string>
 
 #include "profile/sass.h"
@@ -34,6 +35,20 @@ std::vector<Variant> sweep_set() {
   return set;
 }
 
+// A variant's compile checked (it compiled, nothing spilled) and its SASS
+// mix; nullopt, with why in `no_sass`, where no disassembler runs here.
+std::optional<profile::SassMix> sass_without_spills(const Variant& v, const CompileResult& r, std::string* no_sass) {
+  EXPECT_TRUE(r.ok) << v.id() << ":\n" << r.log;
+  EXPECT_FALSE(r.spills()) << v.id() << ": " << r.spill_bytes << " bytes spilled\n" << r.log;
+  if (!r.ok) return std::nullopt;
+  try {
+    return profile::count_sass(profile::disassemble(r.cubin));
+  } catch (const Error& e) {
+    *no_sass = e.what();
+    return std::nullopt;
+  }
+}
+
 TEST(FlashFwdSm90NvrtcTest, CompilesWithoutSpillsToWgmmaAndTma) {
   const std::vector<Variant> set = sweep_set();
   const std::vector<CompileResult> results = testing::compile_all(
@@ -41,16 +56,10 @@ TEST(FlashFwdSm90NvrtcTest, CompilesWithoutSpillsToWgmmaAndTma) {
   std::string no_sass;
   for (std::size_t i = 0; i < set.size(); ++i) {
     const CompileResult& r = results[i];
-    ASSERT_TRUE(r.ok) << set[i].id() << ":\n" << r.log;
-    EXPECT_FALSE(r.spills()) << set[i].id() << ": " << r.spill_bytes << " bytes spilled\n" << r.log;
     EXPECT_GT(r.registers, 0) << set[i].id();
-    profile::SassMix mix;
-    try {
-      mix = profile::count_sass(profile::disassemble(r.cubin));
-    } catch (const Error& e) {
-      no_sass = e.what();
-      continue;
-    }
+    const std::optional<profile::SassMix> compiled = sass_without_spills(set[i], r, &no_sass);
+    if (!compiled) continue;
+    profile::SassMix mix = *compiled;
     EXPECT_GT(mix["HGMMA"], 0) << set[i].id();
     EXPECT_GT(mix["UTMALDG"], 0) << set[i].id();
     std::cout << set[i].id() << ": " << r.registers << " registers, HGMMA " << mix["HGMMA"] << ", UTMALDG "
@@ -84,15 +93,9 @@ TEST(FlashFwdSm90NvrtcTest, E4m3VariantsCompileWithoutSpillsToQgmma) {
   std::string no_sass;
   for (std::size_t i = 0; i < set.size(); ++i) {
     const CompileResult& r = results[i];
-    ASSERT_TRUE(r.ok) << set[i].id() << ":\n" << r.log;
-    EXPECT_FALSE(r.spills()) << set[i].id() << ": " << r.spill_bytes << " bytes spilled\n" << r.log;
-    profile::SassMix mix;
-    try {
-      mix = profile::count_sass(profile::disassemble(r.cubin));
-    } catch (const Error& e) {
-      no_sass = e.what();
-      continue;
-    }
+    const std::optional<profile::SassMix> compiled = sass_without_spills(set[i], r, &no_sass);
+    if (!compiled) continue;
+    profile::SassMix mix = *compiled;
     EXPECT_GT(mix["QGMMA"], 0) << set[i].id();
     EXPECT_EQ(mix["HGMMA"], 0) << set[i].id();
     EXPECT_GT(mix["UTMALDG"], 0) << set[i].id();
