@@ -146,9 +146,10 @@ struct Sm90Fit {
 // The fit whatever the call's pointers. O needs no tensor map: without one
 // it leaves by direct stores, so O's strides are not asked here.
 Sm90Fit sm90_fit(const AttentionProblem& problem);
-// Whether TMA can describe one 16-bit [batch, rows, heads, D] tensor with
-// these strides; `single_batch` (packed, or a batch of one): the batch
-// stride is never stepped.
+// Whether TMA can describe one [batch, rows, heads, D] tensor of
+// `element_bytes` elements (2, or 1 for fp8) with these strides (each a
+// multiple of 16 bytes); `single_batch` (packed, or a batch of one): the
+// batch stride is never stepped.
 Sm90Fit tma_stride_fit(char tensor, const TensorStrides& strides, bool single_batch, int element_bytes = 2);
 
 // Whether flash_fwd_sm90 takes fp8 inputs of these storage types at head

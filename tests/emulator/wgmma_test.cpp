@@ -97,6 +97,30 @@ TEST(WgmmaEmuTest, TheGemmMatchesFp64InEverySwizzleModeAndOperandForm) {
 
 // 8-bit wgmma (k32, K-major): finite random bytes of the format; exact
 // products (two 4-bit significands) summed in fp32.
+// Entries of C [64 x cols] (fp32 sums over 64 terms) further from the fp64
+// sum of term(m, n, k), k < 64, than fp32 accumulation allows; the first
+// three reported as failures when `report`.
+template <class Term>
+int fp32_sum_errors(const std::vector<float>& c, int cols, const Term& term, bool report) {
+  int bad = 0;
+  for (int m = 0; m < 64; ++m) {
+    for (int n = 0; n < cols; ++n) {
+      double want = 0;
+      double magnitude = 0;
+      for (int k = 0; k < 64; ++k) {
+        const double p = term(m, n, k);
+        want += p;
+        magnitude += std::abs(p);
+      }
+      const float got = c[static_cast<std::size_t>(m * cols + n)];
+      if (!(std::abs(got - want) <= 64 * 0x1p-24 * magnitude + 1e-30) && ++bad <= 3 && report) {
+        ADD_FAILURE() << "C[" << m << "][" << n << "] = " << got << ", fp64 " << want;
+      }
+    }
+  }
+  return bad;
+}
+
 template <Fp8 F, i32 kN, Swizzle kSwizzle, bool kARegisters>
 void expect_fp8_matches_fp64(bool wrong_fragment = false) {
   SCOPED_TRACE(std::string(F == Fp8::kE4M3 ? "e4m3" : "e5m2") + " N " + std::to_string(kN) + " swizzle " +
@@ -112,26 +136,16 @@ void expect_fp8_matches_fp64(bool wrong_fragment = false) {
   const LaunchConfig config{{1, 1, 1}, {128, 1, 1}, test_kernels::fp8_gemm_shared_bytes<kN, kSwizzle>()};
   emulator.launch(&test_kernels::wgmma_fp8_gemm<F, kN, kSwizzle, kARegisters>, config,
                   test_kernels::Fp8GemmParams{a.data(), bt.data(), c.data()});
-  int bad = 0;
-  for (int m = 0; m < 64; ++m) {
-    for (int n = 0; n < kN; ++n) {
-      double want = 0;
-      double magnitude = 0;
-      for (int k = 0; k < 64; ++k) {
-        // wrong_fragment: the check itself read with the 16-bit A layout's
-        // columns, which must not match (the test can fail).
+  // wrong_fragment: the check itself reads A with the 16-bit A layout's
+  // columns, which must not match (the test can fail).
+  const int bad = fp32_sum_errors(
+      c, kN,
+      [&](int m, int n, int k) {
         const int ka = wrong_fragment ? (k / 2) * 2 + (1 - k % 2) : k;
-        const double p = static_cast<double>(fp8_to_float(a[static_cast<std::size_t>(m * 64 + ka)], F)) *
-                         fp8_to_float(bt[static_cast<std::size_t>(n * 64 + k)], F);
-        want += p;
-        magnitude += std::abs(p);
-      }
-      const float got = c[static_cast<std::size_t>(m * kN + n)];
-      if (!(std::abs(got - want) <= 64 * 0x1p-24 * magnitude + 1e-30) && ++bad <= 3 && !wrong_fragment) {
-        ADD_FAILURE() << "C[" << m << "][" << n << "] = " << got << ", fp64 " << want;
-      }
-    }
-  }
+        return static_cast<double>(fp8_to_float(a[static_cast<std::size_t>(m * 64 + ka)], F)) *
+               fp8_to_float(bt[static_cast<std::size_t>(n * 64 + k)], F);
+      },
+      !wrong_fragment);
   if (wrong_fragment) {
     EXPECT_GT(bad, 0) << "a swapped K order matched too";
   } else {
@@ -166,21 +180,13 @@ int fp8_pv_errors() {
   const LaunchConfig config{{1, 1, 1}, {128, 1, 1}, test_kernels::fp8_pv_shared_bytes<kN>()};
   emulator.launch(&test_kernels::wgmma_fp8_pv<F, kN, kPermute>, config,
                   test_kernels::Fp8PvParams{pm.data(), v.data(), c.data()});
-  int bad = 0;
-  for (int m = 0; m < 64; ++m) {
-    for (int n = 0; n < kN; ++n) {
-      double want = 0;
-      double magnitude = 0;
-      for (int k = 0; k < 64; ++k) {
+  return fp32_sum_errors(
+      c, kN,
+      [&](int m, int n, int k) {
         const double pk = fp8_to_float(float_to_fp8_satfinite(pm[static_cast<std::size_t>(m * 64 + k)], F), F);
-        const double term = pk * fp8_to_float(v[static_cast<std::size_t>(k * kN + n)], F);
-        want += term;
-        magnitude += std::abs(term);
-      }
-      if (!(std::abs(c[static_cast<std::size_t>(m * kN + n)] - want) <= 64 * 0x1p-24 * magnitude + 1e-30)) ++bad;
-    }
-  }
-  return bad;
+        return pk * fp8_to_float(v[static_cast<std::size_t>(k * kN + n)], F);
+      },
+      false);
 }
 
 TEST(WgmmaEmuTest, Fp8PvTakesPFromTheAccumulatorsWithoutAnExchange) {
