@@ -143,7 +143,7 @@ struct Runtime::Impl {
     switch (op) {
       case Op::kForward:
         s->forward = load_forward(*backend, variant, problem.compute_dtype(), compile);
-        s->workspace_bytes = forward_workspace_bytes(s->forward);
+        s->workspace_bytes = forward_workspace_bytes(problem, s->forward);
         break;
       case Op::kDecode: {
         DecodeSplit split{o.splits, 0};

@@ -45,6 +45,7 @@
 #include "templates/sm90_fp8.cuh"
 #include "templates/sm90_pipeline.cuh"
 #include "templates/sm90_scheduler.cuh"
+#include "templates/sm90_varlen_tiles.cuh"
 #include "templates/tunable.cuh"
 
 namespace attune {
@@ -74,6 +75,8 @@ struct FlashFwdSm90Params {
   // Added at the end, so variants without it keep their code.
   DropoutParams dropout;  // read only by variants with kDropout
   Fp8Inputs fp8;          // read only by variants with kFp8: e4m3 Q, K and V, and their descales
+  // kVarlen: the numbers sm90_varlen_tiles wrote for this call (workspace).
+  sm90_sched::VarlenTiles varlen;
 };
 
 struct FlashFwdSm90Tunables {
@@ -85,7 +88,7 @@ struct FlashFwdSm90Tunables {
   static constexpr int kOverlap[] = {0, 1};             // S GEMM of tile n issued before P V of tile n-1
   static constexpr int kRescaleAfter[] = {0, 1};        // O rescaled after the P V wait (with kOverlap)
   static constexpr int kTmaStore[] = {0, 1};            // O through shared memory and a TMA store
-  static constexpr int kScheduler[] = {0, 1, 2};        // tiles: one CTA each, static persistent, dynamic
+  static constexpr int kScheduler[] = {0, 1, 2, 3};     // tiles: one CTA each, static persistent, dynamic, varlen
   static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st", "pp", "ov", "ra", "ts", "sc"};
   static constexpr const char* kArchs[] = {"sm_90a"};  // wgmma and setmaxnreg exist on sm_90a only
   // Read from the params by the emulator's instantiation (one per head dim,
@@ -140,7 +143,7 @@ struct FlashFwdSm90Tunables {
            block_n >= 16 && block_n <= 256 && stages >= 2 && stages <= 3 && (pingpong == 0 || consumers == 2) &&
            (overlap == 0 || overlap == 1) && (rescale_after == 0 || overlap == 1) &&
            (tma_store == 0 || tma_store == 1) && (consumers < 3 || block_n <= 128) &&
-           (tma_store == 0 || head_dim < 256 || consumers > 1) && scheduler >= 0 && scheduler <= 2 &&
+           (tma_store == 0 || head_dim < 256 || consumers > 1) && scheduler >= 0 && scheduler <= 3 &&
            (kMeasuring || registers_fit(head_dim, block_n, overlap, consumers));
   }
 };
@@ -187,6 +190,7 @@ struct Barriers {
   // before that arrival; the rest become zeros; -1: no tile follows).
   u64 v_landed[3];
   i32 v_keys[3];
+  sm90_sched::WorkTile work;  // kVarlen: the claimed tile's numbers, written with `tile`
 };
 
 // kFp8: the producer's warps 1..3 transpose V (kTransposeThreads threads).
@@ -338,7 +342,10 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   const bool rescale_after = Tunable<kRescaleAfter>(p.rescale_after).on();
   const bool tma_store = Tunable<kTmaStore>(p.tma_store).on();
   const i32 scheduler = Tunable<kScheduler>(p.scheduler).value();
-  const bool dynamic = scheduler == sm90_sched::kDynamic;
+  // kVarlen claims and hands over tiles as kDynamic does, numbered by
+  // sm90_varlen_tiles.
+  const bool varlen = scheduler == sm90_sched::kVarlen;
+  const bool dynamic = scheduler == sm90_sched::kDynamic || varlen;
   const i32 consumers = block_m / 64;
   const sm90_detail::Layout layout{kHeadDim, block_m, kBlockN, stages};
   const FlashFwdBase& f = p.fwd;
@@ -407,14 +414,28 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     i32 kv_base = 0;  // key tiles through the ring before this tile's
     i32 fixes = 0;    // V tiles zeroed so far (v_fixed's phases)
     i32 round = 0;
-    for (i32 index = dev::block_index().x; index < tile_count; ++round) {
-      const TileWork w = TileWork::of<kBlockN>(f, order.at(index), block_m);
+    i32 slot = 0;  // kVarlen: the slot of the last tile found
+    const i32 tiles_total = varlen ? dev::load_global(p.varlen.tile_start + order.batches) : tile_count;
+    for (i32 index = dev::block_index().x; index < tiles_total; ++round) {
+      sm90_sched::WorkTile at;
+      if (varlen) {
+        slot = sm90_sched::varlen_slot(p.varlen, order.batches, slot, index);
+        at = sm90_sched::varlen_tile(p.varlen, order, slot, index);
+      } else {
+        at = order.at(index);
+      }
+      const TileWork w = TileWork::of<kBlockN>(f, at, block_m);
       // Q's rows hold the previous tile's Q and staged O until every
       // consumer thread is done with them.
       if (round > 0) dev::mbarrier::wait(q_empty, (round - 1) & 1);  // producer: wait Q rows free
       // kDynamic: the tile reaches the consumers with Q's arrival, so the
       // thread that arrives writes it.
       if (dynamic && leader) dev::store_shared(&bars->tile, index);  // producer: hand the tile over
+      if (varlen && leader) {  // producer: hand its numbers over (one word each)
+        dev::store_shared(&bars->work.m_block, at.m_block);
+        dev::store_shared(&bars->work.head, at.head);
+        dev::store_shared(&bars->work.batch, at.batch);
+      }
       if (leader) {
         if (w.tiles > 0 && fp8) {
           dev::mbarrier::arrive_expect_tx(q_full, static_cast<u32>(block_m * kHeadDim));
@@ -541,7 +562,16 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     // The tile's numbers, recomputed from `index` where they are needed
     // again (behind an opaque value, so none is held through the loops):
     // only index, round and kv_base live from one tile to the next.
-    const auto work = [&] { return TileWork::of<kBlockN>(f, order.at(index + dev::opaque(0)), block_m); };
+    const auto work = [&] {
+      sm90_sched::WorkTile at;
+      if (varlen) {
+        at = {dev::load_shared(&bars->work.m_block), dev::load_shared(&bars->work.head),
+              dev::load_shared(&bars->work.batch)};
+      } else {
+        at = order.at(index + dev::opaque(0));
+      }
+      return TileWork::of<kBlockN>(f, at, block_m);
+    };
     const TileWork w = work();
     const i32 tiles = w.tiles;
     if (w.row0 < w.seq.q_len) {

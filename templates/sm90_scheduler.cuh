@@ -11,6 +11,9 @@
 //   kDynamic  persistent: CTA c runs c, then each number it claims from a
 //             global counter, plus G (longest first by construction: the
 //             order is heaviest first, and a free CTA takes the next).
+//   kVarlen   kDynamic over other numbers (sm90_varlen_tiles.cuh): only
+//             tiles that exist, sequences longest first, numbered once
+//             per call into the workspace after the counter.
 // The dynamic counter starts at zero for every launch (the launch sequence
 // clears it); its producer claims the next tile while the consumers work on
 // the current one and hands it to them through shared memory.
@@ -21,7 +24,7 @@
 namespace attune {
 namespace sm90_sched {
 
-enum Kind : i32 { kGrid = 0, kStatic = 1, kDynamic = 2 };
+enum Kind : i32 { kGrid = 0, kStatic = 1, kDynamic = 2, kVarlen = 3 };
 
 struct WorkTile {
   i32 m_block;
@@ -49,6 +52,23 @@ struct TileOrder {
     const i32 pair = first_pair + (in_section - step * width);
     return {m_blocks - 1 - step, pair % heads, pair / heads};
   }
+};
+
+// kVarlen's numbers: slot s is sequence slot_batch[s] (longest first) and
+// owns the tiles [tile_start[s], tile_start[s + 1]).
+struct VarlenTiles {
+  i32* slot_batch;  // [batches]
+  i32* tile_start;  // [batches + 1]
+};
+
+// Where a call's workspace holds the scheduler's state: the dynamic
+// counter (16 bytes), then for kVarlen slot_batch and tile_start.
+struct VarlenLayout {
+  i64 batches;
+  ATTUNE_HOST_DEVICE static constexpr i64 counter_bytes() { return 16; }
+  ATTUNE_HOST_DEVICE i64 slot_batch_offset() const { return counter_bytes(); }
+  ATTUNE_HOST_DEVICE i64 tile_start_offset() const { return slot_batch_offset() + 4 * batches; }
+  ATTUNE_HOST_DEVICE i64 bytes() const { return (tile_start_offset() + 4 * (batches + 1) + 15) / 16 * 16; }
 };
 
 // The number a CTA runs after `current` under the static and grid

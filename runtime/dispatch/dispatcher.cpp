@@ -35,7 +35,7 @@ DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem, con
             DispatchRule::kHeuristic, "", 0};
   }
   // The forward: flash_fwd_sm90 where the device and the call allow it.
-  ForwardHints hints{.masked = problem.mask.kind != MaskKind::kNone};
+  ForwardHints hints{.masked = problem.mask.kind != MaskKind::kNone, .varlen = problem.is_packed()};
   std::string detail;
   if (const KernelSpec* hopper = find_kernel_spec("flash_fwd_sm90"); hopper != nullptr) {
     if (!kernel_runs_on(*hopper, arch_)) {

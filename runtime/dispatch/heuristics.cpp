@@ -42,7 +42,8 @@ Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, cons
     // at d256; the S GEMM of the next tile issued before the softmax, two
     // consumers taking turns where there are two, O out through TMA;
     // persistent CTAs, taking tiles of unequal work (a mask) from the
-    // dynamic scheduler, heaviest first, else in a static stride.
+    // dynamic scheduler, heaviest first, else in a static stride; packed
+    // sequences from the varlen scheduler (the longest sequence first).
     const int bucket = FlashFwdSm90Shape::of(hopper.front()).head_dim;
     const bool d64 = bucket <= 64;
     const bool d128 = bucket <= 128 && !d64;
@@ -56,7 +57,9 @@ Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, cons
                              .overlap = 1,
                              .rescale_after = 0,
                              .tma_store = 1,
-                             .scheduler = hints.masked ? sm90_sched::kDynamic : sm90_sched::kStatic};
+                             .scheduler = hints.varlen   ? sm90_sched::kVarlen
+                                          : hints.masked ? sm90_sched::kDynamic
+                                                         : sm90_sched::kStatic};
     // Where the register model leaves that tile out, the next smaller key
     // tile with the same schedule; then the nearest listed variant.
     const FlashFwdSm90Shape first = wanted;

@@ -15,6 +15,7 @@ namespace attune {
 struct ForwardHints {
   bool masked = false;         // causal or a window: smaller key tiles pay (FlashAttention-3's choice)
   bool portable_only = false;  // flash_fwd even where flash_fwd_sm90 runs (a call TMA cannot map)
+  bool varlen = false;         // packed sequences: the varlen scheduler numbers only the tiles that exist
 };
 
 // The default variant of "fwd" or "bwd" (dQ by atomics) for the problem

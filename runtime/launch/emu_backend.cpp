@@ -123,7 +123,7 @@ void emulate_forward(const AttentionProblem& problem, const AttentionBuffers& bu
   check_runs(variant, KernelId::kFlashFwd, problem, buffers);
   emulate(
       problem, [&](LaunchBackend& b) { return load_forward(b, variant, problem.compute_dtype()); },
-      [](const ForwardKernels& k) { return forward_workspace_bytes(k); },
+      [&](const ForwardKernels& k) { return forward_workspace_bytes(problem, k); },
       [&](LaunchBackend::Call& call, const ForwardKernels& k, const CallMemory& m) {
         launch_forward(call, problem, k, buffers, m.metadata(), m.workspace());
       },

@@ -61,7 +61,7 @@ Sm90TensorMaps flash_fwd_sm90_maps(const AttentionProblem& p, const AttentionBuf
 
 FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& p, const AttentionBuffers& b,
                                                       const DeviceMetadata& metadata, const Variant& variant,
-                                                      std::int32_t* tile_counter) {
+                                                      void* scheduler_workspace) {
   FlashFwdSm90Params k{};
   const FlashFwdParams fwd = flash_fwd_params(p, b, metadata);
   k.fwd = fwd;  // the shared part
@@ -69,12 +69,20 @@ FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& p,
   k.fp8 = fwd.fp8;
   fill_tunable_fields(k, FlashFwdSm90Shape::of(variant));
   k.tiles = flash_fwd_sm90_tiles(p, variant);
-  if (FlashFwdSm90Shape::of(variant).scheduler == sm90_sched::kDynamic) {
-    if (tile_counter == nullptr) {
-      throw InvalidArgument("variant " + variant.id() +
-                            ": the dynamic tile scheduler needs its counter in the workspace; got none");
+  const int scheduler = FlashFwdSm90Shape::of(variant).scheduler;
+  if (scheduler == sm90_sched::kDynamic || scheduler == sm90_sched::kVarlen) {
+    if (scheduler_workspace == nullptr) {
+      throw InvalidArgument("variant " + variant.id() + ": the " +
+                            (scheduler == sm90_sched::kVarlen ? "varlen" : "dynamic") +
+                            " tile scheduler needs its counter in the workspace; got none");
     }
-    k.tile_counter = tile_counter;
+    auto* base = static_cast<unsigned char*>(scheduler_workspace);
+    k.tile_counter = reinterpret_cast<i32*>(base);
+    if (scheduler == sm90_sched::kVarlen) {
+      const sm90_sched::VarlenLayout layout{k.tiles.batches};
+      k.varlen = {reinterpret_cast<i32*>(base + layout.slot_batch_offset()),
+                  reinterpret_cast<i32*>(base + layout.tile_start_offset())};
+    }
   }
   k.o_map_valid =
       tma_stride_fit('O', p.o_strides, p.is_packed()).fits() && reinterpret_cast<std::uintptr_t>(b.o) % 16 == 0 ? 1 : 0;
@@ -104,9 +112,36 @@ LaunchConfig flash_fwd_sm90_launch(const sm90_sched::TileOrder& tiles, const Var
   return {.grid = {ctas, 1, 1}, .block = {variant.threads(), 1, 1}, .dynamic_shared_bytes = variant.shared_bytes()};
 }
 
-std::size_t flash_fwd_sm90_workspace_bytes(const Variant& variant) {
+std::size_t flash_fwd_sm90_workspace_bytes(const Variant& variant, const AttentionProblem& problem) {
   if (variant.kernel == nullptr || variant.kernel->id != KernelId::kFlashFwdSm90) return 0;
-  return FlashFwdSm90Shape::of(variant).scheduler == sm90_sched::kDynamic ? 16 : 0;
+  switch (FlashFwdSm90Shape::of(variant).scheduler) {
+    case sm90_sched::kDynamic:
+      return sm90_sched::VarlenLayout::counter_bytes();
+    case sm90_sched::kVarlen:
+      return static_cast<std::size_t>(sm90_sched::VarlenLayout{std::max<std::int64_t>(problem.batch, 1)}.bytes());
+    default:
+      return 0;
+  }
+}
+
+const Variant& sm90_varlen_tiles_variant() {
+  static const Variant kVariant = only_variant(KernelId::kSm90VarlenTiles);
+  return kVariant;
+}
+
+Sm90VarlenTilesParams sm90_varlen_tiles_params(const FlashFwdSm90Params& forward, const Variant& variant) {
+  const FlashFwdBase& f = forward.fwd;
+  return {.seqs = {f.cu_seqlens_q, f.cu_seqlens_k, f.seqlens_k, f.seqlen_q, f.seqlen_k},
+          .mask = f.mask,
+          .batches = forward.tiles.batches,
+          .heads = forward.tiles.heads,
+          .block_m = FlashFwdSm90Shape::of(variant).block_m,
+          .out = forward.varlen};
+}
+
+LaunchConfig sm90_varlen_tiles_launch() {
+  const Variant& v = sm90_varlen_tiles_variant();
+  return {.grid = {1, 1, 1}, .block = {v.threads(), 1, 1}, .dynamic_shared_bytes = v.shared_bytes()};
 }
 
 }  // namespace attune

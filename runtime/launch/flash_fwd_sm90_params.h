@@ -29,21 +29,22 @@ Sm90TensorMaps flash_fwd_sm90_maps(const AttentionProblem& problem, const Attent
 
 // Kernel params for a validated problem that fits; `encode` turns a spec
 // into the backend's TensorMap (LaunchBackend::tensor_map).
-// `tile_counter`: the dynamic scheduler's counter (flash_fwd_sm90_workspace_bytes,
-// zero at launch), null for the other schedulers.
+// `scheduler_workspace`: the dynamic and varlen schedulers' state
+// (flash_fwd_sm90_workspace_bytes: the counter, zero at launch, and the
+// varlen numbers), null for the others.
 template <class Encode>
 FlashFwdSm90Params flash_fwd_sm90_params(const AttentionProblem& problem, const AttentionBuffers& buffers,
                                          const DeviceMetadata& metadata, const Variant& variant,
-                                         std::int32_t* tile_counter, const Encode& encode);
+                                         void* scheduler_workspace, const Encode& encode);
 FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& problem, const AttentionBuffers& buffers,
                                                       const DeviceMetadata& metadata, const Variant& variant,
-                                                      std::int32_t* tile_counter);
+                                                      void* scheduler_workspace);
 
 template <class Encode>
 FlashFwdSm90Params flash_fwd_sm90_params(const AttentionProblem& problem, const AttentionBuffers& buffers,
                                          const DeviceMetadata& metadata, const Variant& variant,
-                                         std::int32_t* tile_counter, const Encode& encode) {
-  FlashFwdSm90Params k = flash_fwd_sm90_params_without_maps(problem, buffers, metadata, variant, tile_counter);
+                                         void* scheduler_workspace, const Encode& encode) {
+  FlashFwdSm90Params k = flash_fwd_sm90_params_without_maps(problem, buffers, metadata, variant, scheduler_workspace);
   const Sm90TensorMaps maps = flash_fwd_sm90_maps(problem, buffers, variant);
   k.q_map = encode(maps.q);
   if (problem.seqlen_k > 0) {  // else no key tile is ever loaded
@@ -65,8 +66,16 @@ sm90_sched::TileOrder flash_fwd_sm90_tiles(const AttentionProblem& problem, cons
 // shared memory.
 LaunchConfig flash_fwd_sm90_launch(const sm90_sched::TileOrder& tiles, const Variant& variant, int sm_count);
 
-// Bytes of workspace the variant's scheduler needs: 16 (its counter, one
-// int32 zeroed before each launch) for kDynamic, else 0.
-std::size_t flash_fwd_sm90_workspace_bytes(const Variant& variant);
+// Bytes of workspace the variant's scheduler needs for the problem: 16
+// (its counter, one int32 zeroed before each launch) for kDynamic, the
+// counter and the tile numbers (sm90_sched::VarlenLayout) for kVarlen,
+// else 0.
+std::size_t flash_fwd_sm90_workspace_bytes(const Variant& variant, const AttentionProblem& problem);
+
+// kVarlen: sm90_varlen_tiles numbers the call's tiles into the workspace
+// (the params' `varlen`) before the forward runs: one CTA.
+const Variant& sm90_varlen_tiles_variant();
+Sm90VarlenTilesParams sm90_varlen_tiles_params(const FlashFwdSm90Params& forward, const Variant& variant);
+LaunchConfig sm90_varlen_tiles_launch();
 
 }  // namespace attune

@@ -77,11 +77,16 @@ Variant portable_forward_variant(const Variant& sm90) {
 
 ForwardKernels load_forward(LaunchBackend& backend, const Variant& variant, DType dtype, Compile compile) {
   if (variant.kernel != nullptr && variant.kernel->id == KernelId::kFlashFwdSm90) {
-    return {backend.load(variant, dtype, compile),
-            [&backend, portable = portable_forward_variant(variant), dtype, compile] {
-              return backend.load(portable, dtype, compile);
-            },
-            backend.sm_count()};
+    ForwardKernels k{backend.load(variant, dtype, compile),
+                     [&backend, portable = portable_forward_variant(variant), dtype, compile] {
+                       return backend.load(portable, dtype, compile);
+                     },
+                     backend.sm_count(),
+                     {}};
+    if (FlashFwdSm90Shape::of(variant).scheduler == sm90_sched::kVarlen) {
+      k.varlen_tiles = backend.load(sm90_varlen_tiles_variant(), dtype, compile);
+    }
+    return k;
   }
   require_kernel(variant, KernelId::kFlashFwd);
   return {backend.load(variant, dtype, compile), {}, backend.sm_count()};
@@ -108,8 +113,8 @@ BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DT
   return k;
 }
 
-std::size_t forward_workspace_bytes(const ForwardKernels& kernels) {
-  return flash_fwd_sm90_workspace_bytes(kernels.main.variant);
+std::size_t forward_workspace_bytes(const AttentionProblem& problem, const ForwardKernels& kernels) {
+  return flash_fwd_sm90_workspace_bytes(kernels.main.variant, problem);
 }
 
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels) {
@@ -131,13 +136,21 @@ void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const 
     const std::string unfit = sm90_unfit_reason(p, b);
     if (unfit.empty()) {
       const auto encode = [&](const TensorMapSpec& spec) { return call.tensor_map(spec); };
-      const std::size_t counter_bytes = flash_fwd_sm90_workspace_bytes(main);
-      if (counter_bytes > 0) {
-        describe(call, "tile counter", workspace, static_cast<std::int64_t>(counter_bytes), 1);
-        call.zero(workspace, counter_bytes / sizeof(std::int32_t));  // every launch starts from tile 0
+      const std::size_t scheduler_bytes = flash_fwd_sm90_workspace_bytes(main, p);
+      if (scheduler_bytes > 0) {
+        describe(call, "tile scheduler", workspace, static_cast<std::int64_t>(scheduler_bytes), 1);
+        // Every launch starts from tile 0.
+        call.zero(workspace, sm90_sched::VarlenLayout::counter_bytes() / sizeof(std::int32_t));
       }
-      const FlashFwdSm90Params params =
-          flash_fwd_sm90_params(p, b, metadata, main, static_cast<std::int32_t*>(workspace), encode);
+      const FlashFwdSm90Params params = flash_fwd_sm90_params(p, b, metadata, main, workspace, encode);
+      if (FlashFwdSm90Shape::of(main).scheduler == sm90_sched::kVarlen) {
+        if (kernels.varlen_tiles.variant.kernel == nullptr) {
+          throw InvalidArgument("variant " + main.id() +
+                                ": the varlen scheduler needs sm90_varlen_tiles; expected kernels loaded with "
+                                "load_forward");
+        }
+        launch(call, kernels.varlen_tiles, sm90_varlen_tiles_launch(), sm90_varlen_tiles_params(params, main));
+      }
       launch(call, kernels.main, flash_fwd_sm90_launch(params.tiles, main, kernels.sm_count), params);
       return;
     }

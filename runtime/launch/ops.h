@@ -28,6 +28,7 @@ struct ForwardKernels {
   // calls TMA cannot map. Empty otherwise.
   std::function<LoadedKernel()> fallback;
   int sm_count = 0;  // the device's: a persistent flash_fwd_sm90 launches one CTA per SM at most
+  LoadedKernel varlen_tiles;  // sm90_varlen_tiles, for flash_fwd_sm90's varlen scheduler
 };
 struct DecodeKernels {
   LoadedKernel main;     // flash_decode
@@ -55,7 +56,7 @@ BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DT
 
 // Bytes of workspace a call needs (0: none): fp32 partials, or the
 // dynamic tile scheduler's counter.
-std::size_t forward_workspace_bytes(const ForwardKernels& kernels);
+std::size_t forward_workspace_bytes(const AttentionProblem& problem, const ForwardKernels& kernels);
 std::size_t decode_workspace_bytes(const AttentionProblem& problem, const DecodeKernels& kernels);
 std::size_t backward_workspace_bytes(const AttentionProblem& problem, const BackwardKernels& kernels);
 

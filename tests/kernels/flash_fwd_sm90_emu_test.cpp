@@ -13,6 +13,7 @@
 #include <string>
 #include <tuple>
 
+#include "emulator/emulator.h"
 #include "generated/kernel_shapes.h"
 #include "reference/accuracy.h"
 #include "runtime/dispatch/heuristics.h"
@@ -148,7 +149,8 @@ TEST(FlashFwdSm90EmuTest, TileOrderNumbersEveryTileOnceHeaviestFirst) {
 
 // Each scheduler over more tiles than the two emulated SMs: causal, a
 // sliding window, packed varlen (sequences shorter than the longest leave
-// empty tiles) and GQA, against the fp64 reference.
+// empty tiles, except under the varlen scheduler) and GQA, against the
+// fp64 reference.
 TEST(FlashFwdSm90EmuTest, EverySchedulerRunsMoreTilesThanCtas) {
   ASSERT_EQ(emulated_sm_count(), 2);
   std::vector<testing::Family> families;
@@ -160,7 +162,16 @@ TEST(FlashFwdSm90EmuTest, EverySchedulerRunsMoreTilesThanCtas) {
                       {2, 333, 2, 64},
                       {2, 333, 2, 64},
                       ProblemOptions{.dtype = DType::kBF16, .mask = Mask::causal_bottom_right()}});
-  for (const int scheduler : {sm90_sched::kGrid, sm90_sched::kStatic, sm90_sched::kDynamic}) {
+  // Sequences of 3, 1, 0 and 2 m-blocks: 12 tiles, none empty, by the varlen scheduler.
+  testing::Family long_short{"packed_long_short_causal",
+                             {445, 2, 64},
+                             {500, 1, 64},
+                             {500, 1, 64},
+                             ProblemOptions{.dtype = DType::kBF16, .mask = Mask::causal_bottom_right()}};
+  long_short.options.cu_seqlens_q = {0, 300, 305, 305, 445};
+  long_short.options.cu_seqlens_k = {0, 310, 330, 340, 500};
+  families.push_back(long_short);
+  for (const int scheduler : {sm90_sched::kGrid, sm90_sched::kStatic, sm90_sched::kDynamic, sm90_sched::kVarlen}) {
     const Variant v =
         parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc" + std::to_string(scheduler));
     SCOPED_TRACE(v.id());
@@ -171,9 +182,14 @@ TEST(FlashFwdSm90EmuTest, EverySchedulerRunsMoreTilesThanCtas) {
 TEST(FlashFwdSm90EmuTest, TheDynamicSchedulerNeedsItsCounter) {
   const Variant dynamic = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc2");
   const Variant fixed = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc1");
-  EXPECT_EQ(flash_fwd_sm90_workspace_bytes(dynamic), 16U);
-  EXPECT_EQ(flash_fwd_sm90_workspace_bytes(fixed), 0U);
   const testing::Inputs in = testing::with_tma_strides(testing::make_inputs(testing::seed_families(DType::kBF16)[0]));
+  EXPECT_EQ(flash_fwd_sm90_workspace_bytes(dynamic, in.problem), 16U);
+  EXPECT_EQ(flash_fwd_sm90_workspace_bytes(fixed, in.problem), 0U);
+  // The varlen scheduler's counter, then B + (B + 1) int32, in 16-byte units.
+  const Variant varlen = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc3");
+  AttentionProblem five = in.problem;
+  five.batch = 5;
+  EXPECT_EQ(flash_fwd_sm90_workspace_bytes(varlen, five), 16U + 48U);
   const AttentionBuffers b{in.q.data(), in.k.data(), in.v.data(), nullptr, nullptr};
   try {
     static_cast<void>(flash_fwd_sm90_params_without_maps(in.problem, b, {}, dynamic, nullptr));
@@ -181,11 +197,111 @@ TEST(FlashFwdSm90EmuTest, TheDynamicSchedulerNeedsItsCounter) {
   } catch (const InvalidArgument& e) {
     EXPECT_NE(std::string(e.what()).find("counter"), std::string::npos) << e.what();
   }
+  EXPECT_THROW(static_cast<void>(flash_fwd_sm90_params_without_maps(in.problem, b, {}, varlen, nullptr)),
+               InvalidArgument);
   // Persistent grids: at most one CTA per SM; the grid scheduler one per tile.
   const sm90_sched::TileOrder tiles = flash_fwd_sm90_tiles(in.problem, dynamic);
   EXPECT_EQ(flash_fwd_sm90_launch(tiles, dynamic, 2).grid.x, std::min(tiles.count(), 2));
   const Variant grid = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc0");
   EXPECT_EQ(flash_fwd_sm90_launch(tiles, grid, 2).grid.x, tiles.count());
+}
+
+// sm90_varlen_tiles on its own: what it writes for a packed batch.
+struct VarlenTilesRun {
+  std::vector<std::int32_t> cu_q, cu_k, slot_batch, tile_start;
+  Sm90VarlenTilesParams params{};
+
+  VarlenTilesRun(std::vector<std::int32_t> q, std::vector<std::int32_t> k, i32 heads, i32 block_m, MaskParams mask)
+      : cu_q(std::move(q)), cu_k(std::move(k)) {
+    const auto batches = static_cast<i32>(cu_q.size() - 1);
+    slot_batch.assign(static_cast<std::size_t>(batches), -1);
+    tile_start.assign(static_cast<std::size_t>(batches + 1), -1);
+    params = {.seqs = {cu_q.data(), cu_k.empty() ? nullptr : cu_k.data(), nullptr, 0, 0},
+              .mask = mask,
+              .batches = batches,
+              .heads = heads,
+              .block_m = block_m,
+              .out = {slot_batch.data(), tile_start.data()}};
+  }
+  void run() {
+    emu::Emulator emulator;
+    emulator.register_buffer("cu_seqlens_q", cu_q.data(), cu_q.size() * 4);
+    if (!cu_k.empty()) emulator.register_buffer("cu_seqlens_k", cu_k.data(), cu_k.size() * 4);
+    emulator.register_buffer("slot_batch", slot_batch.data(), slot_batch.size() * 4);
+    emulator.register_buffer("tile_start", tile_start.data(), tile_start.size() * 4);
+    emulator.launch(&sm90_varlen_tiles<256, Bf16>, sm90_varlen_tiles_launch(), params);
+  }
+};
+
+// Only tiles that exist are numbered (m-blocks x heads per sequence, none
+// for an empty one), sequences by the keys their heaviest m-block sees,
+// ties by index; a tile's slot is found from any earlier one.
+TEST(FlashFwdSm90EmuTest, TheVarlenSchedulerNumbersTilesThatExistLongestFirst) {
+  // Queries 5, 300, 0, 129, 64 rows; keys 700, 300, 50, 129, 700.
+  VarlenTilesRun run({0, 5, 305, 305, 434, 498}, {0, 700, 1000, 1050, 1179, 1879}, 3, 128, MaskParams{});
+  run.run();
+  EXPECT_EQ(run.slot_batch, (std::vector<std::int32_t>{0, 4, 1, 3, 2}));
+  // m-blocks 1, 1, 3, 2, 0 in slot order, times 3 heads.
+  EXPECT_EQ(run.tile_start, (std::vector<std::int32_t>{0, 3, 6, 15, 21, 21}));
+  // Causal (bottom-right): the last m-block of sequence 1 sees all 300
+  // keys, of sequence 0 all 700, of 3 129, of 4 700; the empty one none.
+  VarlenTilesRun causal({0, 5, 305, 305, 434, 498}, {0, 700, 1000, 1050, 1179, 1879}, 1, 64,
+                        MaskParams{.left = -1, .right = 0, .top_left = 0});
+  causal.run();
+  EXPECT_EQ(causal.slot_batch, (std::vector<std::int32_t>{0, 4, 1, 3, 2}));
+  EXPECT_EQ(causal.tile_start, (std::vector<std::int32_t>{0, 1, 2, 7, 10, 10}));
+  // The slot search, from slot 0 and from the slot before.
+  const sm90_sched::VarlenTiles tiles{run.slot_batch.data(), run.tile_start.data()};
+  const sm90_sched::TileOrder order{3, 3, 5, 3};
+  emu::Emulator emulator;
+  emulator.register_buffer("slot_batch", run.slot_batch.data(), run.slot_batch.size() * 4);
+  emulator.register_buffer("tile_start", run.tile_start.data(), run.tile_start.size() * 4);
+  std::vector<std::int32_t> found(21 * 3, -1);
+  emulator.register_buffer("found", found.data(), found.size() * 4);
+  emulator.launch(
+      {.grid = {1, 1, 1}, .block = {32, 1, 1}, .dynamic_shared_bytes = 0},
+      [&] {
+        i32 slot = 0;
+        for (i32 index = 0; index < 21; ++index) {
+          slot = sm90_sched::varlen_slot(tiles, 5, slot, index);
+          const sm90_sched::WorkTile t = sm90_sched::varlen_tile(tiles, order, slot, index);
+          if (dev::lane_id() == 0) {
+            dev::store_global(found.data() + 3 * index, t.batch);
+            dev::store_global(found.data() + 3 * index + 1, t.m_block);
+            dev::store_global(found.data() + 3 * index + 2, t.head);
+          }
+        }
+      });
+  std::set<std::tuple<int, int, int>> seen;
+  for (i32 index = 0; index < 21; ++index) {
+    const i32 batch = found[3 * index];
+    const i32 m_block = found[3 * index + 1];
+    seen.insert({batch, m_block, found[3 * index + 2]});
+    const i32 slot = index < 3 ? 0 : index < 6 ? 1 : index < 15 ? 2 : 3;
+    EXPECT_EQ(batch, run.slot_batch[static_cast<std::size_t>(slot)]) << "tile " << index;
+    if (index == run.tile_start[static_cast<std::size_t>(slot)]) {
+      EXPECT_EQ(m_block, (run.tile_start[slot + 1] - run.tile_start[slot]) / 3 - 1) << "heaviest m-block first";
+    }
+  }
+  EXPECT_EQ(seen.size(), 21U);  // each (sequence, m-block, head) once
+}
+
+// Past kSortedBatches sequences the order is the batch order; the numbers
+// stay exact.
+TEST(FlashFwdSm90EmuTest, TheVarlenSchedulerKeepsTheBatchOrderPastItsSortLimit) {
+  const i32 batches = kSortedBatches + 3;
+  std::vector<std::int32_t> cu_q{0};
+  for (i32 b = 0; b < batches; ++b) cu_q.push_back(cu_q.back() + (b % 5) * 70);  // 0 to 280 rows
+  VarlenTilesRun run(cu_q, {}, 2, 128, MaskParams{});
+  run.params.seqs.seqlen_k = 64;
+  run.run();
+  std::int32_t start = 0;
+  for (i32 s = 0; s < batches; ++s) {
+    ASSERT_EQ(run.slot_batch[static_cast<std::size_t>(s)], s);
+    ASSERT_EQ(run.tile_start[static_cast<std::size_t>(s)], start) << "slot " << s;
+    start += 2 * (((s % 5) * 70 + 127) / 128);
+  }
+  EXPECT_EQ(run.tile_start.back(), start);
 }
 
 TEST(FlashFwdSm90EmuTest, ListedOnSm90aOnlyAndNeverWithModifiers) {

@@ -5,7 +5,9 @@
 // takes a phase that already passed and falls out of step with the ring),
 // P rewritten while the P V GEMM that reads it is in flight; and in the
 // dynamic tile scheduler, a tile handed out twice (two CTAs write its O)
-// and the claimed tile written by a lane whose arrival does not carry it.
+// and the claimed tile written by a lane whose arrival does not carry it;
+// the same hand-off in the varlen scheduler, and its numbering kernel's
+// scan without a barrier.
 #include <gtest/gtest.h>
 
 #include <bit>
@@ -15,8 +17,10 @@
 #include "flash_fwd_sm90_no_release.cuh"
 #include "flash_fwd_sm90_p_before_wait.cuh"
 #include "flash_fwd_sm90_tile_twice.cuh"
+#include "flash_fwd_sm90_varlen_handoff.cuh"
 #include "flash_fwd_sm90_wrong_parity.cuh"
 #include "runtime/launch/flash_fwd_sm90_params.h"
+#include "sm90_varlen_scan_race.cuh"
 #include "tests/support/emu_forward.h"
 #include "tests/support/families.h"
 #include "tests/support/tma_layout.h"
@@ -64,6 +68,40 @@ struct SchedulerRun : PlantedRun {
     counter = 0;
   }
   std::int32_t counter = 0;
+};
+
+// The varlen scheduler on 4 CTAs: sequences of 300 and 5 rows (3 and 1
+// m-blocks of 128) over 3 heads, 12 tiles, numbered into the workspace by
+// the real sm90_varlen_tiles before each launch.
+struct VarlenRun : PlantedRun {
+  VarlenRun() {
+    testing::Family f{"packed_causal_h3",
+                      {305, 3, 64},
+                      {330, 3, 64},
+                      {330, 3, 64},
+                      ProblemOptions{.dtype = DType::kBF16, .mask = Mask::causal_bottom_right()}};
+    f.options.cu_seqlens_q = {0, 300, 305};
+    f.options.cu_seqlens_k = {0, 310, 330};
+    in = testing::with_tma_strides(testing::make_inputs(f));
+    o.assign(static_cast<std::size_t>(o_extent(in.problem)), 0);
+    lse.assign(static_cast<std::size_t>(lse_extent(in.problem)), 0.0F);
+    variant = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp0.ov1.ra0.ts0.sc3");
+    workspace.assign(flash_fwd_sm90_workspace_bytes(variant, in.problem) / 4, 0);
+    metadata = {in.problem.cu_seqlens_q.data(), in.problem.cu_seqlens_k.data(), nullptr, nullptr};
+    params = flash_fwd_sm90_params(in.problem, buffers(), metadata, variant, workspace.data(),
+                                   encode_emulated_tensor_map);
+    config = flash_fwd_sm90_launch(params.tiles, variant, 4);
+  }
+  void describe(emu::Emulator& e) {
+    PlantedRun::describe(e);
+    e.register_buffer("scheduler workspace", workspace.data(), workspace.size() * 4);
+    e.register_buffer("cu_seqlens_q", in.problem.cu_seqlens_q.data(), in.problem.cu_seqlens_q.size() * 4);
+    e.register_buffer("cu_seqlens_k", in.problem.cu_seqlens_k.data(), in.problem.cu_seqlens_k.size() * 4);
+    std::fill(workspace.begin(), workspace.end(), 0);
+    e.launch(&sm90_varlen_tiles<256, Bf16>, sm90_varlen_tiles_launch(), sm90_varlen_tiles_params(params, variant));
+  }
+  std::vector<std::int32_t> workspace;
+  DeviceMetadata metadata;
 };
 
 // The mutant's reports: at least one of `kinds`, first at a line of its copy.
@@ -114,6 +152,31 @@ TEST(FlashFwdSm90PlantedTest, AHandOffWithoutItsBarrierIsASharedRace) {
   expect_caught(run, &sm90_handoff_unordered::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, 2, Bf16>,
                 std::bit_cast<sm90_handoff_unordered::FlashFwdSm90Params>(run.params), {emu::BugKind::kSharedRace},
                 "flash_fwd_sm90_handoff_unordered.cuh");
+}
+
+TEST(FlashFwdSm90PlantedTest, TheVarlenSchedulerRunsClean) {
+  VarlenRun run;
+  ASSERT_EQ(run.config.grid.x, 4);
+  emu::Emulator emulator;
+  run.describe(emulator);
+  EXPECT_EQ(run.workspace[4 + 2 + 2], 12);  // tile_start[2], after the counter and slot_batch: 12 tiles, none empty
+  EXPECT_NO_THROW(emulator.launch(&flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, 3, Bf16>, run.config, run.params));
+  EXPECT_EQ(run.workspace[0], 12 - 4 + 4);  // every CTA claims once past the last tile
+}
+
+TEST(FlashFwdSm90PlantedTest, AVarlenHandOffWithoutItsBarrierIsASharedRace) {
+  VarlenRun run;
+  expect_caught(run, &sm90_varlen_handoff::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, 3, Bf16>,
+                std::bit_cast<sm90_varlen_handoff::FlashFwdSm90Params>(run.params), {emu::BugKind::kSharedRace},
+                "flash_fwd_sm90_varlen_handoff.cuh");
+}
+
+TEST(FlashFwdSm90PlantedTest, TheVarlenNumberingsScanWithoutABarrierIsASharedRace) {
+  VarlenRun run;
+  run.config = sm90_varlen_tiles_launch();
+  expect_caught(run, &sm90_varlen_scan_race::sm90_varlen_tiles<256, Bf16>,
+                std::bit_cast<sm90_varlen_scan_race::Sm90VarlenTilesParams>(sm90_varlen_tiles_params(run.params, run.variant)),
+                {emu::BugKind::kSharedRace}, "sm90_varlen_scan_race.cuh");
 }
 
 TEST(FlashFwdSm90PlantedTest, MissingConsumerReleaseDeadlocks) {
