@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace attune::cli {
 
@@ -19,6 +20,8 @@ struct ExplainOptions {
   int splits = 0;          // decode: as asked; 0: the dispatcher's
   std::string modifiers;   // score modifiers: none, or softcap, sinks, alibi joined by '+'
   std::optional<double> softcap;
+  // Packed sequences (flash-attn's varlen): offsets, B + 1 of them.
+  std::vector<int> cu_seqlens_q, cu_seqlens_k;
 };
 
 CLI::App* add_explain_command(CLI::App& app, ExplainOptions& options);

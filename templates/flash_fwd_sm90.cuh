@@ -414,16 +414,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     i32 kv_base = 0;  // key tiles through the ring before this tile's
     i32 fixes = 0;    // V tiles zeroed so far (v_fixed's phases)
     i32 round = 0;
-    i32 slot = 0;  // kVarlen: the slot of the last tile found
     const i32 tiles_total = varlen ? dev::load_global(p.varlen.tile_start + order.batches) : tile_count;
     for (i32 index = dev::block_index().x; index < tiles_total; ++round) {
-      sm90_sched::WorkTile at;
-      if (varlen) {
-        slot = sm90_sched::varlen_slot(p.varlen, order.batches, slot, index);
-        at = sm90_sched::varlen_tile(p.varlen, order, slot, index);
-      } else {
-        at = order.at(index);
-      }
+      const sm90_sched::WorkTile at = varlen ? sm90_sched::varlen_tile(p.varlen, order.heads, index) : order.at(index);
       const TileWork w = TileWork::of<kBlockN>(f, at, block_m);
       // Q's rows hold the previous tile's Q and staged O until every
       // consumer thread is done with them.

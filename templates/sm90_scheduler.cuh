@@ -55,20 +55,25 @@ struct TileOrder {
 };
 
 // kVarlen's numbers: slot s is sequence slot_batch[s] (longest first) and
-// owns the tiles [tile_start[s], tile_start[s + 1]).
+// owns the tiles [tile_start[s], tile_start[s + 1]); tile i is tiles[i]:
+// its sequence in the low word, m_block x heads + head in the high one.
 struct VarlenTiles {
   i32* slot_batch;  // [batches]
   i32* tile_start;  // [batches + 1]
+  u64* tiles;       // [capacity]
+  i32 capacity;     // the tiles the workspace holds (a bound from the problem's sizes)
 };
 
 // Where a call's workspace holds the scheduler's state: the dynamic
-// counter (16 bytes), then for kVarlen slot_batch and tile_start.
+// counter (16 bytes), then for kVarlen slot_batch, tile_start and tiles.
 struct VarlenLayout {
   i64 batches;
+  i64 capacity;
   ATTUNE_HOST_DEVICE static constexpr i64 counter_bytes() { return 16; }
   ATTUNE_HOST_DEVICE i64 slot_batch_offset() const { return counter_bytes(); }
   ATTUNE_HOST_DEVICE i64 tile_start_offset() const { return slot_batch_offset() + 4 * batches; }
-  ATTUNE_HOST_DEVICE i64 bytes() const { return (tile_start_offset() + 4 * (batches + 1) + 15) / 16 * 16; }
+  ATTUNE_HOST_DEVICE i64 tiles_offset() const { return (tile_start_offset() + 4 * (batches + 1) + 7) / 8 * 8; }
+  ATTUNE_HOST_DEVICE i64 bytes() const { return (tiles_offset() + 8 * capacity + 15) / 16 * 16; }
 };
 
 // The number a CTA runs after `current` under the static and grid

@@ -1,7 +1,7 @@
 // The varlen tile scheduler of the Hopper forward (sm90_sched::kVarlen):
 // sm90_varlen_tiles numbers the tiles that exist, once per call, before
-// flash_fwd_sm90 runs, and the forward's producer finds a tile from its
-// number.
+// flash_fwd_sm90 runs; the forward's producer reads a tile's numbers with
+// one load (a search for its sequence spilled the producer's registers).
 //
 // With packed sequences the other schedulers number m-blocks of the
 // longest sequence for every sequence: a short one leaves empty tiles, and
@@ -23,8 +23,9 @@ struct Sm90VarlenTilesParams {
   SequenceArrays seqs;
   MaskParams mask;
   i32 batches;
-  i32 heads;    // query heads: a sequence's tiles are its m-blocks x heads
-  i32 block_m;  // the forward variant's query rows per tile
+  i32 heads;          // query heads: a sequence's tiles are its m-blocks x heads
+  i32 section_heads;  // heads of one L2 section (TileOrder)
+  i32 block_m;        // the forward variant's query rows per tile
   sm90_sched::VarlenTiles out;
 };
 
@@ -54,38 +55,22 @@ ATTUNE_DEVICE i64 sequence_work(const MaskParams& mask, const Sequence& s, i32 b
   return keys.last.end > keys.first.begin ? keys.last.end - keys.first.begin : 0;
 }
 
-// The slot holding tile `index` (< the tile count), searched upward from
-// `slot`, a slot at or before it (a CTA's numbers only grow): 32 starts a
-// step, counted by the whole warp. Every lane calls it.
-ATTUNE_DEVICE i32 varlen_slot(const VarlenTiles& v, i32 batches, i32 slot, i32 index) {
-  const i32 lane = dev::lane_id();
-  for (;;) {
-    const i32 s = slot + 1 + lane;
-    i32 below = s <= batches && dev::load_global(v.tile_start + s) <= index ? 1 : 0;  // starts never decrease
-    ATTUNE_UNROLL
-    for (i32 m = kWarpSize / 2; m >= 1; m /= 2) below += dev::warp::shfl_xor(below, m);
-    slot += below;
-    if (below < kWarpSize) return slot;
-  }
-}
-
-// Tile `index` of slot `slot`: its sequence's m-blocks over the heads as
-// TileOrder numbers one batch (heaviest m-block first, L2 sections of
-// `order.section_heads` heads).
-ATTUNE_DEVICE WorkTile varlen_tile(const VarlenTiles& v, const TileOrder& order, i32 slot, i32 index) {
-  const i32 start = dev::load_global(v.tile_start + slot);
-  const i32 m_blocks = (dev::load_global(v.tile_start + slot + 1) - start) / order.heads;
-  WorkTile t = TileOrder{m_blocks, order.heads, 1, order.section_heads}.at(index - start);
-  t.batch = dev::load_global(v.slot_batch + slot);
-  return t;
+// Tile `index` (< tile_start[batches]) as sm90_varlen_tiles wrote it.
+ATTUNE_DEVICE WorkTile varlen_tile(const VarlenTiles& v, i32 heads, i32 index) {
+  const u64 x = dev::load_global(v.tiles + index);
+  const i32 m_head = static_cast<i32>(x >> 32);
+  const i32 m_block = m_head / heads;
+  return {m_block, m_head - m_block * heads, static_cast<i32>(x & 0xffffffffU)};
 }
 
 }  // namespace sm90_sched
 
 // Grid: 1 CTA; block: kThreads; dynamic shared memory: shared_bytes().
 // Writes out.slot_batch (sequences by descending work, ties by index; the
-// batch order past kSortedBatches) and out.tile_start (each slot's first
-// tile; tile_start[batches] = every tile).
+// batch order past kSortedBatches), out.tile_start (each slot's first
+// tile; tile_start[batches] = every tile, at most out.capacity) and
+// out.tiles (a slot's numbered as TileOrder numbers one batch: heaviest
+// m-block first, over L2 sections of heads).
 template <int kThreads, class DType>
 ATTUNE_KERNEL void sm90_varlen_tiles(Sm90VarlenTilesParams p) {
   u64* keys = dev::shared_memory<u64>();
@@ -128,8 +113,8 @@ ATTUNE_KERNEL void sm90_varlen_tiles(Sm90VarlenTilesParams p) {
   }
   const auto batch_of = [&](i32 s) { return sorted ? static_cast<i32>(dev::load_shared(keys + s) & 0xffffffffU) : s; };
   const auto tiles_of = [&](i32 b) {
-    const i64 q_len = sequence(b).q_len;
-    return static_cast<i32>((q_len + p.block_m - 1) / p.block_m) * p.heads;
+    const i64 q_len = sequence(b).q_len;  // (offsets that decrease count none)
+    return q_len > 0 ? static_cast<i32>((q_len + p.block_m - 1) / p.block_m) * p.heads : 0;
   };
   // Each thread a run of slots: their sum, the sums' inclusive scan, then
   // the run's starts from the sum before it.
@@ -150,10 +135,29 @@ ATTUNE_KERNEL void sm90_varlen_tiles(Sm90VarlenTilesParams p) {
   for (i32 s = first; s < last; ++s) {
     const i32 b = batch_of(s);
     dev::store_global(p.out.slot_batch + s, b);
-    dev::store_global(p.out.tile_start + s, start);
+    dev::store_global(p.out.tile_start + s, start < p.out.capacity ? start : p.out.capacity);  // lengths past the bounds stay in the workspace
     start += tiles_of(b);
   }
-  if (t == kThreads - 1) dev::store_global(p.out.tile_start + batches, dev::load_shared(sums + t));
+  if (t == kThreads - 1) {
+    const i32 total = dev::load_shared(sums + t);
+    dev::store_global(p.out.tile_start + batches, total < p.out.capacity ? total : p.out.capacity);
+  }
+  dev::block::sync();  // the starts, before every warp reads them
+  // A warp per slot, its lanes over the slot's tiles.
+  constexpr i32 kWarps = kThreads / kWarpSize;
+  for (i32 s = dev::warp_id(); s < batches; s += kWarps) {
+    const i32 begin = dev::load_global(p.out.tile_start + s);
+    const i32 end = dev::load_global(p.out.tile_start + s + 1);
+    const i32 b = dev::load_global(p.out.slot_batch + s);
+    // (From the sequence, not end - begin: the capacity may have cut the range.)
+    const i32 count = tiles_of(b);
+    const sm90_sched::TileOrder order{count / p.heads, p.heads, 1, p.section_heads};
+    for (i32 j = dev::lane_id(); j < count && begin + j < end; j += kWarpSize) {
+      const sm90_sched::WorkTile w = order.at(j);
+      const u64 m_head = static_cast<u32>(w.m_block * p.heads + w.head);
+      dev::store_global(p.out.tiles + begin + j, (m_head << 32) | static_cast<u32>(b));
+    }
+  }
 }
 
 }  // namespace attune

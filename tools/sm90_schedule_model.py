@@ -15,7 +15,15 @@ evenly over the SMs), minus one.
 (grid and dynamic schedule the same order; what persistence adds there,
 the next tile's prologue under the current epilogue, is not in this model.)
 
+With --lengths (packed causal sequences, each with as many keys as
+queries), the dynamic scheduler's numbers (m-blocks of the longest
+sequence for every sequence: a shorter one's are empty, each costing
+--empty-cost key tiles to hand out) against the varlen scheduler's
+(templates/sm90_varlen_tiles.cuh: only tiles that exist, sequences by the
+keys of their heaviest m-block, longest first).
+
   tools/sm90_schedule_model.py [--sms 132] [--batch 4] [--heads 16] [--dk 128] [--block 128]
+  tools/sm90_schedule_model.py --lengths 8192,512,4096,128,2048,1024,300,6000 [--heads 16]
 """
 import argparse
 import heapq
@@ -47,6 +55,25 @@ def strided(works, sms):
     return max(sum(works[c::g]) for c in range(g))
 
 
+def varlen(a):
+    lengths = [int(x) for x in a.lengths.split(",")]
+    blocks = [-(-n // a.block) for n in lengths]
+    longest = max(blocks)
+    section = max(1, min(L2_SECTION_BYTES // (max(lengths) * 2 * a.dk * 2), a.heads * len(lengths)))
+    # dynamic: TileOrder over (batch, head) pairs with the longest's m-blocks
+    dyn = [(m + 1 if m < blocks[p // a.heads] else a.empty_cost)
+           for p, m in order(longest, a.heads * len(lengths), section)]
+    # varlen: slots longest first (ties by index), each its own TileOrder of one batch
+    slots = sorted(range(len(lengths)), key=lambda b: (-lengths[b], b))
+    var = [m + 1 for b in slots for _, m in order(blocks[b], a.heads, min(section, a.heads))]
+    ideal = sum(var) / a.sms
+    loss = lambda span: "%.2f %%" % (100 * (span / ideal - 1))
+    print("| sequences | tiles (dynamic) | empty | tiles (varlen) | dynamic | varlen |")
+    print("|---|---|---|---|---|---|")
+    print("| %s | %d | %d | %d | %s | %s |" % (a.lengths, len(dyn), len(dyn) - len(var), len(var),
+                                             loss(greedy(dyn, a.sms)), loss(greedy(var, a.sms))))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--sms", type=int, default=132)
@@ -55,7 +82,11 @@ def main():
     ap.add_argument("--dk", type=int, default=128)
     ap.add_argument("--block", type=int, default=128, help="query and key tile")
     ap.add_argument("--causal", action=argparse.BooleanOptionalAction, default=True)
+    ap.add_argument("--lengths", help="packed causal sequences' lengths, comma-separated: dynamic against varlen")
+    ap.add_argument("--empty-cost", type=float, default=0.5, help="key tiles' time to hand out an empty tile")
     a = ap.parse_args()
+    if a.lengths:
+        return varlen(a)
     print("| N | tiles | section (pairs) | grid | static | dynamic |")
     print("|---|---|---|---|---|---|")
     for n in (4096, 8192, 16384, 32768):

@@ -49,6 +49,7 @@ DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem, con
                         DispatchRule::kHeuristic, detail, 0};
   if (choice.variant.kernel->id == KernelId::kFlashFwdSm90) {
     choice.detail = "flash_fwd_sm90: TMA, wgmma and warp specialization on " + arch_.name;
+    if (hints.varlen) choice.detail += "; packed sequences: the varlen tile scheduler, longest first";
   }
   return choice;
 }

@@ -34,6 +34,19 @@ TensorMapSpec map_of(const void* base, const TensorStrides& s, bool packed, std:
   return m;
 }
 
+// kVarlen's workspace: the problem's B, and at most as many tiles as its
+// sizes allow (each sequence's m-blocks over the heads: B per-sequence
+// blocks of the longest, or, packed, Tq's blocks plus one partial per
+// sequence).
+sm90_sched::VarlenLayout varlen_layout(const AttentionProblem& p, const Variant& variant) {
+  const std::int64_t block_m = FlashFwdSm90Shape::of(variant).block_m;
+  const std::int64_t batch = std::max<std::int64_t>(p.batch, 1);
+  const std::int64_t per_sequence = (p.max_seqlen_q() + block_m - 1) / block_m;
+  std::int64_t blocks = batch * per_sequence;
+  if (p.is_packed()) blocks = std::min(blocks, (p.seqlen_q + block_m - 1) / block_m + batch);
+  return {batch, std::max<std::int64_t>(blocks * p.heads_q, 1)};
+}
+
 }  // namespace
 
 std::string sm90_unfit_reason(const AttentionProblem& p, const AttentionBuffers& b) {
@@ -79,9 +92,10 @@ FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& p,
     auto* base = static_cast<unsigned char*>(scheduler_workspace);
     k.tile_counter = reinterpret_cast<i32*>(base);
     if (scheduler == sm90_sched::kVarlen) {
-      const sm90_sched::VarlenLayout layout{k.tiles.batches};
+      const sm90_sched::VarlenLayout layout = varlen_layout(p, variant);
       k.varlen = {reinterpret_cast<i32*>(base + layout.slot_batch_offset()),
-                  reinterpret_cast<i32*>(base + layout.tile_start_offset())};
+                  reinterpret_cast<i32*>(base + layout.tile_start_offset()),
+                  reinterpret_cast<u64*>(base + layout.tiles_offset()), static_cast<i32>(layout.capacity)};
     }
   }
   k.o_map_valid =
@@ -118,7 +132,7 @@ std::size_t flash_fwd_sm90_workspace_bytes(const Variant& variant, const Attenti
     case sm90_sched::kDynamic:
       return sm90_sched::VarlenLayout::counter_bytes();
     case sm90_sched::kVarlen:
-      return static_cast<std::size_t>(sm90_sched::VarlenLayout{std::max<std::int64_t>(problem.batch, 1)}.bytes());
+      return static_cast<std::size_t>(varlen_layout(problem, variant).bytes());
     default:
       return 0;
   }
@@ -135,6 +149,7 @@ Sm90VarlenTilesParams sm90_varlen_tiles_params(const FlashFwdSm90Params& forward
           .mask = f.mask,
           .batches = forward.tiles.batches,
           .heads = forward.tiles.heads,
+          .section_heads = std::min(forward.tiles.section_heads, forward.tiles.heads),
           .block_m = FlashFwdSm90Shape::of(variant).block_m,
           .out = forward.varlen};
 }

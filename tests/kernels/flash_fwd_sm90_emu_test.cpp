@@ -185,11 +185,14 @@ TEST(FlashFwdSm90EmuTest, TheDynamicSchedulerNeedsItsCounter) {
   const testing::Inputs in = testing::with_tma_strides(testing::make_inputs(testing::seed_families(DType::kBF16)[0]));
   EXPECT_EQ(flash_fwd_sm90_workspace_bytes(dynamic, in.problem), 16U);
   EXPECT_EQ(flash_fwd_sm90_workspace_bytes(fixed, in.problem), 0U);
-  // The varlen scheduler's counter, then B + (B + 1) int32, in 16-byte units.
+  // The varlen scheduler's counter, B + (B + 1) int32 (to 8 bytes), then
+  // 8 bytes a tile: 5 sequences of up to 300 rows, 3 m-blocks, 2 heads.
   const Variant varlen = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc3");
   AttentionProblem five = in.problem;
   five.batch = 5;
-  EXPECT_EQ(flash_fwd_sm90_workspace_bytes(varlen, five), 16U + 48U);
+  five.seqlen_q = 300;
+  five.heads_q = 2;
+  EXPECT_EQ(flash_fwd_sm90_workspace_bytes(varlen, five), 64U + 8U * 30U);
   const AttentionBuffers b{in.q.data(), in.k.data(), in.v.data(), nullptr, nullptr};
   try {
     static_cast<void>(flash_fwd_sm90_params_without_maps(in.problem, b, {}, dynamic, nullptr));
@@ -209,19 +212,23 @@ TEST(FlashFwdSm90EmuTest, TheDynamicSchedulerNeedsItsCounter) {
 // sm90_varlen_tiles on its own: what it writes for a packed batch.
 struct VarlenTilesRun {
   std::vector<std::int32_t> cu_q, cu_k, slot_batch, tile_start;
+  std::vector<u64> tiles;
   Sm90VarlenTilesParams params{};
 
-  VarlenTilesRun(std::vector<std::int32_t> q, std::vector<std::int32_t> k, i32 heads, i32 block_m, MaskParams mask)
+  VarlenTilesRun(std::vector<std::int32_t> q, std::vector<std::int32_t> k, i32 heads, i32 block_m, MaskParams mask,
+                 i32 capacity = 4096)
       : cu_q(std::move(q)), cu_k(std::move(k)) {
     const auto batches = static_cast<i32>(cu_q.size() - 1);
     slot_batch.assign(static_cast<std::size_t>(batches), -1);
     tile_start.assign(static_cast<std::size_t>(batches + 1), -1);
+    tiles.assign(static_cast<std::size_t>(capacity), ~u64{0});
     params = {.seqs = {cu_q.data(), cu_k.empty() ? nullptr : cu_k.data(), nullptr, 0, 0},
               .mask = mask,
               .batches = batches,
               .heads = heads,
+              .section_heads = heads,
               .block_m = block_m,
-              .out = {slot_batch.data(), tile_start.data()}};
+              .out = {slot_batch.data(), tile_start.data(), tiles.data(), capacity}};
   }
   void run() {
     emu::Emulator emulator;
@@ -229,13 +236,26 @@ struct VarlenTilesRun {
     if (!cu_k.empty()) emulator.register_buffer("cu_seqlens_k", cu_k.data(), cu_k.size() * 4);
     emulator.register_buffer("slot_batch", slot_batch.data(), slot_batch.size() * 4);
     emulator.register_buffer("tile_start", tile_start.data(), tile_start.size() * 4);
+    emulator.register_buffer("tiles", tiles.data(), tiles.size() * 8);
     emulator.launch(&sm90_varlen_tiles<256, Bf16>, sm90_varlen_tiles_launch(), params);
+  }
+  // The first `count` tiles as the forward's producer reads them (one warp).
+  std::vector<sm90_sched::WorkTile> read(i32 count) {
+    std::vector<sm90_sched::WorkTile> out(static_cast<std::size_t>(count));
+    emu::Emulator emulator;
+    emulator.register_buffer("tiles", tiles.data(), tiles.size() * 8);
+    emulator.launch({.grid = {1, 1, 1}, .block = {32, 1, 1}, .dynamic_shared_bytes = 0}, [&] {
+      for (i32 i = dev::lane_id(); i < count; i += kWarpSize) {
+        out[static_cast<std::size_t>(i)] = sm90_sched::varlen_tile(params.out, params.heads, i);
+      }
+    });
+    return out;
   }
 };
 
 // Only tiles that exist are numbered (m-blocks x heads per sequence, none
 // for an empty one), sequences by the keys their heaviest m-block sees,
-// ties by index; a tile's slot is found from any earlier one.
+// ties by index, each sequence's heaviest m-block first.
 TEST(FlashFwdSm90EmuTest, TheVarlenSchedulerNumbersTilesThatExistLongestFirst) {
   // Queries 5, 300, 0, 129, 64 rows; keys 700, 300, 50, 129, 700.
   VarlenTilesRun run({0, 5, 305, 305, 434, 498}, {0, 700, 1000, 1050, 1179, 1879}, 3, 128, MaskParams{});
@@ -243,6 +263,18 @@ TEST(FlashFwdSm90EmuTest, TheVarlenSchedulerNumbersTilesThatExistLongestFirst) {
   EXPECT_EQ(run.slot_batch, (std::vector<std::int32_t>{0, 4, 1, 3, 2}));
   // m-blocks 1, 1, 3, 2, 0 in slot order, times 3 heads.
   EXPECT_EQ(run.tile_start, (std::vector<std::int32_t>{0, 3, 6, 15, 21, 21}));
+  std::set<std::tuple<int, int, int>> seen;
+  const std::vector<sm90_sched::WorkTile> read = run.read(21);
+  for (i32 index = 0; index < 21; ++index) {
+    const sm90_sched::WorkTile t = read[static_cast<std::size_t>(index)];
+    seen.insert({t.batch, t.m_block, t.head});
+    const std::size_t slot = index < 3 ? 0 : index < 6 ? 1 : index < 15 ? 2 : 3;
+    EXPECT_EQ(t.batch, run.slot_batch[slot]) << "tile " << index;
+    const i32 m_blocks = (run.tile_start[slot + 1] - run.tile_start[slot]) / 3;
+    EXPECT_EQ(t.m_block, m_blocks - 1 - (index - run.tile_start[slot]) / 3) << "heaviest m-block first";
+  }
+  EXPECT_EQ(seen.size(), 21U);  // each (sequence, m-block, head) once
+  EXPECT_EQ(run.tiles[21], ~u64{0});  // nothing past the count
   // Causal (bottom-right): the last m-block of sequence 1 sees all 300
   // keys, of sequence 0 all 700, of 3 129, of 4 700; the empty one none.
   VarlenTilesRun causal({0, 5, 305, 305, 434, 498}, {0, 700, 1000, 1050, 1179, 1879}, 1, 64,
@@ -250,40 +282,11 @@ TEST(FlashFwdSm90EmuTest, TheVarlenSchedulerNumbersTilesThatExistLongestFirst) {
   causal.run();
   EXPECT_EQ(causal.slot_batch, (std::vector<std::int32_t>{0, 4, 1, 3, 2}));
   EXPECT_EQ(causal.tile_start, (std::vector<std::int32_t>{0, 1, 2, 7, 10, 10}));
-  // The slot search, from slot 0 and from the slot before.
-  const sm90_sched::VarlenTiles tiles{run.slot_batch.data(), run.tile_start.data()};
-  const sm90_sched::TileOrder order{3, 3, 5, 3};
-  emu::Emulator emulator;
-  emulator.register_buffer("slot_batch", run.slot_batch.data(), run.slot_batch.size() * 4);
-  emulator.register_buffer("tile_start", run.tile_start.data(), run.tile_start.size() * 4);
-  std::vector<std::int32_t> found(21 * 3, -1);
-  emulator.register_buffer("found", found.data(), found.size() * 4);
-  emulator.launch(
-      {.grid = {1, 1, 1}, .block = {32, 1, 1}, .dynamic_shared_bytes = 0},
-      [&] {
-        i32 slot = 0;
-        for (i32 index = 0; index < 21; ++index) {
-          slot = sm90_sched::varlen_slot(tiles, 5, slot, index);
-          const sm90_sched::WorkTile t = sm90_sched::varlen_tile(tiles, order, slot, index);
-          if (dev::lane_id() == 0) {
-            dev::store_global(found.data() + 3 * index, t.batch);
-            dev::store_global(found.data() + 3 * index + 1, t.m_block);
-            dev::store_global(found.data() + 3 * index + 2, t.head);
-          }
-        }
-      });
-  std::set<std::tuple<int, int, int>> seen;
-  for (i32 index = 0; index < 21; ++index) {
-    const i32 batch = found[3 * index];
-    const i32 m_block = found[3 * index + 1];
-    seen.insert({batch, m_block, found[3 * index + 2]});
-    const i32 slot = index < 3 ? 0 : index < 6 ? 1 : index < 15 ? 2 : 3;
-    EXPECT_EQ(batch, run.slot_batch[static_cast<std::size_t>(slot)]) << "tile " << index;
-    if (index == run.tile_start[static_cast<std::size_t>(slot)]) {
-      EXPECT_EQ(m_block, (run.tile_start[slot + 1] - run.tile_start[slot]) / 3 - 1) << "heaviest m-block first";
-    }
-  }
-  EXPECT_EQ(seen.size(), 21U);  // each (sequence, m-block, head) once
+  // Lengths past the workspace's bound (cu_seqlens beyond what the plan
+  // was told) are cut to its capacity, never written past it.
+  VarlenTilesRun small({0, 5, 305, 305, 434, 498}, {0, 700, 1000, 1050, 1179, 1879}, 3, 128, MaskParams{}, 8);
+  small.run();
+  EXPECT_EQ(small.tile_start, (std::vector<std::int32_t>{0, 3, 6, 8, 8, 8}));
 }
 
 // Past kSortedBatches sequences the order is the batch order; the numbers
@@ -292,7 +295,7 @@ TEST(FlashFwdSm90EmuTest, TheVarlenSchedulerKeepsTheBatchOrderPastItsSortLimit) 
   const i32 batches = kSortedBatches + 3;
   std::vector<std::int32_t> cu_q{0};
   for (i32 b = 0; b < batches; ++b) cu_q.push_back(cu_q.back() + (b % 5) * 70);  // 0 to 280 rows
-  VarlenTilesRun run(cu_q, {}, 2, 128, MaskParams{});
+  VarlenTilesRun run(cu_q, {}, 2, 128, MaskParams{}, 6 * batches);
   run.params.seqs.seqlen_k = 64;
   run.run();
   std::int32_t start = 0;

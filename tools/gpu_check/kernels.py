@@ -10,9 +10,12 @@ recording fake driver stands in for it here: run with ATTUNE_LIBCUDA set),
 so the list follows the heuristic as it changes.
 """
 import os
+import re
 
 import binding
 import plan
+
+VARLEN_TILES = "sm90_varlen_tiles/t256"
 
 
 def _meta(torch, case):
@@ -54,6 +57,8 @@ def write(args):
         item = "%s@%s" % (vid, dtype)
         if vid and item not in where:
             where.append(item)
+        if vid and vid.startswith("flash_fwd_sm90/") and re.search(r"\.sc3(\.|$)", vid):
+            add(where, VARLEN_TILES, dtype)  # the varlen scheduler's numbering kernel runs first
 
     d = 64
     fa2_64 = plan.fa2_style(plan.listed(args.attune, d, "sm_90a", "flash_fwd"), d)
@@ -69,6 +74,7 @@ def write(args):
         for dtype in (("bf16",) if args.dry_run else plan.DTYPES):
             for causal in (False, True):
                 add(production, dispatched(rt, torch, plan.timing_case(d, dtype, causal, args.dry_run)), dtype)
+            add(production, dispatched(rt, torch, plan.varlen_timing_case(d, dtype, args.dry_run)), dtype)
             for vid in sm90_ids + [fa2]:
                 add(production, vid, dtype)
     checks_, timing = plan.dropout_cases(args.dry_run)

@@ -87,10 +87,24 @@ def timing_case(d, dtype, causal, dry):
 PREVIOUS_HEURISTIC = {128: "flash_fwd_sm90/d128.bm128.bn128.st2.pp1.ov1.ra0.ts1.sc0"}
 
 # The tile schedulers (templates/sm90_scheduler.cuh) on the d128 heuristic
-# tiles, non-causal 128 x 176 and causal 128 x 128: one CTA per tile, static
-# persistent, dynamic persistent, each timed on both masks.
+# tiles, non-causal 128 x 176 and causal 128 x 128: one CTA per tile,
+# static persistent, dynamic persistent, varlen, each timed on both masks
+# and on packed sequences of unequal lengths (varlen_timing_case).
+SCHEDULERS = ("grid", "static", "dynamic", "varlen")
 SCHEDULER_TWINS = {128: ["flash_fwd_sm90/d128.bm128.bn%d.st2.pp1.ov1.ra0.ts1.sc%d" % (bn, sc)
-                         for bn in (176, 128) for sc in (0, 1, 2)]}
+                         for bn in (176, 128) for sc in range(len(SCHEDULERS))]}
+
+
+def varlen_timing_case(d, dtype, dry):
+    """Packed causal sequences of unequal lengths (a prefill batch), each with its own keys: where the
+    varlen scheduler numbers only the tiles that exist and takes the longest sequence first."""
+    lengths = [130, 5, 70] if dry else [8192, 512, 4096, 128, 2048, 1024, 300, 6000]
+    cu = [0]
+    for n in lengths:
+        cu.append(cu[-1] + n)
+    hq = 2 if dry else 16
+    return dict(b=len(lengths), sq=max(lengths), sk=max(lengths), hq=hq, hkv=hq, d=d, dtype=dtype, mask="causal",
+                cu_q=cu, cu_k=list(cu))
 
 
 def sweep_ids(attune, dry, count):

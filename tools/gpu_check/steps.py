@@ -369,9 +369,12 @@ def step_forward(args):
         sm90_ids, fa2 = ids[d]
         chosen = [v for v in sm90_ids + ([fa2] if fa2 else []) if v in passed]
         for dtype in (("bf16",) if args.dry_run else plan.DTYPES):
-            for causal in (False, True):
-                jobs.append({"name": "time.d%d.%s.%s" % (d, dtype, "causal" if causal else "full"),
-                             "kind": "fwd_time", "case": plan.timing_case(d, dtype, causal, args.dry_run),
+            cases = [("causal" if causal else "full", plan.timing_case(d, dtype, causal, args.dry_run))
+                     for causal in (False, True)]
+            if (d in plan.SCHEDULER_TWINS or args.dry_run) and dtype == "bf16":
+                cases.append(("varlen", plan.varlen_timing_case(d, dtype, args.dry_run)))
+            for label, case in cases:
+                jobs.append({"name": "time.d%d.%s.%s" % (d, dtype, label), "kind": "fwd_time", "case": case,
                              "variants": chosen, "fa2": fa2, "launches": 1 if args.dry_run else 8,
                              "reps": 1 if args.dry_run else 7, "sets": 1 if args.dry_run else 4})
     st.text("B %s, H %s, S %s; per-launch median ms of %s back-to-back launches between two events, %s times, "
@@ -386,8 +389,9 @@ def step_forward(args):
     for r in results:
         job = r["job"]
         case = job["case"]
+        mask = case["mask"] + (" packed" if case.get("cu_q") else "")
         if r["status"] != "ok":
-            st.row("| %d | %s | %s | %s: %s | | | | | | | | | |" % (case["d"], case["dtype"], case["mask"], r["status"],
+            st.row("| %d | %s | %s | %s: %s | | | | | | | | | |" % (case["d"], case["dtype"], mask, r["status"],
                                                                   (r.get("message") or "")[:200]),
                    "%s %s %s" % (r["name"], r["status"].upper(), (r.get("message") or "")[:150]), name=r["name"],
                    status=r["status"], message=r.get("message"), partials=r.get("partials"))
@@ -405,21 +409,44 @@ def step_forward(args):
         fl = res["flops"]
         share = 100 * _tf(fl, best[0]) / gemm if gemm else float("nan")
         line = "| %d | %s | %s | %s `%s` | %.0f | %s `%s` | %.0f | %s | %s | %s | %.2f | %.0f%% | %s |" % (
-            case["d"], case["dtype"], case["mask"], _ms(heur.get("ms")), heur.get("variant", "?"),
+            case["d"], case["dtype"], mask, _ms(heur.get("ms")), heur.get("variant", "?"),
             _tf(fl, heur.get("ms")), _ms(best[0]), best[1], _tf(fl, best[0]), _ms(fa2.get("ms")),
             _ms(rows.get("sdpa_flash", {}).get("ms")), _ms(rows.get("sdpa_cudnn", {}).get("ms")), ratio, share,
             res.get("sm_clock_mhz"))
         short = "d%d %s %s: heuristic %.0f TFLOP/s, best sm90 %.0f (%s), FA2 %.0f, SDPA flash %.0f, cuDNN %.0f, " \
-                "best/SDPA %.2f" % (case["d"], case["dtype"], case["mask"], _tf(fl, heur.get("ms")), _tf(fl, best[0]),
+                "best/SDPA %.2f" % (case["d"], case["dtype"], mask, _tf(fl, heur.get("ms")), _tf(fl, best[0]),
                                     best[1].split("/")[-1], _tf(fl, fa2.get("ms")),
                                     _tf(fl, rows.get("sdpa_flash", {}).get("ms")),
                                     _tf(fl, rows.get("sdpa_cudnn", {}).get("ms")), ratio)
-        st.row(line, short, name=r["name"], d=case["d"], dtype=case["dtype"], mask=case["mask"],
+        st.row(line, short, name=r["name"], d=case["d"], dtype=case["dtype"], mask=mask,
                heuristic=heur.get("variant"), heuristic_ms=heur.get("ms"), heuristic_tflops=_tf(fl, heur.get("ms")),
                best_variant=best[1], best_ms=best[0], best_tflops=_tf(fl, best[0]), fa2_ms=fa2.get("ms"),
                sdpa_flash_ms=rows.get("sdpa_flash", {}).get("ms"), sdpa_cudnn_ms=rows.get("sdpa_cudnn", {}).get("ms"),
                best_over_sdpa=ratio, gemm_share=share, all=rows, sm_clock_mhz=res.get("sm_clock_mhz"))
+    scheduler_table(st, results)
     return st.done()
+
+
+def scheduler_table(st, results):
+    """The tile schedulers side by side: each SCHEDULER_TWINS tile's TFLOP/s under each scheduler, per case."""
+    lines = []
+    for r in results:
+        case = r["job"]["case"]
+        if r["status"] != "ok" or case["d"] not in plan.SCHEDULER_TWINS:
+            continue
+        res, twins = r["result"], plan.SCHEDULER_TWINS[case["d"]]
+        for tile in sorted({v.split(".bn")[1].split(".")[0] for v in twins}, key=int):
+            cells = []
+            for sc in range(len(plan.SCHEDULERS)):
+                twin = next((v for v in twins if ".bn%s." % tile in v and v.endswith(".sc%d" % sc)), None)
+                ms = res["rows"].get(twin, {}).get("ms")
+                cells.append("%.0f" % _tf(res["flops"], ms) if ms else "-")
+            lines.append("| %d | %s | %s | 128 x %s | %s |" % (case["d"], case["dtype"], r["name"].split(".")[-1],
+                                                             tile, " | ".join(cells)))
+    if lines:
+        st.text("", "Tile schedulers: TFLOP/s of one tile under each (`varlen` case: packed causal sequences of "
+                "unequal lengths).", "", "| d | dtype | case | tile | %s |" % " | ".join(plan.SCHEDULERS),
+                "|---|---|---|---|" + "---|" * len(plan.SCHEDULERS), *lines)
 
 
 def _tf(fl, ms):

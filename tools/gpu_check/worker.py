@@ -221,6 +221,9 @@ def time_launches(ctx, launch, sets, launches, reps):
 
 
 def fwd_flops(case):
+    if case.get("cu_q"):  # packed: each sequence's own (its keys as long as its queries when causal)
+        return sum(fwd_flops(dict(case, b=1, sq=q1 - q0, sk=k1 - k0, cu_q=None))
+                   for q0, q1, k0, k1 in zip(case["cu_q"], case["cu_q"][1:], case["cu_k"], case["cu_k"][1:]))
     b, s, h, d = case["b"], case["sq"], case["hq"], case["d"]
     pairs = s * (s + 1) // 2 if case["mask"] == "causal" else s * case["sk"]
     return 4.0 * b * h * d * pairs
@@ -252,7 +255,9 @@ def job_fwd_time(ctx, job, emit):
         q, k, v, prob = make_case(ctx, case, 100 + i)
         sets.append((q, k, v))
     o = torch.empty_like(sets[0][0])
-    lse = torch.empty(case["b"], case["hq"], case["sq"], dtype=torch.float32, device=ctx.dev)
+    packed = bool(case.get("cu_q"))
+    lse = torch.empty(*((case["hq"], case["cu_q"][-1]) if packed else (case["b"], case["hq"], case["sq"])),
+                      dtype=torch.float32, device=ctx.dev)
     fl = fwd_flops(case)
     heuristic = ctx.rt.explain(prob).split()[0]
     rows = {}
@@ -272,6 +277,9 @@ def job_fwd_time(ctx, job, emit):
         rows[label] = row
         emit({"timed": label, **row})
     for label, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+        if packed:
+            rows[label] = {"error": "SDPA takes no packed sequences"}
+            continue
         try:
             ms, spread = time_launches(ctx, sdpa_launch(ctx, case["mask"] == "causal", backend), sets, launches, reps)
             rows[label] = {"ms": ms, "spread_ms": spread, "tflops": tflops(fl, ms)}
