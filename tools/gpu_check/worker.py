@@ -259,6 +259,9 @@ def job_fwd_time(ctx, job, emit):
     lse = torch.empty(*((case["hq"], case["cu_q"][-1]) if packed else (case["b"], case["hq"], case["sq"])),
                       dtype=torch.float32, device=ctx.dev)
     fl = fwd_flops(case)
+    # A packed case's plan reads its offsets from device memory at each run.
+    metadata = {name: torch.tensor(case[key], dtype=torch.int32, device=ctx.dev)
+                for name, key in (("cu_seqlens_q", "cu_q"), ("cu_seqlens_k", "cu_k"))} if packed else None
     heuristic = ctx.rt.explain(prob).split()[0]
     rows = {}
     launches, reps = job.get("launches", 10), job.get("reps", 10)
@@ -267,8 +270,8 @@ def job_fwd_time(ctx, job, emit):
         try:
             plan = ctx.rt.plan(prob, "fwd", name)
             stream = ctx.stream()
-            ms, spread = time_launches(ctx, lambda q, k, v: plan.run(stream, q=q, k=k, v=v, o=o, lse=lse), sets,
-                                       launches, reps)
+            ms, spread = time_launches(ctx, lambda q, k, v: plan.run(stream, metadata, q=q, k=k, v=v, o=o, lse=lse),
+                                       sets, launches, reps)
             row = {"variant": name or heuristic, "ms": ms, "spread_ms": spread, "tflops": tflops(fl, ms)}
         except Exception as e:  # noqa: BLE001 - recorded with the variant; a CUDA error ends the worker below
             if is_cuda_error(e):
