@@ -424,7 +424,8 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
       // kDynamic: the tile reaches the consumers with Q's arrival, so the
       // thread that arrives writes it.
       if (dynamic && leader) dev::store_shared(&bars->tile, index);  // producer: hand the tile over
-      if (varlen && leader) {  // producer: hand its numbers over (one word each)
+      // kVarlen: the tile's numbers travel the same way, one word each.
+      if (varlen && leader) {
         dev::store_shared(&bars->work.m_block, at.m_block);
         dev::store_shared(&bars->work.head, at.head);
         dev::store_shared(&bars->work.batch, at.batch);

@@ -135,7 +135,8 @@ ATTUNE_KERNEL void sm90_varlen_tiles(Sm90VarlenTilesParams p) {
   for (i32 s = first; s < last; ++s) {
     const i32 b = batch_of(s);
     dev::store_global(p.out.slot_batch + s, b);
-    dev::store_global(p.out.tile_start + s, start < p.out.capacity ? start : p.out.capacity);  // lengths past the bounds stay in the workspace
+    // (Lengths past the plan's bounds stay within the workspace.)
+    dev::store_global(p.out.tile_start + s, start < p.out.capacity ? start : p.out.capacity);
     start += tiles_of(b);
   }
   if (t == kThreads - 1) {

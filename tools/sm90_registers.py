@@ -10,7 +10,7 @@ variant with 2 stages, pingpong where two consumers allow it, no rescale
 after, the TMA store (direct stores at d256 with one consumer, where the
 store needs more), compiled for sm_90a in bf16 by `attune variants profile
 --no-emulate --format json`, once per tile scheduler (one CTA per tile,
-static and dynamic persistent), the worst of the three kept. From its SASS
+static and dynamic persistent, varlen), the worst of the four kept. From its SASS
 audit, the consumers' region (after `setmaxnreg` 160 or 240; with one
 consumer the entry, which moves no registers) gives the highest register;
 every region its spills.
@@ -20,8 +20,10 @@ every region its spills.
 A variant outside the current table does not compile (the template's
 static_assert): to refresh, build ATTUNE with FlashFwdSm90Tunables::
 kMeasuring set to true, run this with --out templates/flash_fwd_sm90_registers.h,
-set kMeasuring back, rebuild (docs/kernels.md). Takes about seven minutes
-on two cores.
+set kMeasuring back, rebuild (docs/kernels.md). Takes about ten minutes
+on two cores. Without kMeasuring it measures the table's own entries
+again (the rest do not compile), which is how a new schedule is checked
+against it.
 """
 import argparse
 import concurrent.futures
@@ -58,7 +60,7 @@ FOOTER = """};
 """
 
 
-SCHEDULERS = (0, 1, 2)
+SCHEDULERS = (0, 1, 2, 3)
 
 
 def variant_id(d, bm, bn, ov, sc):

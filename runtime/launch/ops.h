@@ -27,7 +27,7 @@ struct ForwardKernels {
   // compile permission load_forward had) the flash_fwd variant that runs
   // calls TMA cannot map. Empty otherwise.
   std::function<LoadedKernel()> fallback;
-  int sm_count = 0;  // the device's: a persistent flash_fwd_sm90 launches one CTA per SM at most
+  int sm_count = 0;           // the device's: a persistent flash_fwd_sm90 launches one CTA per SM at most
   LoadedKernel varlen_tiles;  // sm90_varlen_tiles, for flash_fwd_sm90's varlen scheduler
 };
 struct DecodeKernels {

@@ -273,7 +273,7 @@ TEST(FlashFwdSm90EmuTest, TheVarlenSchedulerNumbersTilesThatExistLongestFirst) {
     const i32 m_blocks = (run.tile_start[slot + 1] - run.tile_start[slot]) / 3;
     EXPECT_EQ(t.m_block, m_blocks - 1 - (index - run.tile_start[slot]) / 3) << "heaviest m-block first";
   }
-  EXPECT_EQ(seen.size(), 21U);  // each (sequence, m-block, head) once
+  EXPECT_EQ(seen.size(), 21U);        // each (sequence, m-block, head) once
   EXPECT_EQ(run.tiles[21], ~u64{0});  // nothing past the count
   // Causal (bottom-right): the last m-block of sequence 1 sees all 300
   // keys, of sequence 0 all 700, of 3 129, of 4 700; the empty one none.

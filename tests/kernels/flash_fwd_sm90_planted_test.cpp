@@ -88,8 +88,8 @@ struct VarlenRun : PlantedRun {
     variant = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp0.ov1.ra0.ts0.sc3");
     workspace.assign(flash_fwd_sm90_workspace_bytes(variant, in.problem) / 4, 0);
     metadata = {in.problem.cu_seqlens_q.data(), in.problem.cu_seqlens_k.data(), nullptr, nullptr};
-    params = flash_fwd_sm90_params(in.problem, buffers(), metadata, variant, workspace.data(),
-                                   encode_emulated_tensor_map);
+    params =
+        flash_fwd_sm90_params(in.problem, buffers(), metadata, variant, workspace.data(), encode_emulated_tensor_map);
     config = flash_fwd_sm90_launch(params.tiles, variant, 4);
   }
   void describe(emu::Emulator& e) {
@@ -174,9 +174,10 @@ TEST(FlashFwdSm90PlantedTest, AVarlenHandOffWithoutItsBarrierIsASharedRace) {
 TEST(FlashFwdSm90PlantedTest, TheVarlenNumberingsScanWithoutABarrierIsASharedRace) {
   VarlenRun run;
   run.config = sm90_varlen_tiles_launch();
-  expect_caught(run, &sm90_varlen_scan_race::sm90_varlen_tiles<256, Bf16>,
-                std::bit_cast<sm90_varlen_scan_race::Sm90VarlenTilesParams>(sm90_varlen_tiles_params(run.params, run.variant)),
-                {emu::BugKind::kSharedRace}, "sm90_varlen_scan_race.cuh");
+  expect_caught(
+      run, &sm90_varlen_scan_race::sm90_varlen_tiles<256, Bf16>,
+      std::bit_cast<sm90_varlen_scan_race::Sm90VarlenTilesParams>(sm90_varlen_tiles_params(run.params, run.variant)),
+      {emu::BugKind::kSharedRace}, "sm90_varlen_scan_race.cuh");
 }
 
 TEST(FlashFwdSm90PlantedTest, MissingConsumerReleaseDeadlocks) {
