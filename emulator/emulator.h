@@ -25,6 +25,11 @@ class Emulator {
   struct Options {
     std::size_t stack_bytes = std::size_t{256} * 1024;  // per emulated thread
     std::size_t max_reports = 32;                       // kept in a KernelFault; the rest are counted
+    // 0: blocks run in grid order and each block's threads are swept by
+    // index. Otherwise blocks run in an order drawn from the seed (and the
+    // launch), and each block's threads are swept in one: a result that
+    // depends on the order (fp32 atomics, a missing wait) changes with it.
+    std::uint64_t schedule_seed = 0;
   };
 
   Emulator();

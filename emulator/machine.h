@@ -28,6 +28,7 @@
 #include <exception>
 #include <map>
 #include <optional>
+#include <random>
 #include <source_location>
 #include <string>
 #include <string_view>
@@ -247,6 +248,8 @@ struct ProxyCell {
 
 struct Emulator::Impl {
   Options options;
+  // The order run_block sweeps the threads in (Options::schedule_seed).
+  std::vector<std::size_t> sweep;
   std::map<std::uintptr_t, Buffer> buffers;  // by start address
   // This launch's tag in the buffers' write records, and the running
   // block's record (0: a grid too large to check).

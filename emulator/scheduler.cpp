@@ -63,10 +63,19 @@ void Emulator::Impl::launch(const LaunchConfig& launch_config, const std::functi
     t.fiber = fibers[static_cast<std::size_t>(i)].get();
   }
   g_emulator = this;
+  std::vector<Dim3> blocks;
+  for (i32 z = 0; z < config.grid.z; ++z)
+    for (i32 y = 0; y < config.grid.y; ++y)
+      for (i32 x = 0; x < config.grid.x; ++x) blocks.push_back({x, y, z});
+  sweep.resize(threads.size());
+  for (std::size_t i = 0; i < sweep.size(); ++i) sweep[i] = i;
+  std::mt19937_64 order(options.schedule_seed * 0x9E3779B97F4A7C15ULL + launch_tag);
+  if (options.schedule_seed != 0) std::shuffle(blocks.begin(), blocks.end(), order);
   try {
-    for (i32 z = 0; z < config.grid.z; ++z)
-      for (i32 y = 0; y < config.grid.y; ++y)
-        for (i32 x = 0; x < config.grid.x; ++x) run_block({x, y, z});
+    for (const Dim3& b : blocks) {
+      if (options.schedule_seed != 0) std::shuffle(sweep.begin(), sweep.end(), order);
+      run_block(b);
+    }
   } catch (const AbortLaunch&) {
   } catch (...) {
     g_emulator = nullptr;
@@ -119,7 +128,8 @@ void Emulator::Impl::run_block(const Dim3& index) {
   }
   for (;;) {
     bool all_done = true;
-    for (Thread& t : threads) {
+    for (const std::size_t i : sweep) {
+      Thread& t = threads[i];
       if (t.state == State::kRunnable) {
         current = &t;
         t.fiber->resume();

@@ -16,7 +16,8 @@ namespace {
 // One call: a fresh emulator, so each call's detectors see only its buffers.
 class EmuCall final : public LaunchBackend::Call {
  public:
-  EmuCall(emu::LaunchCounters& totals, TensorMapCache& maps) : totals_(totals), maps_(maps) {}
+  EmuCall(emu::LaunchCounters& totals, TensorMapCache& maps)
+      : emulator_(emu::Emulator::Options{.schedule_seed = emulated_schedule_seed()}), totals_(totals), maps_(maps) {}
   ~EmuCall() override { totals_.add(emulator_.counters()); }
   EmuCall(const EmuCall&) = delete;
   EmuCall& operator=(const EmuCall&) = delete;
@@ -50,6 +51,18 @@ int emulated_sm_count() {
     throw InvalidArgument("ATTUNE_EMU_SMS: got '" + value + "'; expected the emulated SM count, 1 to 1024");
   }
   return static_cast<int>(n);
+}
+
+std::uint64_t emulated_schedule_seed() {
+  const std::string value = env("ATTUNE_EMU_SEED");
+  if (value.empty()) return 0;
+  char* end = nullptr;
+  const unsigned long long seed = std::strtoull(value.c_str(), &end, 10);
+  if (end == value.c_str() || *end != '\0' || value[0] == '-') {
+    throw InvalidArgument("ATTUNE_EMU_SEED: got '" + value +
+                          "'; expected a scheduling seed, an integer >= 0 (0: grid and thread order)");
+  }
+  return seed;
 }
 
 const ArchLimits& emulator_limits() {

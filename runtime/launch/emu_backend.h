@@ -4,6 +4,8 @@
 // emu --variant`).
 #pragma once
 
+#include <cstdint>
+
 #include "core/problem.h"
 #include "emulator/counters.h"
 #include "runtime/launch/backend.h"
@@ -19,6 +21,9 @@ const ArchLimits& emulator_limits();
 // ATTUNE_EMU_SMS (1 to 1024), so that persistent kernels run more tiles
 // than CTAs on small problems. InvalidArgument for another value.
 int emulated_sm_count();
+// ATTUNE_EMU_SEED (emu::Emulator::Options::schedule_seed): the order the
+// emulator runs blocks and sweeps threads in; 0 or unset: grid order.
+std::uint64_t emulated_schedule_seed();
 
 class EmuBackend final : public LaunchBackend {
  public:

@@ -3,7 +3,9 @@
 // thread waits, not hung; a launch shape the GPU refuses is refused.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "tests/emulator/emu_fixture.h"
 
@@ -69,6 +71,32 @@ TEST(SchedulerTest, WarpCollectiveNotReachedByAllLanesIsReported) {
   EXPECT_NE(r.detail.find("threads 16-31, 48-63 exited"), std::string::npos) << r.detail;
 }
 ATTUNE_KERNEL void write_first(Buffers p) { dev::store_global(p.out, 1.0F); }
+
+// Options::schedule_seed: blocks run in a seeded order (each block takes a
+// ticket from a counter), every block once; without a seed, grid order.
+TEST(SchedulerTest, ASeedRunsTheBlocksInAnotherOrder) {
+  const auto tickets = [](std::uint64_t seed) {
+    std::vector<i32> ticket(16, -1);
+    i32 counter = 0;
+    emu::Emulator emulator({.schedule_seed = seed});
+    emulator.register_buffer("ticket", ticket.data(), ticket.size() * 4);
+    emulator.register_buffer("counter", &counter, 4);
+    emulator.launch({.grid = {4, 4, 1}, .block = {64, 1, 1}}, [&] {
+      if (dev::thread_index().x == 0) {
+        const i32 block = dev::block_index().x + 4 * dev::block_index().y;
+        dev::store_global(ticket.data() + block, dev::atomic_fetch_add(&counter, 1));
+      }
+    });
+    return ticket;
+  };
+  std::vector<i32> in_order(16);
+  for (i32 i = 0; i < 16; ++i) in_order[static_cast<std::size_t>(i)] = i;
+  EXPECT_EQ(tickets(0), in_order);
+  const std::vector<i32> seeded = tickets(7);
+  EXPECT_NE(seeded, in_order);
+  EXPECT_TRUE(std::is_permutation(seeded.begin(), seeded.end(), in_order.begin()));
+  EXPECT_EQ(tickets(7), seeded);  // the same seed, the same order
+}
 
 TEST(SchedulerTest, BadLaunchConfigurationIsRejected) {
   Fixture f(1, 1);

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <set>
@@ -156,8 +157,8 @@ TEST(FlashBwdEmuTest, ZeroKeyLengthsGiveNoNan) {
 // Deterministic mode (kDqAtomic = 0): dQ is summed per key block in a fixed
 // order, so repeated runs give the same bits. The workspaces start as NaN in
 // every run: a read of a slot nobody wrote would show. (The emulator runs
-// blocks in a fixed order, so the atomic mode repeats here too; on a GPU it
-// does not, which is why the mode exists.)
+// blocks in a fixed order unless given a seed, so the atomic mode repeats
+// here too; the next test changes the order.)
 TEST(FlashBwdEmuTest, DeterministicModeRepeatsBitwise) {
   testing::Family family{"gqa_many_key_blocks",
                          {2, 77, 4, 64},
@@ -180,6 +181,36 @@ TEST(FlashBwdEmuTest, DeterministicModeRepeatsBitwise) {
   EXPECT_TRUE(
       within_gradient_rule(testing::run_backward_on_emulator(in, atomic), e.want, e.naive, DType::kBF16, 3.0, &why))
       << why;
+}
+
+// Under other schedules (ATTUNE_EMU_SEED: blocks in a seeded order, each
+// block's threads swept in one), the deterministic mode still gives the same
+// bits, while the atomic mode's fp32 sums of dQ change with the order of the
+// blocks: the comparison can fail.
+TEST(FlashBwdEmuTest, DeterministicModeIsBitwiseUnderAnySchedule) {
+  testing::Family family{"gqa_many_key_blocks",
+                         {2, 77, 4, 64},
+                         {2, 300, 2, 64},
+                         {2, 300, 2, 48},
+                         {.dtype = DType::kBF16, .mask = Mask::none()}};
+  const BackwardInputs in = testing::make_backward_inputs(family);
+  const Variant deterministic = heuristic_backward_variant(DType::kBF16, 64, 64, require_arch("sm_90a"), true);
+  Variant atomic = deterministic;
+  atomic.values.back() = 1;
+  const auto run = [&](const Variant& v, const char* seed) {
+    setenv("ATTUNE_EMU_SEED", seed, 1);
+    testing::StoredGradients g = testing::run_backward_bits(in, v);
+    unsetenv("ATTUNE_EMU_SEED");
+    return g;
+  };
+  const testing::StoredGradients fixed = run(deterministic, "0");
+  const testing::StoredGradients atomic_fixed = run(atomic, "0");
+  int atomic_changed = 0;
+  for (const char* seed : {"1", "2", "3"}) {
+    EXPECT_TRUE(run(deterministic, seed) == fixed) << "seed " << seed;
+    atomic_changed += run(atomic, seed) == atomic_fixed ? 0 : 1;
+  }
+  EXPECT_GT(atomic_changed, 0) << "the atomic dQ gave the same bits under every schedule";
 }
 
 TEST(FlashBwdEmuTest, StridedTensors) {
