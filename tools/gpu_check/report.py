@@ -100,8 +100,12 @@ def summary_lines(run):
 
 
 def write(run, final=False):
-    """Rewrites report.md, summary.txt and run.tgz in run["out"]."""
+    """Rewrites run.tgz, report.md and summary.txt in run["out"], in that order: a kill between two
+    writes leaves a report that names no step whose record the tarball lacks."""
     work, out = run["work"], run["out"]
+    with open(os.path.join(work, "run.json"), "w") as f:
+        json.dump({k: v for k, v in run.items() if k != "procs"}, f, indent=1, default=str)
+    atomic_write(os.path.join(out, "run.tgz"), _tgz(work))
     summary = summary_lines(run)
     state = "finished" if final else "in progress (rewritten after every step)"
     lines = ["# GPU check%s" % (" (rehearsal: emulator and fake driver)" if run.get("dry_run") else ""), "",
@@ -125,9 +129,6 @@ def write(run, final=False):
                                                                    _f(s.get("limit")))]
     atomic_write(os.path.join(out, "report.md"), "\n".join(lines) + "\n")
     atomic_write(os.path.join(out, "summary.txt"), "\n".join(summary) + "\n")
-    with open(os.path.join(work, "run.json"), "w") as f:
-        json.dump({k: v for k, v in run.items() if k != "procs"}, f, indent=1, default=str)
-    atomic_write(os.path.join(out, "run.tgz"), _tgz(work))
 
 
 def _tgz(work):
