@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <new>
 
 #include "core/env.h"
@@ -43,26 +44,12 @@ class EmuCall final : public LaunchBackend::Call {
 
 int emulated_sm_count() {
   constexpr int kDefault = 132;  // an H100 SXM's (runtime.h: kEmulatedSmCount)
-  const std::string value = env("ATTUNE_EMU_SMS");
-  if (value.empty()) return kDefault;
-  char* end = nullptr;
-  const long n = std::strtol(value.c_str(), &end, 10);
-  if (end == value.c_str() || *end != '\0' || n < 1 || n > 1024) {
-    throw InvalidArgument("ATTUNE_EMU_SMS: got '" + value + "'; expected the emulated SM count, 1 to 1024");
-  }
-  return static_cast<int>(n);
+  return static_cast<int>(env_integer("ATTUNE_EMU_SMS", 1, 1024, kDefault, "the emulated SM count, 1 to 1024"));
 }
 
 std::uint64_t emulated_schedule_seed() {
-  const std::string value = env("ATTUNE_EMU_SEED");
-  if (value.empty()) return 0;
-  char* end = nullptr;
-  const unsigned long long seed = std::strtoull(value.c_str(), &end, 10);
-  if (end == value.c_str() || *end != '\0' || value[0] == '-') {
-    throw InvalidArgument("ATTUNE_EMU_SEED: got '" + value +
-                          "'; expected a scheduling seed, an integer >= 0 (0: grid and thread order)");
-  }
-  return seed;
+  return env_integer("ATTUNE_EMU_SEED", 0, std::numeric_limits<std::uint64_t>::max(), 0,
+                     "a scheduling seed, an integer >= 0 (0: grid and thread order)");
 }
 
 const ArchLimits& emulator_limits() {

@@ -15,7 +15,6 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
-#include <cstdlib>
 #include <iostream>
 #include <limits>
 #include <set>
@@ -31,6 +30,7 @@
 #include "runtime/launch/flash_bwd_params.h"
 #include "tests/support/covering_set.h"
 #include "tests/support/emu_backward.h"
+#include "tests/support/env_guard.h"
 
 namespace attune {
 
@@ -197,11 +197,10 @@ TEST(FlashBwdEmuTest, DeterministicModeIsBitwiseUnderAnySchedule) {
   const Variant deterministic = heuristic_backward_variant(DType::kBF16, 64, 64, require_arch("sm_90a"), true);
   Variant atomic = deterministic;
   atomic.values.back() = 1;
+  const testing::EnvGuard guard({"ATTUNE_EMU_SEED"});
   const auto run = [&](const Variant& v, const char* seed) {
-    setenv("ATTUNE_EMU_SEED", seed, 1);
-    testing::StoredGradients g = testing::run_backward_bits(in, v);
-    unsetenv("ATTUNE_EMU_SEED");
-    return g;
+    testing::EnvGuard::set("ATTUNE_EMU_SEED", seed);
+    return testing::run_backward_bits(in, v);
   };
   const testing::StoredGradients fixed = run(deterministic, "0");
   const testing::StoredGradients atomic_fixed = run(atomic, "0");
@@ -211,6 +210,17 @@ TEST(FlashBwdEmuTest, DeterministicModeIsBitwiseUnderAnySchedule) {
     atomic_changed += run(atomic, seed) == atomic_fixed ? 0 : 1;
   }
   EXPECT_GT(atomic_changed, 0) << "the atomic dQ gave the same bits under every schedule";
+  // A seed that is not a whole number >= 0 is refused, naming the variable and the value.
+  for (const char* bad : {"-3", "1x", " 7"}) {
+    testing::EnvGuard::set("ATTUNE_EMU_SEED", bad);
+    try {
+      static_cast<void>(emulated_schedule_seed());
+      ADD_FAILURE() << "ATTUNE_EMU_SEED='" << bad << "' was taken";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(std::string("ATTUNE_EMU_SEED: got '") + bad + "'"), std::string::npos)
+          << e.what();
+    }
+  }
 }
 
 TEST(FlashBwdEmuTest, StridedTensors) {
