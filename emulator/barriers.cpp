@@ -84,16 +84,15 @@ void Emulator::Impl::complete_tx(Thread& issuer, u64 offset, Mbarrier& b, i64 by
 }
 
 void Emulator::Impl::named_barrier(Thread& t, i32 id, i32 count, bool sync, const Where& where) {
-  if (id < 0 || id >= kNamedBarriers || count <= 0 || count % kWarpSize != 0 ||
-      count > static_cast<i32>(threads.size())) {
+  if (id < 0 || id >= kNamedBarriers || count <= 0 || count % kWarpSize != 0 || count > cta_threads) {
     report(BugKind::kBarrierDivergence, t, where,
            "named barrier " + std::to_string(id) + " for " + std::to_string(count) +
                " threads: expected an id in 0..15 and a multiple of 32 up to the block's " +
-               std::to_string(threads.size()) + " threads");
+               std::to_string(cta_threads) + " threads");
     throw AbortLaunch{};
   }
   start_clocks();
-  NamedBarrier& n = named[static_cast<std::size_t>(id)];
+  NamedBarrier& n = named[static_cast<std::size_t>(t.rank)][static_cast<std::size_t>(id)];
   if (n.arrived == 0) {
     n.expected = count;
     n.clock = fresh_clock();
@@ -144,12 +143,63 @@ void Emulator::Impl::mbarrier_init(u64* bar, i32 count, const Where& where) {
   b.count = count;
   b.pending = count;
   b.arrivals = fresh_clock();
+  b.init_thread = t.linear;
+  b.init_clock = t.clock[static_cast<std::size_t>(t.linear)];
+  tick(t);
 }
 
 void Emulator::Impl::mbarrier_arrive(u64* bar, u32 tx_bytes, const Where& where) {
   Thread& t = *current;
   u64 offset = 0;
   if (Mbarrier* b = barrier_at(t, bar, "arrive", where, &offset)) arrive(t, offset, *b, tx_bytes, where);
+}
+
+std::optional<u64> Emulator::Impl::peer_offset(Thread& t, u64 own, i32 cta, const char* what, const Where& where) {
+  if (cta < 0 || cta >= cluster_ctas) {
+    report(BugKind::kMbarrierMisuse, t, where,
+           std::string(what) + " for block rank " + std::to_string(cta) + " of a cluster of " +
+               std::to_string(cluster_ctas) + " block(s)");
+    return std::nullopt;
+  }
+  return own - cta_base(t.rank) + cta_base(cta);
+}
+
+Mbarrier* Emulator::Impl::peer_barrier(Thread& t, u64 offset, i32 cta, const char* what, const Where& where) {
+  Mbarrier& b = mbarriers[offset];
+  const u64 local = offset - cta_base(cta);
+  const auto begin = threads.begin() + static_cast<std::ptrdiff_t>(cta) * cta_threads;
+  if (cta != t.rank &&
+      std::all_of(begin, begin + cta_threads, [](const Thread& x) { return x.state == State::kDone; })) {
+    report(BugKind::kMbarrierMisuse, t, where,
+           std::string(what) + " on the mbarrier at shared byte " + std::to_string(local) + " of block rank " +
+               std::to_string(cta) +
+               ", which has exited: its shared memory is gone (cluster::sync before a block of a cluster exits)");
+    return nullptr;
+  }
+  if (!b.initialized) {
+    report(BugKind::kMbarrierMisuse, t, where,
+           std::string(what) + " on the mbarrier at shared byte " + std::to_string(local) + " of block rank " +
+               std::to_string(cta) + " before its mbarrier::init (or after mbarrier::invalidate)");
+    return nullptr;
+  }
+  if (cta != t.rank && track_clocks && b.init_thread >= 0 &&
+      t.clock[static_cast<std::size_t>(b.init_thread)] < b.init_clock) {
+    report(BugKind::kMbarrierMisuse, t, where,
+           std::string(what) + " on the mbarrier at shared byte " + std::to_string(local) + " of block rank " +
+               std::to_string(cta) +
+               ", whose mbarrier::init this thread has not seen (fence.mbarrier_init and cluster::sync between them)");
+    return nullptr;
+  }
+  return &b;
+}
+
+void Emulator::Impl::mbarrier_arrive_cluster(u64* bar, i32 cta, const Where& where) {
+  Thread& t = *current;
+  const auto own = shared_offset(t, bar, 8, "remote arrive", where);
+  if (!own) return;
+  const auto offset = peer_offset(t, *own, cta, "remote arrive", where);
+  if (!offset) return;
+  if (Mbarrier* b = peer_barrier(t, *offset, cta, "remote arrive", where)) arrive(t, *offset, *b, 0, where);
 }
 
 void Emulator::Impl::mbarrier_expect_tx(u64* bar, u32 tx_bytes, const Where& where) {

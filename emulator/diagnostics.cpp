@@ -38,7 +38,9 @@ std::string dim3_text(const Dim3& d) {
   return "(" + std::to_string(d.x) + "," + std::to_string(d.y) + "," + std::to_string(d.z) + ")";
 }
 
-std::string thread_text(const Thread& t) { return dim3_text(t.index); }
+std::string thread_text(const Thread& t) {
+  return t.in_cluster ? dim3_text(t.index) + " of block " + dim3_text(t.block) : dim3_text(t.index);
+}
 
 std::string id_ranges(const std::vector<i32>& ids) {
   std::string text;
@@ -69,7 +71,8 @@ void Emulator::Impl::report(BugKind kind, const Thread& t, const Where& where, s
     ++dropped;
     return;
   }
-  reports.push_back(BugReport{kind, block_index, t.index, t.warp, t.lane, site_of(where), std::move(detail)});
+  const i32 warp = (t.linear - t.rank * cta_threads) / kWarpSize;  // in its block
+  reports.push_back(BugReport{kind, t.block, t.index, warp, t.lane, site_of(where), std::move(detail)});
 }
 
 void Emulator::Impl::report_hang() {
@@ -100,6 +103,10 @@ void Emulator::Impl::report_hang() {
         deadlock = true;
         culprit = &t;
         break;
+      case State::kAtClusterBarrier:
+        where = "waiting at cluster::sync (" + site_of(t.site) + ")";
+        if (culprit == nullptr) culprit = &t;
+        break;
       case State::kAtNamedBarrier:
         where = "waiting at named barrier " + std::to_string(t.wait_named) + " (" + site_of(t.site) + ")";
         deadlock = true;
@@ -127,11 +134,13 @@ void Emulator::Impl::report_hang() {
   for (const auto& [offset, b] : mbarriers) {
     detail += "; mbarrier at shared byte " + std::to_string(offset) + ": " + describe(b);
   }
-  for (i32 id = 0; id < kNamedBarriers; ++id) {
-    const NamedBarrier& n = named[static_cast<std::size_t>(id)];
-    if (n.arrived > 0) {
-      detail += "; named barrier " + std::to_string(id) + ": " + std::to_string(n.arrived) + " of " +
-                std::to_string(n.expected) + " threads arrived";
+  for (std::size_t r = 0; r < named.size(); ++r) {
+    for (i32 id = 0; id < kNamedBarriers; ++id) {
+      const NamedBarrier& n = named[r][static_cast<std::size_t>(id)];
+      if (n.arrived > 0) {
+        detail += "; named barrier " + std::to_string(id) + (named.size() > 1 ? " of rank " + std::to_string(r) : "") +
+                  ": " + std::to_string(n.arrived) + " of " + std::to_string(n.expected) + " threads arrived";
+      }
     }
   }
   const Thread& t = culprit != nullptr ? *culprit : threads.front();

@@ -18,10 +18,23 @@ Emulator::Impl& emulator() { return running_emulator(); }
 }  // namespace
 
 Dim3 thread_index() { return emulator().current->index; }
-Dim3 block_index() { return emulator().block_index; }
+Dim3 block_index() { return emulator().current->block; }
 Dim3 block_dim() { return emulator().config.block; }
 Dim3 grid_dim() { return emulator().config.grid; }
-unsigned char* shared_base() { return emulator().shared.data(); }
+unsigned char* shared_base() {
+  Emulator::Impl& e = emulator();
+  return e.shared.data() + e.cta_base(e.current->rank);
+}
+i32 cluster_rank() { return emulator().current->rank; }
+i32 cluster_size() { return emulator().cluster_ctas; }
+void cluster_sync(const Where& where) { emulator().cluster_sync(where); }
+void mbarrier_arrive_cluster(u64* bar, i32 cta, const Where& where) {
+  emulator().mbarrier_arrive_cluster(bar, cta, where);
+}
+void tma_load_multicast(void* smem, const TensorMap* map, u64* bar, u32 cta_mask, const i32* coords, i32 rank,
+                        const Where& where) {
+  emulator().tma_load_multicast(smem, map, bar, cta_mask, coords, rank, where);
+}
 
 bool global_access(const void* p, u64 bytes, bool write, const Where& where) {
   return emulator().global_access(p, bytes, write, where);

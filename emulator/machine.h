@@ -57,6 +57,7 @@ enum class State : std::uint8_t {
   kAtWarpgroupOp,
   kAtMbarrier,
   kAtNamedBarrier,
+  kAtClusterBarrier,
   kDone
 };
 enum class WarpOp : std::uint8_t { kShuffle, kMma, kLdmatrix, kElect };
@@ -171,10 +172,16 @@ void for_each_box_element(const TensorMapSpec& m, const std::array<i32, 5>& coor
 }
 
 struct Thread {
-  Dim3 index;
+  Dim3 index;  // in its block
+  Dim3 block;  // its block in the grid
+  // Over the cluster being run (its blocks' threads one after another):
+  // the thread, its warp, its block's rank in the cluster.
   i32 linear = 0;
   i32 warp = 0;
   i32 lane = 0;
+  i32 rank = 0;
+  bool in_cluster = false;         // the launch has clusters of more than one block
+  std::uint32_t block_record = 0;  // its block in the buffers' write records (0: a grid too large to check)
   Fiber* fiber = nullptr;
   State state = State::kRunnable;
   Where site;
@@ -251,17 +258,21 @@ struct Emulator::Impl {
   // The order run_block sweeps the threads in (Options::schedule_seed).
   std::vector<std::size_t> sweep;
   std::map<std::uintptr_t, Buffer> buffers;  // by start address
-  // This launch's tag in the buffers' write records, and the running
-  // block's record (0: a grid too large to check).
+  // This launch's tag in the buffers' write records.
   std::uint32_t launch_tag = 0;
-  std::uint32_t block_record = 0;
   std::vector<std::unique_ptr<Fiber>> fibers;
 
-  // The block being run.
+  // The cluster being run: its blocks run together (one block when the
+  // launch has no clusters), their threads one after another in `threads`
+  // and their shared memories one after another in `shared`, so block r's
+  // shared byte b is byte r * cta_shared + b of the cluster's.
   LaunchConfig config;
-  Dim3 block_index;
+  i32 cluster_ctas = 1;
+  i32 cta_threads = 0;
+  u64 cta_shared = 0;
   std::vector<Thread> threads;
   std::vector<unsigned char> shared;
+  u64 cta_base(i32 rank) const { return static_cast<u64>(rank) * cta_shared; }
   SharedShadow shadow;
   // The async proxy (wgmma operands): per shared byte; see ProxyCell.
   std::vector<ProxyCell> proxy;
@@ -275,7 +286,7 @@ struct Emulator::Impl {
   // mbarriers by shared offset, named barriers by id; vector clocks are kept
   // from the first use of either in a launch.
   std::map<u64, Mbarrier> mbarriers;
-  std::array<NamedBarrier, kNamedBarriers> named;
+  std::vector<std::array<NamedBarrier, kNamedBarriers>> named;  // per block of the cluster
   bool track_clocks = false;
   // setmaxnreg: each warpgroup's registers per thread (the kernel's cap at
   // entry to start with: 64K over the block's threads, in steps of 8, at
@@ -339,6 +350,13 @@ struct Emulator::Impl {
   bool land_tma_loads();
   void perform_store(const Thread& t, const TmaStore& store);
   void tma_load(void* smem, const TensorMap* map, u64* bar, const i32* coords, i32 rank, const Where& where);
+  // The same box into the same shared bytes of every block in `cta_mask`
+  // (bit r: rank r), each completing its own block's mbarrier there.
+  void tma_load_multicast(void* smem, const TensorMap* map, u64* bar, u32 cta_mask, const i32* coords, i32 rank,
+                          const Where& where);
+  // One block's copy of a load (the issuer's own, or a multicast's).
+  void issue_load(Thread& t, const TmaLoad& prototype, u64 destination, u64 barrier_offset, Mbarrier& b,
+                  const Where& where);
   void tma_store(const TensorMap* map, const void* smem, const i32* coords, i32 rank, const Where& where);
   void tma_commit();
   void tma_wait_read(i32 pending);
@@ -364,6 +382,19 @@ struct Emulator::Impl {
   void mbarrier_expect_tx(u64* bar, u32 tx_bytes, const Where& where);
   void mbarrier_wait(u64* bar, u32 parity, const Where& where);
   void mbarrier_invalidate(u64* bar, const Where& where);
+  // Distributed shared memory: the offset of the same shared byte in block
+  // `cta` of the cluster (mapa), checked; the arrival of the running thread
+  // on the mbarrier there (mbarrier.arrive.shared::cluster).
+  std::optional<u64> peer_offset(Thread& t, u64 own, i32 cta, const char* what, const Where& where);
+  // The peer's mbarrier at `offset`, for a thread of another block: its
+  // init must happen before (fence.mbarrier_init, then cluster::sync), and
+  // its block must not have exited.
+  Mbarrier* peer_barrier(Thread& t, u64 offset, i32 cta, const char* what, const Where& where);
+  void mbarrier_arrive_cluster(u64* bar, i32 cta, const Where& where);
+  // barrier.cluster.arrive + wait: every thread of the cluster that has not
+  // exited.
+  void cluster_sync(const Where& where);
+  bool resolve_cluster_barrier();
 
   // --- wgmma and setmaxnreg (wgmma.cpp) ---------------------------------
   bool resolve_warpgroups();
@@ -394,7 +425,8 @@ struct Emulator::Impl {
   }
   static void thread_entry(void* arg);
   void launch(const LaunchConfig& launch_config, const std::function<void()>& thread_body);
-  void run_block(const Dim3& index);
+  // Runs the cluster whose first block is `origin` (a block, without clusters).
+  void run_cluster(const Dim3& origin);
   bool resolve_warps();
   bool resolve_barrier();
   // Warp collectives: the thread parks at the rendezvous, resolve_warps

@@ -39,9 +39,9 @@ Buffer* Emulator::Impl::global_buffer(const Thread& t, const void* p, u64 bytes,
 
 void Emulator::Impl::record_global_write(const Thread& t, Buffer& buffer, const void* p, u64 bytes,
                                          const Where& where) {
-  if (block_record == 0) return;
+  if (t.block_record == 0) return;
   const u64 offset = reinterpret_cast<std::uintptr_t>(p) - buffer.begin;
-  const auto conflict = buffer.writes.write(offset, bytes, block_record);
+  const auto conflict = buffer.writes.write(offset, bytes, t.block_record);
   if (!conflict) return;
   const i64 other = conflict->block;
   const i64 plane = static_cast<i64>(config.grid.x) * config.grid.y;
@@ -49,7 +49,7 @@ void Emulator::Impl::record_global_write(const Thread& t, Buffer& buffer, const 
                          static_cast<i32>(other / plane)};
   report(BugKind::kGlobalRace, t, where,
          "write of bytes " + range_text(offset, bytes) + " of buffer '" + buffer.name + "' by block " +
-             dim3_text(block_index) + ": byte " + std::to_string(conflict->offset) + " was written by block " +
+             dim3_text(t.block) + ": byte " + std::to_string(conflict->offset) + " was written by block " +
              dim3_text(other_index) +
              " of the same launch, and nothing orders two blocks (use an atomic, or give each byte one block)");
 }
@@ -57,9 +57,11 @@ void Emulator::Impl::record_global_write(const Thread& t, Buffer& buffer, const 
 // Bounds and alignment of a shared access; the offset when it is valid.
 std::optional<u64> Emulator::Impl::shared_offset(const Thread& t, const void* p, u64 bytes, const char* verb,
                                                  const Where& where) {
+  // A block reaches only its own part of the cluster's shared memory (a
+  // peer's goes through mapa: peer_offset).
   const auto addr = reinterpret_cast<std::uintptr_t>(p);
-  const auto base = reinterpret_cast<std::uintptr_t>(shared.data());
-  const auto size = static_cast<u64>(config.dynamic_shared_bytes);
+  const auto base = reinterpret_cast<std::uintptr_t>(shared.data()) + cta_base(t.rank);
+  const auto size = cta_shared;
   if (addr < base || addr + bytes > base + size) {
     const long long offset = static_cast<long long>(addr) - static_cast<long long>(base);
     report(BugKind::kSharedOutOfBounds, t, where,
@@ -68,14 +70,14 @@ std::optional<u64> Emulator::Impl::shared_offset(const Thread& t, const void* p,
                std::to_string(size) + " bytes");
     return std::nullopt;
   }
-  const u64 offset = addr - base;
-  if (bytes > 1 && offset % std::min<u64>(bytes, 16) != 0) {
+  const u64 local = addr - base;
+  if (bytes > 1 && local % std::min<u64>(bytes, 16) != 0) {
     report(BugKind::kSharedOutOfBounds, t, where,
            std::string("misaligned ") + verb + " of " + std::to_string(bytes) + " bytes at shared byte " +
-               std::to_string(offset));
+               std::to_string(local));
     return std::nullopt;
   }
-  return offset;
+  return local + cta_base(t.rank);
 }
 
 // Race and in-flight-copy checks of a valid shared access.

@@ -34,13 +34,27 @@ void Emulator::Impl::launch(const LaunchConfig& launch_config, const std::functi
     throw InvalidArgument("dynamic shared memory: got " + std::to_string(launch_config.dynamic_shared_bytes) +
                           " bytes; expected 0 to 262144");
   }
+  const Dim3& cd = launch_config.cluster;
+  const std::int64_t ctas = volume(cd);
+  if (cd.x < 1 || cd.y < 1 || cd.z < 1 || ctas > 8 || launch_config.grid.x % cd.x != 0 ||
+      launch_config.grid.y % cd.y != 0 || launch_config.grid.z % cd.z != 0) {
+    throw InvalidArgument("cluster shape: got " + dim3_text(cd) + " for grid " + dim3_text(launch_config.grid) +
+                          "; expected positive sizes that divide the grid's, at most 8 blocks (the portable size)");
+  }
+  if (ctas > 1 && block_threads % sm90::kWarpgroupSize != 0) {
+    throw InvalidArgument("cluster launch with " + std::to_string(block_threads) +
+                          " threads per block: the emulator runs clusters of whole warpgroups (a multiple of 128)");
+  }
   if (g_emulator != nullptr) throw Error("emulator launches cannot nest");
   config = launch_config;
   body = &thread_body;
   reports.clear();
   dropped = 0;
   kernel_exception = nullptr;
-  shared.assign(static_cast<std::size_t>(config.dynamic_shared_bytes), 0);
+  cluster_ctas = static_cast<i32>(ctas);
+  cta_threads = static_cast<i32>(block_threads);
+  cta_shared = static_cast<u64>(config.dynamic_shared_bytes);
+  shared.assign(static_cast<std::size_t>(cta_shared * static_cast<u64>(ctas)), 0);
   proxy.assign(shared.size(), ProxyCell{});
   proxy_block = 0;
   track_clocks = false;
@@ -50,31 +64,34 @@ void Emulator::Impl::launch(const LaunchConfig& launch_config, const std::functi
     for (auto& [begin, buffer] : buffers) buffer.writes.clear();
     launch_tag = 1;
   }
-  while (fibers.size() < static_cast<std::size_t>(block_threads)) {
-    fibers.push_back(std::make_unique<Fiber>(options.stack_bytes));
-  }
-  threads.assign(static_cast<std::size_t>(block_threads), Thread{});
-  for (i32 i = 0; i < static_cast<i32>(block_threads); ++i) {
+  const std::size_t unit_threads = static_cast<std::size_t>(block_threads * ctas);
+  while (fibers.size() < unit_threads) fibers.push_back(std::make_unique<Fiber>(options.stack_bytes));
+  threads.assign(unit_threads, Thread{});
+  for (i32 i = 0; i < static_cast<i32>(unit_threads); ++i) {
     Thread& t = threads[static_cast<std::size_t>(i)];
+    const i32 local = i % cta_threads;
     t.linear = i;
-    t.index = {i % config.block.x, (i / config.block.x) % config.block.y, i / (config.block.x * config.block.y)};
+    t.rank = i / cta_threads;
+    t.in_cluster = ctas > 1;
+    t.index = {local % config.block.x, (local / config.block.x) % config.block.y,
+               local / (config.block.x * config.block.y)};
     t.warp = i / kWarpSize;
     t.lane = i % kWarpSize;
     t.fiber = fibers[static_cast<std::size_t>(i)].get();
   }
   g_emulator = this;
-  std::vector<Dim3> blocks;
-  for (i32 z = 0; z < config.grid.z; ++z)
-    for (i32 y = 0; y < config.grid.y; ++y)
-      for (i32 x = 0; x < config.grid.x; ++x) blocks.push_back({x, y, z});
+  std::vector<Dim3> origins;  // each cluster's first block
+  for (i32 z = 0; z < config.grid.z; z += cd.z)
+    for (i32 y = 0; y < config.grid.y; y += cd.y)
+      for (i32 x = 0; x < config.grid.x; x += cd.x) origins.push_back({x, y, z});
   sweep.resize(threads.size());
   for (std::size_t i = 0; i < sweep.size(); ++i) sweep[i] = i;
   std::mt19937_64 order(options.schedule_seed * 0x9E3779B97F4A7C15ULL + launch_tag);
-  if (options.schedule_seed != 0) std::shuffle(blocks.begin(), blocks.end(), order);
+  if (options.schedule_seed != 0) std::shuffle(origins.begin(), origins.end(), order);
   try {
-    for (const Dim3& b : blocks) {
+    for (const Dim3& origin : origins) {
       if (options.schedule_seed != 0) std::shuffle(sweep.begin(), sweep.end(), order);
-      run_block(b);
+      run_cluster(origin);
     }
   } catch (const AbortLaunch&) {
   } catch (...) {
@@ -86,24 +103,28 @@ void Emulator::Impl::launch(const LaunchConfig& launch_config, const std::functi
   if (!reports.empty()) throw KernelFault(reports, dropped);
 }
 
-void Emulator::Impl::run_block(const Dim3& index) {
-  block_index = index;
-  // What this block's global writes record (0: a grid too large to check).
-  const i64 linear = index.x + static_cast<i64>(config.grid.x) * (index.y + static_cast<i64>(config.grid.y) * index.z);
-  block_record = volume(config.grid) <= GlobalWrites::kMaxBlocks ? GlobalWrites::record(launch_tag, linear) : 0;
+void Emulator::Impl::run_cluster(const Dim3& origin) {
+  // Rank r of the cluster is block origin + (r % x, r / x % y, r / (x y)), as %cluster_ctarank counts.
+  const Dim3& cd = config.cluster;
+  for (Thread& t : threads) {
+    t.block = {origin.x + t.rank % cd.x, origin.y + t.rank / cd.x % cd.y, origin.z + t.rank / (cd.x * cd.y)};
+    const i64 linear =
+        t.block.x + static_cast<i64>(config.grid.x) * (t.block.y + static_cast<i64>(config.grid.y) * t.block.z);
+    t.block_record = volume(config.grid) <= GlobalWrites::kMaxBlocks ? GlobalWrites::record(launch_tag, linear) : 0;
+  }
   std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xFF));  // NaN in every float format
   shadow.reset(shared.size());
   ++proxy_block;
   async_clock = 0;
   {
     const std::size_t groups = (threads.size() + sm90::kWarpgroupSize - 1) / sm90::kWarpgroupSize;
-    const i32 at_entry = std::min<i32>(256, static_cast<i32>(65536 / threads.size()) / 8 * 8);
+    const i32 at_entry = std::min<i32>(256, 65536 / cta_threads / 8 * 8);
     warpgroup_registers.assign(groups, at_entry);
     last_increase.assign(groups, {nullptr, Where::current()});
   }
   loads.clear();
   mbarriers.clear();
-  named = {};
+  named.assign(static_cast<std::size_t>(cluster_ctas), {});
   wgmma_ops.assign((threads.size() + sm90::kWarpgroupSize - 1) / sm90::kWarpgroupSize, {});
   pending_shared.assign((threads.size() + kWarpSize - 1) / kWarpSize, {});
   for (Thread& t : threads) {
@@ -157,21 +178,25 @@ void Emulator::Impl::run_block(const Dim3& index) {
     if (resolve_warps()) continue;
     if (resolve_warpgroups()) continue;
     if (resolve_barrier()) continue;
+    if (resolve_cluster_barrier()) continue;
     report_hang();
   }
   flush_all_shared();
   // setmaxnreg.inc waits for registers other warpgroups give back, so the
-  // allocation the block ends with must fit the 64K of the multiprocessor.
-  {
+  // allocation each block ends with must fit the 64K of its multiprocessor.
+  const std::size_t block_groups = warpgroup_registers.size() / static_cast<std::size_t>(cluster_ctas);
+  for (std::size_t first = 0; first < warpgroup_registers.size(); first += block_groups) {
     i64 total = 0;
     std::string counts;
-    for (const i32 r : warpgroup_registers) {
-      total += static_cast<i64>(r) * sm90::kWarpgroupSize;
-      counts += (counts.empty() ? "" : ", ") + std::to_string(r);
+    for (std::size_t g = first; g < first + block_groups; ++g) {
+      total += static_cast<i64>(warpgroup_registers[g]) * sm90::kWarpgroupSize;
+      counts += (counts.empty() ? "" : ", ") + std::to_string(warpgroup_registers[g]);
     }
-    const auto last =
-        std::find_if(last_increase.rbegin(), last_increase.rend(), [](const auto& l) { return l.first != nullptr; });
-    if (total > 65536 && last != last_increase.rend()) {
+    const auto begin = last_increase.begin() + static_cast<std::ptrdiff_t>(first);
+    const auto end = begin + static_cast<std::ptrdiff_t>(block_groups);
+    const auto last = std::find_if(std::make_reverse_iterator(end), std::make_reverse_iterator(begin),
+                                   [](const auto& l) { return l.first != nullptr; });
+    if (total > 65536 && last != std::make_reverse_iterator(begin)) {
       report(BugKind::kIllegalRegisterCount, *last->first, last->second,
              "the warpgroups hold " + counts + " registers per thread: " + std::to_string(total) +
                  " registers, more than the 65536 of a block (setmaxnreg.inc would wait for ever)");
@@ -275,18 +300,49 @@ bool Emulator::Impl::resolve_warps() {
   return progressed;
 }
 
+// block::sync, block by block of the cluster.
 bool Emulator::Impl::resolve_barrier() {
-  const Thread* first = nullptr;
+  bool progressed = false;
+  for (i32 r = 0; r < cluster_ctas; ++r) {
+    const auto begin = threads.begin() + static_cast<std::ptrdiff_t>(r) * cta_threads;
+    const auto end = begin + cta_threads;
+    const Thread* first = nullptr;
+    bool ready = true;
+    for (auto it = begin; it != end && ready; ++it) {
+      if (it->state == State::kDone) continue;
+      if (it->state != State::kAtBarrier) ready = false;
+      if (first == nullptr) first = &*it;
+      if (!same_site(it->site, first->site)) ready = false;  // diverged: report_hang explains
+    }
+    // Some threads exited: the barrier can never complete.
+    if (!ready || first == nullptr || std::any_of(begin, end, [](const Thread& t) { return t.state == State::kDone; }))
+      continue;
+    shadow.next_epoch();
+    flush_all_shared();
+    ++counters.barriers;
+    if (track_clocks) {
+      VectorClock all = fresh_clock();
+      for (auto it = begin; it != end; ++it) join(all, it->clock);
+      for (auto it = begin; it != end; ++it) {
+        it->clock = all;
+        tick(*it);
+      }
+    }
+    for (auto it = begin; it != end; ++it) it->state = State::kRunnable;
+    progressed = true;
+  }
+  return progressed;
+}
+
+// barrier.cluster completes once every thread of the cluster that has not
+// exited waits at one.
+bool Emulator::Impl::resolve_cluster_barrier() {
+  bool any = false;
   for (const Thread& t : threads) {
-    if (t.state == State::kDone) continue;
-    if (t.state != State::kAtBarrier) return false;
-    if (first == nullptr) first = &t;
-    if (!same_site(t.site, first->site)) return false;  // diverged: report_hang explains
+    if (t.state != State::kDone && t.state != State::kAtClusterBarrier) return false;
+    any = any || t.state == State::kAtClusterBarrier;
   }
-  if (first == nullptr) return false;
-  if (std::any_of(threads.begin(), threads.end(), [](const Thread& t) { return t.state == State::kDone; })) {
-    return false;  // some threads exited: the barrier can never complete
-  }
+  if (!any) return false;
   shadow.next_epoch();
   flush_all_shared();
   ++counters.barriers;
@@ -294,13 +350,18 @@ bool Emulator::Impl::resolve_barrier() {
     VectorClock all = fresh_clock();
     for (const Thread& t : threads) join(all, t.clock);
     for (Thread& t : threads) {
+      if (t.state != State::kAtClusterBarrier) continue;
       t.clock = all;
       tick(t);
     }
   }
-  for (Thread& t : threads) t.state = State::kRunnable;
+  for (Thread& t : threads) {
+    if (t.state == State::kAtClusterBarrier) t.state = State::kRunnable;
+  }
   return true;
 }
+
+void Emulator::Impl::cluster_sync(const Where& where) { wait_here(*current, State::kAtClusterBarrier, where); }
 
 u32 Emulator::Impl::warp_shuffle(u32 value, i32 operand, bool xor_mode, const Where& where) {
   Thread& t = *current;

@@ -28,6 +28,8 @@ struct Mbarrier {
   i64 phase = 0;                         // the phase in progress
   i64 newest_observed = -1;              // the newest phase a wait saw complete (-1: the one before the first)
   i32 loads_in_flight = 0;               // TMA loads that complete on it
+  i32 init_thread = -1;                  // who initialised it, and that thread's clock then: a block
+  std::uint32_t init_clock = 0;          // of the cluster must have seen the init before it touches it
   VectorClock arrivals;                  // joined by each arrival of the current phase (release)
   std::array<VectorClock, 2> completed;  // of the last two completed phases, by parity (acquire)
 };

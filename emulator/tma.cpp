@@ -117,27 +117,14 @@ void Emulator::Impl::perform_store(const Thread& t, const TmaStore& store) {
   });
 }
 
-void Emulator::Impl::tma_load(void* smem, const TensorMap* map, u64* bar, const i32* coords, i32 rank,
-                              const Where& where) {
-  Thread& t = *current;
-  TmaLoad load;
-  const auto destination = tma_mapped_box(*this, t, map, rank, smem, "TMA load destination", where, &load.map);
-  if (!destination) return;
-  Mbarrier* b = barrier_at(t, bar, "TMA load onto", where, &load.barrier);
-  if (b == nullptr) return;
-  load.destination = *destination;
-  std::copy(coords, coords + rank, load.coords.begin());
-  load.issuer = t.linear;
-  load.issuer_clock = t.clock;
-  load.site = where;
-  // The tensor's bytes are a registered buffer's, one check per row.
-  const u64 elem = static_cast<u64>(load.map.element_bytes);
-  bool global_ok = true;
-  for_each_box_element(load.map, load.coords, [&](u64 /*box_byte*/, const void* global) {
-    if (global_ok && global != nullptr) global_ok = check_global(t, global, elem, false, where, 1);
-  });
+void Emulator::Impl::issue_load(Thread& t, const TmaLoad& prototype, u64 destination, u64 barrier_offset, Mbarrier& b,
+                                const Where& where) {
+  TmaLoad load = prototype;
+  load.destination = destination;
+  load.barrier = barrier_offset;
   // The destination: not read by an in-flight wgmma or TMA store, not
   // filled by another load, and released by its last wgmma reader.
+  const u64 elem = static_cast<u64>(load.map.element_bytes);
   std::string problem;
   for_each_box_element(load.map, load.coords, [&](u64 box_byte, const void* /*global*/) {
     const u64 at = sm90::swizzle_address(load.map.swizzle, static_cast<u32>(load.destination + box_byte));
@@ -156,10 +143,82 @@ void Emulator::Impl::tma_load(void* smem, const TensorMap* map, u64* bar, const 
       }
       ++cell.tma_pending;
     }
+    // Ordinary reads and writes of the bytes must happen before the load
+    // too (a stage that consumers read with loads, a peer block's stage).
+    const auto conflict = track_clocks ? shadow.access(t.linear, t.clock.data(), at, elem, /*write=*/true)
+                                       : std::optional<SharedShadow::Conflict>{};
+    if (problem.empty() && conflict) {
+      problem = "TMA load onto shared byte " + std::to_string(conflict->offset) + ", " +
+                (conflict->other_wrote ? "written" : "read") + " by thread " +
+                thread_text(threads[static_cast<std::size_t>(conflict->other_thread)]) +
+                " with no happens-before from that access to this load (the release of the stage is missing)";
+    }
   });
   if (!problem.empty()) report(BugKind::kAsyncProxyOrder, t, where, problem);
-  ++b->loads_in_flight;
+  ++b.loads_in_flight;
   loads.push_back(std::move(load));
+}
+
+namespace {
+
+// A load's tensor map, coordinates and issuer, and whether its global bytes
+// are a registered buffer's (one check per element row).
+bool prepare_load(Emulator::Impl& e, Thread& t, const i32* coords, i32 rank, const Where& where, TmaLoad* load) {
+  std::copy(coords, coords + rank, load->coords.begin());
+  load->issuer = t.linear;
+  load->issuer_clock = t.clock;
+  load->site = where;
+  const u64 elem = static_cast<u64>(load->map.element_bytes);
+  bool global_ok = true;
+  for_each_box_element(load->map, load->coords, [&](u64 /*box_byte*/, const void* global) {
+    if (global_ok && global != nullptr) global_ok = e.check_global(t, global, elem, false, where, 1);
+  });
+  return global_ok;
+}
+
+}  // namespace
+
+void Emulator::Impl::tma_load(void* smem, const TensorMap* map, u64* bar, const i32* coords, i32 rank,
+                              const Where& where) {
+  Thread& t = *current;
+  TmaLoad load;
+  const auto destination = tma_mapped_box(*this, t, map, rank, smem, "TMA load destination", where, &load.map);
+  if (!destination) return;
+  u64 barrier_offset = 0;
+  Mbarrier* b = barrier_at(t, bar, "TMA load onto", where, &barrier_offset);
+  if (b == nullptr) return;
+  prepare_load(*this, t, coords, rank, where, &load);
+  issue_load(t, load, *destination, barrier_offset, *b, where);
+}
+
+void Emulator::Impl::tma_load_multicast(void* smem, const TensorMap* map, u64* bar, u32 cta_mask, const i32* coords,
+                                        i32 rank, const Where& where) {
+  Thread& t = *current;
+  TmaLoad load;
+  const auto destination = tma_mapped_box(*this, t, map, rank, smem, "TMA multicast destination", where, &load.map);
+  if (!destination) return;
+  const auto own_barrier = shared_offset(t, bar, 8, "TMA multicast onto", where);
+  if (!own_barrier) return;
+  if (cta_mask == 0 || cta_mask >> cluster_ctas != 0) {
+    report(
+        BugKind::kTmaMisuse, t, where,
+        "TMA multicast to blocks 0x" +
+            [&] {
+              char hex[16];
+              std::snprintf(hex, sizeof hex, "%x", cta_mask);
+              return std::string(hex);
+            }() +
+            ": expected a non-empty mask of the cluster's " + std::to_string(cluster_ctas) + " block rank(s)");
+    return;
+  }
+  prepare_load(*this, t, coords, rank, where, &load);
+  for (i32 r = 0; r < cluster_ctas; ++r) {
+    if ((cta_mask >> r & 1U) == 0) continue;
+    const u64 barrier_offset = *own_barrier - cta_base(t.rank) + cta_base(r);
+    Mbarrier* b = peer_barrier(t, barrier_offset, r, "TMA multicast", where);
+    if (b == nullptr) continue;
+    issue_load(t, load, *destination - cta_base(t.rank) + cta_base(r), barrier_offset, *b, where);
+  }
 }
 
 void Emulator::Impl::tma_store(const TensorMap* map, const void* smem, const i32* coords, i32 rank,

@@ -103,10 +103,12 @@ void Emulator::Impl::issue_wgmma(std::size_t warpgroup) {
   op.site = first.site;
   // Operands in shared memory: in bounds, ordered after ordinary writes by
   // fence.proxy.async, and marked as read until the wgmma runs.
+  // (Descriptors address the block's own shared memory: its part of the cluster's.)
   op.addresses = wgmma_operand_addresses(op.shape);
-  const u64 size = shared.size();
+  const u64 size = cta_shared;
   const u32 bytes = static_cast<u32>(wgmma_element_bytes(op.shape));
-  for (const u32 address : op.addresses) {
+  const u32 base = static_cast<u32>(cta_base(first.rank));
+  for (u32& address : op.addresses) {
     if (address + bytes > size) {
       report(BugKind::kSharedOutOfBounds, first, first.site,
              "wgmma " + shape_text(op.shape) + " reads shared bytes [" + std::to_string(address) + ", " +
@@ -114,6 +116,7 @@ void Emulator::Impl::issue_wgmma(std::size_t warpgroup) {
                  " bytes");
       throw AbortLaunch{};
     }
+    address += base;
   }
   bool unfenced_reported = false;
   for (const u32 address : op.addresses) {

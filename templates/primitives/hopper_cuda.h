@@ -23,6 +23,11 @@
 //   elect_one() -> bool                                 // elect.sync: one lane of the warp
 //   tma::load<2..5>(smem, const TensorMap*, bar, coords...), tma::store<2..5>(const TensorMap*, smem, coords...),
 //   tma::commit(), tma::wait_read<N>(), tma::prefetch(const TensorMap*)
+//   Thread block clusters:
+//   cluster::rank(), cluster::size(), cluster::sync()   // %cluster_ctarank, %cluster_nctarank, barrier.cluster
+//   mbarrier::arrive_cluster(bar, cta)                  // an arrival on the same barrier of block `cta` (mapa)
+//   tma::load_multicast(smem, map, bar, cta_mask, coords...)  // 2-D, 4-D: the box into every block in the
+//     // mask, at the same shared bytes, completing each one's own bar
 //
 // Built with -DATTUNE_WAIT_BOUND_MS=N, mbarrier::wait gives up after N ms:
 // the first thread to give up writes a WaitReport (wait_report.h) through
@@ -357,6 +362,16 @@ ATTUNE_DEVICE void expect_tx(u64* bar, u32 bytes) {
   asm volatile("mbarrier.expect_tx.relaxed.cta.shared::cta.b64 [%0], %1;\n" ::"r"(shared_address(bar)), "r"(bytes)
                : "memory");
 }
+// One arrival on the barrier at the same shared bytes of block `cta` of the
+// cluster, released to the cluster (a consumer's release of a stage that
+// its peer's producer fills).
+ATTUNE_DEVICE void arrive_cluster(u64* bar, i32 cta) {
+  asm volatile(
+      "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(shared_address(bar)),
+      "r"(cta)
+      : "memory");
+}
 // mbarrier.try_wait and mbarrier.test_wait ask the same question (has the
 // phase of this parity completed?); try_wait may suspend the thread a while
 // before it answers, test_wait answers at once. Each is a function of its
@@ -482,6 +497,25 @@ ATTUNE_DEVICE void load(void* smem, const TensorMap* map, u64* bar, i32 c0, i32 
       : "memory");
 }
 
+// The same box into the same shared bytes of every block of the cluster in
+// `cta_mask` (bit r: rank r), completing the barrier at bar's bytes in each.
+ATTUNE_DEVICE void load_multicast(void* smem, const TensorMap* map, u64* bar, u32 cta_mask, i32 c0, i32 c1) {
+  asm volatile(
+      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+      "[%1, {%4, %5}], [%2], %3;\n" ::"r"(shared_address(smem)),
+      "l"(map_address(map)), "r"(shared_address(bar)), "h"(static_cast<unsigned short>(cta_mask)), "r"(c0), "r"(c1)
+      : "memory");
+}
+ATTUNE_DEVICE void load_multicast(void* smem, const TensorMap* map, u64* bar, u32 cta_mask, i32 c0, i32 c1, i32 c2,
+                                  i32 c3) {
+  asm volatile(
+      "cp.async.bulk.tensor.4d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster [%0], "
+      "[%1, {%4, %5, %6, %7}], [%2], %3;\n" ::"r"(shared_address(smem)),
+      "l"(map_address(map)), "r"(shared_address(bar)), "h"(static_cast<unsigned short>(cta_mask)), "r"(c0), "r"(c1),
+      "r"(c2), "r"(c3)
+      : "memory");
+}
+
 // A box of shared memory to the tensor at coordinates c; joins this thread's
 // open bulk group (commit, then wait_read before reusing the shared bytes).
 ATTUNE_DEVICE void store(const TensorMap* map, const void* smem, i32 c0, i32 c1) {
@@ -519,5 +553,24 @@ ATTUNE_DEVICE void prefetch(const TensorMap* map) {
 }
 
 }  // namespace tma
+
+namespace cluster {
+ATTUNE_DEVICE i32 rank() {
+  u32 r;
+  asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+  return static_cast<i32>(r);
+}
+ATTUNE_DEVICE i32 size() {
+  u32 n;
+  asm volatile("mov.u32 %0, %%cluster_nctarank;\n" : "=r"(n));
+  return static_cast<i32>(n);
+}
+// Every thread of the cluster that has not exited: what each did before is
+// visible to all after (barriers' init before a peer's remote arrival, a
+// block's last remote access before its peer exits).
+ATTUNE_DEVICE void sync() {
+  asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
+}  // namespace cluster
 
 }  // namespace attune::dev

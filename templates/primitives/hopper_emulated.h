@@ -36,6 +36,12 @@ void tma_store(const TensorMap* map, const void* smem, const i32* coords, i32 ra
 void tma_commit(const Where& where);
 void tma_wait_read(i32 pending, const Where& where);
 void tma_prefetch(const TensorMap* map, const Where& where);
+void tma_load_multicast(void* smem, const TensorMap* map, u64* bar, u32 cta_mask, const i32* coords, i32 rank,
+                        const Where& where);
+void mbarrier_arrive_cluster(u64* bar, i32 cta, const Where& where);
+i32 cluster_rank();
+i32 cluster_size();
+void cluster_sync(const Where& where);
 
 }  // namespace attune::emu::hooks
 
@@ -169,6 +175,11 @@ inline void wait(u64* bar, u32 parity, const Where& where = Where::current()) {
   emu::hooks::mbarrier_wait(bar, parity, where);
 }
 inline void invalidate(u64* bar, const Where& where = Where::current()) { emu::hooks::mbarrier_invalidate(bar, where); }
+// The emulator checks the peer block's init happened before (cluster::sync)
+// and that the peer has not exited.
+inline void arrive_cluster(u64* bar, i32 cta, const Where& where = Where::current()) {
+  emu::hooks::mbarrier_arrive_cluster(bar, cta, where);
+}
 }  // namespace mbarrier
 
 namespace named_barrier {
@@ -224,6 +235,16 @@ inline void store(const TensorMap* map, const void* smem, i32 c0, i32 c1, i32 c2
   const i32 c[] = {c0, c1, c2, c3, c4};
   emu::hooks::tma_store(map, smem, c, 5, where);
 }
+inline void load_multicast(void* smem, const TensorMap* map, u64* bar, u32 cta_mask, i32 c0, i32 c1,
+                           const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1};
+  emu::hooks::tma_load_multicast(smem, map, bar, cta_mask, c, 2, where);
+}
+inline void load_multicast(void* smem, const TensorMap* map, u64* bar, u32 cta_mask, i32 c0, i32 c1, i32 c2, i32 c3,
+                           const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1, c2, c3};
+  emu::hooks::tma_load_multicast(smem, map, bar, cta_mask, c, 4, where);
+}
 inline void commit(const Where& where = Where::current()) { emu::hooks::tma_commit(where); }
 template <i32 N>
 void wait_read(const Where& where = Where::current()) {
@@ -233,5 +254,12 @@ inline void prefetch(const TensorMap* map, const Where& where = Where::current()
   emu::hooks::tma_prefetch(map, where);
 }
 }  // namespace tma
+
+// Thread block clusters: the emulator runs a cluster's blocks together.
+namespace cluster {
+inline i32 rank() { return emu::hooks::cluster_rank(); }
+inline i32 size() { return emu::hooks::cluster_size(); }
+inline void sync(const Where& where = Where::current()) { emu::hooks::cluster_sync(where); }
+}  // namespace cluster
 
 }  // namespace attune::dev
