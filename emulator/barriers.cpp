@@ -199,7 +199,33 @@ void Emulator::Impl::mbarrier_arrive_cluster(u64* bar, i32 cta, const Where& whe
   if (!own) return;
   const auto offset = peer_offset(t, *own, cta, "remote arrive", where);
   if (!offset) return;
-  if (Mbarrier* b = peer_barrier(t, *offset, cta, "remote arrive", where)) arrive(t, *offset, *b, 0, where);
+  Mbarrier* b = peer_barrier(t, *offset, cta, "remote arrive", where);
+  if (b == nullptr) return;
+  if (cta != t.rank && track_clocks) {
+    remote_arrivals[static_cast<std::size_t>(cta)][t.linear] = {t.clock[static_cast<std::size_t>(t.linear)], *offset,
+                                                                where};
+  }
+  arrive(t, *offset, *b, 0, where);
+}
+
+void Emulator::Impl::check_exit(i32 rank) {
+  const auto r = static_cast<std::size_t>(rank);
+  if (exited[r]) return;
+  const auto begin = threads.begin() + static_cast<std::ptrdiff_t>(rank) * cta_threads;
+  const auto end = begin + cta_threads;
+  if (!std::all_of(begin, end, [](const Thread& x) { return x.state == State::kDone; })) return;
+  exited[r] = true;
+  if (!track_clocks) return;
+  VectorClock seen = fresh_clock();
+  for (auto it = begin; it != end; ++it) join(seen, it->clock);
+  for (const auto& [thread, a] : remote_arrivals[r]) {
+    if (seen[static_cast<std::size_t>(thread)] >= a.clock) continue;
+    report(BugKind::kMbarrierMisuse, threads[static_cast<std::size_t>(thread)], a.site,
+           "remote arrive on the mbarrier at shared byte " + std::to_string(a.offset - cta_base(rank)) +
+               " of block rank " + std::to_string(rank) +
+               ", which has exited with no wait that saw the arrival (its shared memory may be gone first: a "
+               "block of a cluster waits for its peer's last arrivals, or passes cluster::sync, before it exits)");
+  }
 }
 
 void Emulator::Impl::mbarrier_expect_tx(u64* bar, u32 tx_bytes, const Where& where) {

@@ -391,6 +391,18 @@ struct Emulator::Impl {
   // its block must not have exited.
   Mbarrier* peer_barrier(Thread& t, u64 offset, i32 cta, const char* what, const Where& where);
   void mbarrier_arrive_cluster(u64* bar, i32 cta, const Where& where);
+  // Remote arrivals into each block of the cluster, by arriving thread (its
+  // latest: its own clock component then, the barrier, the site). When the
+  // block's last thread exits, every one must happen before that exit, or
+  // the block may be gone when it lands.
+  struct RemoteArrival {
+    std::uint32_t clock = 0;
+    u64 offset = 0;
+    Where site;
+  };
+  std::vector<std::map<i32, RemoteArrival>> remote_arrivals;  // per rank
+  std::vector<bool> exited;                                   // per rank: its exit was checked
+  void check_exit(i32 rank);
   // barrier.cluster.arrive + wait: every thread of the cluster that has not
   // exited.
   void cluster_sync(const Where& where);

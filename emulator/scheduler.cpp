@@ -125,6 +125,8 @@ void Emulator::Impl::run_cluster(const Dim3& origin) {
   loads.clear();
   mbarriers.clear();
   named.assign(static_cast<std::size_t>(cluster_ctas), {});
+  remote_arrivals.assign(static_cast<std::size_t>(cluster_ctas), {});
+  exited.assign(static_cast<std::size_t>(cluster_ctas), false);
   wgmma_ops.assign((threads.size() + sm90::kWarpgroupSize - 1) / sm90::kWarpgroupSize, {});
   pending_shared.assign((threads.size() + kWarpSize - 1) / kWarpSize, {});
   for (Thread& t : threads) {
@@ -166,6 +168,7 @@ void Emulator::Impl::run_cluster(const Dim3& origin) {
           report(BugKind::kKernelException, t, Where::current(), what);
           throw AbortLaunch{};
         }
+        if (t.state == State::kDone && cluster_ctas > 1) check_exit(t.rank);
       }
       all_done = all_done && t.state == State::kDone;
     }

@@ -187,9 +187,11 @@ void Emulator::Impl::execute_wgmma(std::size_t warpgroup, InFlightWgmma& op) {
   }
   // Shared memory is read now, as late as the ISA allows.
   const u32 bytes = static_cast<u32>(wgmma_element_bytes(op.shape));
+  // The descriptors address the warpgroup's block's own shared memory.
+  const u64 base = cta_base(group[0].rank);
   const auto read_u16 = [&](u32 address) {
     u16 bits = 0;  // an 8-bit element in the low byte (little-endian)
-    std::memcpy(&bits, shared.data() + address, bytes);
+    std::memcpy(&bits, shared.data() + base + address, bytes);
     return bits;
   };
   wgmma_compute(op.shape, read_u16, op.a_values, op.accumulate, acc);

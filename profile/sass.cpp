@@ -98,6 +98,7 @@ SassMix count_sass(std::string_view sass) {
     ++mix[opcode];
     if (opcode == "MUFU" && m[2].str().rfind(".EX2", 0) == 0) ++mix["MUFU.EX2"];
     if (opcode == "MUFU" && m[2].str().rfind(".TANH", 0) == 0) ++mix["MUFU.TANH"];
+    if (opcode == "UTMALDG" && m[2].str().find(".MULTICAST") != std::string::npos) ++mix["UTMALDG.MULTICAST"];
   }
   return mix;
 }

@@ -77,6 +77,9 @@ struct FlashFwdSm90Params {
   Fp8Inputs fp8;          // read only by variants with kFp8: e4m3 Q, K and V, and their descales
   // kVarlen: the numbers sm90_varlen_tiles wrote for this call (workspace).
   sm90_sched::VarlenTiles varlen;
+  // kCluster: 1 when the call pairs m-blocks across each 2 x 1 cluster
+  // (`tiles` then counts pairs, and K's and V's boxes are half a key tile).
+  i32 cluster_pairs;
 };
 
 struct FlashFwdSm90Tunables {
@@ -88,7 +91,8 @@ struct FlashFwdSm90Tunables {
   static constexpr int kOverlap[] = {0, 1};             // S GEMM of tile n issued before P V of tile n-1
   static constexpr int kRescaleAfter[] = {0, 1};        // O rescaled after the P V wait (with kOverlap)
   static constexpr int kTmaStore[] = {0, 1};            // O through shared memory and a TMA store
-  static constexpr int kScheduler[] = {0, 1, 2, 3};     // tiles: one CTA each, static persistent, dynamic, varlen
+  // Tiles: one CTA each, static persistent, dynamic, varlen, static over 2 x 1 clusters with K/V multicast.
+  static constexpr int kScheduler[] = {0, 1, 2, 3, 4};
   static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st", "pp", "ov", "ra", "ts", "sc"};
   static constexpr const char* kArchs[] = {"sm_90a"};  // wgmma and setmaxnreg exist on sm_90a only
   // Read from the params by the emulator's instantiation (one per head dim,
@@ -143,8 +147,10 @@ struct FlashFwdSm90Tunables {
            block_n >= 16 && block_n <= 256 && stages >= 2 && stages <= 3 && (pingpong == 0 || consumers == 2) &&
            (overlap == 0 || overlap == 1) && (rescale_after == 0 || overlap == 1) &&
            (tma_store == 0 || tma_store == 1) && (consumers < 3 || block_n <= 128) &&
-           (tma_store == 0 || head_dim < 256 || consumers > 1) && scheduler >= 0 && scheduler <= 3 &&
-           (kMeasuring || registers_fit(head_dim, block_n, overlap, consumers));
+           (tma_store == 0 || head_dim < 256 || consumers > 1) && scheduler >= 0 && scheduler <= 4 &&
+           // Measured: the d256 cluster variant spills once per tile (its
+           // consumers hold 232 of 240 registers), out until it does not.
+           (scheduler != 4 || head_dim < 256) && (kMeasuring || registers_fit(head_dim, block_n, overlap, consumers));
   }
 };
 
@@ -346,6 +352,11 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   // sm90_varlen_tiles.
   const bool varlen = scheduler == sm90_sched::kVarlen;
   const bool dynamic = scheduler == sm90_sched::kDynamic || varlen;
+  // kCluster: launched in 2 x 1 clusters; `paired()` when the call gives each
+  // cluster pairs of m-blocks, else each block runs alone, as kStatic.
+  const bool clustered = scheduler == sm90_sched::kCluster;
+  // (A function of the params, read where needed: nothing held for it.)
+  const auto paired = [&] { return clustered && p.cluster_pairs != 0; };
   const i32 consumers = block_m / 64;
   const sm90_detail::Layout layout{kHeadDim, block_m, kBlockN, stages};
   const FlashFwdBase& f = p.fwd;
@@ -355,7 +366,8 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
 
   unsigned char* smem = dev::shared_memory<unsigned char>();
   Barriers* bars = dev::shared_memory<Barriers>();
-  const sm90_sync::KvRing ring{bars->full, bars->empty, stages};
+  // Blocks that read each stage: paired, both of the cluster.
+  const sm90_sync::KvRing ring{bars->full, bars->empty, stages, clustered, paired() ? sm90_sched::kClusterBlocks : 1};
   u64* q_full = &bars->q_full;
   u64* q_empty = &bars->q_empty;
   u64* v_fixed = &bars->v_fixed;
@@ -371,7 +383,27 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     }
     dev::mbarrier::fence_init();
   }
-  dev::block::sync();
+  if (clustered) {
+    dev::cluster::sync();  // the barriers' init before a peer's multicast or release reaches them
+  } else {
+    dev::block::sync();
+  }
+  // The first tile of this CTA, the CTAs (or paired clusters) that share
+  // out the tiles, and tile `index` (a paired cluster's tile is a pair of
+  // m-blocks: this block runs the one of its rank). Recomputed where
+  // needed, so nothing crosses the role branch.
+  const auto first_tile = [&] {
+    return paired() ? dev::block_index().x / sm90_sched::kClusterBlocks : dev::block_index().x;
+  };
+  const auto sharing = [&] { return paired() ? ctas / sm90_sched::kClusterBlocks : ctas; };
+  const auto static_tile = [&](i32 index) {
+    sm90_sched::WorkTile at = order.at(index);
+    if (paired()) at.m_block = at.m_block * sm90_sched::kClusterBlocks + dev::cluster::rank();
+    return at;
+  };
+  // Unpaired, a grid of whole clusters may leave a block no tile: it has
+  // nothing to wait for (its peer runs alone too).
+  if (clustered && first_tile() >= tile_count) return;
 
   const i32 wg = dev::warpgroup::index();
   if (wg == 0) {  // ---- producer ----
@@ -415,8 +447,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     i32 fixes = 0;    // V tiles zeroed so far (v_fixed's phases)
     i32 round = 0;
     const i32 tiles_total = varlen ? dev::load_global(p.varlen.tile_start + order.batches) : tile_count;
-    for (i32 index = dev::block_index().x; index < tiles_total; ++round) {
-      const sm90_sched::WorkTile at = varlen ? sm90_sched::varlen_tile(p.varlen, order.heads, index) : order.at(index);
+    for (i32 index = first_tile(); index < tiles_total; ++round) {
+      const sm90_sched::WorkTile at =
+          varlen ? sm90_sched::varlen_tile(p.varlen, order.heads, index) : static_tile(index);
       const TileWork w = TileWork::of<kBlockN>(f, at, block_m);
       // Q's rows hold the previous tile's Q and staged O until every
       // consumer thread is done with them.
@@ -479,6 +512,27 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
           }
           continue;
         }
+        if (paired()) {
+          // Half of the tile's keys from each block of the pair, into both
+          // (every key is in the tensor: the call has fixed lengths); each
+          // block's full barrier expects the whole tile.
+          if (leader) {
+            constexpr i32 kHalf = kBlockN / sm90_sched::kClusterBlocks;
+            static_assert(kHalf % 8 == 0, "flash_fwd_sm90: a half key tile is whole swizzle atoms");
+            const i32 half = dev::cluster::rank() * kHalf;
+            const u32 both = (1U << sm90_sched::kClusterBlocks) - 1;
+            dev::mbarrier::arrive_expect_tx(full, static_cast<u32>(2 * layout.tile_bytes()));
+            for (i32 c = 0; c < kChunks; ++c) {
+              dev::tma::load_multicast(k_tile + (c * kBlockN + half) * kRowBytes, &p.k_map, full, both, c * kBoxCols,
+                                       key_row + half, w.kv_head, w.k_map_batch);  // producer: multicast K
+            }
+            for (i32 c = 0; c < kChunks; ++c) {
+              dev::tma::load_multicast(v_tile + (c * kBlockN + half) * kRowBytes, &p.v_map, full, both, c * kBoxCols,
+                                       key_row + half, w.kv_head, w.k_map_batch);  // producer: multicast V
+            }
+          }
+          continue;
+        }
         if (leader) {
           if (!zero_v) {
             dev::mbarrier::arrive_expect_tx(full, static_cast<u32>(2 * layout.tile_bytes()));
@@ -516,7 +570,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         if (dev::lane_id() == 0) next = dev::atomic_fetch_add(p.tile_counter, 1) + ctas;  // producer: claim a tile
         index = dev::warp::shfl_idx(next, 0);
       } else {
-        index = sm90_sched::next_static(scheduler, index, ctas, tile_count);
+        index = sm90_sched::next_static(scheduler, index, sharing(), tile_count);
       }
     }
     if (dynamic) {  // the consumers' last wait: no tile left
@@ -533,6 +587,13 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         dev::mbarrier::arrive(&bars->v_landed[ring.stage(kv_base)]);
       }
     }
+    // Paired: the peer's consumers release this block's stages, so the
+    // block stays until their last releases have arrived (the stages'
+    // last phases); the peer's multicasts into it, its own consumers wait
+    // for. (CUTLASS's producer tail; no cluster barrier at the end.)
+    if (paired()) {
+      for (i32 s = 0; s < stages; ++s) ring.producer_acquire(kv_base + s);  // producer: tail
+    }
     return;
   }
 
@@ -546,7 +607,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
   const i32 wt = dev::warpgroup::thread();
   const i32 lane = dev::lane_id();
   i32 kv_base = 0;  // key tiles through the ring before this tile's
-  i32 index = dev::block_index().x;
+  i32 index = first_tile();
   for (i32 round = 0;; ++round) {
     dev::mbarrier::wait(q_full, round & 1);  // consumer: wait Q (and the tile)
     if (dynamic) {
@@ -562,7 +623,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         at = {dev::load_shared(&bars->work.m_block), dev::load_shared(&bars->work.head),
               dev::load_shared(&bars->work.batch)};
       } else {
-        at = order.at(index + dev::opaque(0));
+        at = static_tile(index + dev::opaque(0));
       }
       return TileWork::of<kBlockN>(f, at, block_m);
     };
@@ -718,7 +779,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
           convert_p(it);
           turns.in_turn([&] { issue_pv(it); });
           dev::wgmma::wait<0>();
-          ring.consumer_release(it, wt == 0);
+          ring.consumer_release(it, wt);
         } else {
           turns.in_turn([&] {
             issue_s(it);       // S of tile it ...
@@ -727,7 +788,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
           dev::wgmma::wait<1>();     // S of tile it done
           softmax_step(masked, it);  // while P V of tile it-1 runs
           dev::wgmma::wait<0>();
-          ring.consumer_release(it - 1, wt == 0);
+          ring.consumer_release(it - 1, wt);
           convert_p(it);
           rescale.settle(softmax);
         }
@@ -763,7 +824,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
         if (overlap) {
           turns.in_turn([&] { issue_pv(kv_base + tiles - 1); });
           dev::wgmma::wait<0>();
-          ring.consumer_release(kv_base + tiles - 1, wt == 0);
+          ring.consumer_release(kv_base + tiles - 1, wt);
         }
       }
       softmax.merge_quad();
@@ -850,7 +911,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockM / 64), 1)
     }
     kv_base += tiles;
     if (!dynamic) {
-      index = sm90_sched::next_static(scheduler, index, ctas, tile_count);
+      index = sm90_sched::next_static(scheduler, index, sharing(), tile_count);
       if (index >= tile_count) break;  // no Q follows: nobody waits for the rows
     }
     dev::mbarrier::arrive(q_empty);  // consumer: Q rows free

@@ -24,11 +24,17 @@ enum NamedBarrierId : i32 {
 // Tile i lives in stage i % stages; its lap i / stages decides the parity
 // of every wait on the stage. A stage's full barrier completes when its
 // loads land (one arrival with the bytes to expect); its empty barrier when
-// every consumer has released it.
+// every consumer has released it. In a cluster (`cluster`) a release is a
+// remote arrival (one code path whether or not the blocks pair); with
+// `blocks` 2 (paired blocks whose producers fill both blocks' stages) every
+// consumer releases the stage in both blocks, so neither producer refills
+// it before both have read it.
 struct KvRing {
   u64* full;   // [stages]
   u64* empty;  // [stages]
   i32 stages;
+  bool cluster = false;
+  i32 blocks = 1;
 
   ATTUNE_DEVICE i32 stage(i32 tile) const { return tile % stages; }
   ATTUNE_DEVICE u32 lap(i32 tile) const { return static_cast<u32>(tile / stages); }
@@ -39,7 +45,7 @@ struct KvRing {
   ATTUNE_DEVICE void init(i32 consumers) const {
     for (i32 s = 0; s < stages; ++s) {
       dev::mbarrier::init(full + s, 1);
-      dev::mbarrier::init(empty + s, consumers);
+      dev::mbarrier::init(empty + s, consumers * blocks);
     }
   }
   // Producer: waits until every consumer released tile i's stage (the
@@ -51,10 +57,17 @@ struct KvRing {
   ATTUNE_DEVICE void consumer_wait(i32 tile) const {
     dev::mbarrier::wait(full + stage(tile), lap(tile) & 1);  // consumer: wait full
   }
-  // Consumer: done with tile i's stage; one arrival per consumer, made by
-  // the thread for which `arrives` holds.
-  ATTUNE_DEVICE void consumer_release(i32 tile, bool arrives) const {
-    if (arrives) dev::mbarrier::arrive(empty + stage(tile));  // consumer: release
+  // Consumer: done with tile i's stage; one arrival per consumer and block,
+  // made by its warpgroup's thread 0 (`thread`: the caller's index in its
+  // warpgroup) in its own block, and with two blocks by thread 1 in the
+  // peer (rank ^ 1), so no thread makes two.
+  ATTUNE_DEVICE void consumer_release(i32 tile, i32 thread) const {
+    if (cluster) {
+      if (thread < blocks)
+        dev::mbarrier::arrive_cluster(empty + stage(tile), dev::cluster::rank() ^ thread);  // consumer: release both
+      return;
+    }
+    if (thread == 0) dev::mbarrier::arrive(empty + stage(tile));  // consumer: release
   }
 };
 

@@ -14,6 +14,12 @@
 //   kVarlen   kDynamic over other numbers (sm90_varlen_tiles.cuh): only
 //             tiles that exist, sequences longest first, numbered once
 //             per call into the workspace after the counter.
+//   kCluster  kStatic over 2 x 1 clusters: where the call allows it
+//             (FlashFwdSm90Params::cluster_pairs), a tile is a pair of
+//             adjacent m-blocks that see the same keys, one per block of
+//             the cluster, whose producers each load half of every K and
+//             V tile into both blocks (TMA multicast); else each block
+//             runs alone, as kStatic.
 // The dynamic counter starts at zero for every launch (the launch sequence
 // clears it); its producer claims the next tile while the consumers work on
 // the current one and hands it to them through shared memory.
@@ -24,7 +30,10 @@
 namespace attune {
 namespace sm90_sched {
 
-enum Kind : i32 { kGrid = 0, kStatic = 1, kDynamic = 2, kVarlen = 3 };
+enum Kind : i32 { kGrid = 0, kStatic = 1, kDynamic = 2, kVarlen = 3, kCluster = 4 };
+
+// kCluster's blocks per cluster.
+inline constexpr i32 kClusterBlocks = 2;
 
 struct WorkTile {
   i32 m_block;
@@ -76,10 +85,12 @@ struct VarlenLayout {
   ATTUNE_HOST_DEVICE i64 bytes() const { return (tiles_offset() + 8 * capacity + 15) / 16 * 16; }
 };
 
-// The number a CTA runs after `current` under the static and grid
-// schedulers (the dynamic one claims it); >= count when none is left.
+// The number a CTA (a cluster of paired blocks) runs after `current` under
+// the static, cluster and grid schedulers (the dynamic one claims it);
+// >= count when none is left. `ctas`: the CTAs or clusters that share out
+// the tiles.
 ATTUNE_HOST_DEVICE inline i32 next_static(i32 kind, i32 current, i32 ctas, i32 count) {
-  return kind == kStatic ? current + ctas : count;
+  return kind == kStatic || kind == kCluster ? current + ctas : count;
 }
 
 }  // namespace sm90_sched

@@ -450,6 +450,13 @@ void Driver::launch(Function function, const LaunchConfig& config, const void* p
     throw InvalidArgument("cuda: dynamic shared memory of " + std::to_string(config.dynamic_shared_bytes) +
                           " bytes is out of range");
   }
+  const Dim3& cd = config.cluster;
+  if (!positive(cd) || config.grid.x % cd.x != 0 || config.grid.y % cd.y != 0 || config.grid.z % cd.z != 0) {
+    throw InvalidArgument("cuda: cluster (" + std::to_string(cd.x) + ", " + std::to_string(cd.y) + ", " +
+                          std::to_string(cd.z) + ") for grid (" + std::to_string(config.grid.x) + ", " +
+                          std::to_string(config.grid.y) + ", " + std::to_string(config.grid.z) +
+                          "): expected positive sizes that divide the grid's");
+  }
   if (params_size > 0 && params == nullptr) throw InvalidArgument("cuda: launch got a null params pointer");
   // A params struct that differs between host and kernel would launch with
   // garbage; the driver told the kernel's side at load time.
@@ -464,6 +471,26 @@ void Driver::launch(Function function, const LaunchConfig& config, const void* p
   const Api& api = impl_->api;
   auto* handle = static_cast<CUfunction>(function.handle);  // a CUkernel, as cuLaunchKernel takes it
   void* arguments[] = {const_cast<void*>(params)};          // the driver only reads it
+  if (volume(cd) > 1) {  // a cluster shape is a launch attribute, which only cuLaunchKernelEx takes
+    CUlaunchAttribute cluster{};
+    cluster.id = CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+    cluster.value.clusterDim.x = static_cast<unsigned>(cd.x);
+    cluster.value.clusterDim.y = static_cast<unsigned>(cd.y);
+    cluster.value.clusterDim.z = static_cast<unsigned>(cd.z);
+    CUlaunchConfig launch{};
+    launch.gridDimX = static_cast<unsigned>(config.grid.x);
+    launch.gridDimY = static_cast<unsigned>(config.grid.y);
+    launch.gridDimZ = static_cast<unsigned>(config.grid.z);
+    launch.blockDimX = static_cast<unsigned>(config.block.x);
+    launch.blockDimY = static_cast<unsigned>(config.block.y);
+    launch.blockDimZ = static_cast<unsigned>(config.block.z);
+    launch.sharedMemBytes = static_cast<unsigned>(config.dynamic_shared_bytes);
+    launch.hStream = static_cast<CUstream>(stream);
+    launch.attrs = &cluster;
+    launch.numAttrs = 1;
+    check(api.launch_kernel_ex(&launch, handle, params_size > 0 ? arguments : nullptr, nullptr), "cuLaunchKernelEx");
+    return;
+  }
   check(api.launch_kernel(handle, static_cast<unsigned>(config.grid.x), static_cast<unsigned>(config.grid.y),
                           static_cast<unsigned>(config.grid.z), static_cast<unsigned>(config.block.x),
                           static_cast<unsigned>(config.block.y), static_cast<unsigned>(config.block.z),

@@ -22,6 +22,7 @@ static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuMemcpyDtoH)) == "cuMemcpyDtoH_
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuEventDestroy)) == "cuEventDestroy_v2");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuEventElapsedTime)) == "cuEventElapsedTime_v2");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuLaunchKernel)) == "cuLaunchKernel");
+static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuLaunchKernelEx)) == "cuLaunchKernelEx");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuMemsetD32Async)) == "cuMemsetD32Async");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamSynchronize)) == "cuStreamSynchronize");
 static_assert(std::string_view(ATTUNE_SYMBOL_OF(cuStreamGetCtx)) == "cuStreamGetCtx");
@@ -107,6 +108,7 @@ std::string load_api(const std::string& path, const std::string& shown, Api& api
   need(api.kernel_get_function, "cuKernelGetFunction");
   need(api.kernel_set_attribute, "cuKernelSetAttribute");
   need(api.launch_kernel, "cuLaunchKernel");
+  need(api.launch_kernel_ex, "cuLaunchKernelEx");
   need(api.stream_synchronize, "cuStreamSynchronize");
   need(api.stream_get_ctx, "cuStreamGetCtx");
   need(api.stream_is_capturing, "cuStreamIsCapturing");

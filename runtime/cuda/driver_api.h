@@ -35,6 +35,7 @@ struct Api {
   decltype(&::cuKernelGetFunction) kernel_get_function = nullptr;
   decltype(&::cuKernelSetAttribute) kernel_set_attribute = nullptr;
   decltype(&::cuLaunchKernel) launch_kernel = nullptr;
+  decltype(&::cuLaunchKernelEx) launch_kernel_ex = nullptr;  // thread block clusters
   decltype(&::cuStreamSynchronize) stream_synchronize = nullptr;
   decltype(&::cuStreamGetCtx) stream_get_ctx = nullptr;
   decltype(&::cuStreamIsCapturing) stream_is_capturing = nullptr;

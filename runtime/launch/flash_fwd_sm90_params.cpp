@@ -49,6 +49,14 @@ sm90_sched::VarlenLayout varlen_layout(const AttentionProblem& p, const Variant&
 
 }  // namespace
 
+bool flash_fwd_sm90_pairs(const AttentionProblem& p, const Variant& variant) {
+  const FlashFwdSm90Shape shape = FlashFwdSm90Shape::of(variant);
+  if (shape.scheduler != sm90_sched::kCluster) return false;
+  const std::int64_t m_blocks = (p.seqlen_q + shape.block_m - 1) / shape.block_m;
+  return p.mask.kind == MaskKind::kNone && !p.is_packed() && !p.has_packed_keys() && !p.has_seqlens_k() &&
+         !p.has_fp8() && p.seqlen_k > 0 && m_blocks % sm90_sched::kClusterBlocks == 0;
+}
+
 std::string sm90_unfit_reason(const AttentionProblem& p, const AttentionBuffers& b) {
   std::string why = sm90_unfit_reason(p);
   if (!why.empty()) return why;
@@ -64,7 +72,8 @@ Sm90TensorMaps flash_fwd_sm90_maps(const AttentionProblem& p, const AttentionBuf
   const bool packed_q = p.is_packed();
   const bool packed_k = p.has_packed_keys();
   const auto bm = static_cast<std::uint32_t>(shape.block_m);
-  const auto bn = static_cast<std::uint32_t>(shape.block_n);
+  // Paired blocks each load half of every key tile (into both).
+  const auto bn = static_cast<std::uint32_t>(shape.block_n / (flash_fwd_sm90_pairs(p, variant) ? 2 : 1));
   const int bytes = element_bytes(p.dtype);  // e4m3 Q, K and V, or all 16-bit (sm90_fit)
   return {map_of(b.q, p.q_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_k, bm, bytes),
           map_of(b.k, p.k_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_k, bn, bytes),
@@ -98,6 +107,7 @@ FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& p,
                   reinterpret_cast<u64*>(base + layout.tiles_offset()), static_cast<i32>(layout.capacity)};
     }
   }
+  k.cluster_pairs = flash_fwd_sm90_pairs(p, variant) ? 1 : 0;
   k.o_map_valid =
       tma_stride_fit('O', p.o_strides, p.is_packed()).fits() && reinterpret_cast<std::uintptr_t>(b.o) % 16 == 0 ? 1 : 0;
   return k;
@@ -105,7 +115,8 @@ FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& p,
 
 sm90_sched::TileOrder flash_fwd_sm90_tiles(const AttentionProblem& p, const Variant& variant) {
   const std::int64_t block_m = FlashFwdSm90Shape::of(variant).block_m;
-  const std::int64_t m_blocks = std::max<std::int64_t>((p.max_seqlen_q() + block_m - 1) / block_m, 1);
+  std::int64_t m_blocks = std::max<std::int64_t>((p.max_seqlen_q() + block_m - 1) / block_m, 1);
+  if (flash_fwd_sm90_pairs(p, variant)) m_blocks /= sm90_sched::kClusterBlocks;  // a tile is a pair of m-blocks
   const std::int64_t pairs = p.heads_q * std::max<std::int64_t>(p.batch, 1);
   // K and V of one kv head stay in L2 for the query heads of its group.
   const std::int64_t kv_head_bytes =
@@ -120,10 +131,24 @@ sm90_sched::TileOrder flash_fwd_sm90_tiles(const AttentionProblem& p, const Vari
           static_cast<i32>(section)};
 }
 
-LaunchConfig flash_fwd_sm90_launch(const sm90_sched::TileOrder& tiles, const Variant& variant, int sm_count) {
-  const bool persistent = FlashFwdSm90Shape::of(variant).scheduler != sm90_sched::kGrid;
-  const i32 ctas = persistent ? std::min(tiles.count(), std::max(sm_count, 1)) : tiles.count();
-  return {.grid = {ctas, 1, 1}, .block = {variant.threads(), 1, 1}, .dynamic_shared_bytes = variant.shared_bytes()};
+LaunchConfig flash_fwd_sm90_launch(const FlashFwdSm90Params& params, const Variant& variant, int sm_count) {
+  const i32 tiles = params.tiles.count();
+  const i32 sms = std::max(sm_count, 1);
+  LaunchConfig c{
+      .grid = {tiles, 1, 1}, .block = {variant.threads(), 1, 1}, .dynamic_shared_bytes = variant.shared_bytes()};
+  const int scheduler = FlashFwdSm90Shape::of(variant).scheduler;
+  if (scheduler == sm90_sched::kGrid) return c;
+  if (scheduler != sm90_sched::kCluster) {
+    c.grid.x = std::min(tiles, sms);
+    return c;
+  }
+  constexpr i32 kBlocks = sm90_sched::kClusterBlocks;
+  c.cluster = {kBlocks, 1, 1};
+  // Paired: one cluster per pair, at most one per two SMs. Unpaired: whole
+  // clusters of blocks that run alone (the odd one out may have no tile).
+  c.grid.x = params.cluster_pairs != 0 ? kBlocks * std::min(tiles, std::max(sms / kBlocks, 1))
+                                       : (std::min(tiles, sms) + kBlocks - 1) / kBlocks * kBlocks;
+  return c;
 }
 
 std::size_t flash_fwd_sm90_workspace_bytes(const Variant& variant, const AttentionProblem& problem) {

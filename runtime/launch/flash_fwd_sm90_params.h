@@ -13,6 +13,12 @@
 
 namespace attune {
 
+// Whether the kCluster variant pairs the call's m-blocks across 2 x 1
+// clusters with K and V multicast: two adjacent m-blocks see the same keys,
+// all of them in the tensor (no mask, fixed lengths, 16-bit inputs) and
+// the m-block count is even. Otherwise its blocks run alone, as kStatic.
+bool flash_fwd_sm90_pairs(const AttentionProblem& problem, const Variant& variant);
+
 // Why a call cannot run on flash_fwd_sm90 (sm90_fit, generator/variants.h) with its
 // pointers too: TMA needs 16-byte aligned Q, K and V. Empty when it can.
 std::string sm90_unfit_reason(const AttentionProblem& problem, const AttentionBuffers& buffers);
@@ -61,10 +67,11 @@ FlashFwdSm90Params flash_fwd_sm90_params(const AttentionProblem& problem, const 
 inline constexpr std::int64_t kL2SectionBytes = std::int64_t{32} << 20;  // of an H100's 50 MiB L2
 sm90_sched::TileOrder flash_fwd_sm90_tiles(const AttentionProblem& problem, const Variant& variant);
 
-// Grid over `tiles` (FlashFwdSm90Params::tiles; one CTA per tile, or
-// min(tiles, sm_count) for the persistent schedulers), block and dynamic
+// Grid over the params' tiles (one CTA per tile, or min(tiles, sm_count)
+// for the persistent schedulers; kCluster: 2 x 1 clusters, one per pair of
+// m-blocks up to sm_count / 2 when paired), block, cluster and dynamic
 // shared memory.
-LaunchConfig flash_fwd_sm90_launch(const sm90_sched::TileOrder& tiles, const Variant& variant, int sm_count);
+LaunchConfig flash_fwd_sm90_launch(const FlashFwdSm90Params& params, const Variant& variant, int sm_count);
 
 // Bytes of workspace the variant's scheduler needs for the problem: 16
 // (its counter, one int32 zeroed before each launch) for kDynamic, the

@@ -151,7 +151,7 @@ void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const 
         }
         launch(call, kernels.varlen_tiles, sm90_varlen_tiles_launch(), sm90_varlen_tiles_params(params, main));
       }
-      launch(call, kernels.main, flash_fwd_sm90_launch(params.tiles, main, kernels.sm_count), params);
+      launch(call, kernels.main, flash_fwd_sm90_launch(params, main, kernels.sm_count), params);
       return;
     }
     if (!kernels.fallback) {
@@ -279,7 +279,14 @@ CallMemory::~CallMemory() {
   } catch (const Error&) {
     // Already failing (a sticky error): free anyway.
   }
-  release_all();
+  // A destructor must not throw: it runs while a launch error unwinds, and
+  // a free that fails on a lost context has nothing left to free.
+  for (void* p : owned_) {
+    try {
+      backend_.release(p);
+    } catch (const Error&) {
+    }
+  }
 }
 
 void CallMemory::finish() {

@@ -363,12 +363,14 @@ ATTUNE_DEVICE void expect_tx(u64* bar, u32 bytes) {
                : "memory");
 }
 // One arrival on the barrier at the same shared bytes of block `cta` of the
-// cluster, released to the cluster (a consumer's release of a stage that
-// its peer's producer fills).
+// cluster (a consumer's release of a stage that its peer's producer fills).
+// The default .release.cta, as CUTLASS's cluster barriers: what it orders
+// are reads whose wgmma wait has returned, and .cluster scope would add a
+// GPU-wide memory barrier (MEMBAR.ALL.GPU) to every release.
 ATTUNE_DEVICE void arrive_cluster(u64* bar, i32 cta) {
   asm volatile(
       "{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [remote];\n}\n" ::"r"(shared_address(bar)),
+      "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n" ::"r"(shared_address(bar)),
       "r"(cta)
       : "memory");
 }

@@ -30,11 +30,11 @@ def main():
     steps.scheduler_table(st, results)
     table = [line for line in st.lines if line.startswith("| 128 |")]
     assert len(table) == 2, st.lines  # the 128 x 128 and 128 x 176 tiles of the one case that ran
-    # 128 x 176 is twins 0..3 (ms 1..4; sc0 not timed), 128 x 128 twins 4..7 (ms 5..8).
-    assert table[0] == "| 128 | bf16 | varlen | 128 x 128 | - | 333 | 286 | 250 |", table[0]
-    assert table[1] == "| 128 | bf16 | varlen | 128 x 176 | - | 1000 | 667 | 500 |", table[1]
+    # 128 x 176 is twins 0..4 (ms 1..5; sc0 not timed), 128 x 128 twins 5..9 (ms 6..10).
+    assert table[0] == "| 128 | bf16 | varlen | 128 x 128 | - | 286 | 250 | 222 | 200 |", table[0]
+    assert table[1] == "| 128 | bf16 | varlen | 128 x 176 | - | 1000 | 667 | 500 | 400 |", table[1]
     header = [line for line in st.lines if line.startswith("| d |")]
-    assert header == ["| d | dtype | case | tile | grid | static | dynamic | varlen |"], header
+    assert header == ["| d | dtype | case | tile | grid | static | dynamic | varlen | cluster |"], header
     # Packed sequences of unequal lengths, each its own keys; FLOPs per sequence.
     assert case["cu_q"][-1] == sum([8192, 512, 4096, 128, 2048, 1024, 300, 6000]) and case["mask"] == "causal"
     print("ok")

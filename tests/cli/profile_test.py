@@ -40,6 +40,8 @@ def count_sass(text):
             counts[m.group(1)] += 1
             if m.group(1) == "MUFU" and (m.group(2) or "").startswith(".EX2"):
                 counts["MUFU.EX2"] += 1
+            if m.group(1) == "UTMALDG" and ".MULTICAST" in (m.group(2) or ""):
+                counts["UTMALDG.MULTICAST"] += 1
     return counts
 
 

@@ -372,6 +372,36 @@ CUresult cuLaunchKernel(CUfunction, unsigned gx, unsigned gy, unsigned gz, unsig
   if (r == CUDA_SUCCESS && stream == nullptr && g_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
   return r;
 }
+CUresult cuLaunchKernelEx(const CUlaunchConfig* config, CUfunction, void**, void**) {
+  unsigned cluster[3] = {1, 1, 1};
+  for (unsigned i = 0; i < config->numAttrs; ++i) {
+    if (config->attrs[i].id != CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION) continue;
+    cluster[0] = config->attrs[i].value.clusterDim.x;
+    cluster[1] = config->attrs[i].value.clusterDim.y;
+    cluster[2] = config->attrs[i].value.clusterDim.z;
+  }
+  {
+    State& s = state();
+    const std::lock_guard<std::mutex> lock(s.mutex);
+    s.last_grid[0] = config->gridDimX;
+    s.last_grid[1] = config->gridDimY;
+    s.last_grid[2] = config->gridDimZ;
+    s.last_block[0] = config->blockDimX;
+    s.last_block[1] = config->blockDimY;
+    s.last_block[2] = config->blockDimZ;
+    s.last_shared = config->sharedMemBytes;
+  }
+  const auto three = [](unsigned a, unsigned b, unsigned c) {
+    return std::to_string(a) + "," + std::to_string(b) + "," + std::to_string(c);
+  };
+  const CUresult r =
+      record("cuLaunchKernelEx", "grid=" + three(config->gridDimX, config->gridDimY, config->gridDimZ) +
+                                     " block=" + three(config->blockDimX, config->blockDimY, config->blockDimZ) +
+                                     " shared=" + std::to_string(config->sharedMemBytes) +
+                                     " cluster=" + three(cluster[0], cluster[1], cluster[2]));
+  if (r == CUDA_SUCCESS && config->hStream == nullptr && g_current == nullptr) return CUDA_ERROR_INVALID_CONTEXT;
+  return r;
+}
 CUresult cuStreamSynchronize(CUstream) { return record("cuStreamSynchronize"); }
 CUresult cuStreamGetCtx(CUstream, CUcontext* context) {
   *context = reinterpret_cast<CUcontext>(g_context_tag);

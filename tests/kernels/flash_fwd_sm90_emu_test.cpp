@@ -171,7 +171,8 @@ TEST(FlashFwdSm90EmuTest, EverySchedulerRunsMoreTilesThanCtas) {
   long_short.options.cu_seqlens_q = {0, 300, 305, 305, 445};
   long_short.options.cu_seqlens_k = {0, 310, 330, 340, 500};
   families.push_back(long_short);
-  for (const int scheduler : {sm90_sched::kGrid, sm90_sched::kStatic, sm90_sched::kDynamic, sm90_sched::kVarlen}) {
+  for (const int scheduler :
+       {sm90_sched::kGrid, sm90_sched::kStatic, sm90_sched::kDynamic, sm90_sched::kVarlen, sm90_sched::kCluster}) {
     const Variant v =
         parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc" + std::to_string(scheduler));
     SCOPED_TRACE(v.id());
@@ -203,10 +204,53 @@ TEST(FlashFwdSm90EmuTest, TheDynamicSchedulerNeedsItsCounter) {
   EXPECT_THROW(static_cast<void>(flash_fwd_sm90_params_without_maps(in.problem, b, {}, varlen, nullptr)),
                InvalidArgument);
   // Persistent grids: at most one CTA per SM; the grid scheduler one per tile.
-  const sm90_sched::TileOrder tiles = flash_fwd_sm90_tiles(in.problem, dynamic);
-  EXPECT_EQ(flash_fwd_sm90_launch(tiles, dynamic, 2).grid.x, std::min(tiles.count(), 2));
+  FlashFwdSm90Params params{};
+  params.tiles = flash_fwd_sm90_tiles(in.problem, dynamic);
+  const i32 tiles = params.tiles.count();
+  EXPECT_EQ(flash_fwd_sm90_launch(params, dynamic, 2).grid.x, std::min(tiles, 2));
   const Variant grid = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc0");
-  EXPECT_EQ(flash_fwd_sm90_launch(tiles, grid, 2).grid.x, tiles.count());
+  EXPECT_EQ(flash_fwd_sm90_launch(params, grid, 2).grid.x, tiles);
+  EXPECT_EQ(volume(flash_fwd_sm90_launch(params, grid, 2).cluster), 1);
+}
+
+// kCluster pairs the m-blocks of a call where two adjacent ones see the same
+// keys, all in the tensor: no mask, fixed lengths, an even m-block count.
+// Each block of a pair loads half of every K and V tile into both (its
+// maps' boxes are half a key tile); elsewhere its blocks run alone. Both
+// match the fp64 reference, with more tiles than clusters, and an odd
+// block out with no tile.
+TEST(FlashFwdSm90EmuTest, TheClusterSchedulerPairsMBlocksWhereTheCallAllows) {
+  ASSERT_EQ(emulated_sm_count(), 2);
+  const Variant v = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp1.ov1.ra0.ts1.sc4");
+  const testing::Family paired{
+      "noncausal_b2_h2_512", {2, 512, 2, 64}, {2, 333, 2, 64}, {2, 333, 2, 64}, ProblemOptions{.dtype = DType::kBF16}};
+  const testing::Inputs in = testing::with_tma_strides(testing::make_inputs(paired));
+  ASSERT_TRUE(flash_fwd_sm90_pairs(in.problem, v));
+  const AttentionBuffers b{in.q.data(), in.k.data(), in.v.data(), nullptr, nullptr};
+  const FlashFwdSm90Params params = flash_fwd_sm90_params_without_maps(in.problem, b, {}, v, nullptr);
+  EXPECT_EQ(params.cluster_pairs, 1);
+  EXPECT_EQ(params.tiles.count(), 2 * 2 * 2);  // pairs of the 4 m-blocks, over 2 heads and 2 sequences
+  const LaunchConfig config = flash_fwd_sm90_launch(params, v, 2);
+  EXPECT_EQ(config.grid.x, 2);  // one cluster on two SMs
+  EXPECT_EQ(config.cluster.x, 2);
+  EXPECT_EQ(flash_fwd_sm90_maps(in.problem, b, v).k.box[1], 32U);
+  EXPECT_EQ(flash_fwd_sm90_launch(params, v, 132).grid.x, 2 * 8);
+
+  testing::Family causal = paired;
+  causal.name = "causal_b2_h2_512";
+  causal.options.mask = Mask::causal_bottom_right();
+  testing::Family odd{
+      "noncausal_b1_h1_300", {1, 300, 1, 64}, {1, 200, 1, 64}, {1, 200, 1, 64}, ProblemOptions{.dtype = DType::kBF16}};
+  testing::Family one{"causal_b1_h1_100",
+                      {1, 100, 1, 64},
+                      {1, 200, 1, 64},
+                      {1, 200, 1, 64},
+                      ProblemOptions{.dtype = DType::kBF16, .mask = Mask::causal_bottom_right()}};
+  for (const testing::Family& f : {causal, odd, one}) {
+    EXPECT_FALSE(flash_fwd_sm90_pairs(testing::with_tma_strides(testing::make_inputs(f)).problem, v)) << f.name;
+  }
+  SCOPED_TRACE(v.id());
+  check_families(v, {paired, causal, odd, one});
 }
 
 // sm90_varlen_tiles on its own: what it writes for a packed batch.

@@ -3,7 +3,8 @@
 // dtypes alternating) and the heuristic's choice of each head-dim bucket
 // compile without spills and without a ptxas C75xx warning (wgmma
 // serialized: compile_with_nvrtc refuses those), and their SASS holds the
-// machinery the family is about: HGMMA and UTMALDG. ATTUNE_SM90_SWEEP=all
+// machinery the family is about: HGMMA and UTMALDG (multicast in the cluster
+// scheduler's variants, and only there). ATTUNE_SM90_SWEEP=all
 // compiles every enumerated variant of every bucket (about half an hour on
 // two cores; docs/kernels.md has the last count). The e4m3 forward's
 // covering set compiles to QGMMA the same way.
@@ -13,8 +14,10 @@
 #include <optional>
 #include <string>
 
+#include "generated/kernel_shapes.h"
 #include "profile/sass.h"
 #include "runtime/dispatch/heuristics.h"
+#include "templates/sm90_scheduler.cuh"
 #include "tests/support/covering_set.h"
 #include "tests/support/nvrtc_sweep.h"
 
@@ -62,8 +65,12 @@ TEST(FlashFwdSm90NvrtcTest, CompilesWithoutSpillsToWgmmaAndTma) {
     profile::SassMix mix = *compiled;
     EXPECT_GT(mix["HGMMA"], 0) << set[i].id();
     EXPECT_GT(mix["UTMALDG"], 0) << set[i].id();
+    // The cluster scheduler multicasts K and V (sm90_sched::kCluster); no other does.
+    const bool cluster = FlashFwdSm90Shape::of(set[i]).scheduler == sm90_sched::kCluster;
+    EXPECT_EQ(mix["UTMALDG.MULTICAST"] > 0, cluster) << set[i].id();
     std::cout << set[i].id() << ": " << r.registers << " registers, HGMMA " << mix["HGMMA"] << ", UTMALDG "
-              << mix["UTMALDG"] << ", UTMASTG " << mix["UTMASTG"] << ", " << r.seconds << " s\n";
+              << mix["UTMALDG"] << " (multicast " << mix["UTMALDG.MULTICAST"] << "), UTMASTG " << mix["UTMASTG"] << ", "
+              << r.seconds << " s\n";
   }
   ::testing::Test::RecordProperty("variants", static_cast<int>(set.size()));
   if (!no_sass.empty()) GTEST_SKIP() << "compiled without spills; SASS not checked: " << no_sass;

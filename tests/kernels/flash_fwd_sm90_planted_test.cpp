@@ -7,12 +7,16 @@
 // dynamic tile scheduler, a tile handed out twice (two CTAs write its O)
 // and the claimed tile written by a lane whose arrival does not carry it;
 // the same hand-off in the varlen scheduler, and its numbering kernel's
-// scan without a barrier.
+// scan without a barrier; in the cluster scheduler, a consumer releasing
+// its own block's stage only, and a producer leaving before its peer's last
+// releases.
 #include <gtest/gtest.h>
 
 #include <bit>
 
 #include "emulator/emulator.h"
+#include "flash_fwd_sm90_cluster_no_tail.cuh"
+#include "flash_fwd_sm90_cluster_own_release.cuh"
 #include "flash_fwd_sm90_handoff_unordered.cuh"
 #include "flash_fwd_sm90_no_release.cuh"
 #include "flash_fwd_sm90_p_before_wait.cuh"
@@ -40,7 +44,7 @@ struct PlantedRun {
   Variant variant = parse_variant_id(kVariant);
   FlashFwdSm90Params params =
       flash_fwd_sm90_params(in.problem, buffers(), {}, variant, nullptr, encode_emulated_tensor_map);
-  LaunchConfig config = flash_fwd_sm90_launch(params.tiles, variant, 132);
+  LaunchConfig config = flash_fwd_sm90_launch(params, variant, 132);
 
   AttentionBuffers buffers() { return {in.q.data(), in.k.data(), in.v.data(), o.data(), lse.data()}; }
   void describe(emu::Emulator& e) { testing::register_forward_buffers(e, in, o, lse); }
@@ -60,7 +64,7 @@ struct SchedulerRun : PlantedRun {
     lse.assign(static_cast<std::size_t>(lse_extent(in.problem)), 0.0F);
     variant = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp0.ov1.ra0.ts0.sc2");
     params = flash_fwd_sm90_params(in.problem, buffers(), {}, variant, &counter, encode_emulated_tensor_map);
-    config = flash_fwd_sm90_launch(params.tiles, variant, 4);
+    config = flash_fwd_sm90_launch(params, variant, 4);
   }
   void describe(emu::Emulator& e) {
     PlantedRun::describe(e);
@@ -90,7 +94,7 @@ struct VarlenRun : PlantedRun {
     metadata = {in.problem.cu_seqlens_q.data(), in.problem.cu_seqlens_k.data(), nullptr, nullptr};
     params =
         flash_fwd_sm90_params(in.problem, buffers(), metadata, variant, workspace.data(), encode_emulated_tensor_map);
-    config = flash_fwd_sm90_launch(params.tiles, variant, 4);
+    config = flash_fwd_sm90_launch(params, variant, 4);
   }
   void describe(emu::Emulator& e) {
     PlantedRun::describe(e);
@@ -102,6 +106,24 @@ struct VarlenRun : PlantedRun {
   }
   std::vector<std::int32_t> workspace;
   DeviceMetadata metadata;
+};
+
+// The cluster scheduler pairing the 4 m-blocks of 512 unmasked rows over 2
+// heads: 4 pairs on one 2 x 1 cluster (2 SMs), each block's producer
+// multicasting half of every key tile into both blocks.
+struct ClusterRun : PlantedRun {
+  ClusterRun() {
+    in = testing::with_tma_strides(testing::make_inputs({"noncausal_h2_512",
+                                                         {1, 512, 2, 64},
+                                                         {1, 333, 2, 64},
+                                                         {1, 333, 2, 64},
+                                                         ProblemOptions{.dtype = DType::kBF16}}));
+    o.assign(static_cast<std::size_t>(o_extent(in.problem)), 0);
+    lse.assign(static_cast<std::size_t>(lse_extent(in.problem)), 0.0F);
+    variant = parse_variant_id("flash_fwd_sm90/d64.bm128.bn64.st2.pp0.ov1.ra0.ts0.sc4");
+    params = flash_fwd_sm90_params(in.problem, buffers(), {}, variant, nullptr, encode_emulated_tensor_map);
+    config = flash_fwd_sm90_launch(params, variant, 2);
+  }
 };
 
 // The mutant's reports: at least one of `kinds`, first at a line of its copy.
@@ -178,6 +200,34 @@ TEST(FlashFwdSm90PlantedTest, TheVarlenNumberingsScanWithoutABarrierIsASharedRac
       run, &sm90_varlen_scan_race::sm90_varlen_tiles<256, Bf16>,
       std::bit_cast<sm90_varlen_scan_race::Sm90VarlenTilesParams>(sm90_varlen_tiles_params(run.params, run.variant)),
       {emu::BugKind::kSharedRace}, "sm90_varlen_scan_race.cuh");
+}
+
+TEST(FlashFwdSm90PlantedTest, TheClusterSchedulerRunsClean) {
+  ClusterRun run;
+  ASSERT_EQ(run.params.cluster_pairs, 1);
+  ASSERT_EQ(run.config.grid.x, 2);
+  emu::Emulator emulator;
+  run.describe(emulator);
+  EXPECT_NO_THROW(emulator.launch(&flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, 4, Bf16>, run.config, run.params));
+}
+
+// Each consumer releases its own block's stage twice instead of both
+// blocks' once: a producer multicasts into its peer's stage while the
+// peer's consumers may still read it.
+TEST(FlashFwdSm90PlantedTest, AClusterReleaseOfOneBlockOnlyIsAnAsyncRace) {
+  ClusterRun run;
+  expect_caught(run, &sm90_cluster_own_release::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, 4, Bf16>,
+                std::bit_cast<sm90_cluster_own_release::FlashFwdSm90Params>(run.params),
+                {emu::BugKind::kAsyncProxyOrder}, "flash_fwd_sm90_cluster_own_release.cuh");
+}
+
+// A producer that leaves without waiting for its stages' last releases: its
+// block may exit while the peer's consumers still arrive in it.
+TEST(FlashFwdSm90PlantedTest, AClusterBlockThatExitsBeforeItsPeersLastReleaseIsReported) {
+  ClusterRun run;
+  expect_caught(run, &sm90_cluster_no_tail::flash_fwd_sm90<64, 128, 64, 2, 0, 1, 0, 0, 4, Bf16>,
+                std::bit_cast<sm90_cluster_no_tail::FlashFwdSm90Params>(run.params), {emu::BugKind::kMbarrierMisuse},
+                "flash_fwd_sm90_cluster_no_tail.cuh");
 }
 
 TEST(FlashFwdSm90PlantedTest, MissingConsumerReleaseDeadlocks) {

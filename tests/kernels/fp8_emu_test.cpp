@@ -349,7 +349,7 @@ ReferenceOutput run_flash_fwd_sm90(const testing::Inputs& in, void (*kernel)(Par
   b.register_on(emulator, values);
   const Variant v = with_problem_features(parse_variant_id(kSm90Fp8Id), p);
   const FlashFwdSm90Params params = flash_fwd_sm90_params(p, b.buffers, {}, v, nullptr, encode_emulated_tensor_map);
-  emulator.launch(kernel, flash_fwd_sm90_launch(params.tiles, v, 132), std::bit_cast<Params>(params));
+  emulator.launch(kernel, flash_fwd_sm90_launch(params, v, 132), std::bit_cast<Params>(params));
   return b.output(p);
 }
 

@@ -497,6 +497,32 @@ TEST_F(LostContextTest, ANonStickyErrorLeavesTheContextUsable) {
   driver.release(buffer);
 }
 
+// A cluster shape is a launch attribute: such a launch goes through
+// cuLaunchKernelEx with it (the fake records the cluster it was given);
+// one that does not divide the grid is refused before the driver.
+TEST_F(LostContextTest, AClusterLaunchGoesThroughLaunchKernelExWithItsShape) {
+  Driver& driver = Driver::get();
+  const std::vector<char> image(16, 'x');
+  const Driver::Function function = driver.function(driver.load_module(0, image), "kernel");
+  const long plain = fake_.count("cuLaunchKernel");
+  driver.launch(function, {.grid = {4, 1, 1}, .block = {384, 1, 1}, .cluster = {2, 1, 1}}, nullptr, 0, nullptr);
+  EXPECT_EQ(fake_.count("cuLaunchKernelEx"), 1);
+  EXPECT_EQ(fake_.count("cuLaunchKernel"), plain);
+  unsigned grid[3] = {}, block[3] = {}, shared = 0;
+  fake_.last_launch(grid, block, &shared);
+  EXPECT_EQ(grid[0], 4U);
+  EXPECT_EQ(block[0], 384U);
+  driver.launch(function, {.grid = {4, 1, 1}, .block = {384, 1, 1}}, nullptr, 0, nullptr);
+  EXPECT_EQ(fake_.count("cuLaunchKernel"), plain + 1);  // no cluster: the plain launch
+  try {
+    driver.launch(function, {.grid = {3, 1, 1}, .block = {384, 1, 1}, .cluster = {2, 1, 1}}, nullptr, 0, nullptr);
+    ADD_FAILURE() << "a cluster of 2 over a grid of 3 was launched";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("divide the grid"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(fake_.count("cuLaunchKernelEx"), 1);
+}
+
 TEST_F(LostContextTest, TheRuntimeFailsFastBeforeCompiling) {
   const std::filesystem::path cache =
       std::filesystem::temp_directory_path() / ("attune_lost_context_" + std::to_string(::getpid()));

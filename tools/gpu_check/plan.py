@@ -88,9 +88,11 @@ PREVIOUS_HEURISTIC = {128: "flash_fwd_sm90/d128.bm128.bn128.st2.pp1.ov1.ra0.ts1.
 
 # The tile schedulers (templates/sm90_scheduler.cuh) on the d128 heuristic
 # tiles, non-causal 128 x 176 and causal 128 x 128: one CTA per tile,
-# static persistent, dynamic persistent, varlen, each timed on both masks
-# and on packed sequences of unequal lengths (varlen_timing_case).
-SCHEDULERS = ("grid", "static", "dynamic", "varlen")
+# static persistent, dynamic persistent, varlen, static over 2 x 1
+# clusters with K/V multicast (paired on the non-causal case, its blocks
+# alone elsewhere), each timed on both masks and on packed sequences of
+# unequal lengths (varlen_timing_case).
+SCHEDULERS = ("grid", "static", "dynamic", "varlen", "cluster")
 SCHEDULER_TWINS = {128: ["flash_fwd_sm90/d128.bm128.bn%d.st2.pp1.ov1.ra0.ts1.sc%d" % (bn, sc)
                          for bn in (176, 128) for sc in range(len(SCHEDULERS))]}
 
