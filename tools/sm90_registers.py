@@ -60,7 +60,7 @@ FOOTER = """};
 """
 
 
-SCHEDULERS = (0, 1, 2, 3)
+SCHEDULERS = (0, 1, 2, 3, 4)
 
 
 def variant_id(d, bm, bn, ov, sc):
