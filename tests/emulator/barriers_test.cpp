@@ -21,7 +21,6 @@ namespace attune {
 namespace {
 
 using emu::BugKind;
-using emu::KernelFault;
 
 enum Plant : i32 {
   kNone = 0,
@@ -116,12 +115,7 @@ class MbarrierPlantedBugTest : public ::testing::TestWithParam<Planted> {};
 TEST_P(MbarrierPlantedBugTest, IsReportedWithItsKindAtItsLine) {
   const Planted& p = GetParam();
   Ring ring;
-  try {
-    ring.run(p.plant);
-    FAIL() << "the planted bug was not reported";
-  } catch (const KernelFault& fault) {
-    testing::expect_reported(fault, p.kind, "barriers_test.cpp", p.mark, p.says);
-  }
+  testing::expect_planted_bug_reported(p, "barriers_test.cpp", [&] { ring.run(p.plant); });
 }
 
 INSTANTIATE_TEST_SUITE_P(

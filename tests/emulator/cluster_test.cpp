@@ -21,7 +21,6 @@ namespace attune {
 namespace {
 
 using emu::BugKind;
-using emu::KernelFault;
 
 enum Plant : i32 {
   kNone = 0,
@@ -179,12 +178,7 @@ class ClusterPlantedBugTest : public ::testing::TestWithParam<Planted> {};
 TEST_P(ClusterPlantedBugTest, IsReportedWithItsKindAtItsLine) {
   const Planted& p = GetParam();
   Ring ring(2);
-  try {
-    ring.run(p.plant, 2, 2);
-    FAIL() << "the planted bug was not reported";
-  } catch (const KernelFault& fault) {
-    testing::expect_reported(fault, p.kind, "cluster_test.cpp", p.mark, p.says);
-  }
+  testing::expect_planted_bug_reported(p, "cluster_test.cpp", [&] { ring.run(p.plant, 2, 2); });
 }
 
 INSTANTIATE_TEST_SUITE_P(

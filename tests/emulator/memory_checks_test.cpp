@@ -260,12 +260,9 @@ class SharedHappensBeforePlantedTest : public ::testing::TestWithParam<PlantedBu
 TEST_P(SharedHappensBeforePlantedTest, IsReportedAtItsLine) {
   const PlantedBug& p = GetParam();
   HandOff h;
-  try {
+  testing::expect_planted_bug_reported(p, "memory_checks_test.cpp", [&] {
     h.run(p.plant == kNamedArriveBeforeWrite ? &named_barrier_hand_off : &mbarrier_hand_off, p.plant);
-    FAIL() << "the planted bug was not reported";
-  } catch (const KernelFault& fault) {
-    testing::expect_reported(fault, p.kind, "memory_checks_test.cpp", p.mark, p.says);
-  }
+  });
 }
 
 INSTANTIATE_TEST_SUITE_P(

@@ -46,4 +46,17 @@ inline void expect_reported(const emu::KernelFault& fault, emu::BugKind kind, co
   std::cout << fault.reports().front().to_string() << "\n";
 }
 
+// Runs a kernel with the planted bug `p` (a PlantedBug, or any struct with
+// its kind, mark and says): it must fail with p's report, at p's mark in
+// `file`.
+template <class Bug, class Run>
+void expect_planted_bug_reported(const Bug& p, const std::string& file, Run run) {
+  try {
+    run();
+    ADD_FAILURE() << "the planted bug was not reported";
+  } catch (const emu::KernelFault& fault) {
+    expect_reported(fault, p.kind, file, p.mark, p.says);
+  }
+}
+
 }  // namespace attune::testing

@@ -29,7 +29,6 @@ namespace attune {
 namespace {
 
 using emu::BugKind;
-using emu::KernelFault;
 using sm90::Swizzle;
 using test_kernels::TmaGemmParams;
 
@@ -163,12 +162,7 @@ class TmaPlantedBugTest : public ::testing::TestWithParam<Planted> {};
 
 TEST_P(TmaPlantedBugTest, IsReportedWithItsKindAtItsLine) {
   const Planted& p = GetParam();
-  try {
-    run_tma_gemm<Bf16, 64, Swizzle::k128B>(p.plant);
-    FAIL() << "the planted bug was not reported";
-  } catch (const KernelFault& fault) {
-    testing::expect_reported(fault, p.kind, "tma_gemm.cuh", p.mark, p.says);
-  }
+  testing::expect_planted_bug_reported(p, "tma_gemm.cuh", [&] { run_tma_gemm<Bf16, 64, Swizzle::k128B>(p.plant); });
 }
 
 std::string planted_name(const ::testing::TestParamInfo<Planted>& info) { return info.param.name; }

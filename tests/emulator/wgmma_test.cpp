@@ -23,7 +23,6 @@ namespace attune {
 namespace {
 
 using emu::BugKind;
-using emu::KernelFault;
 using sm90::Swizzle;
 using test_kernels::GemmParams;
 
@@ -205,12 +204,8 @@ class WgmmaPlantedBugTest : public ::testing::TestWithParam<Planted> {};
 
 TEST_P(WgmmaPlantedBugTest, IsReportedWithItsKindAtItsLine) {
   const Planted& p = GetParam();
-  try {
-    run_gemm<Bf16, 64, Swizzle::k128B, false, false, false>(p.plant);
-    FAIL() << "the planted bug was not reported";
-  } catch (const KernelFault& fault) {
-    testing::expect_reported(fault, p.kind, "wgmma_gemm.cuh", p.mark, p.says);
-  }
+  testing::expect_planted_bug_reported(p, "wgmma_gemm.cuh",
+                                       [&] { run_gemm<Bf16, 64, Swizzle::k128B, false, false, false>(p.plant); });
 }
 
 INSTANTIATE_TEST_SUITE_P(
