@@ -161,15 +161,13 @@ std::optional<u64> Emulator::Impl::peer_offset(Thread& t, u64 own, i32 cta, cons
                std::to_string(cluster_ctas) + " block(s)");
     return std::nullopt;
   }
-  return own - cta_base(t.rank) + cta_base(cta);
+  return in_block(own, t.rank, cta);
 }
 
 Mbarrier* Emulator::Impl::peer_barrier(Thread& t, u64 offset, i32 cta, const char* what, const Where& where) {
   Mbarrier& b = mbarriers[offset];
   const u64 local = offset - cta_base(cta);
-  const auto begin = threads.begin() + static_cast<std::ptrdiff_t>(cta) * cta_threads;
-  if (cta != t.rank &&
-      std::all_of(begin, begin + cta_threads, [](const Thread& x) { return x.state == State::kDone; })) {
+  if (cta != t.rank && block_exited(cta)) {
     report(BugKind::kMbarrierMisuse, t, where,
            std::string(what) + " on the mbarrier at shared byte " + std::to_string(local) + " of block rank " +
                std::to_string(cta) +
@@ -210,14 +208,11 @@ void Emulator::Impl::mbarrier_arrive_cluster(u64* bar, i32 cta, const Where& whe
 
 void Emulator::Impl::check_exit(i32 rank) {
   const auto r = static_cast<std::size_t>(rank);
-  if (exited[r]) return;
-  const auto begin = threads.begin() + static_cast<std::ptrdiff_t>(rank) * cta_threads;
-  const auto end = begin + cta_threads;
-  if (!std::all_of(begin, end, [](const Thread& x) { return x.state == State::kDone; })) return;
+  if (exited[r] || !block_exited(rank)) return;
   exited[r] = true;
   if (!track_clocks) return;
   VectorClock seen = fresh_clock();
-  for (auto it = begin; it != end; ++it) join(seen, it->clock);
+  for (const Thread& x : threads_of(rank)) join(seen, x.clock);
   for (const auto& [thread, a] : remote_arrivals[r]) {
     if (seen[static_cast<std::size_t>(thread)] >= a.clock) continue;
     report(BugKind::kMbarrierMisuse, threads[static_cast<std::size_t>(thread)], a.site,

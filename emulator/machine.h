@@ -30,6 +30,7 @@
 #include <optional>
 #include <random>
 #include <source_location>
+#include <span>
 #include <string>
 #include <string_view>
 #include <tuple>
@@ -273,6 +274,16 @@ struct Emulator::Impl {
   std::vector<Thread> threads;
   std::vector<unsigned char> shared;
   u64 cta_base(i32 rank) const { return static_cast<u64>(rank) * cta_shared; }
+  // The same shared byte in block `to` as `offset` in block `from` (mapa).
+  u64 in_block(u64 offset, i32 from, i32 to) const { return offset - cta_base(from) + cta_base(to); }
+  // Block `rank`'s threads, and whether every one has exited.
+  std::span<Thread> threads_of(i32 rank) {
+    return {threads.data() + static_cast<std::ptrdiff_t>(rank) * cta_threads, static_cast<std::size_t>(cta_threads)};
+  }
+  bool block_exited(i32 rank) {
+    const std::span<Thread> block = threads_of(rank);
+    return std::all_of(block.begin(), block.end(), [](const Thread& x) { return x.state == State::kDone; });
+  }
   SharedShadow shadow;
   // The async proxy (wgmma operands): per shared byte; see ProxyCell.
   std::vector<ProxyCell> proxy;

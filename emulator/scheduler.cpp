@@ -307,31 +307,24 @@ bool Emulator::Impl::resolve_warps() {
 bool Emulator::Impl::resolve_barrier() {
   bool progressed = false;
   for (i32 r = 0; r < cluster_ctas; ++r) {
-    const auto begin = threads.begin() + static_cast<std::ptrdiff_t>(r) * cta_threads;
-    const auto end = begin + cta_threads;
-    const Thread* first = nullptr;
-    bool ready = true;
-    for (auto it = begin; it != end && ready; ++it) {
-      if (it->state == State::kDone) continue;
-      if (it->state != State::kAtBarrier) ready = false;
-      if (first == nullptr) first = &*it;
-      if (!same_site(it->site, first->site)) ready = false;  // diverged: report_hang explains
-    }
-    // Some threads exited: the barrier can never complete.
-    if (!ready || first == nullptr || std::any_of(begin, end, [](const Thread& t) { return t.state == State::kDone; }))
-      continue;
+    const std::span<Thread> block = threads_of(r);
+    // Every thread at one block::sync; one that exited means it never completes.
+    const bool ready = std::all_of(block.begin(), block.end(), [&](const Thread& t) {
+      return t.state == State::kAtBarrier && same_site(t.site, block.front().site);  // diverged: report_hang explains
+    });
+    if (!ready) continue;
     shadow.next_epoch();
     flush_all_shared();
     ++counters.barriers;
     if (track_clocks) {
       VectorClock all = fresh_clock();
-      for (auto it = begin; it != end; ++it) join(all, it->clock);
-      for (auto it = begin; it != end; ++it) {
-        it->clock = all;
-        tick(*it);
+      for (const Thread& t : block) join(all, t.clock);
+      for (Thread& t : block) {
+        t.clock = all;
+        tick(t);
       }
     }
-    for (auto it = begin; it != end; ++it) it->state = State::kRunnable;
+    for (Thread& t : block) t.state = State::kRunnable;
     progressed = true;
   }
   return progressed;

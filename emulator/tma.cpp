@@ -214,10 +214,10 @@ void Emulator::Impl::tma_load_multicast(void* smem, const TensorMap* map, u64* b
   prepare_load(*this, t, coords, rank, where, &load);
   for (i32 r = 0; r < cluster_ctas; ++r) {
     if ((cta_mask >> r & 1U) == 0) continue;
-    const u64 barrier_offset = *own_barrier - cta_base(t.rank) + cta_base(r);
+    const u64 barrier_offset = in_block(*own_barrier, t.rank, r);
     Mbarrier* b = peer_barrier(t, barrier_offset, r, "TMA multicast", where);
     if (b == nullptr) continue;
-    issue_load(t, load, *destination - cta_base(t.rank) + cta_base(r), barrier_offset, *b, where);
+    issue_load(t, load, in_block(*destination, t.rank, r), barrier_offset, *b, where);
   }
 }
 
