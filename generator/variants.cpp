@@ -250,6 +250,9 @@ std::vector<const KernelSpec*> kernels_for_op(std::string_view op) {
   if (op == "fwd") {
     if (const KernelSpec* k = find_kernel_spec("flash_fwd_sm90")) out.push_back(k);
   }
+  if (op == "bwd") {
+    if (const KernelSpec* k = find_kernel_spec("flash_bwd_sm90")) out.push_back(k);
+  }
   return out;
 }
 
@@ -386,6 +389,19 @@ Variant nearest_variant(const std::vector<Variant>& candidates, const std::vecto
   };
   return *std::min_element(candidates.begin(), candidates.end(),
                            [&](const Variant& a, const Variant& b) { return distance(a) < distance(b); });
+}
+
+Variant flash_attention2_backward(const std::vector<Variant>& candidates, bool deterministic) {
+  const int bucket = FlashBwdShape::of(candidates.front()).head_dim;
+  const bool wide = bucket > 128;
+  const FlashBwdShape wanted{.head_dim = bucket,
+                             .block_m = 64,
+                             .block_n = wide ? 32 : 64,
+                             .warps_m = wide ? 4 : 2,
+                             .warps_n = wide ? 2 : 4,
+                             .stages = 2,
+                             .dq_atomic = deterministic ? 0 : 1};
+  return nearest_variant(candidates, wanted.values());
 }
 
 Variant flash_attention2_forward(const std::vector<Variant>& candidates) {

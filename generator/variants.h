@@ -171,5 +171,11 @@ Variant nearest_variant(const std::vector<Variant>& candidates, const std::vecto
 // `candidates` (flash_fwd variants of one head-dim bucket, not empty), the
 // nearest to it.
 Variant flash_attention2_forward(const std::vector<Variant>& candidates);
+// The flash_bwd variant of `candidates` (flash_bwd variants of one head-dim
+// bucket) nearest FlashAttention-2's backward tiles: 64 query rows against
+// 64 keys on 2 x 4 warps (32 keys on 4 x 2 warps from head dim 160 on,
+// where dK and dV fill the registers), two Q / dO tiles in flight; dQ by
+// atomics unless `deterministic` (then summed per key block in order).
+Variant flash_attention2_backward(const std::vector<Variant>& candidates, bool deterministic);
 
 }  // namespace attune

@@ -65,10 +65,10 @@ struct Inputs {
 };
 
 // Rows, keys per tile and head dim of a forward variant of either family.
-struct ForwardTiles {
+struct Tiles {
   std::int64_t block_m, block_n, head_dim;
 };
-ForwardTiles forward_tiles(const Variant& v) {
+Tiles forward_tiles(const Variant& v) {
   if (v.kernel->id == KernelId::kFlashFwdSm90) {
     const FlashFwdSm90Shape s = FlashFwdSm90Shape::of(v);
     return {s.block_m, s.block_n, s.head_dim};
@@ -76,9 +76,18 @@ ForwardTiles forward_tiles(const Variant& v) {
   const FlashFwdShape s = FlashFwdShape::of(v);
   return {s.block_m, s.block_n, s.head_dim};
 }
+// The same of a flash_bwd or flash_bwd_sm90 variant.
+Tiles backward_tiles(const Variant& v) {
+  if (v.kernel->id == KernelId::kFlashBwdSm90) {
+    const FlashBwdSm90Shape s = FlashBwdSm90Shape::of(v);
+    return {s.block_m, s.block_n, s.head_dim};
+  }
+  const FlashBwdShape s = FlashBwdShape::of(v);
+  return {s.block_m, s.block_n, s.head_dim};
+}
 
 Run run_forward(const Variant& v, DType dtype, int tiles) {
-  const ForwardTiles s = forward_tiles(v);
+  const Tiles s = forward_tiles(v);
   const std::int64_t sq = s.block_m;
   const std::int64_t sk = static_cast<std::int64_t>(tiles) * s.block_n;
   const Modifiers m(v, 1);
@@ -114,7 +123,7 @@ Run run_decode(const Variant& v, DType dtype, int tiles) {
 }
 
 Run run_backward(const Variant& v, DType dtype, int tiles) {
-  const FlashBwdShape s = FlashBwdShape::of(v);
+  const Tiles s = backward_tiles(v);
   const std::int64_t sq = static_cast<std::int64_t>(tiles) * s.block_m;
   const std::int64_t sk = s.block_n;  // one CTA
   const Modifiers m(v, 1);
@@ -154,15 +163,16 @@ TileShape tile_shape(const Variant& v) {
   switch (v.kernel->id) {
     case KernelId::kFlashFwd:
     case KernelId::kFlashFwdSm90: {
-      const ForwardTiles s = forward_tiles(v);
+      const Tiles s = forward_tiles(v);
       return {static_cast<double>(s.block_m), static_cast<double>(s.block_n), static_cast<double>(s.head_dim), false};
     }
     case KernelId::kFlashDecode: {
       const FlashDecodeShape s = FlashDecodeShape::of(v);
       return {static_cast<double>(s.block_m), static_cast<double>(s.block_n), static_cast<double>(s.head_dim), false};
     }
-    case KernelId::kFlashBwd: {
-      const FlashBwdShape s = FlashBwdShape::of(v);
+    case KernelId::kFlashBwd:
+    case KernelId::kFlashBwdSm90: {
+      const Tiles s = backward_tiles(v);
       return {static_cast<double>(s.block_m), static_cast<double>(s.block_n), static_cast<double>(s.head_dim), true};
     }
     default:

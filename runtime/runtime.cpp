@@ -342,6 +342,7 @@ Op op_of(const Variant& variant) {
     case KernelId::kFlashDecode:
       return Op::kDecode;
     case KernelId::kFlashBwd:
+    case KernelId::kFlashBwdSm90:
       return Op::kBackward;
     default:
       throw InvalidArgument("variant " + variant.id() + ": expected a flash_fwd, flash_decode or flash_bwd variant");
@@ -378,7 +379,14 @@ DecodeChoice Runtime::explain_decode(const AttentionProblem& problem, DecodeOpti
 DispatchChoice Runtime::explain_backward(const AttentionProblem& problem, BackwardOptions options) const {
   validate(problem);
   DispatchChoice choice = impl_->dispatcher->resolve(Op::kBackward, problem);
-  if (options.deterministic && FlashBwdShape::of(choice.variant).dq_atomic != 0) {
+  if (options.deterministic && choice.variant.kernel->id == KernelId::kFlashBwdSm90) {
+    // Its dQ is summed by atomics in no fixed order.
+    choice.variant = heuristic_backward_variant(problem.compute_dtype(), static_cast<int>(problem.head_dim_k),
+                                                static_cast<int>(problem.head_dim_v), impl_->arch, true,
+                                                modifier_bits(problem.modifiers));
+    choice.rule = DispatchRule::kHeuristic;
+    choice.detail = "deterministic mode: flash_bwd_sm90 adds dQ by atomics; the heuristic's deterministic flash_bwd";
+  } else if (options.deterministic && FlashBwdShape::of(choice.variant).dq_atomic != 0) {
     if (const std::optional<Variant> twin = deterministic_twin(choice.variant)) {
       choice.variant = *twin;
       choice.detail += "; its deterministic twin (dQ summed per key block)";

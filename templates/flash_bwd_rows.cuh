@@ -74,9 +74,14 @@ ATTUNE_KERNEL void flash_bwd_dq_convert(FlashBwdParams p) {
   const bwd_detail::WarpRow w = bwd_detail::warp_row<kWarps>(p);
   if (!w.owns_a_row()) return;
   const i64 at = w.accumulator_offset(p);
-  const KeyBounds bounds = key_bounds(p.mask, w.row, w.seq.q_len, w.seq.k_len);
-  const i64 first_block = bounds.begin / p.partial_keys;
-  const i64 end_block = bounds.end > bounds.begin ? (bounds.end + p.partial_keys - 1) / p.partial_keys : first_block;
+  // The slices' key blocks (partial_keys is set only where slices exist).
+  i64 first_block = 0;
+  i64 end_block = 0;
+  if (p.dq_partial != nullptr) {
+    const KeyBounds bounds = key_bounds(p.mask, w.row, w.seq.q_len, w.seq.k_len);
+    first_block = bounds.begin / p.partial_keys;
+    end_block = bounds.end > bounds.begin ? (bounds.end + p.partial_keys - 1) / p.partial_keys : first_block;
+  }
   const i64 slice = p.rows * p.heads_q * p.head_dim_k;
   u16* dq_row =
       p.dq + w.batch * p.dq_batch_stride + (w.seq.q_begin + w.row) * p.dq_row_stride + w.head * p.dq_head_stride;

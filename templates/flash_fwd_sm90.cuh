@@ -45,6 +45,7 @@
 #include "templates/sm90_fp8.cuh"
 #include "templates/sm90_pipeline.cuh"
 #include "templates/sm90_scheduler.cuh"
+#include "templates/sm90_smem.h"
 #include "templates/sm90_varlen_tiles.cuh"
 #include "templates/tunable.cuh"
 
@@ -156,6 +157,8 @@ struct FlashFwdSm90Tunables {
 
 namespace sm90_detail {
 
+using namespace sm90_smem;  // kBoxCols, kRowBytes, kSwizzle, kAtomStride
+
 // The shared-memory layout of a variant: every buffer a sequence of D/64
 // boxes of [rows x 128 bytes], each on a swizzle atom.
 struct Layout {
@@ -176,12 +179,6 @@ struct Layout {
   ATTUNE_DEVICE i32 fp8_tile_bytes() const { return block_n * head_dim; }
   ATTUNE_DEVICE i32 fp8_v_landing(i32 stage) const { return k_offset(stage) + fp8_tile_bytes(); }
 };
-
-// 16-bit elements of 128-byte rows: a box of 64 columns.
-inline constexpr i32 kBoxCols = 64;
-inline constexpr i32 kRowBytes = 128;
-inline constexpr sm90::Swizzle kSwizzle = sm90::Swizzle::k128B;
-inline constexpr u32 kAtomStride = 8 * kRowBytes;  // SBO: 8 rows of 128 bytes
 
 // The block's mbarriers, at the start of shared memory (kSharedAlign bytes).
 struct Barriers {

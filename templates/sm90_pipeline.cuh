@@ -18,6 +18,9 @@ enum NamedBarrierId : i32 {
   kTurn = 5,
   kProducerWarp = 7,  // the producer warp's lanes
   kTranspose = 8,     // kFp8: the producer warps that transpose V
+  // flash_bwd_sm90: consumer c has kDsStored + c, its dS^T stores seen by
+  // all its threads before its dQ GEMM reads them (no O store there).
+  kDsStored = kStore,
 };
 
 // A ring of `stages` shared stages handed from a producer to the consumers.

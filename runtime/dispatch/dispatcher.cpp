@@ -30,33 +30,34 @@ DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem, con
   const auto dk = static_cast<int>(problem.head_dim_k);
   const auto dv = static_cast<int>(problem.head_dim_v);
   const std::uint8_t modifiers = modifier_bits(problem.modifiers);
-  if (op != Op::kForward) {
-    return {heuristic_variant(to_string(op), problem.compute_dtype(), dk, dv, arch_, modifiers),
-            DispatchRule::kHeuristic, "", 0};
-  }
-  // The forward: flash_fwd_sm90 where the device and the call allow it.
+  // The forward and the backward: their Hopper family where the device and
+  // the call allow it.
+  const bool forward = op == Op::kForward;
+  const char* portable = forward ? "flash_fwd" : "flash_bwd";
+  const char* hopper_name = forward ? "flash_fwd_sm90" : "flash_bwd_sm90";
   ForwardHints hints{.masked = problem.mask.kind != MaskKind::kNone, .varlen = problem.is_packed()};
   std::string detail;
-  if (const KernelSpec* hopper = find_kernel_spec("flash_fwd_sm90"); hopper != nullptr) {
+  if (const KernelSpec* hopper = find_kernel_spec(hopper_name); hopper != nullptr) {
     if (!kernel_runs_on(*hopper, arch_)) {
-      detail = "flash_fwd: flash_fwd_sm90 needs sm_90a, the device is " + arch_.name;
+      detail = std::string(portable) + ": " + hopper_name + " needs sm_90a, the device is " + arch_.name;
     } else if (!fit.fits()) {
-      detail = "flash_fwd: flash_fwd_sm90 cannot map this call (" + fit.reason(problem) + ")";
+      detail = std::string(portable) + ": " + hopper_name + " cannot map this call (" + fit.reason(problem) + ")";
       hints.portable_only = true;
     }
   }
-  DispatchChoice choice{heuristic_variant("fwd", problem.compute_dtype(), dk, dv, arch_, modifiers, hints),
+  DispatchChoice choice{heuristic_variant(to_string(op), problem.compute_dtype(), dk, dv, arch_, modifiers, hints),
                         DispatchRule::kHeuristic, detail, 0};
-  if (choice.variant.kernel->id == KernelId::kFlashFwdSm90) {
-    choice.detail = "flash_fwd_sm90: TMA, wgmma and warp specialization on " + arch_.name;
-    if (hints.varlen) choice.detail += "; packed sequences: the varlen tile scheduler, longest first";
+  const KernelId id = choice.variant.kernel->id;
+  if (id == KernelId::kFlashFwdSm90 || id == KernelId::kFlashBwdSm90) {
+    choice.detail = std::string(hopper_name) + ": TMA, wgmma and warp specialization on " + arch_.name;
+    if (hints.varlen && forward) choice.detail += "; packed sequences: the varlen tile scheduler, longest first";
   }
   return choice;
 }
 
 DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem) const {
-  // Only the forward has a second family to fall back from.
-  return resolve(op, problem, problem_key(op, problem), op == Op::kForward ? sm90_fit(problem) : Sm90Fit{});
+  // The forward and the backward have a Hopper family to fall back from.
+  return resolve(op, problem, problem_key(op, problem), op == Op::kDecode ? Sm90Fit{} : sm90_fit(problem));
 }
 
 DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem, const ProblemKey& key,
@@ -79,7 +80,8 @@ DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem, const
           throw InvalidArgument("variant " + tuned.variant.id() + ": not a variant of a " + std::string(to_string(op)) +
                                 " kernel");
         }
-        if (tuned.variant.kernel->id == KernelId::kFlashFwdSm90 && !fit.fits()) {
+        const KernelId id = tuned.variant.kernel->id;
+        if ((id == KernelId::kFlashFwdSm90 || id == KernelId::kFlashBwdSm90) && !fit.fits()) {
           throw InvalidArgument("variant " + tuned.variant.id() + ": cannot map this call (" + fit.reason(problem) +
                                 ")");
         }
@@ -118,7 +120,7 @@ DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem, const
 }
 
 const DispatchChoice& Dispatcher::choose(Op op, const AttentionProblem& problem) {
-  const Sm90Fit fit = op == Op::kForward ? sm90_fit(problem) : Sm90Fit{};
+  const Sm90Fit fit = op == Op::kDecode ? Sm90Fit{} : sm90_fit(problem);
   const ProblemKey key = problem_key(op, problem);
   const std::size_t start = key.hash() & (kSlots - 1);
   // Hot path: acquire loads over an open-addressed table of immutable entries.

@@ -28,7 +28,7 @@ std::vector<Variant> candidates_for(std::string_view op, DType dtype, int dk, in
 
 Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch,
                           std::uint8_t modifiers, ForwardHints hints) {
-  if (op == "bwd") return heuristic_backward_variant(dtype, dk, dv, arch, false, modifiers);
+  if (op == "bwd") return heuristic_backward_variant(dtype, dk, dv, arch, false, modifiers, hints.portable_only);
   std::vector<Variant> candidates = candidates_for(op, dtype, dk, dv, arch, modifiers);
   std::vector<Variant> hopper;
   std::erase_if(candidates, [&](Variant& v) {
@@ -74,22 +74,23 @@ Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, cons
 }
 
 Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic,
-                                   std::uint8_t modifiers) {
-  const std::vector<Variant> candidates = candidates_for("bwd", dtype, dk, dv, arch, modifiers);
-  // 64 query rows against 64 keys on 2 x 4 warps (32 keys on 4 x 2 warps
-  // from head dim 160 on, where dK and dV fill the registers), two Q / dO
-  // tiles in flight; dQ by atomics unless deterministic (which changes
-  // neither validity nor resources).
-  const int bucket = FlashBwdShape::of(candidates.front()).head_dim;
-  const bool wide = bucket > 128;
-  const FlashBwdShape wanted{.head_dim = bucket,
-                             .block_m = 64,
-                             .block_n = wide ? 32 : 64,
-                             .warps_m = wide ? 4 : 2,
-                             .warps_n = wide ? 2 : 4,
-                             .stages = 2,
-                             .dq_atomic = deterministic ? 0 : 1};
-  return nearest_variant(candidates, wanted.values());
+                                   std::uint8_t modifiers, bool portable_only) {
+  std::vector<Variant> candidates = candidates_for("bwd", dtype, dk, dv, arch, modifiers);
+  std::vector<Variant> hopper;
+  std::erase_if(candidates, [&](Variant& v) {
+    if (v.kernel->id != KernelId::kFlashBwdSm90) return false;
+    hopper.push_back(std::move(v));
+    return true;
+  });
+  if (!hopper.empty() && !deterministic && !portable_only) {
+    // FlashAttention-3's backward: 128 keys per CTA on two consumer
+    // warpgroups, 64-row query steps, two stages in flight.
+    const FlashBwdSm90Shape wanted{
+        .head_dim = FlashBwdSm90Shape::of(hopper.front()).head_dim, .block_m = 64, .block_n = 128, .stages = 2};
+    return nearest_variant(hopper, wanted.values());
+  }
+  // (Deterministic or not changes neither validity nor resources.)
+  return flash_attention2_backward(candidates, deterministic);
 }
 
 Variant heuristic_decode_variant(const AttentionProblem& p, const ArchLimits& arch) {

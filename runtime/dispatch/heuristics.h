@@ -21,14 +21,18 @@ struct ForwardHints {
 // The default variant of "fwd" or "bwd" (dQ by atomics) for the problem
 // class on the architecture: the listed variant nearest the shapes below.
 // The forward prefers flash_fwd_sm90 wherever it is listed (sm_90a, no
-// score modifier or paged cache, head dims up to 256).
+// score modifier or paged cache, head dims up to 256), the backward
+// flash_bwd_sm90 (heuristic_backward_variant; `hints.portable_only` holds
+// for both).
 Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, const ArchLimits& arch,
                           std::uint8_t modifiers = 0, ForwardHints hints = {});
 
-// The default flash_bwd variant, with dQ summed per key block in a fixed
-// order instead of by atomics when `deterministic`.
+// The default backward variant: flash_bwd_sm90 wherever it is listed
+// (sm_90a, no score modifier, head dims up to 128) unless `deterministic`
+// or `portable_only` (a call TMA cannot map); else flash_bwd, with dQ summed
+// per key block in a fixed order instead of by atomics when `deterministic`.
 Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic = false,
-                                   std::uint8_t modifiers = 0);
+                                   std::uint8_t modifiers = 0, bool portable_only = false);
 
 // The default decode variant of a problem: one 16-row block when the
 // (packed) rows of a KV head fit in it, 64 rows otherwise; query heads packed

@@ -108,10 +108,11 @@ template <class Buffers>
 void check_runs(const Variant& variant, KernelId kernel, const AttentionProblem& problem, const Buffers& buffers) {
   validate(problem, buffers);
   check_modifier_values(problem, {buffers.sinks, buffers.alibi_slopes});
-  // The forward has two families.
-  if (kernel != KernelId::kFlashFwd || variant.kernel == nullptr || variant.kernel->id != KernelId::kFlashFwdSm90) {
-    require_kernel(variant, kernel);
-  }
+  // The forward and the backward have two families: the portable one named, and Hopper's.
+  const KernelId hopper = kernel == KernelId::kFlashFwd   ? KernelId::kFlashFwdSm90
+                          : kernel == KernelId::kFlashBwd ? KernelId::kFlashBwdSm90
+                                                          : kernel;
+  if (variant.kernel == nullptr || variant.kernel->id != hopper) require_kernel(variant, kernel);
   check_variant_fits(variant, static_cast<int>(problem.head_dim_k), static_cast<int>(problem.head_dim_v),
                      emulator_limits());
 }

@@ -21,15 +21,15 @@ std::int64_t backward_key_blocks(const AttentionProblem& p, int block_n) {
   return std::max<std::int64_t>((longest_key_capacity(p) + block_n - 1) / block_n, 1);
 }
 
-BackwardWorkspace backward_workspace(const AttentionProblem& p, const FlashBwdShape& shape) {
+BackwardWorkspace backward_workspace(const AttentionProblem& p, const Variant& main) {
   const std::int64_t rows = workspace_rows(p);
   const std::int64_t dq = rows * p.heads_q * p.head_dim_k;
   BackwardWorkspace w;
   w.d_floats = p.heads_q * rows;
-  if (shape.dq_atomic != 0) {
+  if (main.kernel->id == KernelId::kFlashBwdSm90 || FlashBwdShape::of(main).dq_atomic != 0) {
     w.dq_accum_floats = dq;
   } else {
-    w.dq_partial_floats = backward_key_blocks(p, shape.block_n) * dq;
+    w.dq_partial_floats = backward_key_blocks(p, FlashBwdShape::of(main).block_n) * dq;
   }
   return w;
 }
@@ -45,7 +45,7 @@ BackwardWorkspacePointers split_workspace(const BackwardWorkspace& sizes, float*
 }
 
 FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers& b, const DeviceMetadata& metadata,
-                                const FlashBwdShape& shape, const BackwardWorkspacePointers& workspace) {
+                                const Variant& main, const BackwardWorkspacePointers& workspace) {
   if (p.is_paged()) throw InvalidArgument("backward: a paged KV cache; expected contiguous K and V");
   FlashBwdParams k{};
   k.q = static_cast<const u16*>(b.q);
@@ -75,7 +75,8 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
   k.dsink = p.modifiers.sinks ? b.dsink : nullptr;
   k.dropout = dropout_params_of(p, b.rng_state);
   k.scale = static_cast<float>(p.softmax_scale());
-  fill_tunable_fields(k, shape);  // partial_keys: the key block of the main kernel
+  // partial_keys: flash_bwd's key block (flash_bwd_sm90 writes no slices).
+  if (main.kernel->id == KernelId::kFlashBwd) fill_tunable_fields(k, FlashBwdShape::of(main));
   const bool packed = p.is_packed();
   k.vectorized = rows_aligned(b.q, p.q_strides, packed) && rows_aligned(b.k, p.k_strides, packed) &&
                          rows_aligned(b.v, p.v_strides, packed) && rows_aligned(b.d_o, p.o_strides, packed)

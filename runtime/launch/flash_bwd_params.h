@@ -4,10 +4,9 @@
 // choice of a flash_bwd variant.
 //
 // Example (one call, device or host memory alike; launch/ops.cpp does this):
-//   const attune::FlashBwdShape shape = attune::FlashBwdShape::of(variant);
-//   const attune::BackwardWorkspace sizes = attune::backward_workspace(problem, shape);
+//   const attune::BackwardWorkspace sizes = attune::backward_workspace(problem, variant);
 //   // allocate sizes.total_floats() floats at `ws`
-//   const attune::FlashBwdParams p = attune::flash_bwd_params(problem, buffers, metadata, shape,
+//   const attune::FlashBwdParams p = attune::flash_bwd_params(problem, buffers, metadata, variant,
 //                                                             attune::split_workspace(sizes, ws));
 //   launch preprocess, main and convert with flash_bwd_*_launch(problem, ...) in that order.
 #pragma once
@@ -23,9 +22,10 @@
 
 namespace attune {
 
-// Floats of each fp32 workspace of a backward call with a flash_bwd variant:
-// D [Hq, rows], and either the atomic dQ accumulator [rows, Hq, Dk]
-// (kDqAtomic = 1) or one dQ slice per key block [key blocks, rows, Hq, Dk]
+// Floats of each fp32 workspace of a backward call whose main kernel is
+// `main` (a flash_bwd or flash_bwd_sm90 variant): D [Hq, rows], and either
+// the atomic dQ accumulator [rows, Hq, Dk] (flash_bwd's kDqAtomic = 1,
+// flash_bwd_sm90) or one dQ slice per key block [key blocks, rows, Hq, Dk]
 // (kDqAtomic = 0, the deterministic mode), where rows = B x Sq (Tq packed)
 // and key blocks = ceil(longest key capacity / BLOCK_N).
 struct BackwardWorkspace {
@@ -34,7 +34,7 @@ struct BackwardWorkspace {
   std::int64_t dq_partial_floats = 0;
   std::int64_t total_floats() const { return d_floats + dq_accum_floats + dq_partial_floats; }
 };
-BackwardWorkspace backward_workspace(const AttentionProblem& problem, const FlashBwdShape& shape);
+BackwardWorkspace backward_workspace(const AttentionProblem& problem, const Variant& main);
 
 // The workspace pointers inside one allocation of total_floats() floats
 // (null where a workspace is not used).
@@ -45,10 +45,11 @@ struct BackwardWorkspacePointers {
 };
 BackwardWorkspacePointers split_workspace(const BackwardWorkspace& sizes, float* base);
 
-// Kernel params for a validated problem (the same struct for all three
-// kernels); `shape` is the flash_bwd variant's that runs the main kernel.
+// Kernel params for a validated problem (the same struct for the row
+// kernels and flash_bwd; flash_bwd_sm90 holds it); `main` is the variant
+// that runs the main kernel.
 FlashBwdParams flash_bwd_params(const AttentionProblem& problem, const BackwardBuffers& buffers,
-                                const DeviceMetadata& metadata, const FlashBwdShape& shape,
+                                const DeviceMetadata& metadata, const Variant& main,
                                 const BackwardWorkspacePointers& workspace);
 
 // Key blocks of the main kernel (its grid's x extent): ceil(longest key

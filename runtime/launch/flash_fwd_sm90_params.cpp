@@ -13,11 +13,26 @@ namespace attune {
 
 namespace {
 
-// A tensor [batch, rows, heads, head dim] of 16-bit (or, `bytes` 1, fp8)
-// elements as a 4-D map, boxes of 128-byte rows; a packed one (batch 1) or
-// a batch of one gets a batch stride TMA accepts, never stepped.
-TensorMapSpec map_of(const void* base, const TensorStrides& s, bool packed, std::int64_t batch, std::int64_t rows,
-                     std::int64_t heads, std::int64_t head_dim, std::uint32_t box_rows, int bytes = 2) {
+// kVarlen's workspace: the problem's B, and at most as many tiles as its
+// sizes allow (each sequence's m-blocks over the heads: B per-sequence
+// blocks of the longest, or, packed, Tq's blocks plus one partial per
+// sequence).
+sm90_sched::VarlenLayout varlen_layout(const AttentionProblem& p, const Variant& variant) {
+  const std::int64_t block_m = FlashFwdSm90Shape::of(variant).block_m;
+  const std::int64_t batch = std::max<std::int64_t>(p.batch, 1);
+  const std::int64_t per_sequence = (p.max_seqlen_q() + block_m - 1) / block_m;
+  std::int64_t blocks = batch * per_sequence;
+  if (p.is_packed()) blocks = std::min(blocks, (p.seqlen_q + block_m - 1) / block_m + batch);
+  return {batch, std::max<std::int64_t>(blocks * p.heads_q, 1)};
+}
+
+}  // namespace
+
+// A packed tensor or a batch of one gets a batch stride TMA accepts, never
+// stepped.
+TensorMapSpec sm90_tensor_map(const void* base, const TensorStrides& s, bool packed, std::int64_t batch,
+                              std::int64_t rows, std::int64_t heads, std::int64_t head_dim, std::uint32_t box_rows,
+                              int bytes) {
   packed = packed || batch <= 1;
   TensorMapSpec m;
   m.address = base;
@@ -33,21 +48,6 @@ TensorMapSpec map_of(const void* base, const TensorStrides& s, bool packed, std:
   m.swizzle = sm90::Swizzle::k128B;
   return m;
 }
-
-// kVarlen's workspace: the problem's B, and at most as many tiles as its
-// sizes allow (each sequence's m-blocks over the heads: B per-sequence
-// blocks of the longest, or, packed, Tq's blocks plus one partial per
-// sequence).
-sm90_sched::VarlenLayout varlen_layout(const AttentionProblem& p, const Variant& variant) {
-  const std::int64_t block_m = FlashFwdSm90Shape::of(variant).block_m;
-  const std::int64_t batch = std::max<std::int64_t>(p.batch, 1);
-  const std::int64_t per_sequence = (p.max_seqlen_q() + block_m - 1) / block_m;
-  std::int64_t blocks = batch * per_sequence;
-  if (p.is_packed()) blocks = std::min(blocks, (p.seqlen_q + block_m - 1) / block_m + batch);
-  return {batch, std::max<std::int64_t>(blocks * p.heads_q, 1)};
-}
-
-}  // namespace
 
 bool flash_fwd_sm90_pairs(const AttentionProblem& p, const Variant& variant) {
   const FlashFwdSm90Shape shape = FlashFwdSm90Shape::of(variant);
@@ -75,10 +75,10 @@ Sm90TensorMaps flash_fwd_sm90_maps(const AttentionProblem& p, const AttentionBuf
   // Paired blocks each load half of every key tile (into both).
   const auto bn = static_cast<std::uint32_t>(shape.block_n / (flash_fwd_sm90_pairs(p, variant) ? 2 : 1));
   const int bytes = element_bytes(p.dtype);  // e4m3 Q, K and V, or all 16-bit (sm90_fit)
-  return {map_of(b.q, p.q_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_k, bm, bytes),
-          map_of(b.k, p.k_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_k, bn, bytes),
-          map_of(b.v, p.v_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v, bn, bytes),
-          map_of(b.o, p.o_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v, 64)};
+  return {sm90_tensor_map(b.q, p.q_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_k, bm, bytes),
+          sm90_tensor_map(b.k, p.k_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_k, bn, bytes),
+          sm90_tensor_map(b.v, p.v_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v, bn, bytes),
+          sm90_tensor_map(b.o, p.o_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v, 64)};
 }
 
 FlashFwdSm90Params flash_fwd_sm90_params_without_maps(const AttentionProblem& p, const AttentionBuffers& b,

@@ -3,6 +3,7 @@
 // the params struct, grid and block.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 #include "core/problem.h"
@@ -22,6 +23,14 @@ bool flash_fwd_sm90_pairs(const AttentionProblem& problem, const Variant& varian
 // Why a call cannot run on flash_fwd_sm90 (sm90_fit, generator/variants.h) with its
 // pointers too: TMA needs 16-byte aligned Q, K and V. Empty when it can.
 std::string sm90_unfit_reason(const AttentionProblem& problem, const AttentionBuffers& buffers);
+
+// A tensor [batch, rows, heads, head dim] of 16-bit (or, `bytes` 1, e4m3)
+// elements as a 4-D TMA map (head dim, rows, heads, batch), 128-byte
+// swizzle, boxes of 128-byte rows by `box_rows`; a packed tensor (or a batch
+// of one) is one sequence of batch 1. The Hopper kernels' maps.
+TensorMapSpec sm90_tensor_map(const void* base, const TensorStrides& strides, bool packed, std::int64_t batch,
+                              std::int64_t rows, std::int64_t heads, std::int64_t head_dim, std::uint32_t box_rows,
+                              int bytes = 2);
 
 // The tensor maps of a call: Q, K, V and O as 4-D tensors (head dim, rows,
 // heads, batch; packed tensors as batch 1), 128-byte swizzle, boxes of

@@ -7,6 +7,7 @@
 #include "core/error.h"
 #include "generated/kernel_shapes.h"
 #include "runtime/launch/flash_bwd_params.h"
+#include "runtime/launch/flash_bwd_sm90_params.h"
 #include "runtime/launch/flash_decode_params.h"
 #include "runtime/launch/flash_fwd_params.h"
 #include "runtime/launch/flash_fwd_sm90_params.h"
@@ -102,14 +103,30 @@ DecodeKernels load_decode(LaunchBackend& backend, const Variant& variant, int sp
   return k;
 }
 
+// The flash_bwd variant that runs a call flash_bwd_sm90 cannot map:
+// FlashAttention-2's usual shape at the same head-dim bucket, dQ by atomics
+// (the workspace flash_bwd_sm90's call was sized for).
+Variant portable_backward_variant(const Variant& sm90) {
+  const int bucket = FlashBwdSm90Shape::of(sm90).head_dim;
+  return flash_attention2_backward(
+      enumerate_variants("bwd", DType::kBF16, bucket, bucket, require_arch("sm_80"), sm90.modifiers), false);
+}
+
 BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DType dtype, bool sinks,
                               Compile compile) {
-  require_kernel(variant, KernelId::kFlashBwd);
+  const bool hopper = variant.kernel != nullptr && variant.kernel->id == KernelId::kFlashBwdSm90;
+  if (!hopper) require_kernel(variant, KernelId::kFlashBwd);
   BackwardKernels k{backend.load(bwd_preprocess_variant(), dtype, compile),
                     backend.load(variant, dtype, compile),
                     backend.load(bwd_dq_convert_variant(), dtype, compile),
+                    {},
                     {}};
   if (sinks) k.dsink = backend.load(bwd_dsink_variant(), dtype, compile);
+  if (hopper) {
+    k.fallback = [&backend, portable = portable_backward_variant(variant), dtype, compile] {
+      return backend.load(portable, dtype, compile);
+    };
+  }
   return k;
 }
 
@@ -122,7 +139,7 @@ std::size_t decode_workspace_bytes(const AttentionProblem& problem, const Decode
 }
 
 std::size_t backward_workspace_bytes(const AttentionProblem& problem, const BackwardKernels& kernels) {
-  return bytes(backward_workspace(problem, FlashBwdShape::of(kernels.main.variant)).total_floats(), sizeof(float));
+  return bytes(backward_workspace(problem, kernels.main.variant).total_floats(), sizeof(float));
 }
 
 void launch_forward(LaunchBackend::Call& call, const AttentionProblem& p, const ForwardKernels& kernels,
@@ -190,7 +207,6 @@ void launch_backward(LaunchBackend::Call& call, const AttentionProblem& p, const
         "with sinks");
   }
   if (p.batch == 0) return;
-  const FlashBwdShape shape = FlashBwdShape::of(kernels.main.variant);
   describe(call, "Q", b.q, q_extent(p), 2);
   describe(call, "K", b.k, k_extent(p), 2);
   describe(call, "V", b.v, v_extent(p), 2);
@@ -203,11 +219,26 @@ void launch_backward(LaunchBackend::Call& call, const AttentionProblem& p, const
   describe_modifiers(call, p, b.sinks, b.alibi_slopes, b.rng_state);
   if (p.modifiers.sinks) describe(call, "dsink", b.dsink, p.heads_q, sizeof(float));
   describe_metadata(call, p, metadata);
-  const BackwardWorkspace sizes = backward_workspace(p, shape);
+  const Variant& main = kernels.main.variant;
+  const BackwardWorkspace sizes = backward_workspace(p, main);
   describe(call, "backward workspace", workspace, sizes.total_floats(), sizeof(float));
-  const FlashBwdParams params = flash_bwd_params(p, b, metadata, shape, split_workspace(sizes, workspace));
+  const FlashBwdParams params = flash_bwd_params(p, b, metadata, main, split_workspace(sizes, workspace));
   launch(call, kernels.preprocess, flash_bwd_row_launch(p, kernels.preprocess.variant), params);
-  launch(call, kernels.main, flash_bwd_launch(p, kernels.main.variant), params);
+  if (main.kernel->id == KernelId::kFlashBwdSm90) {
+    const std::string unfit = bwd_sm90_unfit_reason(p, b);
+    if (unfit.empty()) {
+      const auto encode = [&](const TensorMapSpec& spec) { return call.tensor_map(spec); };
+      launch(call, kernels.main, flash_bwd_sm90_launch(p, main), flash_bwd_sm90_params(p, b, params, main, encode));
+    } else if (kernels.fallback) {
+      const LoadedKernel fallback = kernels.fallback();
+      launch(call, fallback, flash_bwd_launch(p, fallback.variant), params);
+    } else {
+      throw InvalidArgument("variant " + main.id() + ": cannot run this call (" + unfit +
+                            "); expected a flash_bwd variant, or kernels loaded with load_backward");
+    }
+  } else {
+    launch(call, kernels.main, flash_bwd_launch(p, main), params);
+  }
   launch(call, kernels.convert, flash_bwd_row_launch(p, kernels.convert.variant), params);
   if (p.modifiers.sinks) launch(call, kernels.dsink, flash_bwd_dsink_launch(p), params);
 }

@@ -38,9 +38,13 @@ struct DecodeKernels {
 };
 struct BackwardKernels {
   LoadedKernel preprocess;  // flash_bwd_preprocess
-  LoadedKernel main;        // flash_bwd
+  LoadedKernel main;        // flash_bwd or flash_bwd_sm90
   LoadedKernel convert;     // flash_bwd_dq_convert
   LoadedKernel dsink;       // flash_bwd_dsink, with sinks
+  // With flash_bwd_sm90: loads (on the first call that needs it) the
+  // flash_bwd variant, dQ by atomics like it, that runs calls it cannot
+  // map. Empty otherwise.
+  std::function<LoadedKernel()> fallback;
 };
 
 // Loads what a call needs; InvalidArgument when `variant` is not a variant

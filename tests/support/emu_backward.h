@@ -3,6 +3,8 @@
 // to the storage dtype, LSE to float), so the backward is tested on its own.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <bit>
 #include <cstdint>
 #include <limits>
@@ -14,6 +16,7 @@
 #include "reference/reference.h"
 #include "runtime/launch/emu_backend.h"
 #include "runtime/launch/flash_bwd_params.h"
+#include "runtime/launch/flash_bwd_sm90_params.h"
 #include "tests/support/families.h"
 
 namespace attune::testing {
@@ -81,6 +84,50 @@ inline ReferenceGradients run_backward_on_emulator(const BackwardInputs& in, con
   return to_values(in.forward.problem.dtype, run_backward_bits(in, variant));
 }
 
+// One backward call set up on an emulator: the inputs, the gradients (NaN
+// to start, so an element the kernels forget shows up) and a NaN workspace,
+// registered under their names, and the row kernels' params.
+struct EmulatedBackward {
+  EmulatedBackward(const BackwardInputs& in, const Variant& variant)
+      : g{std::vector<std::uint16_t>(static_cast<std::size_t>(q_extent(in.forward.problem)), 0xFFFF),
+          std::vector<std::uint16_t>(static_cast<std::size_t>(k_extent(in.forward.problem)), 0xFFFF),
+          std::vector<std::uint16_t>(static_cast<std::size_t>(v_extent(in.forward.problem)), 0xFFFF)} {
+    const AttentionProblem& p = in.forward.problem;
+    const auto add = [&](const char* name, const auto& t) {
+      if (!t.empty()) emulator.register_buffer(name, t.data(), t.size() * sizeof(t[0]));
+    };
+    add("Q", in.forward.q);
+    add("K", in.forward.k);
+    add("V", in.forward.v);
+    add("O", in.o);
+    add("dO", in.d_o);
+    add("LSE", in.lse);
+    add("dQ", g.dq);
+    add("dK", g.dk);
+    add("dV", g.dv);
+    add("cu_seqlens_q", p.cu_seqlens_q);
+    add("cu_seqlens_k", p.cu_seqlens_k);
+    add("seqlens_k", p.seqlens_k);
+    const BackwardWorkspace sizes = backward_workspace(p, variant);
+    workspace.assign(static_cast<std::size_t>(sizes.total_floats()), std::numeric_limits<float>::quiet_NaN());
+    add("workspace", workspace);
+    buffers = {in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.o.data(), in.d_o.data(),
+               in.lse.data(),       g.dq.data(),         g.dk.data(),         g.dv.data()};
+    params = flash_bwd_params(p, buffers, {p.cu_seqlens_q.data(), p.cu_seqlens_k.data(), p.seqlens_k.data(), nullptr},
+                              variant, split_workspace(sizes, workspace.data()));
+  }
+  // One of the row kernels (preprocess, convert), the real one.
+  void run_row_kernel(const AttentionProblem& p, const Variant& row) {
+    ASSERT_TRUE(row.kernel->launch_on_emulator(p.dtype, row.values, emulator, flash_bwd_row_launch(p, row), &params));
+  }
+
+  emu::Emulator emulator;
+  StoredGradients g;
+  std::vector<float> workspace;
+  BackwardBuffers buffers;
+  FlashBwdParams params{};
+};
+
 // A planted bug's run: `main_kernel` (a copy of templates/flash_bwd.cuh with
 // one change, made at configure time) in place of the real main kernel of
 // `variant`, with the real preprocess and convert kernels.
@@ -88,42 +135,29 @@ template <class MutantParams>
 ReferenceGradients run_with_main_kernel(const BackwardInputs& in, const Variant& variant,
                                         void (*main_kernel)(MutantParams)) {
   const AttentionProblem& p = in.forward.problem;
-  StoredGradients g{std::vector<std::uint16_t>(in.forward.q.size(), 0xFFFF),
-                    std::vector<std::uint16_t>(in.forward.k.size(), 0xFFFF),
-                    std::vector<std::uint16_t>(in.forward.v.size(), 0xFFFF)};
-  emu::Emulator emulator;
-  const auto add = [&](const char* name, const auto& t) {
-    if (!t.empty()) emulator.register_buffer(name, t.data(), t.size() * sizeof(t[0]));
-  };
-  add("Q", in.forward.q);
-  add("K", in.forward.k);
-  add("V", in.forward.v);
-  add("O", in.o);
-  add("dO", in.d_o);
-  add("LSE", in.lse);
-  add("dQ", g.dq);
-  add("dK", g.dk);
-  add("dV", g.dv);
-  add("cu_seqlens_q", p.cu_seqlens_q);
-  add("cu_seqlens_k", p.cu_seqlens_k);
-  add("seqlens_k", p.seqlens_k);
-  const FlashBwdShape shape = FlashBwdShape::of(variant);
-  const BackwardWorkspace sizes = backward_workspace(p, shape);
-  std::vector<float> workspace(static_cast<std::size_t>(sizes.total_floats()), std::numeric_limits<float>::quiet_NaN());
-  add("workspace", workspace);
-  const FlashBwdParams params =
-      flash_bwd_params(p,
-                       {in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.o.data(), in.d_o.data(),
-                        in.lse.data(), g.dq.data(), g.dk.data(), g.dv.data()},
-                       {p.cu_seqlens_q.data(), p.cu_seqlens_k.data(), p.seqlens_k.data(), nullptr}, shape,
-                       split_workspace(sizes, workspace.data()));
-  const auto run = [&](const Variant& v, const LaunchConfig& config) {
-    ASSERT_TRUE(v.kernel->launch_on_emulator(p.dtype, v.values, emulator, config, &params));
-  };
-  run(bwd_preprocess_variant(), flash_bwd_row_launch(p, bwd_preprocess_variant()));
-  emulator.launch(main_kernel, flash_bwd_launch(p, variant), std::bit_cast<MutantParams>(params));
-  run(bwd_dq_convert_variant(), flash_bwd_row_launch(p, bwd_dq_convert_variant()));
-  return to_values(p.dtype, g);
+  EmulatedBackward call(in, variant);
+  call.run_row_kernel(p, bwd_preprocess_variant());
+  call.emulator.launch(main_kernel, flash_bwd_launch(p, variant), std::bit_cast<MutantParams>(call.params));
+  call.run_row_kernel(p, bwd_dq_convert_variant());
+  return to_values(p.dtype, call.g);
+}
+
+// A planted bug's run on flash_bwd_sm90: `preprocess` and `main_kernel`
+// (each the real kernel or a copy of its template with one change) with the
+// real convert kernel. Q, K, V and dO must have rows TMA can step (16-byte
+// strides).
+template <class PreprocessParams, class MainParams>
+ReferenceGradients run_sm90_with_kernels(const BackwardInputs& in, const Variant& variant,
+                                         void (*preprocess)(PreprocessParams), void (*main_kernel)(MainParams)) {
+  const AttentionProblem& p = in.forward.problem;
+  EmulatedBackward call(in, variant);
+  const FlashBwdSm90Params sm90 =
+      flash_bwd_sm90_params(p, call.buffers, call.params, variant, encode_emulated_tensor_map);
+  call.emulator.launch(preprocess, flash_bwd_row_launch(p, bwd_preprocess_variant()),
+                       std::bit_cast<PreprocessParams>(call.params));
+  call.emulator.launch(main_kernel, flash_bwd_sm90_launch(p, variant), std::bit_cast<MainParams>(sm90));
+  call.run_row_kernel(p, bwd_dq_convert_variant());
+  return to_values(p.dtype, call.g);
 }
 
 }  // namespace attune::testing

@@ -1,0 +1,46 @@
+#include "runtime/launch/flash_bwd_sm90_params.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <utility>
+
+#include "generated/kernel_shapes.h"
+#include "runtime/launch/flash_bwd_params.h"
+#include "runtime/launch/flash_fwd_sm90_params.h"
+
+namespace attune {
+
+std::string bwd_sm90_unfit_reason(const AttentionProblem& p, const BackwardBuffers& b) {
+  std::string why = sm90_unfit_reason(p);
+  if (!why.empty()) return why;
+  if (p.modifiers.dropout()) return "dropout";
+  if (p.has_fp8()) return "fp8 inputs";
+  if (!tma_stride_fit('O', p.o_strides, p.is_packed() || p.batch <= 1).fits()) return "dO's strides";
+  for (const auto& [name, pointer] :
+       {std::pair{"Q", b.q}, std::pair{"K", b.k}, std::pair{"V", b.v}, std::pair{"dO", b.d_o}}) {
+    if (reinterpret_cast<std::uintptr_t>(pointer) % 16 != 0) return std::string(name) + " not 16-byte aligned";
+  }
+  return {};
+}
+
+Sm90BackwardMaps flash_bwd_sm90_maps(const AttentionProblem& p, const BackwardBuffers& b, const Variant& variant) {
+  const FlashBwdSm90Shape shape = FlashBwdSm90Shape::of(variant);
+  const bool packed_q = p.is_packed();
+  const bool packed_k = p.has_packed_keys();
+  const auto bm = static_cast<std::uint32_t>(shape.block_m);
+  const auto bn = static_cast<std::uint32_t>(shape.block_n);
+  return {sm90_tensor_map(b.q, p.q_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_k, bm),
+          sm90_tensor_map(b.k, p.k_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_k, bn),
+          sm90_tensor_map(b.v, p.v_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v, bn),
+          sm90_tensor_map(b.d_o, p.o_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v, bm)};
+}
+
+LaunchConfig flash_bwd_sm90_launch(const AttentionProblem& p, const Variant& variant) {
+  const std::int64_t blocks = backward_key_blocks(p, FlashBwdSm90Shape::of(variant).block_n);
+  return {.grid = {static_cast<i32>(blocks), static_cast<i32>(p.heads_kv),
+                   static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
+          .block = {variant.threads(), 1, 1},
+          .dynamic_shared_bytes = variant.shared_bytes()};
+}
+
+}  // namespace attune

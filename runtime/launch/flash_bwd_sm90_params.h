@@ -1,0 +1,54 @@
+// From the operator contract to the Hopper backward kernel's launch: whether
+// a call fits flash_bwd_sm90 (else flash_bwd runs it), its four tensor maps,
+// the params struct and grid. The preprocess and convert kernels around it
+// are flash_bwd's (flash_bwd_params.h).
+#pragma once
+
+#include <string>
+
+#include "core/problem.h"
+#include "core/tensor_map.h"
+#include "emulator/launch.h"
+#include "generated/kernel_shapes.h"
+#include "generator/variants.h"
+#include "templates/flash_bwd_sm90.cuh"
+
+namespace attune {
+
+// Why a backward call cannot run on flash_bwd_sm90: what keeps it off the
+// Hopper forward (sm90_fit: score modifiers, strides TMA cannot step, head
+// dims past the family's), dropout, or a tensor (Q, K, V, dO) off 16-byte
+// alignment. Empty when it can.
+std::string bwd_sm90_unfit_reason(const AttentionProblem& problem, const BackwardBuffers& buffers);
+
+// Q, K, V and dO as 4-D maps (sm90_tensor_map): boxes of the variant's query
+// rows (Q, dO) and keys (K, V).
+struct Sm90BackwardMaps {
+  TensorMapSpec q, k, v, d_o;
+};
+Sm90BackwardMaps flash_bwd_sm90_maps(const AttentionProblem& problem, const BackwardBuffers& buffers,
+                                     const Variant& variant);
+
+// Kernel params for a validated problem that fits: `bwd` is the row
+// kernels' params (flash_bwd_params); `encode` turns a spec into the
+// backend's TensorMap (LaunchBackend::tensor_map).
+template <class Encode>
+FlashBwdSm90Params flash_bwd_sm90_params(const AttentionProblem& problem, const BackwardBuffers& buffers,
+                                         const FlashBwdParams& bwd, const Variant& variant, const Encode& encode) {
+  FlashBwdSm90Params k{};
+  k.bwd = bwd;
+  fill_tunable_fields(k, FlashBwdSm90Shape::of(variant));
+  if (problem.seqlen_q > 0 && problem.seqlen_k > 0) {  // else no tile is ever loaded
+    const Sm90BackwardMaps maps = flash_bwd_sm90_maps(problem, buffers, variant);
+    k.q_map = encode(maps.q);
+    k.k_map = encode(maps.k);
+    k.v_map = encode(maps.v);
+    k.do_map = encode(maps.d_o);
+  }
+  return k;
+}
+
+// Grid (key blocks, Hkv, B), block and dynamic shared memory.
+LaunchConfig flash_bwd_sm90_launch(const AttentionProblem& problem, const Variant& variant);
+
+}  // namespace attune

@@ -1,0 +1,73 @@
+// The params of a backward call, shared by the backward kernel families
+// (flash_bwd and its row kernels, flash_bwd_sm90), and where a sequence's
+// rows and keys are as the backward sees them.
+#pragma once
+
+#include "templates/dropout.h"
+#include "templates/flash_tile.cuh"
+
+namespace attune {
+
+// One backward call (device memory), shared by the three kernels. Strides
+// are in elements; index arrays are null when unused. The gradients have
+// the layouts of their tensors (dQ like Q, dK like K, dV like V, dO like O).
+struct FlashBwdParams {
+  const u16* q;       // [B, Sq, Hq, Dk] or packed [Tq, Hq, Dk]
+  const u16* k;       // [B, Sk, Hkv, Dk]
+  const u16* v;       // [B, Sk, Hkv, Dv]
+  const u16* o;       // [B, Sq, Hq, Dv]: the forward's output
+  const u16* d_o;     // [B, Sq, Hq, Dv]: gradient of the loss with respect to O
+  const float* lse;   // [B, Hq, Sq] or packed [Hq, Tq]: the forward's LSE (natural log, -inf for empty rows)
+  u16* dq;            // like Q
+  u16* dk;            // like K
+  u16* dv;            // like V
+  float* d;           // workspace [Hq, rows]: D_i = dO_i . O_i
+  float* dq_accum;    // workspace [rows, Hq, Dk]: sum_j dS_ij k_j by atomics; null when not used
+  float* dq_partial;  // workspace [key blocks, rows, Hq, Dk]: each key block's part; null when not used
+  i64 q_batch_stride, q_row_stride, q_head_stride;
+  i64 k_batch_stride, k_row_stride, k_head_stride;
+  i64 v_batch_stride, v_row_stride, v_head_stride;
+  i64 o_batch_stride, o_row_stride, o_head_stride;
+  i64 do_batch_stride, do_row_stride, do_head_stride;
+  i64 lse_batch_stride, lse_row_stride, lse_head_stride;
+  i64 dq_batch_stride, dq_row_stride, dq_head_stride;
+  i64 dk_batch_stride, dk_row_stride, dk_head_stride;
+  i64 dv_batch_stride, dv_row_stride, dv_head_stride;
+  i64 rows;                 // query rows of the workspaces: B x Sq, or Tq when packed
+  const i32* cu_seqlens_q;  // [B+1] packed row offsets
+  const i32* cu_seqlens_k;  // [B+1]
+  const i32* seqlens_k;     // [B] real keys per sequence (padding)
+  i32 seqlen_q;             // dense Sq
+  i32 seqlen_k;             // dense Sk
+  i32 heads_q;
+  i32 group_size;  // Hq / Hkv
+  i32 head_dim_k;
+  i32 head_dim_v;
+  MaskParams mask;
+  float scale;                                             // softmax scale: dQ and dK carry it
+  float scale_log2;                                        // scale * log2(e): probabilities are computed in base 2
+  i32 partial_keys ATTUNE_TUNABLE_OF(flash_bwd, kBlockN);  // keys per dq_partial slice
+  i32 vectorized;       // 1: Q, K, V and dO rows start 16-byte aligned, so tiles load with cp.async
+  ScoreModParams mods;  // read only by variants that compile modifiers in
+  float* dsink;         // [Hq] with sinks: the gradient of the sink logits
+  // Added at the end, so variants without it keep their code.
+  DropoutParams dropout;  // the forward's, read only by variants with kDropout
+};
+
+namespace bwd_detail {
+
+// A sequence as the backward sees it: where its rows and keys are, and
+// where its rows are in the workspaces (LSE, dPsum, the dQ accumulator):
+// local query row i is workspace row row_base + i.
+struct BwdSequence : Sequence {
+  i64 row_base;
+};
+
+ATTUNE_DEVICE BwdSequence sequence(const FlashBwdParams& p, i32 batch) {
+  const Sequence s =
+      sequence_of<LengthCut::kQuiet>({p.cu_seqlens_q, p.cu_seqlens_k, p.seqlens_k, p.seqlen_q, p.seqlen_k}, batch);
+  return {s, p.cu_seqlens_q != nullptr ? s.q_begin : static_cast<i64>(batch) * p.seqlen_q};
+}
+
+}  // namespace bwd_detail
+}  // namespace attune

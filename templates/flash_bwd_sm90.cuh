@@ -1,0 +1,421 @@
+// Backward attention for Hopper (sm_90a), FlashAttention-3 style: the
+// operator contract of flash_bwd, on TMA, mbarriers, wgmma and setmaxnreg,
+// with flash_bwd's preprocess (D = rowsum(dO * O), the dQ accumulator
+// cleared) and dQ convert (scale, storage dtype) around it.
+//
+// A block (CTA) owns kBlockN keys of one (batch, KV head) and loops over the
+// query tiles of kBlockM rows, of every query head of the group, that may see
+// them (the steps). Warpgroup 0 is the producer: its first warp loads K and V
+// once by TMA (and zeroes K's rows past the sequence), then fills a ring of
+// kStages stages with each step's Q and dO tiles (TMA) and its LSE in base 2
+// and D rows (plain loads). Warpgroups 1 .. kBlockN/64 are consumers of 64
+// keys each, the keys as wgmma's M (S's operands swapped):
+//   S^T = K Q^T, dP^T = V dO^T     wgmma, both operands in shared memory
+//   P^T = 2^(S^T scale_log2 - LSE_log2), 0 where masked
+//   dS^T = P^T (dP^T - D)
+//   dV += P^T dO, dK += dS^T Q     wgmma with A from registers: an m64 fp32
+//                                  accumulator is, converted in place, the
+//                                  A fragment of the next GEMM
+//   dQ = dS K                      wgmma from shared memory: dS^T stored as
+//                                  [key][query] (one 128-byte row per key at
+//                                  kBlockM = 64) is dS read MN-major; one box
+//                                  of 64 head-dim columns at a time, added to
+//                                  the fp32 accumulator with red.global
+// dK and dV live in registers over the loop and leave at the end (dK
+// scaled); the convert kernel scales dQ. Registers move from the producer to
+// the consumers with setmaxnreg.
+//
+// Rows past the sequence read LSE_log2 = +inf and D = 0: their
+// probabilities, and so their dS, are exactly 0. Keys past the sequence
+// inside the tensor (packed or padded keys) are masked; K's rows there are
+// zeroed, since dQ = dS K would carry 0 * NaN.
+#pragma once
+
+#include "templates/flash_bwd_params.h"
+#include "templates/primitives/hopper.h"
+#include "templates/sm90_pipeline.cuh"
+#include "templates/sm90_smem.h"
+#include "templates/tunable.cuh"
+
+namespace attune {
+
+struct FlashBwdSm90Params {
+  TensorMap q_map;   // (Dk, rows, Hq, B): box {64, kBlockM}
+  TensorMap k_map;   // (Dk, keys, Hkv, B): box {64, kBlockN}
+  TensorMap v_map;   // (Dv, keys, Hkv, B): box {64, kBlockN}
+  TensorMap do_map;  // (Dv, rows, Hq, B): box {64, kBlockM}
+  // Pointers, strides, sizes, mask, scale and the workspaces as the
+  // preprocess and convert kernels take them (LSE, D, dQ's accumulator,
+  // dK and dV read them).
+  FlashBwdParams bwd;
+  // Read by the emulator's one instantiation per (head dim, key block,
+  // dtype); variants compiled by NVRTC use constants.
+  i32 stages ATTUNE_TUNABLE_OF(flash_bwd_sm90, kStages);
+};
+
+struct FlashBwdSm90Tunables {
+  static constexpr int kHeadDim[] = {64, 128};  // Dk and Dv padded up to it (whole 64-column boxes)
+  static constexpr int kBlockM[] = {64};        // query rows per step: dS^T's rows are one 128-byte row
+  static constexpr int kBlockN[] = {64, 128};   // keys per CTA: 64 per consumer warpgroup
+  static constexpr int kStages[] = {2, 3};      // Q / dO ring depth
+  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st"};
+  static constexpr const char* kArchs[] = {"sm_90a"};  // wgmma and setmaxnreg exist on sm_90a only
+  static constexpr const char* kEmulatedAtRunTime[] = {"kStages"};
+
+  static constexpr int kSharedAlign = 1024;  // the barriers, then every buffer on a 128-byte-swizzle atom
+  static constexpr int kMaxSharedBytes = 227 * 1024;
+  // Registers per thread after setmaxnreg, as the forward splits them with
+  // two consumers; one consumer moves none.
+  static constexpr int kConsumerRegisters = 240;
+  static constexpr int kProducerRegisters = 24;
+
+  ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int /*block_m*/, int block_n, int /*stages*/) {
+    return 128 * (1 + block_n / 64);
+  }
+  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int head_dim, int block_m, int block_n, int stages) {
+    // Barriers; K and V; the Q and dO stages; dS^T; the LSE and D stages.
+    return kSharedAlign + 2 * (2 * block_n * head_dim) + stages * 2 * (2 * block_m * head_dim) + 2 * block_n * block_m +
+           stages * 2 * 4 * block_m;
+  }
+  ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int stages) {
+    return head_dim % 64 == 0 && block_m == 64 && block_n % 64 == 0 && block_n / 64 >= 1 && block_n / 64 <= 2 &&
+           stages >= 2 && stages <= 3 && shared_bytes(head_dim, block_m, block_n, stages) <= kMaxSharedBytes;
+  }
+};
+
+namespace bwd_sm90_detail {
+
+using namespace sm90_smem;  // kBoxCols, kRowBytes, kSwizzle, kAtomStride
+
+// The shared-memory layout of a variant (byte offsets; 16-bit buffers are
+// sequences of D/64 boxes of [rows x 128 bytes], each on a swizzle atom).
+struct Layout {
+  i32 head_dim;
+  i32 block_m;
+  i32 block_n;
+  i32 stages;
+  ATTUNE_DEVICE i32 kv_bytes() const { return 2 * block_n * head_dim; }  // K or V
+  ATTUNE_DEVICE i32 q_bytes() const { return 2 * block_m * head_dim; }   // one stage of Q or of dO
+  ATTUNE_DEVICE i32 k_offset() const { return FlashBwdSm90Tunables::kSharedAlign; }
+  ATTUNE_DEVICE i32 v_offset() const { return k_offset() + kv_bytes(); }
+  ATTUNE_DEVICE i32 q_offset(i32 stage) const { return v_offset() + kv_bytes() + stage * 2 * q_bytes(); }
+  ATTUNE_DEVICE i32 do_offset(i32 stage) const { return q_offset(stage) + q_bytes(); }
+  ATTUNE_DEVICE i32 ds_offset() const { return q_offset(stages); }  // [key][query], 128-byte rows
+  ATTUNE_DEVICE i32 lse_offset(i32 stage) const { return ds_offset() + 2 * block_n * block_m + stage * 8 * block_m; }
+  ATTUNE_DEVICE i32 d_offset(i32 stage) const { return lse_offset(stage) + 4 * block_m; }
+};
+
+// The block's mbarriers, at the start of shared memory (kSharedAlign bytes).
+struct Barriers {
+  u64 full[3];  // the Q / dO ring's (up to three stages)
+  u64 empty[3];
+  u64 kv_landed;  // K's and V's bytes (the producer warp's own wait)
+  u64 kv_full;    // K and V ready for the consumers (K's rows past the sequence zeroed)
+};
+
+}  // namespace bwd_sm90_detail
+
+// Grid: (ceil(longest key capacity / kBlockN), Hkv, B), as flash_bwd's;
+// block: threads(); dynamic shared memory: shared_bytes(). Needs D from
+// flash_bwd_preprocess (which also clears the dQ accumulator); dQ is
+// finished by flash_bwd_dq_convert. In the emulator's instantiation kStages
+// may be kAtRunTime, read from the params.
+template <int kHeadDim, int kBlockM, int kBlockN, int kStages, class DType>
+ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
+    flash_bwd_sm90(const ATTUNE_GRID_CONSTANT FlashBwdSm90Params p) {
+  using namespace bwd_sm90_detail;
+  static_assert(!kAllFixed<kStages> || FlashBwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages),
+                "flash_bwd_sm90: these tunables break FlashBwdSm90Tunables::valid");
+  static_assert(kBlockM * 2 == kRowBytes, "dS^T's rows (a key's queries) are one 128-byte swizzled row");
+  constexpr i32 kConsumers = kBlockN / 64;
+  constexpr i32 kChunks = kHeadDim / kBoxCols;
+  constexpr i32 kHeadSteps = kHeadDim / 16;  // S^T, dP^T: over the head dim
+  constexpr i32 kQuerySteps = kBlockM / 16;  // dV, dK: over the step's queries
+  constexpr i32 kKeySteps = 64 / 16;         // dQ: over the consumer's keys
+  const i32 stages = Tunable<kStages>(p.stages).value();
+  const FlashBwdParams& b = p.bwd;
+  const Layout layout{kHeadDim, kBlockM, kBlockN, stages};
+  const i32 n_block = dev::block_index().x;
+  const i32 kv_head = dev::block_index().y;
+  const i32 batch = dev::block_index().z;
+  const bwd_detail::BwdSequence seq = bwd_detail::sequence(b, batch);
+  const i64 key0 = static_cast<i64>(n_block) * kBlockN;
+  if (key0 >= seq.k_capacity) return;  // the whole block leaves together
+
+  // Steps: every query tile that may see these keys, for each query head of
+  // the group; step i uses ring stage i % stages.
+  const TileRange tiles = query_tiles<kBlockM, kBlockN>(b.mask, key0, seq.q_len, seq.k_len);
+  const i64 tile_count = tiles.end - tiles.begin;
+  const i32 steps = static_cast<i32>(tile_count * b.group_size);
+  const auto head_of = [&](i32 step) { return kv_head * b.group_size + static_cast<i32>(step / tile_count); };
+  const auto row0_of = [&](i32 step) { return (tiles.begin + step % tile_count) * kBlockM; };
+
+  unsigned char* smem = dev::shared_memory<unsigned char>();
+  Barriers* bars = dev::shared_memory<Barriers>();
+  const sm90_sync::KvRing ring{bars->full, bars->empty, stages};
+  if (dev::linear_thread() == 0) {
+    ring.init(kConsumers);
+    dev::mbarrier::init(&bars->kv_landed, 1);
+    dev::mbarrier::init(&bars->kv_full, 1);
+    dev::mbarrier::fence_init();
+  }
+  dev::block::sync();
+
+  if (dev::warpgroup::index() == 0) {  // ---- producer ----
+    if (kConsumers == 2) dev::registers::decrease<FlashBwdSm90Tunables::kProducerRegisters>();
+    if (dev::warp_id() != 0 || steps == 0) return;
+    const bool leader = dev::elect_one();
+    const i32 lane = dev::lane_id();
+    const i32 q_map_batch = b.cu_seqlens_q != nullptr ? 0 : batch;  // packed tensors are one sequence of batch 1
+    const i32 k_map_batch = b.cu_seqlens_k != nullptr ? 0 : batch;
+    unsigned char* k_tile = smem + layout.k_offset();
+    if (leader) {
+      dev::tma::prefetch(&p.q_map);
+      dev::tma::prefetch(&p.do_map);
+      dev::mbarrier::arrive_expect_tx(&bars->kv_landed, static_cast<u32>(2 * layout.kv_bytes()));
+      const i32 key_row = static_cast<i32>(seq.k_begin + key0);
+      for (i32 c = 0; c < kChunks; ++c) {
+        dev::tma::load(k_tile + c * kBlockN * kRowBytes, &p.k_map, &bars->kv_landed, c * kBoxCols, key_row, kv_head,
+                       k_map_batch);  // producer: load K
+        dev::tma::load(smem + layout.v_offset() + c * kBlockN * kRowBytes, &p.v_map, &bars->kv_landed, c * kBoxCols,
+                       key_row, kv_head, k_map_batch);  // producer: load V
+      }
+    }
+    dev::mbarrier::wait(&bars->kv_landed, 0);  // producer: wait K and V
+    const i64 keys = seq.k_len - key0;
+    if (keys < kBlockN) {
+      const i32 words = (kBlockN - static_cast<i32>(keys < 0 ? 0 : keys)) * kRowBytes / 4;  // whole rows of every box
+      for (i32 c = 0; c < kChunks; ++c) {
+        u32* rows = dev::shared_as<u32>(k_tile + (c + 1) * kBlockN * kRowBytes) - words;
+        for (i32 wd = lane; wd < words; wd += kWarpSize) dev::store_shared(rows + wd, 0U);  // producer: zero K
+      }
+      dev::fence_proxy_async();  // the zeros before wgmma reads them
+    }
+    dev::named_barrier::sync(sm90_sync::kProducerWarp, kWarpSize);  // every lane's zeros
+    if (leader) dev::mbarrier::arrive(&bars->kv_full);              // producer: K and V ready
+    for (i32 step = 0; step < steps; ++step) {
+      const i32 st = ring.stage(step);
+      const i32 head = head_of(step);
+      const i64 row0 = row0_of(step);
+      ring.producer_acquire(step);
+      // LSE in base 2, +inf for rows past the sequence and rows that saw no
+      // key (LSE = -inf), and D, 0 there: their probabilities are 0.
+      float* lse_s = dev::shared_as<float>(smem + layout.lse_offset(st));
+      float* d_s = dev::shared_as<float>(smem + layout.d_offset(st));
+      for (i32 r = lane; r < kBlockM; r += kWarpSize) {
+        float lse = dev::infinity();
+        float row_d = 0.0f;
+        if (row0 + r < seq.q_len) {
+          const i64 row = seq.q_begin + row0 + r;
+          const float x =
+              dev::load_global(b.lse + batch * b.lse_batch_stride + head * b.lse_head_stride + row * b.lse_row_stride);
+          lse = x == -dev::infinity() ? dev::infinity() : x * kLog2e;
+          row_d = dev::load_global(b.d + head * b.rows + seq.row_base + row0 + r);
+        }
+        dev::store_shared(lse_s + r, lse);  // producer: LSE
+        dev::store_shared(d_s + r, row_d);  // producer: D
+      }
+      dev::named_barrier::sync(sm90_sync::kProducerWarp, kWarpSize);  // every lane's rows before the arrival
+      if (leader) {
+        u64* full = ring.full_barrier(step);
+        const i32 q_row = static_cast<i32>(seq.q_begin + row0);
+        dev::mbarrier::arrive_expect_tx(full, static_cast<u32>(2 * layout.q_bytes()));
+        for (i32 c = 0; c < kChunks; ++c) {
+          dev::tma::load(smem + layout.q_offset(st) + c * kBlockM * kRowBytes, &p.q_map, full, c * kBoxCols, q_row,
+                         head,
+                         q_map_batch);  // producer: load Q
+          dev::tma::load(smem + layout.do_offset(st) + c * kBlockM * kRowBytes, &p.do_map, full, c * kBoxCols, q_row,
+                         head, q_map_batch);  // producer: load dO
+        }
+      }
+    }
+    return;
+  }
+
+  // ---- consumers ----
+  if (kConsumers == 2) dev::registers::increase<FlashBwdSm90Tunables::kConsumerRegisters>();
+  const i32 consumer = dev::warpgroup::index() - 1;
+  const i32 wt = dev::warpgroup::thread();
+  const i32 lane = dev::lane_id();
+  const i32 warp = dev::warp_id() % 4;                 // in the warpgroup: keys (S^T, dK, dV) or queries (dQ) 16 w ..
+  using Scores = frag::Accumulator<1, kBlockM / 8>;    // S^T, dP^T: a warp's 16 keys by the step's queries
+  using KeyRows = frag::Accumulator<1, kHeadDim / 8>;  // dK, dV: a warp's 16 keys by the head dim
+  using DqBox = frag::Accumulator<1, kBoxCols / 8>;    // dQ: a warp's 16 queries by one box of columns
+  KeyRows dk;
+  KeyRows dv;
+  dk.fill(0.0f);
+  dv.fill(0.0f);
+  const i64 warp_key0 = key0 + 64 * consumer + 16 * warp;  // this warp's first key
+  // This consumer's keys of K and V (64 rows of every box), and its rows of dS^T.
+  const unsigned char* k_rows = smem + layout.k_offset() + 64 * consumer * kRowBytes;
+  const unsigned char* v_rows = smem + layout.v_offset() + 64 * consumer * kRowBytes;
+  unsigned char* ds_rows = smem + layout.ds_offset() + 64 * consumer * kRowBytes;
+
+  if (steps > 0) dev::mbarrier::wait(&bars->kv_full, 0);  // consumer: wait K and V
+  for (i32 step = 0; step < steps; ++step) {
+    const i32 st = ring.stage(step);
+    const i64 row0 = row0_of(step);
+    const unsigned char* q_tile = smem + layout.q_offset(st);
+    const unsigned char* do_tile = smem + layout.do_offset(st);
+    ring.consumer_wait(step);
+
+    // S^T = K Q^T and dP^T = V dO^T, over the head dim: both operands K-major.
+    Scores s;
+    Scores dp;
+    {
+      const u64 k_desc = dev::wgmma::descriptor(k_rows, 16, kAtomStride, kSwizzle);
+      const u64 v_desc = dev::wgmma::descriptor(v_rows, 16, kAtomStride, kSwizzle);
+      const u64 q_desc = dev::wgmma::descriptor(q_tile, 16, kAtomStride, kSwizzle);
+      const u64 do_desc = dev::wgmma::descriptor(do_tile, 16, kAtomStride, kSwizzle);
+      dev::wgmma::fence();
+      ATTUNE_UNROLL
+      for (i32 kk = 0; kk < kHeadSteps; ++kk) {
+        const u32 kv_at = static_cast<u32>((kk / 4) * kBlockN * kRowBytes + (kk % 4) * 32);
+        const u32 q_at = static_cast<u32>((kk / 4) * kBlockM * kRowBytes + (kk % 4) * 32);
+        dev::wgmma::mma_ss<DType, kBlockM, 0, 0>(s.tiles, dev::wgmma::advance(k_desc, kv_at),
+                                                 dev::wgmma::advance(q_desc, q_at), kk > 0);  // consumer: S^T GEMM
+      }
+      ATTUNE_UNROLL
+      for (i32 kk = 0; kk < kHeadSteps; ++kk) {
+        const u32 kv_at = static_cast<u32>((kk / 4) * kBlockN * kRowBytes + (kk % 4) * 32);
+        const u32 q_at = static_cast<u32>((kk / 4) * kBlockM * kRowBytes + (kk % 4) * 32);
+        dev::wgmma::mma_ss<DType, kBlockM, 0, 0>(dp.tiles, dev::wgmma::advance(v_desc, kv_at),
+                                                 dev::wgmma::advance(do_desc, q_at), kk > 0);  // consumer: dP^T GEMM
+      }
+      dev::wgmma::commit();
+      dev::wgmma::wait<0>();
+    }
+
+    // P^T and dS^T in place. A thread holds keys acc_row of its warp's 16
+    // and queries acc_col of each 8-query tile. (`masked` is a constant at
+    // each call: the unmasked body has no mask code.)
+    const float* lse_s = dev::shared_as<const float>(smem + layout.lse_offset(st));
+    const float* d_s = dev::shared_as<const float>(smem + layout.d_offset(st));
+    const auto probabilities = [&](bool masked) {
+      ATTUNE_UNROLL
+      for (i32 qt = 0; qt < kBlockM / 8; ++qt) {
+        ATTUNE_UNROLL
+        for (i32 c = 0; c < 2; ++c) {
+          const i32 query = 8 * qt + frag::acc_col(lane, c);
+          const float lse = dev::load_shared(lse_s + query);
+          const float row_d = dev::load_shared(d_s + query);
+          KeyWindow window{0, 16};
+          if (masked) window = key_window(key_bounds(b.mask, row0 + query, seq.q_len, seq.k_len), warp_key0, 16);
+          ATTUNE_UNROLL
+          for (i32 half = 0; half < 2; ++half) {
+            const i32 key = frag::acc_row(lane, half);
+            const bool visible = !masked || (key >= window.begin && key < window.end);
+            const float prob = visible ? dev::exp2_approx(s.at(0, qt, half, c) * b.scale_log2 - lse) : 0.0f;
+            s.at(0, qt, half, c) = prob;
+            dp.at(0, qt, half, c) = visible ? prob * (dp.at(0, qt, half, c) - row_d) : 0.0f;
+          }
+        }
+      }
+    };
+    const RowBlockKeys block_keys =
+        row_block_keys(b.mask, row0, last_row_of(row0, kBlockM, seq.q_len), seq.q_len, seq.k_len);
+    if (block_keys.sees_all(key0, kBlockN)) {
+      probabilities(false);
+    } else {
+      probabilities(true);
+    }
+
+    // P^T and dS^T as A fragments (16 queries a step), rounded to the
+    // storage dtype; dS^T also to shared memory for dQ (the previous step's
+    // dQ GEMM, its reader, is done).
+    u32 pa[kQuerySteps][4];
+    u32 dsa[kQuerySteps][4];
+    ATTUNE_UNROLL
+    for (i32 ks = 0; ks < kQuerySteps; ++ks) {
+      flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
+      flash_detail::pack_a_fragment<DType>(dp.tile(0, 2 * ks), dp.tile(0, 2 * ks + 1), dsa[ks]);
+      ATTUNE_UNROLL
+      for (i32 q = 0; q < 4; ++q) {
+        const u32 at =
+            static_cast<u32>(sm90::a_fragment_row(wt, q) * kRowBytes + (16 * ks + sm90::a_fragment_col(wt, q, 0)) * 2);
+        dev::store_shared(dev::shared_as<u32>(ds_rows + sm90::swizzle_address(kSwizzle, at)),
+                          dsa[ks][q]);  // consumer: store dS^T
+      }
+    }
+
+    // dV += P^T dO and dK += dS^T Q, over the step's queries: dO and Q are
+    // MN-major here (16 query rows of every box a step; LBO steps a box).
+    {
+      const u64 do_desc = dev::wgmma::descriptor(do_tile, static_cast<u32>(kBlockM * kRowBytes), kAtomStride, kSwizzle);
+      const u64 q_desc = dev::wgmma::descriptor(q_tile, static_cast<u32>(kBlockM * kRowBytes), kAtomStride, kSwizzle);
+      dev::wgmma::fence();
+      ATTUNE_UNROLL
+      for (i32 ks = 0; ks < kQuerySteps; ++ks) {
+        dev::wgmma::mma_rs<DType, kHeadDim, 1>(dv.tiles, pa[ks], dev::wgmma::advance(do_desc, ks * 16 * kRowBytes),
+                                               1);  // consumer: dV GEMM
+      }
+      ATTUNE_UNROLL
+      for (i32 ks = 0; ks < kQuerySteps; ++ks) {
+        dev::wgmma::mma_rs<DType, kHeadDim, 1>(dk.tiles, dsa[ks], dev::wgmma::advance(q_desc, ks * 16 * kRowBytes),
+                                               1);  // consumer: dK GEMM
+      }
+      dev::wgmma::commit();
+    }
+
+    // dQ = dS K over this consumer's keys, a box of columns at a time: dS
+    // (dS^T's rows) and K both MN-major, 16 keys a step.
+    dev::fence_proxy_async();  // dS^T's stores before wgmma reads them
+    dev::named_barrier::sync(sm90_sync::kDsStored + consumer, sm90::kWarpgroupSize);
+    const i32 head = head_of(step);
+    ATTUNE_UNROLL
+    for (i32 c = 0; c < kChunks; ++c) {
+      DqBox dq;
+      const u64 ds_desc = dev::wgmma::descriptor(ds_rows, static_cast<u32>(kBlockN * kRowBytes), kAtomStride, kSwizzle);
+      const u64 k_desc = dev::wgmma::descriptor(k_rows + c * kBlockN * kRowBytes, static_cast<u32>(kBlockN * kRowBytes),
+                                                kAtomStride, kSwizzle);
+      dev::wgmma::fence();
+      ATTUNE_UNROLL
+      for (i32 ks = 0; ks < kKeySteps; ++ks) {
+        dev::wgmma::mma_ss<DType, kBoxCols, 1, 1>(dq.tiles, dev::wgmma::advance(ds_desc, ks * 16 * kRowBytes),
+                                                  dev::wgmma::advance(k_desc, ks * 16 * kRowBytes),
+                                                  ks > 0);  // consumer: dQ GEMM
+      }
+      dev::wgmma::commit();
+      dev::wgmma::wait<0>();
+      if (c == 0) ring.consumer_release(step, wt);  // Q, dO, LSE and D read: dV's and dK's GEMMs are done too
+      ATTUNE_UNROLL
+      for (i32 half = 0; half < 2; ++half) {
+        const i64 row = row0 + 16 * warp + frag::acc_row(lane, half);
+        if (row >= seq.q_len) continue;
+        float* out = b.dq_accum + ((seq.row_base + row) * b.heads_q + head) * b.head_dim_k + c * kBoxCols;
+        ATTUNE_UNROLL
+        for (i32 dt = 0; dt < kBoxCols / 8; ++dt) {
+          ATTUNE_UNROLL
+          for (i32 e = 0; e < 2; ++e) {
+            const i32 col = 8 * dt + frag::acc_col(lane, e);
+            if (c * kBoxCols + col < b.head_dim_k)
+              dev::atomic_add(out + col, dq.at(0, dt, half, e));  // consumer: add dQ
+          }
+        }
+      }
+    }
+  }
+
+  // dK (scaled) and dV of this warp's keys; keys past the sequence's real
+  // keys (padding) and keys no row sees get exact zeros.
+  ATTUNE_UNROLL
+  for (i32 half = 0; half < 2; ++half) {
+    const i64 key = warp_key0 + frag::acc_row(lane, half);
+    if (key >= seq.k_capacity) continue;
+    u16* dk_row = b.dk + batch * b.dk_batch_stride + (seq.k_begin + key) * b.dk_row_stride +
+                  static_cast<i64>(kv_head) * b.dk_head_stride;
+    u16* dv_row = b.dv + batch * b.dv_batch_stride + (seq.k_begin + key) * b.dv_row_stride +
+                  static_cast<i64>(kv_head) * b.dv_head_stride;
+    ATTUNE_UNROLL
+    for (i32 dt = 0; dt < kHeadDim / 8; ++dt) {
+      ATTUNE_UNROLL
+      for (i32 e = 0; e < 2; ++e) {
+        const i32 col = 8 * dt + frag::acc_col(lane, e);
+        if (col < b.head_dim_k) dev::store_global(dk_row + col, dev::to_bits<DType>(dk.at(0, dt, half, e) * b.scale));
+        if (col < b.head_dim_v) dev::store_global(dv_row + col, dev::to_bits<DType>(dv.at(0, dt, half, e)));
+      }
+    }
+  }
+}
+
+}  // namespace attune
