@@ -318,12 +318,27 @@ Runtime::~Runtime() = default;
 
 namespace {
 
-// The deterministic twin of a flash_bwd variant: the same tiles with dQ
-// summed per key block (kDqAtomic = 0); nullopt when no such variant is valid.
+// Whether a backward variant sums dQ in a fixed order (kDqAtomic = 0).
+bool deterministic_variant(const Variant& v) {
+  return v.kernel->id == KernelId::kFlashBwdSm90 ? FlashBwdSm90Shape::of(v).dq_atomic == 0
+                                                 : FlashBwdShape::of(v).dq_atomic == 0;
+}
+
+// The deterministic twin of a flash_bwd or flash_bwd_sm90 variant: the same
+// tiles with dQ summed per key block (kDqAtomic = 0); nullopt when no such
+// variant is valid.
 std::optional<Variant> deterministic_twin(const Variant& v) {
-  FlashBwdShape shape = FlashBwdShape::of(v);
-  shape.dq_atomic = 0;
-  Variant twin{v.kernel, shape.values(), v.modifiers};
+  std::vector<int> values;
+  if (v.kernel->id == KernelId::kFlashBwdSm90) {
+    FlashBwdSm90Shape shape = FlashBwdSm90Shape::of(v);
+    shape.dq_atomic = 0;
+    values = shape.values();
+  } else {
+    FlashBwdShape shape = FlashBwdShape::of(v);
+    shape.dq_atomic = 0;
+    values = shape.values();
+  }
+  Variant twin{v.kernel, std::move(values), v.modifiers};
   if (!v.kernel->valid(twin.values)) return std::nullopt;
   return twin;
 }
@@ -379,14 +394,7 @@ DecodeChoice Runtime::explain_decode(const AttentionProblem& problem, DecodeOpti
 DispatchChoice Runtime::explain_backward(const AttentionProblem& problem, BackwardOptions options) const {
   validate(problem);
   DispatchChoice choice = impl_->dispatcher->resolve(Op::kBackward, problem);
-  if (options.deterministic && choice.variant.kernel->id == KernelId::kFlashBwdSm90) {
-    // Its dQ is summed by atomics in no fixed order.
-    choice.variant = heuristic_backward_variant(problem.compute_dtype(), static_cast<int>(problem.head_dim_k),
-                                                static_cast<int>(problem.head_dim_v), impl_->arch, true,
-                                                modifier_bits(problem.modifiers));
-    choice.rule = DispatchRule::kHeuristic;
-    choice.detail = "deterministic mode: flash_bwd_sm90 adds dQ by atomics; the heuristic's deterministic flash_bwd";
-  } else if (options.deterministic && FlashBwdShape::of(choice.variant).dq_atomic != 0) {
+  if (options.deterministic && !deterministic_variant(choice.variant)) {
     if (const std::optional<Variant> twin = deterministic_twin(choice.variant)) {
       choice.variant = *twin;
       choice.detail += "; its deterministic twin (dQ summed per key block)";

@@ -21,6 +21,9 @@
 //                                  kBlockM = 64) is dS read MN-major; one box
 //                                  of 64 head-dim columns at a time, added to
 //                                  the fp32 accumulator with red.global
+//                                  (kDqAtomic), or stored to the consumer's
+//                                  slice of 64 keys, which the convert sums
+//                                  in a fixed order (deterministic)
 // dK and dV live in registers over the loop and leave at the end (dK
 // scaled); the convert kernel scales dQ. Registers move from the producer to
 // the consumers with setmaxnreg.
@@ -51,6 +54,7 @@ struct FlashBwdSm90Params {
   // Read by the emulator's one instantiation per (head dim, key block,
   // dtype); variants compiled by NVRTC use constants.
   i32 stages ATTUNE_TUNABLE_OF(flash_bwd_sm90, kStages);
+  i32 dq_atomic ATTUNE_TUNABLE_OF(flash_bwd_sm90, kDqAtomic);
 };
 
 struct FlashBwdSm90Tunables {
@@ -58,9 +62,12 @@ struct FlashBwdSm90Tunables {
   static constexpr int kBlockM[] = {64};        // query rows per step: dS^T's rows are one 128-byte row
   static constexpr int kBlockN[] = {64, 128};   // keys per CTA: 64 per consumer warpgroup
   static constexpr int kStages[] = {2, 3};      // Q / dO ring depth
-  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st"};
+  // 1: dQ by fp32 atomics; 0: per 64 keys (a consumer's), summed in order (deterministic)
+  static constexpr int kDqAtomic[] = {0, 1};
+  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st", "at"};
   static constexpr const char* kArchs[] = {"sm_90a"};  // wgmma and setmaxnreg exist on sm_90a only
-  static constexpr const char* kEmulatedAtRunTime[] = {"kStages"};
+  static constexpr const char* kEmulatedAtRunTime[] = {"kStages", "kDqAtomic"};
+  static constexpr int kSliceKeys = 64;  // keys per dQ slice (kDqAtomic = 0): one consumer's
 
   static constexpr int kSharedAlign = 1024;  // the barriers, then every buffer on a 128-byte-swizzle atom
   static constexpr int kMaxSharedBytes = 227 * 1024;
@@ -69,17 +76,20 @@ struct FlashBwdSm90Tunables {
   static constexpr int kConsumerRegisters = 240;
   static constexpr int kProducerRegisters = 24;
 
-  ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int /*block_m*/, int block_n, int /*stages*/) {
+  ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int /*block_m*/, int block_n, int /*stages*/,
+                                                  int /*dq_atomic*/) {
     return 128 * (1 + block_n / 64);
   }
-  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int head_dim, int block_m, int block_n, int stages) {
+  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int head_dim, int block_m, int block_n, int stages,
+                                                       int /*dq_atomic*/ = 1) {
     // Barriers; K and V; the Q and dO stages; dS^T; the LSE and D stages.
     return kSharedAlign + 2 * (2 * block_n * head_dim) + stages * 2 * (2 * block_m * head_dim) + 2 * block_n * block_m +
            stages * 2 * 4 * block_m;
   }
-  ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int stages) {
+  ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int stages, int dq_atomic) {
     return head_dim % 64 == 0 && block_m == 64 && block_n % 64 == 0 && block_n / 64 >= 1 && block_n / 64 <= 2 &&
-           stages >= 2 && stages <= 3 && shared_bytes(head_dim, block_m, block_n, stages) <= kMaxSharedBytes;
+           stages >= 2 && stages <= 3 && (dq_atomic == 0 || dq_atomic == 1) &&
+           shared_bytes(head_dim, block_m, block_n, stages) <= kMaxSharedBytes;
   }
 };
 
@@ -113,19 +123,58 @@ struct Barriers {
   u64 kv_full;    // K and V ready for the consumers (K's rows past the sequence zeroed)
 };
 
+// What a CTA knows of its keys: their sequence and first key, and the steps
+// (every query tile that may see them, for each query head of the group).
+// Each role computes it after setmaxnreg, from an opaque block index:
+// values from before the register move would be held across it (and spill).
+template <int kBlockM, int kBlockN>
+struct KeyBlock {
+  bwd_detail::BwdSequence seq;
+  i64 key0;
+  TileRange tiles;
+  i64 tile_count;
+  i32 steps;
+  i32 n_block;
+  i32 kv_head;
+  i32 batch;
+
+  ATTUNE_DEVICE static KeyBlock of(const FlashBwdParams& b, i32 n_block, i32 kv_head, i32 batch) {
+    KeyBlock k;
+    k.n_block = n_block;
+    k.kv_head = kv_head;
+    k.batch = batch;
+    k.seq = bwd_detail::sequence(b, batch);
+    k.key0 = static_cast<i64>(n_block) * kBlockN;
+    k.tiles = query_tiles<kBlockM, kBlockN>(b.mask, k.key0, k.seq.q_len, k.seq.k_len);
+    k.tile_count = k.tiles.end - k.tiles.begin;
+    k.steps = static_cast<i32>(k.tile_count * b.group_size);
+    return k;
+  }
+  ATTUNE_DEVICE static KeyBlock of_this_block(const FlashBwdParams& b) {
+    return of(b, dev::opaque(dev::block_index().x), dev::opaque(dev::block_index().y),
+              dev::opaque(dev::block_index().z));
+  }
+  // Step i's query head and first row.
+  ATTUNE_DEVICE i32 head(i32 step, i32 group_size) const {
+    return kv_head * group_size + static_cast<i32>(step / tile_count);
+  }
+  ATTUNE_DEVICE i64 row0(i32 step) const { return (tiles.begin + step % tile_count) * kBlockM; }
+};
+
 }  // namespace bwd_sm90_detail
 
 // Grid: (ceil(longest key capacity / kBlockN), Hkv, B), as flash_bwd's;
 // block: threads(); dynamic shared memory: shared_bytes(). Needs D from
 // flash_bwd_preprocess (which also clears the dQ accumulator); dQ is
 // finished by flash_bwd_dq_convert. In the emulator's instantiation kStages
-// may be kAtRunTime, read from the params.
-template <int kHeadDim, int kBlockM, int kBlockN, int kStages, class DType>
+// and kDqAtomic may be kAtRunTime, read from the params.
+template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kDqAtomic, class DType>
 ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     flash_bwd_sm90(const ATTUNE_GRID_CONSTANT FlashBwdSm90Params p) {
   using namespace bwd_sm90_detail;
-  static_assert(!kAllFixed<kStages> || FlashBwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages),
-                "flash_bwd_sm90: these tunables break FlashBwdSm90Tunables::valid");
+  static_assert(
+      !kAllFixed<kStages, kDqAtomic> || FlashBwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages, kDqAtomic),
+      "flash_bwd_sm90: these tunables break FlashBwdSm90Tunables::valid");
   static_assert(kBlockM * 2 == kRowBytes, "dS^T's rows (a key's queries) are one 128-byte swizzled row");
   constexpr i32 kConsumers = kBlockN / 64;
   constexpr i32 kChunks = kHeadDim / kBoxCols;
@@ -133,22 +182,14 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   constexpr i32 kQuerySteps = kBlockM / 16;  // dV, dK: over the step's queries
   constexpr i32 kKeySteps = 64 / 16;         // dQ: over the consumer's keys
   const i32 stages = Tunable<kStages>(p.stages).value();
+  const bool dq_atomic = Tunable<kDqAtomic>(p.dq_atomic).on();
   const FlashBwdParams& b = p.bwd;
   const Layout layout{kHeadDim, kBlockM, kBlockN, stages};
-  const i32 n_block = dev::block_index().x;
-  const i32 kv_head = dev::block_index().y;
-  const i32 batch = dev::block_index().z;
-  const bwd_detail::BwdSequence seq = bwd_detail::sequence(b, batch);
-  const i64 key0 = static_cast<i64>(n_block) * kBlockN;
-  if (key0 >= seq.k_capacity) return;  // the whole block leaves together
-
-  // Steps: every query tile that may see these keys, for each query head of
-  // the group; step i uses ring stage i % stages.
-  const TileRange tiles = query_tiles<kBlockM, kBlockN>(b.mask, key0, seq.q_len, seq.k_len);
-  const i64 tile_count = tiles.end - tiles.begin;
-  const i32 steps = static_cast<i32>(tile_count * b.group_size);
-  const auto head_of = [&](i32 step) { return kv_head * b.group_size + static_cast<i32>(step / tile_count); };
-  const auto row0_of = [&](i32 step) { return (tiles.begin + step % tile_count) * kBlockM; };
+  using Block = KeyBlock<kBlockM, kBlockN>;
+  {
+    const i64 key0 = static_cast<i64>(dev::block_index().x) * kBlockN;
+    if (key0 >= bwd_detail::sequence(b, dev::block_index().z).k_capacity) return;  // the whole block leaves together
+  }
 
   unsigned char* smem = dev::shared_memory<unsigned char>();
   Barriers* bars = dev::shared_memory<Barriers>();
@@ -163,7 +204,13 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
 
   if (dev::warpgroup::index() == 0) {  // ---- producer ----
     if (kConsumers == 2) dev::registers::decrease<FlashBwdSm90Tunables::kProducerRegisters>();
-    if (dev::warp_id() != 0 || steps == 0) return;
+    if (dev::warp_id() != 0) return;
+    const Block w = Block::of_this_block(b);
+    const bwd_detail::BwdSequence& seq = w.seq;
+    const i64 key0 = w.key0;
+    const i32 kv_head = w.kv_head;
+    const i32 batch = w.batch;
+    if (w.steps == 0) return;
     const bool leader = dev::elect_one();
     const i32 lane = dev::lane_id();
     const i32 q_map_batch = b.cu_seqlens_q != nullptr ? 0 : batch;  // packed tensors are one sequence of batch 1
@@ -193,10 +240,10 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     }
     dev::named_barrier::sync(sm90_sync::kProducerWarp, kWarpSize);  // every lane's zeros
     if (leader) dev::mbarrier::arrive(&bars->kv_full);              // producer: K and V ready
-    for (i32 step = 0; step < steps; ++step) {
+    for (i32 step = 0; step < w.steps; ++step) {
       const i32 st = ring.stage(step);
-      const i32 head = head_of(step);
-      const i64 row0 = row0_of(step);
+      const i32 head = w.head(step, b.group_size);
+      const i64 row0 = w.row0(step);
       ring.producer_acquire(step);
       // LSE in base 2, +inf for rows past the sequence and rows that saw no
       // key (LSE = -inf), and D, 0 there: their probabilities are 0.
@@ -245,16 +292,18 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   KeyRows dv;
   dk.fill(0.0f);
   dv.fill(0.0f);
-  const i64 warp_key0 = key0 + 64 * consumer + 16 * warp;  // this warp's first key
+  const Block w = Block::of_this_block(b);
+  const bwd_detail::BwdSequence& seq = w.seq;
+  const i64 warp_key0 = w.key0 + 64 * consumer + 16 * warp;  // this warp's first key
   // This consumer's keys of K and V (64 rows of every box), and its rows of dS^T.
   const unsigned char* k_rows = smem + layout.k_offset() + 64 * consumer * kRowBytes;
   const unsigned char* v_rows = smem + layout.v_offset() + 64 * consumer * kRowBytes;
   unsigned char* ds_rows = smem + layout.ds_offset() + 64 * consumer * kRowBytes;
 
-  if (steps > 0) dev::mbarrier::wait(&bars->kv_full, 0);  // consumer: wait K and V
-  for (i32 step = 0; step < steps; ++step) {
+  if (w.steps > 0) dev::mbarrier::wait(&bars->kv_full, 0);  // consumer: wait K and V
+  for (i32 step = 0; step < w.steps; ++step) {
     const i32 st = ring.stage(step);
-    const i64 row0 = row0_of(step);
+    const i64 row0 = w.row0(step);
     const unsigned char* q_tile = smem + layout.q_offset(st);
     const unsigned char* do_tile = smem + layout.do_offset(st);
     ring.consumer_wait(step);
@@ -291,7 +340,23 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     // each call: the unmasked body has no mask code.)
     const float* lse_s = dev::shared_as<const float>(smem + layout.lse_offset(st));
     const float* d_s = dev::shared_as<const float>(smem + layout.d_offset(st));
+    // The mask by global position as key_bounds draws it, in 32-bit
+    // offsets: the warp's key j (0..15) and the step's query i see each
+    // other when lo <= j - i < hi and j < keys. (key_g - diagonal(row) is
+    // base + j - i; every j - i lies in (-kBlockM, 16], so the bounds clamp
+    // to +-2 kBlockM.)
+    const auto step_window = [&] {
+      const i64 base = warp_key0 - row0 - (b.mask.top_left != 0 ? 0 : seq.k_len - seq.q_len);
+      const auto clamp = [](i64 x) {
+        return static_cast<i32>(x < -2 * kBlockM ? -2 * kBlockM : x > 2 * kBlockM ? 2 * kBlockM : x);
+      };
+      return KeyWindow{b.mask.left >= 0 ? clamp(-b.mask.left - base) : -2 * kBlockM,
+                       b.mask.right >= 0 ? clamp(b.mask.right + 1 - base) : 2 * kBlockM};
+    };
     const auto probabilities = [&](bool masked) {
+      const KeyWindow window = masked ? step_window() : KeyWindow{-2 * kBlockM, 2 * kBlockM};
+      const i64 keys_left = seq.k_len - (warp_key0 + dev::opaque(0));  // keys of the sequence from the warp's first
+      const i32 keys = keys_left < 0 ? 0 : keys_left > 16 ? 16 : static_cast<i32>(keys_left);
       ATTUNE_UNROLL
       for (i32 qt = 0; qt < kBlockM / 8; ++qt) {
         ATTUNE_UNROLL
@@ -299,12 +364,10 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
           const i32 query = 8 * qt + frag::acc_col(lane, c);
           const float lse = dev::load_shared(lse_s + query);
           const float row_d = dev::load_shared(d_s + query);
-          KeyWindow window{0, 16};
-          if (masked) window = key_window(key_bounds(b.mask, row0 + query, seq.q_len, seq.k_len), warp_key0, 16);
           ATTUNE_UNROLL
           for (i32 half = 0; half < 2; ++half) {
             const i32 key = frag::acc_row(lane, half);
-            const bool visible = !masked || (key >= window.begin && key < window.end);
+            const bool visible = !masked || (key - query >= window.begin && key - query < window.end && key < keys);
             const float prob = visible ? dev::exp2_approx(s.at(0, qt, half, c) * b.scale_log2 - lse) : 0.0f;
             s.at(0, qt, half, c) = prob;
             dp.at(0, qt, half, c) = visible ? prob * (dp.at(0, qt, half, c) - row_d) : 0.0f;
@@ -314,7 +377,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     };
     const RowBlockKeys block_keys =
         row_block_keys(b.mask, row0, last_row_of(row0, kBlockM, seq.q_len), seq.q_len, seq.k_len);
-    if (block_keys.sees_all(key0, kBlockN)) {
+    if (block_keys.sees_all(w.key0, kBlockN)) {
       probabilities(false);
     } else {
       probabilities(true);
@@ -323,6 +386,14 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     // P^T and dS^T as A fragments (16 queries a step), rounded to the
     // storage dtype; dS^T also to shared memory for dQ (the previous step's
     // dQ GEMM, its reader, is done).
+    // Register q of step ks holds row sm90::a_fragment_row (16 warp +
+    // lane / 4, + 8 for odd q) and columns 16 ks + a_fragment_col: 16-byte
+    // chunk 2 ks + q / 2 of the row, which the 128-byte swizzle XORs with
+    // the row's index in its 8-row atom (lane / 4 for both rows). From an
+    // opaque lane, so the 16 addresses are not held across the loop.
+    const i32 lane_s = dev::opaque(lane);
+    unsigned char* ds_thread = ds_rows + (16 * warp + lane_s / 4) * kRowBytes + 4 * (lane_s % 4);
+    const u32 atom_row = static_cast<u32>(lane_s / 4);
     u32 pa[kQuerySteps][4];
     u32 dsa[kQuerySteps][4];
     ATTUNE_UNROLL
@@ -331,9 +402,8 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       flash_detail::pack_a_fragment<DType>(dp.tile(0, 2 * ks), dp.tile(0, 2 * ks + 1), dsa[ks]);
       ATTUNE_UNROLL
       for (i32 q = 0; q < 4; ++q) {
-        const u32 at =
-            static_cast<u32>(sm90::a_fragment_row(wt, q) * kRowBytes + (16 * ks + sm90::a_fragment_col(wt, q, 0)) * 2);
-        dev::store_shared(dev::shared_as<u32>(ds_rows + sm90::swizzle_address(kSwizzle, at)),
+        const u32 chunk = (static_cast<u32>(2 * ks + q / 2) ^ atom_row) << 4;
+        dev::store_shared(dev::shared_as<u32>(ds_thread + 8 * (q % 2) * kRowBytes + chunk),
                           dsa[ks][q]);  // consumer: store dS^T
       }
     }
@@ -361,7 +431,12 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     // (dS^T's rows) and K both MN-major, 16 keys a step.
     dev::fence_proxy_async();  // dS^T's stores before wgmma reads them
     dev::named_barrier::sync(sm90_sync::kDsStored + consumer, sm90::kWarpgroupSize);
-    const i32 head = head_of(step);
+    // dV's and dK's GEMMs done before dQ's accumulators are live: P^T's and
+    // dS^T's fragments are dead by then (at d128 both sets would not fit
+    // beside dK and dV without spills).
+    dev::wgmma::wait<0>();
+    ring.consumer_release(step, wt);  // Q, dO, LSE and D read
+    const i32 head = w.head(step, b.group_size);
     ATTUNE_UNROLL
     for (i32 c = 0; c < kChunks; ++c) {
       DqBox dq;
@@ -377,19 +452,27 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       }
       dev::wgmma::commit();
       dev::wgmma::wait<0>();
-      if (c == 0) ring.consumer_release(step, wt);  // Q, dO, LSE and D read: dV's and dK's GEMMs are done too
+      // This consumer's part: added to the accumulator, or stored to its
+      // slice (one per 64 keys).
+      float* base = dq_atomic ? b.dq_accum
+                              : b.dq_partial + (static_cast<i64>(w.n_block) * kConsumers + consumer) * b.rows *
+                                                   b.heads_q * b.head_dim_k;
       ATTUNE_UNROLL
       for (i32 half = 0; half < 2; ++half) {
         const i64 row = row0 + 16 * warp + frag::acc_row(lane, half);
         if (row >= seq.q_len) continue;
-        float* out = b.dq_accum + ((seq.row_base + row) * b.heads_q + head) * b.head_dim_k + c * kBoxCols;
+        float* out = base + ((seq.row_base + row) * b.heads_q + head) * b.head_dim_k + c * kBoxCols;
         ATTUNE_UNROLL
         for (i32 dt = 0; dt < kBoxCols / 8; ++dt) {
           ATTUNE_UNROLL
           for (i32 e = 0; e < 2; ++e) {
             const i32 col = 8 * dt + frag::acc_col(lane, e);
-            if (c * kBoxCols + col < b.head_dim_k)
+            if (c * kBoxCols + col >= b.head_dim_k) continue;
+            if (dq_atomic) {
               dev::atomic_add(out + col, dq.at(0, dt, half, e));  // consumer: add dQ
+            } else {
+              dev::store_global(out + col, dq.at(0, dt, half, e));  // consumer: store dQ's slice
+            }
           }
         }
       }
@@ -402,10 +485,10 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   for (i32 half = 0; half < 2; ++half) {
     const i64 key = warp_key0 + frag::acc_row(lane, half);
     if (key >= seq.k_capacity) continue;
-    u16* dk_row = b.dk + batch * b.dk_batch_stride + (seq.k_begin + key) * b.dk_row_stride +
-                  static_cast<i64>(kv_head) * b.dk_head_stride;
-    u16* dv_row = b.dv + batch * b.dv_batch_stride + (seq.k_begin + key) * b.dv_row_stride +
-                  static_cast<i64>(kv_head) * b.dv_head_stride;
+    u16* dk_row = b.dk + w.batch * b.dk_batch_stride + (seq.k_begin + key) * b.dk_row_stride +
+                  static_cast<i64>(w.kv_head) * b.dk_head_stride;
+    u16* dv_row = b.dv + w.batch * b.dv_batch_stride + (seq.k_begin + key) * b.dv_row_stride +
+                  static_cast<i64>(w.kv_head) * b.dv_head_stride;
     ATTUNE_UNROLL
     for (i32 dt = 0; dt < kHeadDim / 8; ++dt) {
       ATTUNE_UNROLL

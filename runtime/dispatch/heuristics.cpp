@@ -82,11 +82,15 @@ Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits
     hopper.push_back(std::move(v));
     return true;
   });
-  if (!hopper.empty() && !deterministic && !portable_only) {
+  if (!hopper.empty() && !portable_only) {
     // FlashAttention-3's backward: 128 keys per CTA on two consumer
-    // warpgroups, 64-row query steps, two stages in flight.
-    const FlashBwdSm90Shape wanted{
-        .head_dim = FlashBwdSm90Shape::of(hopper.front()).head_dim, .block_m = 64, .block_n = 128, .stages = 2};
+    // warpgroups, 64-row query steps, two stages in flight; dQ by atomics
+    // unless deterministic.
+    const FlashBwdSm90Shape wanted{.head_dim = FlashBwdSm90Shape::of(hopper.front()).head_dim,
+                                   .block_m = 64,
+                                   .block_n = 128,
+                                   .stages = 2,
+                                   .dq_atomic = deterministic ? 0 : 1};
     return nearest_variant(hopper, wanted.values());
   }
   // (Deterministic or not changes neither validity nor resources.)

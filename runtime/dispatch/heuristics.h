@@ -28,9 +28,9 @@ Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, cons
                           std::uint8_t modifiers = 0, ForwardHints hints = {});
 
 // The default backward variant: flash_bwd_sm90 wherever it is listed
-// (sm_90a, no score modifier, head dims up to 128) unless `deterministic`
-// or `portable_only` (a call TMA cannot map); else flash_bwd, with dQ summed
-// per key block in a fixed order instead of by atomics when `deterministic`.
+// (sm_90a, no score modifier, head dims up to 128) unless `portable_only`
+// (a call TMA cannot map); else flash_bwd. Either sums dQ per key block in
+// a fixed order instead of by atomics when `deterministic`.
 Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic = false,
                                    std::uint8_t modifiers = 0, bool portable_only = false);
 

@@ -6,6 +6,7 @@
 
 #include "core/error.h"
 #include "runtime/launch/kernel_params.h"
+#include "templates/flash_bwd_sm90.cuh"
 
 namespace attune {
 
@@ -26,7 +27,15 @@ BackwardWorkspace backward_workspace(const AttentionProblem& p, const Variant& m
   const std::int64_t dq = rows * p.heads_q * p.head_dim_k;
   BackwardWorkspace w;
   w.d_floats = p.heads_q * rows;
-  if (main.kernel->id == KernelId::kFlashBwdSm90 || FlashBwdShape::of(main).dq_atomic != 0) {
+  if (main.kernel->id == KernelId::kFlashBwdSm90) {
+    // Deterministic: one slice per consumer of each key block.
+    const FlashBwdSm90Shape s = FlashBwdSm90Shape::of(main);
+    if (s.dq_atomic != 0) {
+      w.dq_accum_floats = dq;
+    } else {
+      w.dq_partial_floats = backward_key_blocks(p, s.block_n) * (s.block_n / FlashBwdSm90Tunables::kSliceKeys) * dq;
+    }
+  } else if (FlashBwdShape::of(main).dq_atomic != 0) {
     w.dq_accum_floats = dq;
   } else {
     w.dq_partial_floats = backward_key_blocks(p, FlashBwdShape::of(main).block_n) * dq;
@@ -75,8 +84,13 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
   k.dsink = p.modifiers.sinks ? b.dsink : nullptr;
   k.dropout = dropout_params_of(p, b.rng_state);
   k.scale = static_cast<float>(p.softmax_scale());
-  // partial_keys: flash_bwd's key block (flash_bwd_sm90 writes no slices).
-  if (main.kernel->id == KernelId::kFlashBwd) fill_tunable_fields(k, FlashBwdShape::of(main));
+  // partial_keys: flash_bwd's key block; flash_bwd_sm90's slices are a
+  // consumer's keys.
+  if (main.kernel->id == KernelId::kFlashBwd) {
+    fill_tunable_fields(k, FlashBwdShape::of(main));
+  } else {
+    k.partial_keys = FlashBwdSm90Tunables::kSliceKeys;
+  }
   const bool packed = p.is_packed();
   k.vectorized = rows_aligned(b.q, p.q_strides, packed) && rows_aligned(b.k, p.k_strides, packed) &&
                          rows_aligned(b.v, p.v_strides, packed) && rows_aligned(b.d_o, p.o_strides, packed)

@@ -98,6 +98,46 @@ TEST_P(CoveringSetTest, MatchesReferenceOnSeedAndOddLengthFamilies) {
 
 INSTANTIATE_TEST_SUITE_P(Variants, CoveringSetTest, ::testing::ValuesIn(covering_set()), testing::variant_test_name);
 
+// The seed families as flash_bwd_sm90 takes them: head dims scaled (Dk x 16,
+// Dv x 8, so Dk != Dv stays) to rows TMA can step, every other feature of
+// the contract (masks, padding, empty rows and key axes, packed varlen,
+// GQA/MQA, large and wide logits) as it is.
+std::vector<testing::Family> hopper_seed_families(DType dtype) {
+  std::vector<testing::Family> out = testing::seed_families(dtype);
+  for (testing::Family& f : out) {
+    f.q_shape.back() *= 16;
+    f.k_shape.back() *= 16;
+    f.v_shape.back() *= 8;
+  }
+  return out;
+}
+
+// Every value of every flash_bwd_sm90 tunable over those families (both
+// dtypes), each call run by the Hopper kernel itself (the fallback would
+// hide it: checked by its variant's TMA fit).
+class FlashBwdSm90CoveringSetTest : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(FlashBwdSm90CoveringSetTest, MatchesReferenceOnTheSeedFamilies) {
+  const Variant& variant = GetParam();
+  const std::vector<Variant> set =
+      testing::covering_set_of(*find_kernel_spec("flash_bwd_sm90"), require_arch("sm_90a"));
+  const DType dtype = testing::dtype_by_place(set, variant);
+  int checked = 0;
+  for (const testing::Family& family : hopper_seed_families(dtype)) {
+    if (std::max(family.q_shape.back(), family.v_shape.back()) > variant.values.front()) continue;
+    const BackwardInputs in = testing::make_backward_inputs(family);
+    ASSERT_EQ(sm90_unfit_reason(in.forward.problem), "") << family.name;
+    check(in, variant, family.name);
+    ++checked;
+  }
+  EXPECT_GE(checked, 10) << "families of head dims the bucket holds";
+}
+
+INSTANTIATE_TEST_SUITE_P(Variants, FlashBwdSm90CoveringSetTest,
+                         ::testing::ValuesIn(testing::covering_set_of(*find_kernel_spec("flash_bwd_sm90"),
+                                                                      require_arch("sm_90a"))),
+                         testing::variant_test_name);
+
 // FlashAttention's overflow test: Q x 5, K and V x 3 make large logits and
 // large dP; no NaN or infinity, and within five times the naive error.
 TEST(FlashBwdEmuTest, LargeInputsDoNotOverflow) {
@@ -166,21 +206,24 @@ TEST(FlashBwdEmuTest, DeterministicModeRepeatsBitwise) {
                          {2, 300, 2, 48},
                          {.dtype = DType::kBF16, .mask = Mask::window(90, 20)}};
   const BackwardInputs in = testing::make_backward_inputs(family);
-  const Variant variant = heuristic_backward_variant(DType::kBF16, 64, 64, require_arch("sm_90a"), true);
-  ASSERT_EQ(FlashBwdShape::of(variant).dq_atomic, 0);
-  const testing::StoredGradients first = testing::run_backward_bits(in, variant);
-  const testing::StoredGradients second = testing::run_backward_bits(in, variant);
-  EXPECT_TRUE(first == second);
   const Expected e = expected(in);
-  std::string why;
-  EXPECT_TRUE(within_gradient_rule(testing::to_values(DType::kBF16, first), e.want, e.naive, DType::kBF16, 3.0, &why))
-      << why;
-  // The atomic twin computes the same gradients within the rule.
-  Variant atomic = variant;
-  atomic.values.back() = 1;
-  EXPECT_TRUE(
-      within_gradient_rule(testing::run_backward_on_emulator(in, atomic), e.want, e.naive, DType::kBF16, 3.0, &why))
-      << why;
+  // flash_bwd (sm_80) and flash_bwd_sm90 (sm_90a): kDqAtomic is the last tunable of both.
+  for (const char* arch : {"sm_80", "sm_90a"}) {
+    const Variant variant = heuristic_backward_variant(DType::kBF16, 64, 64, require_arch(arch), true);
+    ASSERT_EQ(variant.values.back(), 0) << variant.id();
+    const testing::StoredGradients first = testing::run_backward_bits(in, variant);
+    const testing::StoredGradients second = testing::run_backward_bits(in, variant);
+    EXPECT_TRUE(first == second) << variant.id();
+    std::string why;
+    EXPECT_TRUE(within_gradient_rule(testing::to_values(DType::kBF16, first), e.want, e.naive, DType::kBF16, 3.0, &why))
+        << variant.id() << ": " << why;
+    // The atomic twin computes the same gradients within the rule.
+    Variant atomic = variant;
+    atomic.values.back() = 1;
+    EXPECT_TRUE(
+        within_gradient_rule(testing::run_backward_on_emulator(in, atomic), e.want, e.naive, DType::kBF16, 3.0, &why))
+        << atomic.id() << ": " << why;
+  }
 }
 
 // Under other schedules (ATTUNE_EMU_SEED: blocks in a seeded order, each
@@ -194,22 +237,24 @@ TEST(FlashBwdEmuTest, DeterministicModeIsBitwiseUnderAnySchedule) {
                          {2, 300, 2, 48},
                          {.dtype = DType::kBF16, .mask = Mask::none()}};
   const BackwardInputs in = testing::make_backward_inputs(family);
-  const Variant deterministic = heuristic_backward_variant(DType::kBF16, 64, 64, require_arch("sm_90a"), true);
-  Variant atomic = deterministic;
-  atomic.values.back() = 1;
   const testing::EnvGuard guard({"ATTUNE_EMU_SEED"});
   const auto run = [&](const Variant& v, const char* seed) {
     testing::EnvGuard::set("ATTUNE_EMU_SEED", seed);
     return testing::run_backward_bits(in, v);
   };
-  const testing::StoredGradients fixed = run(deterministic, "0");
-  const testing::StoredGradients atomic_fixed = run(atomic, "0");
-  int atomic_changed = 0;
-  for (const char* seed : {"1", "2", "3"}) {
-    EXPECT_TRUE(run(deterministic, seed) == fixed) << "seed " << seed;
-    atomic_changed += run(atomic, seed) == atomic_fixed ? 0 : 1;
+  for (const char* arch : {"sm_80", "sm_90a"}) {  // flash_bwd, flash_bwd_sm90
+    const Variant deterministic = heuristic_backward_variant(DType::kBF16, 64, 64, require_arch(arch), true);
+    Variant atomic = deterministic;
+    atomic.values.back() = 1;
+    const testing::StoredGradients fixed = run(deterministic, "0");
+    const testing::StoredGradients atomic_fixed = run(atomic, "0");
+    int atomic_changed = 0;
+    for (const char* seed : {"1", "2", "3"}) {
+      EXPECT_TRUE(run(deterministic, seed) == fixed) << deterministic.id() << " seed " << seed;
+      atomic_changed += run(atomic, seed) == atomic_fixed ? 0 : 1;
+    }
+    EXPECT_GT(atomic_changed, 0) << atomic.id() << ": the atomic dQ gave the same bits under every schedule";
   }
-  EXPECT_GT(atomic_changed, 0) << "the atomic dQ gave the same bits under every schedule";
   // A seed that is not a whole number >= 0 is refused, naming the variable and the value.
   for (const char* bad : {"-3", "1x", " 7"}) {
     testing::EnvGuard::set("ATTUNE_EMU_SEED", bad);
@@ -272,12 +317,11 @@ TEST(FlashBwdEmuTest, HeuristicIsAnEnumeratedVariant) {
     for (int d : {16, 64, 96, 128, 160, 192, 224, 256}) {
       for (bool deterministic : {false, true}) {
         const Variant h = heuristic_backward_variant(DType::kF16, d, d, arch, deterministic);
-        // flash_bwd_sm90 where it is listed (sm_90a, head dims up to 128), dQ by atomics.
-        const bool hopper = arch.name == "sm_90a" && d <= 128 && !deterministic;
+        // flash_bwd_sm90 where it is listed (sm_90a, head dims up to 128);
+        // kDqAtomic is the last tunable of both families.
+        const bool hopper = arch.name == "sm_90a" && d <= 128;
         EXPECT_EQ(h.kernel->id, hopper ? KernelId::kFlashBwdSm90 : KernelId::kFlashBwd) << h.id();
-        if (!hopper) {
-          EXPECT_EQ(FlashBwdShape::of(h).dq_atomic, deterministic ? 0 : 1) << h.id();
-        }
+        EXPECT_EQ(h.values.back(), deterministic ? 0 : 1) << h.id();
         const std::vector<Variant> all = enumerate_variants("bwd", DType::kF16, d, d, arch);
         EXPECT_NE(std::find(all.begin(), all.end(), h), all.end()) << h.id() << " on " << arch_name;
       }

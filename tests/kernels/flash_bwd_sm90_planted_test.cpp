@@ -23,7 +23,7 @@ namespace {
 // against 250 keys over two query heads of one KV head are 4 key blocks of
 // up to 10 steps each, so every stage is refilled. Its rows are 128 bytes:
 // TMA steps them as laid out.
-constexpr const char* kVariant = "flash_bwd_sm90/d64.bm64.bn64.st2";
+constexpr const char* kVariant = "flash_bwd_sm90/d64.bm64.bn64.st2.at1";
 constexpr int kWarps = 4;  // the row kernels' only variant
 
 testing::BackwardInputs planted_inputs() {
@@ -47,7 +47,7 @@ bool within_rule(const testing::BackwardInputs& in, const ReferenceGradients& go
 TEST(FlashBwdSm90PlantedTest, TheRealKernelsRunCleanWithinTheRule) {
   const testing::BackwardInputs in = planted_inputs();
   const ReferenceGradients got = testing::run_sm90_with_kernels(
-      in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, Bf16>);
+      in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
   std::string why;
   EXPECT_TRUE(within_rule(in, got, &why)) << why;
 }
@@ -56,7 +56,7 @@ TEST(FlashBwdSm90PlantedTest, TheLseInNaturalUnitsFailsTheRule) {
   const testing::BackwardInputs in = planted_inputs();
   const ReferenceGradients got =
       testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
-                                     &sm90_bwd_lse_natural::flash_bwd_sm90<64, 64, 64, 2, Bf16>);
+                                     &sm90_bwd_lse_natural::flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
   std::string why;
   EXPECT_FALSE(within_rule(in, got, &why));
 }
@@ -65,7 +65,7 @@ TEST(FlashBwdSm90PlantedTest, DkWithoutTheScaleFailsTheRule) {
   const testing::BackwardInputs in = planted_inputs();
   const ReferenceGradients got =
       testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
-                                     &sm90_bwd_dk_unscaled::flash_bwd_sm90<64, 64, 64, 2, Bf16>);
+                                     &sm90_bwd_dk_unscaled::flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
   std::string why;
   EXPECT_FALSE(within_rule(in, got, &why));
   EXPECT_NE(why.find("dK"), std::string::npos) << why;
@@ -75,7 +75,7 @@ TEST(FlashBwdSm90PlantedTest, DpsumFromOInsteadOfDoFailsTheRule) {
   const testing::BackwardInputs in = planted_inputs();
   const ReferenceGradients got =
       testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &dpsum_from_o::flash_bwd_preprocess<kWarps, Bf16>,
-                                     &flash_bwd_sm90<64, 64, 64, 2, Bf16>);
+                                     &flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
   std::string why;
   EXPECT_FALSE(within_rule(in, got, &why));
 }
@@ -84,7 +84,7 @@ TEST(FlashBwdSm90PlantedTest, AStageReleasedBeforeItsGemmsIsARace) {
   const testing::BackwardInputs in = planted_inputs();
   try {
     testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
-                                   &sm90_bwd_early_release::flash_bwd_sm90<64, 64, 64, 2, Bf16>);
+                                   &sm90_bwd_early_release::flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
     FAIL() << "the planted bug was not reported";
   } catch (const emu::KernelFault& fault) {
     const std::string what = fault.what();

@@ -7,7 +7,9 @@
 // scheduler's variants, and only there). ATTUNE_SM90_SWEEP=all
 // compiles every enumerated variant of every bucket (about half an hour on
 // two cores; docs/kernels.md has the last count). The e4m3 forward's
-// covering set compiles to QGMMA the same way.
+// covering set compiles to QGMMA the same way. The Hopper backward
+// (flash_bwd_sm90): every variant and the heuristic's, deterministic and
+// not, compile without spills to HGMMA and UTMALDG.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -108,6 +110,31 @@ TEST(FlashFwdSm90NvrtcTest, E4m3VariantsCompileWithoutSpillsToQgmma) {
     EXPECT_GT(mix["UTMALDG"], 0) << set[i].id();
     std::cout << set[i].id() << ": " << r.registers << " registers, QGMMA " << mix["QGMMA"] << ", " << r.seconds
               << " s\n";
+  }
+  if (!no_sass.empty()) GTEST_SKIP() << "compiled without spills; SASS not checked: " << no_sass;
+}
+
+TEST(FlashBwdSm90NvrtcTest, CompilesWithoutSpillsToWgmmaAndTma) {
+  const ArchLimits arch = require_arch("sm_90a");
+  const std::vector<Variant> set = testing::family_variants(*find_kernel_spec("flash_bwd_sm90"), arch);
+  for (int d : {64, 128}) {
+    for (bool deterministic : {false, true}) {
+      const Variant h = heuristic_backward_variant(DType::kBF16, d, d, arch, deterministic);
+      EXPECT_NE(std::find(set.begin(), set.end(), h), set.end()) << h.id() << ": the heuristic's, not listed";
+    }
+  }
+  const std::vector<CompileResult> results = testing::compile_all(
+      set, [](std::size_t i) { return i % 2 == 0 ? DType::kBF16 : DType::kF16; }, "sm_90a", "flash_bwd_sm90.cu");
+  std::string no_sass;
+  for (std::size_t i = 0; i < set.size(); ++i) {
+    const CompileResult& r = results[i];
+    const std::optional<profile::SassMix> compiled = sass_without_spills(set[i], r, &no_sass);
+    if (!compiled) continue;
+    profile::SassMix mix = *compiled;
+    EXPECT_GT(mix["HGMMA"], 0) << set[i].id();
+    EXPECT_GT(mix["UTMALDG"], 0) << set[i].id();
+    std::cout << set[i].id() << ": " << r.registers << " registers, HGMMA " << mix["HGMMA"] << ", UTMALDG "
+              << mix["UTMALDG"] << ", " << r.seconds << " s\n";
   }
   if (!no_sass.empty()) GTEST_SKIP() << "compiled without spills; SASS not checked: " << no_sass;
 }

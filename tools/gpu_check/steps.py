@@ -493,7 +493,7 @@ def step_decode(args):
 
 
 def step_backward(args):
-    st = Step(args, "backward", "Backward (flash_bwd; plans)")
+    st = Step(args, "backward", "Backward (plans: flash_bwd_sm90 on sm_90a, flash_bwd elsewhere)")
     checks_, timing = plan.bwd_cases(args.dry_run)
     jobs = [{"name": "bwd.check.d%d.%s.%d" % (c["d"], c["mask"], c["sq"]), "kind": "bwd", "case": c, "check": True}
             for c in checks_]
@@ -502,22 +502,23 @@ def step_backward(args):
              for c in timing]
     st.text("Correctness: relative error of dQ, dK, dV against fp64 autograd. Timing: per-launch median ms of plans "
             "(O and LSE precomputed); TFLOP/s from 2.5x the forward's FLOPs.", "",
-            "| job | plan | result | attune ms | TFLOP/s | deterministic ms | SDPA flash bwd ms | SDPA / attune |",
-            "|---|---|---|---|---|---|---|---|")
+            "| job | plan | result | attune ms | TFLOP/s | deterministic ms | SDPA flash bwd ms | SDPA cuDNN bwd ms | "
+            "SDPA flash / attune |",
+            "|---|---|---|---|---|---|---|---|---|")
     for r in finished(st, jobs_in_worker(args, st, jobs, "backward", args.time_limit)):
         res = r["result"]
         if "errors" in res:
             e = res["errors"]
-            st.row("| %s | %s | dQ %.2e, dK %.2e, dV %.2e %s | | | | | |" % (
+            st.row("| %s | %s | dQ %.2e, dK %.2e, dV %.2e %s | | | | | | |" % (
                 r["name"], res["plan"], e["dq"], e["dk"], e["dv"], "ok" if res["ok"] else "FAIL"),
                 "%s dQ %.2e dK %.2e dV %.2e %s" % (r["name"], e["dq"], e["dk"], e["dv"], "ok" if res["ok"] else "FAIL"),
                 name=r["name"], **res)
             if not res["ok"]:
                 st.fail(r["name"])
         if "ms" in res:
-            st.row("| %s | %s | | %.3f | %.0f | %.3f | %s | %.2f |" % (
+            st.row("| %s | %s | | %.3f | %.0f | %.3f | %s | %s | %.2f |" % (
                 r["name"], res["plan"], res["ms"], res["tflops"], res["deterministic_ms"], _ms(res["sdpa_flash_ms"]),
-                res["sdpa_flash_ms"] / res["ms"]),
+                _ms(res.get("sdpa_cudnn_ms", float("nan"))), res["sdpa_flash_ms"] / res["ms"]),
                 "%s %.0f TFLOP/s, SDPA/attune %.2f" % (r["name"], res["tflops"], res["sdpa_flash_ms"] / res["ms"]),
                 name=r["name"], **{k: v for k, v in res.items() if k != "case"})
     return st.done()

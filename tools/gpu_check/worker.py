@@ -376,19 +376,22 @@ def job_bwd(ctx, job, emit):
     result.update({"ms": ms, "spread_ms": spread, "tflops": tflops(fl, ms), "deterministic_ms": det_ms,
                    "deterministic_plan": det.description})
     emit({"timed": "attune", "ms": ms, "deterministic_ms": det_ms})
-    try:
-        from torch.nn.attention import sdpa_kernel
-        with sdpa_kernel([SDPBackend.FLASH_ATTENTION]):
-            qs, ks, vs = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
-            out = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=case["mask"] == "causal")
-            dot = d_o.transpose(1, 2)
-            sdpa_ms, _ = time_launches(ctx, lambda: torch.autograd.grad(out, (qs, ks, vs), dot, retain_graph=True),
-                                       [()], launches, reps)
-    except RuntimeError as e:
-        if is_cuda_error(e):
-            raise
-        sdpa_ms = float("nan")
-    result.update({"sdpa_flash_ms": sdpa_ms, "sdpa_tflops": tflops(fl, sdpa_ms), "sm_clock_mhz": ctx.sm_clock_mhz()})
+    # The same gradients from SDPA's FlashAttention and cuDNN backends.
+    for label, backend in (("sdpa_flash", SDPBackend.FLASH_ATTENTION), ("sdpa_cudnn", SDPBackend.CUDNN_ATTENTION)):
+        try:
+            from torch.nn.attention import sdpa_kernel
+            with sdpa_kernel([backend]):
+                qs, ks, vs = (x.transpose(1, 2).detach().requires_grad_() for x in (q, k, v))
+                out = torch.nn.functional.scaled_dot_product_attention(qs, ks, vs, is_causal=case["mask"] == "causal")
+                dot = d_o.transpose(1, 2)
+                sdpa_ms, _ = time_launches(
+                    ctx, lambda: torch.autograd.grad(out, (qs, ks, vs), dot, retain_graph=True), [()], launches, reps)
+        except RuntimeError as e:
+            if is_cuda_error(e):
+                raise
+            sdpa_ms = float("nan")
+        result[label + "_ms"] = sdpa_ms
+    result.update({"sdpa_tflops": tflops(fl, result["sdpa_flash_ms"]), "sm_clock_mhz": ctx.sm_clock_mhz()})
     return result
 
 
