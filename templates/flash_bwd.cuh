@@ -556,17 +556,9 @@ ATTUNE_KERNEL void flash_bwd(FlashBwdParams p) {
       // LSE in base 2; +inf for empty rows and rows past the sequence, so
       // their probabilities are 0. D is 0 there.
       for (i32 r = dev::linear_thread(); r < kBlockM; r += Config::kThreads) {
-        float lse = dev::infinity();
-        float row_d = 0.0f;
-        if (row0 + r < seq.q_len) {
-          const i64 row = seq.q_begin + row0 + r;
-          const float x =
-              dev::load_global(p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride + row * p.lse_row_stride);
-          lse = x == -dev::infinity() ? dev::infinity() : x * kLog2e;
-          row_d = dev::load_global(p.d + head * p.rows + seq.row_base + row0 + r);
-        }
-        dev::store_shared(lse_s + stage * kBlockM + r, lse);
-        dev::store_shared(d_s + stage * kBlockM + r, row_d);
+        const bwd_detail::RowStats rs = bwd_detail::row_stats(p, seq, batch, head, row0 + r);
+        dev::store_shared(lse_s + stage * kBlockM + r, rs.lse_log2);
+        dev::store_shared(d_s + stage * kBlockM + r, rs.d);
       }
     }
     dev::cp_async::commit();  // possibly empty: keeps the group count uniform

@@ -69,5 +69,24 @@ ATTUNE_DEVICE BwdSequence sequence(const FlashBwdParams& p, i32 batch) {
   return {s, p.cu_seqlens_q != nullptr ? s.q_begin : static_cast<i64>(batch) * p.seqlen_q};
 }
 
+// The LSE in base 2 and D of local query row `row` of head `head`: +inf and
+// 0 for rows past the sequence and rows that saw no key (LSE = -inf), so
+// their probabilities are exactly 0, never -inf - -inf.
+struct RowStats {
+  float lse_log2;
+  float d;
+};
+
+ATTUNE_DEVICE RowStats row_stats(const FlashBwdParams& p, const BwdSequence& seq, i64 batch, i64 head, i64 row) {
+  RowStats r{dev::infinity(), 0.0f};
+  if (row < seq.q_len) {
+    const float x = dev::load_global(p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride +
+                                     (seq.q_begin + row) * p.lse_row_stride);
+    r.lse_log2 = x == -dev::infinity() ? dev::infinity() : x * kLog2e;
+    r.d = dev::load_global(p.d + head * p.rows + seq.row_base + row);
+  }
+  return r;
+}
+
 }  // namespace bwd_detail
 }  // namespace attune

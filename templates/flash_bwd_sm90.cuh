@@ -250,17 +250,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       float* lse_s = dev::shared_as<float>(smem + layout.lse_offset(st));
       float* d_s = dev::shared_as<float>(smem + layout.d_offset(st));
       for (i32 r = lane; r < kBlockM; r += kWarpSize) {
-        float lse = dev::infinity();
-        float row_d = 0.0f;
-        if (row0 + r < seq.q_len) {
-          const i64 row = seq.q_begin + row0 + r;
-          const float x =
-              dev::load_global(b.lse + batch * b.lse_batch_stride + head * b.lse_head_stride + row * b.lse_row_stride);
-          lse = x == -dev::infinity() ? dev::infinity() : x * kLog2e;
-          row_d = dev::load_global(b.d + head * b.rows + seq.row_base + row0 + r);
-        }
-        dev::store_shared(lse_s + r, lse);  // producer: LSE
-        dev::store_shared(d_s + r, row_d);  // producer: D
+        const bwd_detail::RowStats rs = bwd_detail::row_stats(b, seq, batch, head, row0 + r);
+        dev::store_shared(lse_s + r, rs.lse_log2);  // producer: LSE
+        dev::store_shared(d_s + r, rs.d);           // producer: D
       }
       dev::named_barrier::sync(sm90_sync::kProducerWarp, kWarpSize);  // every lane's rows before the arrival
       if (leader) {
@@ -312,25 +304,21 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     Scores s;
     Scores dp;
     {
-      const u64 k_desc = dev::wgmma::descriptor(k_rows, 16, kAtomStride, kSwizzle);
-      const u64 v_desc = dev::wgmma::descriptor(v_rows, 16, kAtomStride, kSwizzle);
-      const u64 q_desc = dev::wgmma::descriptor(q_tile, 16, kAtomStride, kSwizzle);
-      const u64 do_desc = dev::wgmma::descriptor(do_tile, 16, kAtomStride, kSwizzle);
+      // acc = keys (K or V rows) x queries (Q or dO rows), 16 head-dim columns a k-step.
+      const auto keys_by_queries = [&](Scores& acc, const unsigned char* keys, const unsigned char* queries) {
+        const u64 a_desc = dev::wgmma::descriptor(keys, 16, kAtomStride, kSwizzle);
+        const u64 b_desc = dev::wgmma::descriptor(queries, 16, kAtomStride, kSwizzle);
+        ATTUNE_UNROLL
+        for (i32 kk = 0; kk < kHeadSteps; ++kk) {
+          const u32 kv_at = static_cast<u32>((kk / 4) * kBlockN * kRowBytes + (kk % 4) * 32);
+          const u32 q_at = static_cast<u32>((kk / 4) * kBlockM * kRowBytes + (kk % 4) * 32);
+          dev::wgmma::mma_ss<DType, kBlockM, 0, 0>(acc.tiles, dev::wgmma::advance(a_desc, kv_at),
+                                                   dev::wgmma::advance(b_desc, q_at), kk > 0);
+        }
+      };
       dev::wgmma::fence();
-      ATTUNE_UNROLL
-      for (i32 kk = 0; kk < kHeadSteps; ++kk) {
-        const u32 kv_at = static_cast<u32>((kk / 4) * kBlockN * kRowBytes + (kk % 4) * 32);
-        const u32 q_at = static_cast<u32>((kk / 4) * kBlockM * kRowBytes + (kk % 4) * 32);
-        dev::wgmma::mma_ss<DType, kBlockM, 0, 0>(s.tiles, dev::wgmma::advance(k_desc, kv_at),
-                                                 dev::wgmma::advance(q_desc, q_at), kk > 0);  // consumer: S^T GEMM
-      }
-      ATTUNE_UNROLL
-      for (i32 kk = 0; kk < kHeadSteps; ++kk) {
-        const u32 kv_at = static_cast<u32>((kk / 4) * kBlockN * kRowBytes + (kk % 4) * 32);
-        const u32 q_at = static_cast<u32>((kk / 4) * kBlockM * kRowBytes + (kk % 4) * 32);
-        dev::wgmma::mma_ss<DType, kBlockM, 0, 0>(dp.tiles, dev::wgmma::advance(v_desc, kv_at),
-                                                 dev::wgmma::advance(do_desc, q_at), kk > 0);  // consumer: dP^T GEMM
-      }
+      keys_by_queries(s, k_rows, q_tile);    // consumer: S^T GEMM
+      keys_by_queries(dp, v_rows, do_tile);  // consumer: dP^T GEMM
       dev::wgmma::commit();
       dev::wgmma::wait<0>();
     }

@@ -144,15 +144,6 @@ TEST(DropoutEmuTest, TheStateInMemoryReplacesTheProblemsSeedAndOffset) {
   EXPECT_FALSE(within_rule(in, got, p, &why)) << "the problem's seed and offset were used";
 }
 
-bool gradients_within_rule(const testing::BackwardInputs& in, const ReferenceGradients& got, std::string* why) {
-  const AttentionProblem& p = in.forward.problem;
-  const ReferenceGradients want =
-      reference_backward(p, in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.d_o.data());
-  const ReferenceGradients naive =
-      naive_storage_backward(p, in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.d_o.data());
-  return within_gradient_rule(got, want, naive, p.dtype, 3.0, why);
-}
-
 TEST(DropoutEmuTest, BackwardRegeneratesTheForwardsMask) {
   // Warps of 32 queries and of 16 (one query tile pair); dQ by atomics and
   // per key block; the packed family restarts positions per sequence.
@@ -162,7 +153,7 @@ TEST(DropoutEmuTest, BackwardRegeneratesTheForwardsMask) {
          {"flash_bwd/d64.bm64.bn64.wm2.wn4.st2.at0.dropout1", "flash_bwd/d64.bm16.bn64.wm1.wn4.st1.at1.dropout1"}) {
       const Variant v = parse_variant_id(id);
       std::string why;
-      EXPECT_TRUE(gradients_within_rule(in, testing::run_backward_on_emulator(in, v), &why))
+      EXPECT_TRUE(testing::gradients_within_rule(in, testing::run_backward_on_emulator(in, v), &why))
           << v.id() << " on " << family.name << ": " << why;
     }
   }
@@ -193,7 +184,8 @@ TEST(DropoutEmuTest, TheScoreModifiersAndDropoutTogether) {
   const testing::BackwardInputs bin = testing::make_backward_inputs(gqa_causal(capped, 40));
   const Variant bv =
       heuristic_backward_variant(DType::kBF16, 40, 40, require_arch("sm_90a"), false, modifier_bits(capped));
-  EXPECT_TRUE(gradients_within_rule(bin, testing::run_backward_on_emulator(bin, bv), &why)) << bv.id() << ": " << why;
+  EXPECT_TRUE(testing::gradients_within_rule(bin, testing::run_backward_on_emulator(bin, bv), &why))
+      << bv.id() << ": " << why;
 }
 
 // ---- planted bugs (copies of the templates with one change each) ----
@@ -240,10 +232,10 @@ TEST(DropoutEmuTest, PlantedBackwardWithAnotherOffsetIsCaught) {
   const testing::BackwardInputs in = testing::make_backward_inputs(gqa_causal(dropout(), 32));
   const Variant v = parse_variant_id("flash_bwd/d32.bm64.bn32.wm2.wn2.st2.at1.dropout1");
   std::string why;
-  EXPECT_TRUE(gradients_within_rule(
+  EXPECT_TRUE(testing::gradients_within_rule(
       in, testing::run_with_main_kernel(in, v, &flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16, 0, 0, 1>), &why))
       << why;
-  EXPECT_FALSE(gradients_within_rule(
+  EXPECT_FALSE(testing::gradients_within_rule(
       in, testing::run_with_main_kernel(in, v, &dropout_other_offset::flash_bwd<32, 64, 32, 2, 2, 2, 1, Bf16, 0, 0, 1>),
       &why))
       << "the backward's mask from another offset passed";

@@ -13,7 +13,6 @@
 #include "flash_bwd_sm90_dk_unscaled.cuh"
 #include "flash_bwd_sm90_early_release.cuh"
 #include "flash_bwd_sm90_lse_natural.cuh"
-#include "reference/backward_accuracy.h"
 #include "tests/support/emu_backward.h"
 
 namespace attune {
@@ -34,22 +33,12 @@ testing::BackwardInputs planted_inputs() {
                                         ProblemOptions{.dtype = DType::kBF16, .mask = Mask::causal_bottom_right()}});
 }
 
-// Whether the gradients of a run are within the rule, and why not.
-bool within_rule(const testing::BackwardInputs& in, const ReferenceGradients& got, std::string* why) {
-  const AttentionProblem& p = in.forward.problem;
-  const ReferenceGradients want =
-      reference_backward(p, in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.d_o.data());
-  const ReferenceGradients naive =
-      naive_storage_backward(p, in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.d_o.data());
-  return within_gradient_rule(got, want, naive, p.dtype, 3.0, why);
-}
-
 TEST(FlashBwdSm90PlantedTest, TheRealKernelsRunCleanWithinTheRule) {
   const testing::BackwardInputs in = planted_inputs();
   const ReferenceGradients got = testing::run_sm90_with_kernels(
       in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
   std::string why;
-  EXPECT_TRUE(within_rule(in, got, &why)) << why;
+  EXPECT_TRUE(testing::gradients_within_rule(in, got, &why)) << why;
 }
 
 TEST(FlashBwdSm90PlantedTest, TheLseInNaturalUnitsFailsTheRule) {
@@ -58,7 +47,7 @@ TEST(FlashBwdSm90PlantedTest, TheLseInNaturalUnitsFailsTheRule) {
       testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
                                      &sm90_bwd_lse_natural::flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
   std::string why;
-  EXPECT_FALSE(within_rule(in, got, &why));
+  EXPECT_FALSE(testing::gradients_within_rule(in, got, &why));
 }
 
 TEST(FlashBwdSm90PlantedTest, DkWithoutTheScaleFailsTheRule) {
@@ -67,7 +56,7 @@ TEST(FlashBwdSm90PlantedTest, DkWithoutTheScaleFailsTheRule) {
       testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
                                      &sm90_bwd_dk_unscaled::flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
   std::string why;
-  EXPECT_FALSE(within_rule(in, got, &why));
+  EXPECT_FALSE(testing::gradients_within_rule(in, got, &why));
   EXPECT_NE(why.find("dK"), std::string::npos) << why;
 }
 
@@ -77,7 +66,7 @@ TEST(FlashBwdSm90PlantedTest, DpsumFromOInsteadOfDoFailsTheRule) {
       testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &dpsum_from_o::flash_bwd_preprocess<kWarps, Bf16>,
                                      &flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
   std::string why;
-  EXPECT_FALSE(within_rule(in, got, &why));
+  EXPECT_FALSE(testing::gradients_within_rule(in, got, &why));
 }
 
 TEST(FlashBwdSm90PlantedTest, AStageReleasedBeforeItsGemmsIsARace) {

@@ -9,10 +9,12 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "emulator/emulator.h"
 #include "reference/backward.h"
+#include "reference/backward_accuracy.h"
 #include "reference/reference.h"
 #include "runtime/launch/emu_backend.h"
 #include "runtime/launch/flash_bwd_params.h"
@@ -47,6 +49,18 @@ inline BackwardInputs make_backward_inputs(const Family& family, unsigned seed =
   std::mt19937 rng(seed + 1);
   in.d_o = random_bits(static_cast<int64_t>(in.o.size()), p.dtype, 0.0F, 1.0F, rng);
   return in;
+}
+
+// Whether gradients of `in` are within FlashAttention's rule for them
+// (three times the naive storage-dtype backward's error plus a floor), and
+// why not.
+inline bool gradients_within_rule(const BackwardInputs& in, const ReferenceGradients& got, std::string* why) {
+  const AttentionProblem& p = in.forward.problem;
+  const ReferenceGradients want =
+      reference_backward(p, in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.d_o.data());
+  const ReferenceGradients naive =
+      naive_storage_backward(p, in.forward.q.data(), in.forward.k.data(), in.forward.v.data(), in.d_o.data());
+  return within_gradient_rule(got, want, naive, p.dtype, 3.0, why);
 }
 
 // The gradients as the kernels store them (bit patterns, the problem's
