@@ -16,6 +16,23 @@ std::int64_t workspace_rows(const AttentionProblem& p) { return p.is_packed() ? 
 
 std::int64_t longest_key_capacity(const AttentionProblem& p) { return p.max_seqlen_k(); }
 
+// What the workspace and the grid need of a main kernel of either family:
+// keys per CTA, keys per dQ slice (deterministic mode), dQ by atomics.
+struct MainTiles {
+  int block_n;
+  int slice_keys;
+  bool dq_atomic;
+};
+
+MainTiles main_tiles(const Variant& main) {
+  if (main.kernel->id == KernelId::kFlashBwdSm90) {
+    const FlashBwdSm90Shape s = FlashBwdSm90Shape::of(main);
+    return {s.block_n, FlashBwdSm90Tunables::kSliceKeys, s.dq_atomic != 0};  // a slice per consumer
+  }
+  const FlashBwdShape s = FlashBwdShape::of(main);
+  return {s.block_n, s.block_n, s.dq_atomic != 0};
+}
+
 }  // namespace
 
 std::int64_t backward_key_blocks(const AttentionProblem& p, int block_n) {
@@ -27,18 +44,11 @@ BackwardWorkspace backward_workspace(const AttentionProblem& p, const Variant& m
   const std::int64_t dq = rows * p.heads_q * p.head_dim_k;
   BackwardWorkspace w;
   w.d_floats = p.heads_q * rows;
-  if (main.kernel->id == KernelId::kFlashBwdSm90) {
-    // Deterministic: one slice per consumer of each key block.
-    const FlashBwdSm90Shape s = FlashBwdSm90Shape::of(main);
-    if (s.dq_atomic != 0) {
-      w.dq_accum_floats = dq;
-    } else {
-      w.dq_partial_floats = backward_key_blocks(p, s.block_n) * (s.block_n / FlashBwdSm90Tunables::kSliceKeys) * dq;
-    }
-  } else if (FlashBwdShape::of(main).dq_atomic != 0) {
+  const MainTiles t = main_tiles(main);
+  if (t.dq_atomic) {
     w.dq_accum_floats = dq;
   } else {
-    w.dq_partial_floats = backward_key_blocks(p, FlashBwdShape::of(main).block_n) * dq;
+    w.dq_partial_floats = backward_key_blocks(p, t.block_n) * (t.block_n / t.slice_keys) * dq;
   }
   return w;
 }
@@ -100,7 +110,7 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
 }
 
 LaunchConfig flash_bwd_launch(const AttentionProblem& p, const Variant& variant) {
-  const std::int64_t blocks = backward_key_blocks(p, FlashBwdShape::of(variant).block_n);
+  const std::int64_t blocks = backward_key_blocks(p, main_tiles(variant).block_n);
   return {.grid = {static_cast<i32>(blocks), static_cast<i32>(p.heads_kv),
                    static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
           .block = {variant.threads(), 1, 1},

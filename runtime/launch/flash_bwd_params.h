@@ -56,7 +56,8 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& problem, const BackwardB
 // capacity of a sequence / BLOCK_N), at least 1.
 std::int64_t backward_key_blocks(const AttentionProblem& problem, int block_n);
 
-// Grid (key blocks, Hkv, B) of a flash_bwd variant.
+// Grid (key blocks, Hkv, B), block and shared memory of a flash_bwd or
+// flash_bwd_sm90 variant.
 LaunchConfig flash_bwd_launch(const AttentionProblem& problem, const Variant& variant);
 
 // The row kernels (one variant each, one warp per query row of a head):

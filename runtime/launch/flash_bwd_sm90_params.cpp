@@ -1,11 +1,9 @@
 #include "runtime/launch/flash_bwd_sm90_params.h"
 
-#include <algorithm>
 #include <cstdint>
 #include <utility>
 
 #include "generated/kernel_shapes.h"
-#include "runtime/launch/flash_bwd_params.h"
 #include "runtime/launch/flash_fwd_sm90_params.h"
 
 namespace attune {
@@ -33,14 +31,6 @@ Sm90BackwardMaps flash_bwd_sm90_maps(const AttentionProblem& p, const BackwardBu
           sm90_tensor_map(b.k, p.k_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_k, bn),
           sm90_tensor_map(b.v, p.v_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v, bn),
           sm90_tensor_map(b.d_o, p.o_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v, bm)};
-}
-
-LaunchConfig flash_bwd_sm90_launch(const AttentionProblem& p, const Variant& variant) {
-  const std::int64_t blocks = backward_key_blocks(p, FlashBwdSm90Shape::of(variant).block_n);
-  return {.grid = {static_cast<i32>(blocks), static_cast<i32>(p.heads_kv),
-                   static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},
-          .block = {variant.threads(), 1, 1},
-          .dynamic_shared_bytes = variant.shared_bytes()};
 }
 
 }  // namespace attune

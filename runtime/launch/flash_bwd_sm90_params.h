@@ -1,14 +1,13 @@
 // From the operator contract to the Hopper backward kernel's launch: whether
 // a call fits flash_bwd_sm90 (else flash_bwd runs it), its four tensor maps,
-// the params struct and grid. The preprocess and convert kernels around it
-// are flash_bwd's (flash_bwd_params.h).
+// the params struct. Its grid and the preprocess and convert kernels around
+// it are flash_bwd's (flash_bwd_params.h).
 #pragma once
 
 #include <string>
 
 #include "core/problem.h"
 #include "core/tensor_map.h"
-#include "emulator/launch.h"
 #include "generated/kernel_shapes.h"
 #include "generator/variants.h"
 #include "templates/flash_bwd_sm90.cuh"
@@ -48,7 +47,6 @@ FlashBwdSm90Params flash_bwd_sm90_params(const AttentionProblem& problem, const 
   return k;
 }
 
-// Grid (key blocks, Hkv, B), block and dynamic shared memory.
-LaunchConfig flash_bwd_sm90_launch(const AttentionProblem& problem, const Variant& variant);
+// Its grid is flash_bwd's (flash_bwd_launch, flash_bwd_params.h).
 
 }  // namespace attune

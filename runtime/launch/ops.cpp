@@ -228,7 +228,7 @@ void launch_backward(LaunchBackend::Call& call, const AttentionProblem& p, const
     const std::string unfit = bwd_sm90_unfit_reason(p, b);
     if (unfit.empty()) {
       const auto encode = [&](const TensorMapSpec& spec) { return call.tensor_map(spec); };
-      launch(call, kernels.main, flash_bwd_sm90_launch(p, main), flash_bwd_sm90_params(p, b, params, main, encode));
+      launch(call, kernels.main, flash_bwd_launch(p, main), flash_bwd_sm90_params(p, b, params, main, encode));
     } else if (kernels.fallback) {
       const LoadedKernel fallback = kernels.fallback();
       launch(call, fallback, flash_bwd_launch(p, fallback.variant), params);

@@ -169,7 +169,7 @@ ReferenceGradients run_sm90_with_kernels(const BackwardInputs& in, const Variant
       flash_bwd_sm90_params(p, call.buffers, call.params, variant, encode_emulated_tensor_map);
   call.emulator.launch(preprocess, flash_bwd_row_launch(p, bwd_preprocess_variant()),
                        std::bit_cast<PreprocessParams>(call.params));
-  call.emulator.launch(main_kernel, flash_bwd_sm90_launch(p, variant), std::bit_cast<MainParams>(sm90));
+  call.emulator.launch(main_kernel, flash_bwd_launch(p, variant), std::bit_cast<MainParams>(sm90));
   call.run_row_kernel(p, bwd_dq_convert_variant());
   return to_values(p.dtype, call.g);
 }
