@@ -75,6 +75,14 @@ void Emulator::Impl::report(BugKind kind, const Thread& t, const Where& where, s
   reports.push_back(BugReport{kind, t.block, t.index, warp, t.lane, site_of(where), std::move(detail)});
 }
 
+std::string Emulator::Impl::global_text(const void* p) const {
+  const auto addr = reinterpret_cast<std::uintptr_t>(p);
+  auto it = buffers.upper_bound(addr);
+  if (it == buffers.begin()) return "an unregistered address";
+  --it;
+  return "byte " + std::to_string(addr - it->first) + " of buffer '" + it->second.name + "'";
+}
+
 void Emulator::Impl::report_hang() {
   // Group the stuck threads by where they wait.
   std::vector<std::pair<std::string, std::vector<i32>>> groups;
@@ -103,6 +111,16 @@ void Emulator::Impl::report_hang() {
         deadlock = true;
         culprit = &t;
         break;
+      case State::kAtSemaphore: {
+        i32 value = 0;
+        std::memcpy(&value, t.semaphore, sizeof value);
+        where = "waiting on the semaphore at " + global_text(t.semaphore) + " for at least " +
+                std::to_string(t.semaphore_target) + " (it holds " + std::to_string(value) + ") (" + site_of(t.site) +
+                ")";
+        deadlock = true;
+        culprit = &t;
+        break;
+      }
       case State::kAtClusterBarrier:
         where = "waiting at cluster::sync (" + site_of(t.site) + ")";
         if (culprit == nullptr) culprit = &t;
@@ -128,7 +146,7 @@ void Emulator::Impl::report_hang() {
     }
     it->second.push_back(t.linear);
   }
-  std::string detail = "the block can never continue:";
+  std::string detail = "the block " + dim3_text(threads.front().block) + " can never continue:";
   for (const auto& [where, ids] : groups) detail += " threads " + id_ranges(ids) + " " + where + ";";
   detail.pop_back();
   for (const auto& [offset, b] : mbarriers) {
@@ -142,6 +160,10 @@ void Emulator::Impl::report_hang() {
                   ": " + std::to_string(n.arrived) + " of " + std::to_string(n.expected) + " threads arrived";
       }
     }
+  }
+  if (!parked.empty()) {
+    detail += "; " + std::to_string(parked.size()) + " other block(s) resident, waiting on semaphores (at most " +
+              std::to_string(options.max_resident_units) + " at once)";
   }
   const Thread& t = culprit != nullptr ? *culprit : threads.front();
   const BugKind kind = deadlock            ? BugKind::kDeadlock

@@ -1,6 +1,7 @@
 // The SIMT emulator: runs a kernel template's body for every thread of a
-// grid on the CPU. Blocks run one after another; inside a block every thread
-// is a fiber, and barriers and warp collectives rendezvous. Every memory
+// grid on the CPU. Blocks run one after another (a block waiting on a global
+// semaphore is set aside while others run); inside a block every thread is a
+// fiber, and barriers and warp collectives rendezvous. Every memory
 // access goes through a check, and what it finds is thrown as KernelFault.
 //
 // Example:
@@ -30,6 +31,10 @@ class Emulator {
     // launch), and each block's threads are swept in one: a result that
     // depends on the order (fp32 atomics, a missing wait) changes with it.
     std::uint64_t schedule_seed = 0;
+    // Blocks (clusters) resident at once: a block whose threads wait on a
+    // global semaphore (dev::semaphore_wait) is set aside while others run,
+    // as on a GPU; a launch that needs more of them at once is a hang.
+    std::size_t max_resident_units = 32;
   };
 
   Emulator();

@@ -1,6 +1,7 @@
 #include "emulator/global_writes.h"
 
 #include <algorithm>
+#include <utility>
 
 namespace attune::emu {
 
@@ -26,10 +27,37 @@ std::optional<GlobalWrites::Conflict> GlobalWrites::write(std::uint64_t offset, 
   return first;
 }
 
+std::uint32_t GlobalWrites::writer(std::uint64_t offset) const {
+  if (offset >= buffer_bytes_ || pages_.empty()) return 0;
+  const auto& page = pages_[offset >> kPageBits];
+  return page ? page[offset & (kPageBytes - 1)] : 0;
+}
+
 void GlobalWrites::clear() {
   for (auto& page : pages_) {
     if (page) std::fill_n(page.get(), kPageBytes, 0U);
   }
+}
+
+const GlobalReductions::Record* GlobalReductions::find(std::uint64_t offset) const {
+  if (offset >= buffer_bytes_ || pages_.empty()) return nullptr;
+  const auto& page = pages_[offset >> kPageBits];
+  if (!page) return nullptr;
+  const Record& r = page[(offset >> 2) & (kPageWords - 1)];
+  return r.block_record == 0 ? nullptr : &r;
+}
+
+GlobalReductions::Record GlobalReductions::exchange(std::uint64_t offset, const Record& r) {
+  if (pages_.empty()) pages_.resize((buffer_bytes_ + (std::uint64_t{1} << kPageBits) - 1) >> kPageBits);
+  std::unique_ptr<Record[]>& page = pages_[offset >> kPageBits];
+  if (!page) page = std::make_unique<Record[]>(kPageWords);
+  latest_tag_ = GlobalWrites::launch_tag(r.block_record);
+  return std::exchange(page[(offset >> 2) & (kPageWords - 1)], r);
+}
+
+void GlobalReductions::clear() {
+  pages_.clear();
+  latest_tag_ = 0;
 }
 
 }  // namespace attune::emu

@@ -70,7 +70,13 @@ void cp_async_commit(const Where& /*where*/) { emulator().cp_async_commit(); }
 
 void cp_async_wait(i32 pending, const Where& where) { emulator().cp_async_wait(pending, where); }
 
-void atomic_add(float* p, float value, const Where& where) { emulator().atomic_add(p, value, where); }
+void atomic_add(float* p, float value, const Where& where) { emulator().atomic_add(p, value, false, where); }
+
+void ordered_atomic_add(float* p, float value, const Where& where) { emulator().atomic_add(p, value, true, where); }
+
+void semaphore_wait(const i32* p, i32 target, const Where& where) { emulator().semaphore_wait(p, target, where); }
+
+void semaphore_release(i32* p, i32 value, const Where& where) { emulator().semaphore_release(p, value, where); }
 
 i32 atomic_fetch_add(i32* p, i32 value, const Where& where) { return emulator().atomic_fetch_add(p, value, where); }
 

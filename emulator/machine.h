@@ -5,12 +5,14 @@
 // templates/primitives/hopper_emulated.h's hooks (emulator/hooks.cpp).
 //
 // Each unit, what it models, and its tests (tests/emulator/):
-//   scheduler.cpp      fibers, warp collectives, block barriers, hangs   scheduler_test, primitives_test
+//   scheduler.cpp      fibers, warp collectives, block barriers, hangs,  scheduler_test, primitives_test
+//                      resident units parked on semaphores
 //   memory_checks.cpp  bounds, alignment, races, async-proxy order       memory_checks_test
 //   cp_async.cpp       cp.async groups                                   cp_async_test
 //   tma.cpp            TMA loads and stores                              tma_test
 //   barriers.cpp       mbarriers, named barriers, vector clocks          barriers_test
 //   wgmma.cpp          the wgmma pipeline and setmaxnreg                 wgmma_test
+//   global_order.cpp   reductions, semaphores between blocks              global_order_test
 //   counting.cpp       shared traffic per site, for the speed model      counting_test
 //   diagnostics.cpp    report text                                       diagnostics_test
 //   hooks.cpp          the primitives' entry points: forwarding only
@@ -59,6 +61,7 @@ enum class State : std::uint8_t {
   kAtMbarrier,
   kAtNamedBarrier,
   kAtClusterBarrier,
+  kAtSemaphore,
   kDone
 };
 enum class WarpOp : std::uint8_t { kShuffle, kMma, kLdmatrix, kElect };
@@ -216,6 +219,9 @@ struct Thread {
   u64 wait_offset = 0;
   i64 wait_phase = 0;
   i32 wait_named = 0;
+  // A semaphore wait (semaphore_wait): the counter and the value it waits for.
+  const i32* semaphore = nullptr;
+  i32 semaphore_target = 0;
   // TMA stores: the open bulk group, then committed ones oldest first.
   std::vector<TmaStore> open_stores;
   std::deque<std::vector<TmaStore>> committed_stores;
@@ -225,7 +231,8 @@ struct Buffer {
   std::uintptr_t begin;
   std::uintptr_t end;
   std::string name;
-  GlobalWrites writes;  // which block of the launch wrote each byte
+  GlobalWrites writes;          // which block of the launch wrote each byte
+  GlobalReductions reductions;  // which thread of which block last added to each word, and when
 };
 
 std::string range_text(std::uint64_t begin, std::uint64_t bytes);
@@ -254,25 +261,84 @@ struct ProxyCell {
   std::uint32_t async_read_clock = 0;
 };
 
-struct Emulator::Impl {
-  Options options;
-  // The order run_block sweeps the threads in (Options::schedule_seed).
+// Remote arrivals into a block of the cluster, by arriving thread (its
+// latest: its own clock component then, the barrier, the site). When the
+// block's last thread exits, every one must happen before that exit, or the
+// block may be gone when it lands.
+struct RemoteArrival {
+  std::uint32_t clock = 0;
+  u64 offset = 0;
+  Where site;
+};
+
+// The state of one resident unit (a cluster, or a block without clusters):
+// its threads and their fibers, its shared memory and the async proxy's view
+// of it, its synchronization objects. The unit being run is the emulator's
+// own (Emulator::Impl derives from Resident); a unit whose threads wait on a
+// global semaphore another block releases is parked, whole, while other
+// blocks run (Options::max_resident_units), as blocks are resident together
+// on a GPU.
+struct Resident {
+  std::vector<std::unique_ptr<Fiber>> fibers;  // one per thread
+  // The order the scheduler sweeps the threads in (Options::schedule_seed).
   std::vector<std::size_t> sweep;
+  // Its blocks run together (one block when the launch has no clusters),
+  // their threads one after another in `threads` and their shared memories
+  // one after another in `shared`, so block r's shared byte b is byte
+  // r * cta_shared + b of the cluster's.
+  std::vector<Thread> threads;
+  std::vector<unsigned char> shared;
+  SharedShadow shadow;
+  // The async proxy (wgmma operands): per shared byte; see ProxyCell.
+  std::vector<ProxyCell> proxy;
+  std::uint32_t proxy_block = 0;
+  // setmaxnreg: each warpgroup's registers per thread (the kernel's cap at
+  // entry to start with: 64K over the block's threads, in steps of 8, at
+  // most 256), and the last setmaxnreg.inc of each.
+  std::vector<i32> warpgroup_registers;
+  std::vector<std::pair<const Thread*, Where>> last_increase;
+  std::uint32_t async_clock = 0;  // the async proxy's component
+  std::vector<TmaLoad> loads;     // in flight, in issue order
+  // Per warp of the block: the shared accesses of each warp instruction
+  // not yet accounted.
+  std::vector<std::map<SiteVisit, std::vector<LaneAccess>>> pending_shared;
+  std::vector<std::vector<InFlightWgmma>> wgmma_ops;  // per warpgroup, in issue order
+  // mbarriers by shared offset, named barriers by id; vector clocks are kept
+  // from the first use of either in the unit.
+  std::map<u64, Mbarrier> mbarriers;
+  std::vector<std::array<NamedBarrier, kNamedBarriers>> named;  // per block of the cluster
+  bool track_clocks = false;
+  std::vector<std::map<i32, RemoteArrival>> remote_arrivals;  // per rank
+  std::vector<bool> exited;                                   // per rank: its exit was checked
+  // Happens-before between blocks, per rank: what the block has acquired of
+  // other blocks' epochs (global semaphores), and its own epoch.
+  std::vector<BlockClock> acquired;
+  std::vector<std::uint32_t> epoch;
+  // Semaphore releases of the launch when this unit last ran (a parked unit
+  // runs again once there are more).
+  std::uint64_t releases_seen = 0;
+};
+
+struct Emulator::Impl : Resident {
+  Options options;
   std::map<std::uintptr_t, Buffer> buffers;  // by start address
   // This launch's tag in the buffers' write records.
   std::uint32_t launch_tag = 0;
-  std::vector<std::unique_ptr<Fiber>> fibers;
 
-  // The cluster being run: its blocks run together (one block when the
-  // launch has no clusters), their threads one after another in `threads`
-  // and their shared memories one after another in `shared`, so block r's
-  // shared byte b is byte r * cta_shared + b of the cluster's.
+  // The launch: its clusters (one block each without clusters).
   LaunchConfig config;
   i32 cluster_ctas = 1;
   i32 cta_threads = 0;
   u64 cta_shared = 0;
-  std::vector<Thread> threads;
-  std::vector<unsigned char> shared;
+  // Fibers of units that finished, for the next.
+  std::vector<std::unique_ptr<Fiber>> spare_fibers;
+  // Units parked on a semaphore (the running one is *this's Resident).
+  std::vector<Resident> parked;
+  // Global semaphores: the epochs their releases published, and how many
+  // releases the launch has made.
+  std::map<std::uintptr_t, BlockClock> semaphore_clocks;
+  std::uint64_t releases = 0;
+  std::uint32_t next_proxy_block = 0;
   u64 cta_base(i32 rank) const { return static_cast<u64>(rank) * cta_shared; }
   // The same shared byte in block `to` as `offset` in block `from` (mapa).
   u64 in_block(u64 offset, i32 from, i32 to) const { return offset - cta_base(from) + cta_base(to); }
@@ -284,28 +350,11 @@ struct Emulator::Impl {
     const std::span<Thread> block = threads_of(rank);
     return std::all_of(block.begin(), block.end(), [](const Thread& x) { return x.state == State::kDone; });
   }
-  SharedShadow shadow;
-  // The async proxy (wgmma operands): per shared byte; see ProxyCell.
-  std::vector<ProxyCell> proxy;
-  std::uint32_t proxy_block = 0;
   ProxyCell& proxy_cell(u64 i) {
     ProxyCell& cell = proxy[i];
     if (cell.block != proxy_block) cell = ProxyCell{proxy_block};
     return cell;
   }
-  std::vector<std::vector<InFlightWgmma>> wgmma_ops;  // per warpgroup, in issue order
-  // mbarriers by shared offset, named barriers by id; vector clocks are kept
-  // from the first use of either in a launch.
-  std::map<u64, Mbarrier> mbarriers;
-  std::vector<std::array<NamedBarrier, kNamedBarriers>> named;  // per block of the cluster
-  bool track_clocks = false;
-  // setmaxnreg: each warpgroup's registers per thread (the kernel's cap at
-  // entry to start with: 64K over the block's threads, in steps of 8, at
-  // most 256), and the last setmaxnreg.inc of each.
-  std::vector<i32> warpgroup_registers;
-  std::vector<std::pair<const Thread*, Where>> last_increase;
-  std::uint32_t async_clock = 0;  // the async proxy's component
-  std::vector<TmaLoad> loads;     // in flight, in issue order
   const std::function<void()>* body = nullptr;
   Thread* current = nullptr;
   std::exception_ptr kernel_exception;
@@ -315,9 +364,6 @@ struct Emulator::Impl {
 
   // --- counting, for the speed model ----------------------------------
   LaunchCounters counters;
-  // Per warp of the block: the shared accesses of each warp instruction
-  // not yet accounted.
-  std::vector<std::map<SiteVisit, std::vector<LaneAccess>>> pending_shared;
 
   void count_shared(Thread& t, u64 offset, u64 bytes, const Where& where);
   void add_site(const std::string& site, const Wavefronts& w);
@@ -328,6 +374,8 @@ struct Emulator::Impl {
   // --- diagnostics (diagnostics.cpp) ------------------------------------
   void report(BugKind kind, const Thread& t, const Where& where, std::string detail);
   [[noreturn]] void report_hang();
+  // "byte 40 of buffer 'dq_semaphore'" for a registered global address.
+  std::string global_text(const void* p) const;
 
   // --- memory checks (memory_checks.cpp) --------------------------------
   // `alignment` is what the access needs (its size for plain loads and
@@ -348,8 +396,26 @@ struct Emulator::Impl {
   void generic_write(const Thread& t, u64 offset, u64 bytes, const Where& where);
   void check_async_visible(const Thread& t, u64 offset, u64 bytes, const char* what, const Where& where);
   bool global_access(const void* p, u64 bytes, bool write, const Where& where);
-  void atomic_add(float* p, float value, const Where& where);
+  void atomic_add(float* p, float value, bool ordered, const Where& where);
   i32 atomic_fetch_add(i32* p, i32 value, const Where& where);
+
+  // --- reductions and semaphores between blocks (global_order.cpp) -------
+  // Whether the access `r` recorded happens before the running thread now:
+  // within its unit by the threads' vector clocks, between blocks by the
+  // epochs semaphores carry.
+  bool happens_before(const Thread& t, const GlobalReductions::Record& r) const;
+  // A float reduction of `bytes` at `p` in `buffer` by the running thread:
+  // a plain store of another block, or (for an ordered add) an earlier add
+  // that does not happen before it, is reported.
+  void record_reduction(Thread& t, Buffer& buffer, const void* p, u64 bytes, bool ordered, const Where& where);
+  // A plain read or store of bytes a reduction of the launch changed, with
+  // nothing ordering the two, is reported.
+  void check_against_reductions(const Thread& t, Buffer& buffer, const void* p, u64 bytes, bool write,
+                                const Where& where);
+  void semaphore_wait(const i32* p, i32 target, const Where& where);
+  void semaphore_release(i32* p, i32 value, const Where& where);
+  void acquire(Thread& t, const i32* p);
+  bool wake_semaphores();
 
   // --- TMA (tma.cpp) ----------------------------------------------------
   bool tma_map(const Thread& t, const TensorMap* map, i32 rank, const Where& where, TensorMapSpec* spec);
@@ -402,17 +468,6 @@ struct Emulator::Impl {
   // its block must not have exited.
   Mbarrier* peer_barrier(Thread& t, u64 offset, i32 cta, const char* what, const Where& where);
   void mbarrier_arrive_cluster(u64* bar, i32 cta, const Where& where);
-  // Remote arrivals into each block of the cluster, by arriving thread (its
-  // latest: its own clock component then, the barrier, the site). When the
-  // block's last thread exits, every one must happen before that exit, or
-  // the block may be gone when it lands.
-  struct RemoteArrival {
-    std::uint32_t clock = 0;
-    u64 offset = 0;
-    Where site;
-  };
-  std::vector<std::map<i32, RemoteArrival>> remote_arrivals;  // per rank
-  std::vector<bool> exited;                                   // per rank: its exit was checked
   void check_exit(i32 rank);
   // barrier.cluster.arrive + wait: every thread of the cluster that has not
   // exited.
@@ -448,8 +503,16 @@ struct Emulator::Impl {
   }
   static void thread_entry(void* arg);
   void launch(const LaunchConfig& launch_config, const std::function<void()>& thread_body);
-  // Runs the cluster whose first block is `origin` (a block, without clusters).
-  void run_cluster(const Dim3& origin);
+  // Makes the cluster whose first block is `origin` (a block, without
+  // clusters) the running unit; `order` shuffles its sweep (null: by index).
+  void start_unit(const Dim3& origin, std::mt19937_64* order);
+  // Runs the running unit until it exits (finish_unit) or waits on a
+  // semaphore (parked), and the parked units a release may have woken.
+  void run_unit();
+  bool advance_unit();
+  void finish_unit();
+  void resume_parked();
+  void recycle_fibers(Resident& unit);
   bool resolve_warps();
   bool resolve_barrier();
   // Warp collectives: the thread parks at the rendezvous, resolve_warps

@@ -40,6 +40,7 @@ Buffer* Emulator::Impl::global_buffer(const Thread& t, const void* p, u64 bytes,
 void Emulator::Impl::record_global_write(const Thread& t, Buffer& buffer, const void* p, u64 bytes,
                                          const Where& where) {
   if (t.block_record == 0) return;
+  check_against_reductions(t, buffer, p, bytes, /*write=*/true, where);
   const u64 offset = reinterpret_cast<std::uintptr_t>(p) - buffer.begin;
   const auto conflict = buffer.writes.write(offset, bytes, t.block_record);
   if (!conflict) return;
@@ -173,13 +174,20 @@ bool Emulator::Impl::global_access(const void* p, u64 bytes, bool write, const W
   counters.global_bytes += bytes;
   Buffer* buffer = global_buffer(*current, p, bytes, write, where, std::min<u64>(bytes, 16));
   if (buffer == nullptr) return false;
-  if (write) record_global_write(*current, *buffer, p, bytes, where);
+  if (write) {
+    record_global_write(*current, *buffer, p, bytes, where);
+  } else {
+    check_against_reductions(*current, *buffer, p, bytes, /*write=*/false, where);
+  }
   return true;
 }
 
-// Atomics are not recorded as writes: blocks may share them.
-void Emulator::Impl::atomic_add(float* p, float value, const Where& where) {
-  if (!check_global(*current, p, sizeof(float), /*write=*/true, where, sizeof(float))) return;
+// Atomics are not recorded as writes: blocks may share them. Float adds are
+// recorded as reductions (global_order.cpp).
+void Emulator::Impl::atomic_add(float* p, float value, bool ordered, const Where& where) {
+  Buffer* buffer = global_buffer(*current, p, sizeof(float), /*write=*/true, where, sizeof(float));
+  if (buffer == nullptr) return;
+  record_reduction(*current, *buffer, p, sizeof(float), ordered, where);
   float old = 0;
   std::memcpy(&old, p, sizeof(float));
   old += value;

@@ -54,56 +54,90 @@ void Emulator::Impl::launch(const LaunchConfig& launch_config, const std::functi
   cluster_ctas = static_cast<i32>(ctas);
   cta_threads = static_cast<i32>(block_threads);
   cta_shared = static_cast<u64>(config.dynamic_shared_bytes);
-  shared.assign(static_cast<std::size_t>(cta_shared * static_cast<u64>(ctas)), 0);
-  proxy.assign(shared.size(), ProxyCell{});
-  proxy_block = 0;
-  track_clocks = false;
+  semaphore_clocks.clear();
+  releases = 0;
   // Global write records of earlier launches have other tags; once the tags
   // wrap, an old record could carry this launch's, so all are forgotten.
   if (++launch_tag > GlobalWrites::kLaunchTags) {
-    for (auto& [begin, buffer] : buffers) buffer.writes.clear();
+    for (auto& [begin, buffer] : buffers) {
+      buffer.writes.clear();
+      buffer.reductions.clear();
+    }
     launch_tag = 1;
-  }
-  const std::size_t unit_threads = static_cast<std::size_t>(block_threads * ctas);
-  while (fibers.size() < unit_threads) fibers.push_back(std::make_unique<Fiber>(options.stack_bytes));
-  threads.assign(unit_threads, Thread{});
-  for (i32 i = 0; i < static_cast<i32>(unit_threads); ++i) {
-    Thread& t = threads[static_cast<std::size_t>(i)];
-    const i32 local = i % cta_threads;
-    t.linear = i;
-    t.rank = i / cta_threads;
-    t.in_cluster = ctas > 1;
-    t.index = {local % config.block.x, (local / config.block.x) % config.block.y,
-               local / (config.block.x * config.block.y)};
-    t.warp = i / kWarpSize;
-    t.lane = i % kWarpSize;
-    t.fiber = fibers[static_cast<std::size_t>(i)].get();
   }
   g_emulator = this;
   std::vector<Dim3> origins;  // each cluster's first block
   for (i32 z = 0; z < config.grid.z; z += cd.z)
     for (i32 y = 0; y < config.grid.y; y += cd.y)
       for (i32 x = 0; x < config.grid.x; x += cd.x) origins.push_back({x, y, z});
-  sweep.resize(threads.size());
-  for (std::size_t i = 0; i < sweep.size(); ++i) sweep[i] = i;
   std::mt19937_64 order(options.schedule_seed * 0x9E3779B97F4A7C15ULL + launch_tag);
   if (options.schedule_seed != 0) std::shuffle(origins.begin(), origins.end(), order);
+  const auto end_launch = [&] {
+    g_emulator = nullptr;
+    current = nullptr;
+    // Units a hang left parked give their fibers back (reset before reuse).
+    for (Resident& unit : parked) recycle_fibers(unit);
+    parked.clear();
+    recycle_fibers(*this);
+  };
   try {
     for (const Dim3& origin : origins) {
-      if (options.schedule_seed != 0) std::shuffle(sweep.begin(), sweep.end(), order);
-      run_cluster(origin);
+      start_unit(origin, options.schedule_seed != 0 ? &order : nullptr);
+      run_unit();
+      resume_parked();
+    }
+    // Units still waiting for a release no block will make.
+    if (!parked.empty()) {
+      static_cast<Resident&>(*this) = std::move(parked.back());
+      parked.pop_back();
+      report_hang();
     }
   } catch (const AbortLaunch&) {
   } catch (...) {
-    g_emulator = nullptr;
+    end_launch();
     throw;
   }
-  g_emulator = nullptr;
-  current = nullptr;
+  end_launch();
   if (!reports.empty()) throw KernelFault(reports, dropped);
 }
 
-void Emulator::Impl::run_cluster(const Dim3& origin) {
+void Emulator::Impl::recycle_fibers(Resident& unit) {
+  for (auto& fiber : unit.fibers) spare_fibers.push_back(std::move(fiber));
+  unit.fibers.clear();
+}
+
+void Emulator::Impl::start_unit(const Dim3& origin, std::mt19937_64* order) {
+  const std::size_t unit_threads = static_cast<std::size_t>(cta_threads) * static_cast<std::size_t>(cluster_ctas);
+  while (fibers.size() < unit_threads) {
+    if (spare_fibers.empty()) {
+      fibers.push_back(std::make_unique<Fiber>(options.stack_bytes));
+    } else {
+      fibers.push_back(std::move(spare_fibers.back()));
+      spare_fibers.pop_back();
+    }
+  }
+  threads.assign(unit_threads, Thread{});
+  for (i32 i = 0; i < static_cast<i32>(unit_threads); ++i) {
+    Thread& t = threads[static_cast<std::size_t>(i)];
+    const i32 local = i % cta_threads;
+    t.linear = i;
+    t.rank = i / cta_threads;
+    t.in_cluster = cluster_ctas > 1;
+    t.index = {local % config.block.x, (local / config.block.x) % config.block.y,
+               local / (config.block.x * config.block.y)};
+    t.warp = i / kWarpSize;
+    t.lane = i % kWarpSize;
+    t.fiber = fibers[static_cast<std::size_t>(i)].get();
+  }
+  sweep.resize(threads.size());
+  for (std::size_t i = 0; i < sweep.size(); ++i) sweep[i] = i;
+  if (order != nullptr) std::shuffle(sweep.begin(), sweep.end(), *order);
+  shared.assign(static_cast<std::size_t>(cta_shared * static_cast<u64>(cluster_ctas)), 0);
+  proxy.assign(shared.size(), ProxyCell{});
+  track_clocks = false;
+  acquired.assign(static_cast<std::size_t>(cluster_ctas), {});
+  epoch.assign(static_cast<std::size_t>(cluster_ctas), 1);
+  releases_seen = 0;
   // Rank r of the cluster is block origin + (r % x, r / x % y, r / (x y)), as %cluster_ctarank counts.
   const Dim3& cd = config.cluster;
   for (Thread& t : threads) {
@@ -114,7 +148,7 @@ void Emulator::Impl::run_cluster(const Dim3& origin) {
   }
   std::fill(shared.begin(), shared.end(), static_cast<unsigned char>(0xFF));  // NaN in every float format
   shadow.reset(shared.size());
-  ++proxy_block;
+  proxy_block = ++next_proxy_block;
   async_clock = 0;
   {
     const std::size_t groups = (threads.size() + sm90::kWarpgroupSize - 1) / sm90::kWarpgroupSize;
@@ -143,12 +177,51 @@ void Emulator::Impl::run_cluster(const Dim3& origin) {
     t.next_phase.clear();
     t.open_stores.clear();
     t.committed_stores.clear();
-    if (track_clocks) {
-      t.clock = fresh_clock();
-      t.clock[static_cast<std::size_t>(t.linear)] = 1;
-    }
     t.fiber->reset(&Impl::thread_entry, this);
   }
+}
+
+void Emulator::Impl::run_unit() {
+  if (advance_unit()) {
+    finish_unit();
+    recycle_fibers(*this);
+    return;
+  }
+  if (parked.size() + 1 >= options.max_resident_units) {
+    report_hang();  // its detail counts the parked units
+  }
+  parked.push_back(std::move(static_cast<Resident&>(*this)));
+  static_cast<Resident&>(*this) = Resident{};
+}
+
+void Emulator::Impl::resume_parked() {
+  for (;;) {
+    const auto next = std::find_if(parked.begin(), parked.end(),
+                                   [&](const Resident& unit) { return unit.releases_seen != releases; });
+    if (next == parked.end()) return;
+    static_cast<Resident&>(*this) = std::move(*next);
+    parked.erase(next);
+    run_unit();
+  }
+}
+
+bool Emulator::Impl::wake_semaphores() {
+  bool woke = false;
+  for (Thread& t : threads) {
+    if (t.state != State::kAtSemaphore) continue;
+    i32 value = 0;
+    std::memcpy(&value, t.semaphore, sizeof value);
+    if (value < t.semaphore_target) continue;
+    acquire(t, t.semaphore);
+    t.state = State::kRunnable;
+    woke = true;
+  }
+  return woke;
+}
+
+// Runs the unit until every thread exits (true) or the runnable ones are
+// done and some wait on a semaphore (false: the caller parks it).
+bool Emulator::Impl::advance_unit() {
   for (;;) {
     bool all_done = true;
     for (const std::size_t i : sweep) {
@@ -182,8 +255,19 @@ void Emulator::Impl::run_cluster(const Dim3& origin) {
     if (resolve_warpgroups()) continue;
     if (resolve_barrier()) continue;
     if (resolve_cluster_barrier()) continue;
+    if (wake_semaphores()) continue;
+    if (std::any_of(threads.begin(), threads.end(), [](const Thread& t) { return t.state == State::kAtSemaphore; })) {
+      releases_seen = releases;
+      return false;
+    }
     report_hang();
   }
+  return true;
+}
+
+// What a unit does once all its threads exited: the checks of its end, and
+// the stores and copies nobody waited for.
+void Emulator::Impl::finish_unit() {
   flush_all_shared();
   // setmaxnreg.inc waits for registers other warpgroups give back, so the
   // allocation each block ends with must fit the 64K of its multiprocessor.

@@ -9,6 +9,13 @@ void join(VectorClock& into, const VectorClock& from) {
   for (std::size_t i = 0; i < from.size(); ++i) into[i] = std::max(into[i], from[i]);
 }
 
+void join(BlockClock& into, const BlockClock& from) {
+  for (const auto& [block, epoch] : from) {
+    std::uint32_t& mine = into[block];
+    mine = std::max(mine, epoch);
+  }
+}
+
 std::string describe(const Mbarrier& b) {
   if (!b.initialized) return "not initialised";
   std::string text = "phase " + std::to_string(b.phase) + ", " + std::to_string(b.pending) + " of " +

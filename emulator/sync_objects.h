@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -19,6 +20,12 @@ using VectorClock = std::vector<std::uint32_t>;
 
 // into = max(into, from), component by component.
 void join(VectorClock& into, const VectorClock& from);
+
+// Happens-before between blocks of a launch, which only global semaphores
+// order: per block (linear index), the newest of its epochs seen. A block's
+// epoch grows by one at each of its releases.
+using BlockClock = std::map<std::int64_t, std::uint32_t>;
+void join(BlockClock& into, const BlockClock& from);
 
 struct Mbarrier {
   bool initialized = false;

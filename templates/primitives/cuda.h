@@ -69,6 +69,28 @@ ATTUNE_DEVICE void atomic_add(float* p, float value) {
   asm volatile("red.global.add.f32 [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "f"(value) : "memory");
 }
 
+// The same add, where the kernel orders the adds to each word (semaphores):
+// the emulator checks that every earlier add to the word happens before it.
+ATTUNE_DEVICE void ordered_atomic_add(float* p, float value) { atomic_add(p, value); }
+
+// Waits until the counter at p (global memory) holds at least `target`,
+// with acquire semantics at device scope: what the block that released it
+// wrote before its release is visible after.
+ATTUNE_DEVICE void semaphore_wait(const i32* p, i32 target) {
+  i32 value;
+  for (;;) {
+    asm volatile("ld.acquire.gpu.global.b32 %0, [%1];" : "=r"(value) : "l"(__cvta_generic_to_global(p)) : "memory");
+    if (value >= target) return;
+  }
+}
+
+// Adds `value` to the counter at p with release semantics at device scope:
+// the block's earlier writes (ordered before this thread by a barrier) are
+// visible to whoever acquires the new value.
+ATTUNE_DEVICE void semaphore_release(i32* p, i32 value) {
+  asm volatile("red.release.gpu.global.add.s32 [%0], %1;" ::"l"(__cvta_generic_to_global(p)), "r"(value) : "memory");
+}
+
 // Adds `value` to *p (global memory) and returns what *p held before: a
 // relaxed, device-scope atomicAdd (a persistent tile scheduler's tickets).
 ATTUNE_DEVICE i32 atomic_fetch_add(i32* p, i32 value) {

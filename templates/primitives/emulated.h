@@ -35,6 +35,9 @@ void cp_async(void* shared_dst, const void* global_src, i32 src_bytes, const Whe
 void cp_async_commit(const Where& where);
 void cp_async_wait(i32 pending, const Where& where);
 void atomic_add(float* p, float value, const Where& where);
+void ordered_atomic_add(float* p, float value, const Where& where);
+void semaphore_wait(const i32* p, i32 target, const Where& where);
+void semaphore_release(i32* p, i32 value, const Where& where);
 i32 atomic_fetch_add(i32* p, i32 value, const Where& where);
 float half_to_float(u16 bits);
 u16 float_to_half(float value);
@@ -117,6 +120,15 @@ inline void atomic_add(float* p, float value, const Where& where = Where::curren
 }
 inline i32 atomic_fetch_add(i32* p, i32 value, const Where& where = Where::current()) {
   return emu::hooks::atomic_fetch_add(p, value, where);
+}
+inline void ordered_atomic_add(float* p, float value, const Where& where = Where::current()) {
+  emu::hooks::ordered_atomic_add(p, value, where);
+}
+inline void semaphore_wait(const i32* p, i32 target, const Where& where = Where::current()) {
+  emu::hooks::semaphore_wait(p, target, where);
+}
+inline void semaphore_release(i32* p, i32 value, const Where& where = Where::current()) {
+  emu::hooks::semaphore_release(p, value, where);
 }
 
 inline float exp2_approx(float x) { return emu::hooks::exp2_approx(x); }

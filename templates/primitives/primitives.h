@@ -21,6 +21,9 @@
 //   T load_shared<T>(const T*);  void store_shared<T>(T*, T);
 //   void atomic_add(float* global, float value);
 //   i32 atomic_fetch_add(i32* global, i32 value);     // returns the old value (relaxed, device scope)
+//   void ordered_atomic_add(float* global, float value);  // atomic_add whose order the kernel fixes
+//   void semaphore_wait(const i32* global, i32 target);   // spin until >= target (acquire, gpu scope)
+//   void semaphore_release(i32* global, i32 value);       // add (release, gpu scope)
 //   float exp2_approx(float);                         // ex2.approx.ftz.f32
 //   float log2_approx(float);                         // lg2.approx.ftz.f32
 //   float tanh_approx(float);                         // tanh.approx.f32

@@ -1,0 +1,189 @@
+// emulator/global_order.cpp and the resident units of scheduler.cpp: blocks
+// ordered by global semaphores (a block waiting on one is set aside while
+// others run), float reductions checked against the order semaphores give,
+// and against plain reads and stores of the same words.
+#include <gtest/gtest.h>
+
+#include <bit>
+#include <cstdint>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "tests/emulator/emu_fixture.h"
+
+namespace attune::emu_test {
+namespace {
+
+constexpr i32 kBlocks = 8;
+
+// Each block adds its term to one float: terms whose sum depends on the
+// order (1e8 absorbs the small ones unless they meet first).
+float term(i32 block) { return block % 4 == 0 ? 1e8F * (block % 8 == 0 ? 1.0F : -1.0F) : 1.0F + 0.125F * static_cast<float>(block); }
+
+struct Ordered {
+  float* sum;
+  i32* semaphore;
+  bool wait;     // false: the planted bug, no wait for the previous block
+  bool ordered;  // ordered_atomic_add, else atomic_add
+};
+
+ATTUNE_KERNEL void add_in_block_order(Ordered p) {
+  if (dev::thread_index().x != 0) return;
+  const i32 block = dev::block_index().x;
+  if (p.wait) dev::semaphore_wait(p.semaphore, block);
+  if (p.ordered) {
+    dev::ordered_atomic_add(p.sum, term(block));
+  } else {
+    dev::atomic_add(p.sum, term(block));
+  }
+  dev::semaphore_release(p.semaphore, 1);
+}
+
+struct Outcome {
+  std::uint32_t bits = 0;
+  std::string fault;  // empty: none
+};
+
+Outcome run_ordered(std::uint64_t seed, bool wait, bool ordered = true, std::size_t resident = 32) {
+  float sum = 0;
+  i32 semaphore = 0;
+  emu::Emulator emulator({.schedule_seed = seed, .max_resident_units = resident});
+  emulator.register_buffer("sum", &sum, sizeof sum);
+  emulator.register_buffer("semaphore", &semaphore, sizeof semaphore);
+  Outcome run;
+  try {
+    emulator.launch(&add_in_block_order, {.grid = {kBlocks, 1, 1}, .block = {32, 1, 1}},
+                    Ordered{&sum, &semaphore, wait, ordered});
+  } catch (const KernelFault& fault) {
+    run.fault = fault.what();
+  }
+  run.bits = std::bit_cast<std::uint32_t>(sum);
+  return run;
+}
+
+TEST(GlobalOrderTest, SemaphoreOrderedAddsGiveTheSameBitsUnderAnySchedule) {
+  float expected = 0;
+  for (i32 b = 0; b < kBlocks; ++b) expected += term(b);
+  for (const std::uint64_t seed : {0, 1, 2, 3, 4}) {
+    const Outcome run = run_ordered(seed, /*wait=*/true);
+    EXPECT_EQ(run.fault, "") << "seed " << seed;
+    EXPECT_EQ(run.bits, std::bit_cast<std::uint32_t>(expected)) << "seed " << seed;
+  }
+}
+
+TEST(GlobalOrderTest, AMissingSemaphoreWaitChangesTheBitsAndIsReported) {
+  std::set<std::uint32_t> sums;
+  for (const std::uint64_t seed : {0, 1, 2, 3, 4, 5, 6, 7}) {
+    const Outcome run = run_ordered(seed, /*wait=*/false);
+    sums.insert(run.bits);
+    EXPECT_NE(run.fault.find("ordered add to bytes [0, 4) of buffer 'sum'"), std::string::npos) << run.fault;
+    EXPECT_NE(run.fault.find("a semaphore wait for that block's release is missing"), std::string::npos) << run.fault;
+  }
+  EXPECT_GT(sums.size(), 1U);  // the order shows in the bits
+}
+
+TEST(GlobalOrderTest, UnorderedAddsMayRaceEachOther) {
+  // atomic_add claims no order: the same missing wait is not a report.
+  EXPECT_EQ(run_ordered(3, /*wait=*/false, /*ordered=*/false).fault, "");
+}
+
+TEST(GlobalOrderTest, AWaitNoBlockReleasesIsAHangWithTheSemaphoreItWaitsOn) {
+  i32 semaphore = 0;
+  emu::Emulator emulator;
+  emulator.register_buffer("semaphore", &semaphore, sizeof semaphore);
+  try {
+    emulator.launch({.grid = {2, 1, 1}, .block = {32, 1, 1}}, [&] { dev::semaphore_wait(&semaphore, 3); });
+    ADD_FAILURE() << "the hang was not reported";
+  } catch (const KernelFault& fault) {
+    ASSERT_EQ(fault.reports().size(), 1U) << fault.what();
+    const emu::BugReport& r = fault.reports().front();
+    EXPECT_EQ(r.kind, BugKind::kDeadlock);
+    EXPECT_NE(r.detail.find("waiting on the semaphore at byte 0 of buffer 'semaphore' for at least 3 (it holds 0)"),
+              std::string::npos)
+        << r.detail;
+    EXPECT_NE(r.detail.find("1 other block(s) resident"), std::string::npos) << r.detail;
+  }
+}
+
+TEST(GlobalOrderTest, MoreBlocksWaitingAtOnceThanCanBeResidentIsAHang) {
+  // In grid order block b waits for the b before it: one resident block
+  // suffices. In reverse order, block 7 waits for all the others.
+  EXPECT_EQ(run_ordered(0, true, true, /*resident=*/1).fault, "");
+  std::string fault;
+  for (std::uint64_t seed = 1; fault.empty() && seed < 8; ++seed) fault = run_ordered(seed, true, true, 2).fault;
+  EXPECT_NE(fault.find("other block(s) resident, waiting on semaphores (at most 2 at once)"), std::string::npos)
+      << fault;
+}
+
+struct Mixed {
+  float* accumulator;
+  i32* semaphore;
+  bool store;  // block 1 stores, else reads, the word block 0 adds to
+  bool wait;
+};
+
+ATTUNE_KERNEL void add_then_touch(Mixed p) {
+  if (dev::thread_index().x != 0) return;
+  if (dev::block_index().x == 0) {
+    dev::atomic_add(p.accumulator, 1.0F);
+    dev::semaphore_release(p.semaphore, 1);
+    return;
+  }
+  if (p.wait) dev::semaphore_wait(p.semaphore, 1);
+  if (p.store) {
+    dev::store_global(p.accumulator, 0.0F);
+  } else {
+    dev::store_global(p.accumulator + 1, dev::load_global(p.accumulator));
+  }
+}
+
+std::string run_mixed(bool store, bool wait) {
+  float accumulator[2] = {0, 0};
+  i32 semaphore = 0;
+  emu::Emulator emulator;
+  emulator.register_buffer("dq_accum", accumulator, sizeof accumulator);
+  emulator.register_buffer("semaphore", &semaphore, sizeof semaphore);
+  try {
+    emulator.launch(&add_then_touch, {.grid = {2, 1, 1}, .block = {32, 1, 1}},
+                    Mixed{accumulator, &semaphore, store, wait});
+  } catch (const KernelFault& fault) {
+    return fault.what();
+  }
+  return "";
+}
+
+TEST(GlobalOrderTest, APlainReadOrStoreRacingAnAddIsReported) {
+  EXPECT_NE(run_mixed(/*store=*/false, /*wait=*/false)
+                .find("read of bytes [0, 4) of buffer 'dq_accum' by block (1,0,0): block (0,0,0) of the same launch "
+                      "added to byte 0, and nothing orders the two"),
+            std::string::npos);
+  EXPECT_NE(run_mixed(/*store=*/true, /*wait=*/false).find("store to bytes [0, 4) of buffer 'dq_accum'"),
+            std::string::npos);
+  // After the adder's release, both are ordered.
+  EXPECT_EQ(run_mixed(false, true), "");
+  EXPECT_EQ(run_mixed(true, true), "");
+}
+
+ATTUNE_KERNEL void store_then_add(Mixed p) {
+  if (dev::thread_index().x != 0) return;
+  if (dev::block_index().x == 0) {
+    dev::store_global(p.accumulator, 2.0F);
+  } else {
+    dev::atomic_add(p.accumulator, 1.0F);
+  }
+}
+
+TEST(GlobalOrderTest, AnAddAfterAnotherBlocksPlainStoreIsReported) {
+  float accumulator[2] = {0, 0};
+  Fixture f(1, 1);
+  f.emulator.register_buffer("dq_accum", accumulator, sizeof accumulator);
+  const KernelFault fault = expect_fault(&store_then_add, {.grid = {2, 1, 1}, .block = {32, 1, 1}},
+                                         Mixed{accumulator, nullptr, false, false}, f.emulator);
+  EXPECT_NE(std::string(fault.what()).find("block (0,0,0) of the same launch stored to byte 0 with a plain store"),
+            std::string::npos)
+      << fault.what();
+}
+
+}  // namespace
+}  // namespace attune::emu_test
