@@ -88,7 +88,14 @@ void Emulator::Impl::check_against_reductions(const Thread& t, Buffer& buffer, c
 
 void Emulator::Impl::acquire(Thread& t, const i32* p) {
   const auto it = semaphore_clocks.find(reinterpret_cast<std::uintptr_t>(p));
-  if (it != semaphore_clocks.end()) join(acquired[static_cast<std::size_t>(t.rank)], it->second);
+  if (it == semaphore_clocks.end()) return;
+  join(acquired[static_cast<std::size_t>(t.rank)], it->second.blocks);
+  // A release by a thread of the same unit orders its past before this
+  // thread's future, as an mbarrier would.
+  if (it->second.unit == proxy_block && track_clocks) {
+    join(t.clock, it->second.threads);
+    tick(t);
+  }
 }
 
 void Emulator::Impl::semaphore_wait(const i32* p, i32 target, const Where& where) {
@@ -115,12 +122,20 @@ void Emulator::Impl::semaphore_release(i32* p, i32 value, const Where& where) {
   const auto sum = static_cast<i32>(static_cast<u32>(old) + static_cast<u32>(value));
   std::memcpy(p, &sum, sizeof sum);
   const std::size_t rank = static_cast<std::size_t>(t.rank);
-  BlockClock& published = semaphore_clocks[reinterpret_cast<std::uintptr_t>(p)];
-  join(published, acquired[rank]);
-  std::uint32_t& own = published[linear_block(t.block, config.grid)];
+  SemaphoreClock& published = semaphore_clocks[reinterpret_cast<std::uintptr_t>(p)];
+  join(published.blocks, acquired[rank]);
+  std::uint32_t& own = published.blocks[linear_block(t.block, config.grid)];
   own = std::max(own, epoch[rank]);
   ++epoch[rank];
   ++releases;
+  if (published.unit != proxy_block) {
+    published.unit = proxy_block;
+    published.threads.clear();
+  }
+  if (track_clocks) {
+    join(published.threads, t.clock);
+    tick(t);
+  }
 }
 
 }  // namespace attune::emu

@@ -334,9 +334,14 @@ struct Emulator::Impl : Resident {
   std::vector<std::unique_ptr<Fiber>> spare_fibers;
   // Units parked on a semaphore (the running one is *this's Resident).
   std::vector<Resident> parked;
-  // Global semaphores: the epochs their releases published, and how many
+  // Global semaphores: what their releases published, and how many
   // releases the launch has made.
-  std::map<std::uintptr_t, BlockClock> semaphore_clocks;
+  struct SemaphoreClock {
+    BlockClock blocks;   // the releasing blocks' epochs and what they had acquired
+    u32 unit = 0;        // the unit of the latest releases (proxy_block)
+    VectorClock threads;  // the releasing threads' clocks, for threads of that unit
+  };
+  std::map<std::uintptr_t, SemaphoreClock> semaphore_clocks;
   std::uint64_t releases = 0;
   std::uint32_t next_proxy_block = 0;
   u64 cta_base(i32 rank) const { return static_cast<u64>(rank) * cta_shared; }

@@ -132,8 +132,10 @@ void Emulator::Impl::start_unit(const Dim3& origin, std::mt19937_64* order) {
   sweep.resize(threads.size());
   for (std::size_t i = 0; i < sweep.size(); ++i) sweep[i] = i;
   if (order != nullptr) std::shuffle(sweep.begin(), sweep.end(), *order);
-  shared.assign(static_cast<std::size_t>(cta_shared * static_cast<u64>(cluster_ctas)), 0);
-  proxy.assign(shared.size(), ProxyCell{});
+  shared.resize(static_cast<std::size_t>(cta_shared * static_cast<u64>(cluster_ctas)));
+  // Cells of an earlier unit are stale by their block tag (proxy_cell):
+  // the table is cleared only when its size changes.
+  if (proxy.size() != shared.size()) proxy.assign(shared.size(), ProxyCell{});
   track_clocks = false;
   acquired.assign(static_cast<std::size_t>(cluster_ctas), {});
   epoch.assign(static_cast<std::size_t>(cluster_ctas), 1);

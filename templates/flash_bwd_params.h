@@ -52,7 +52,16 @@ struct FlashBwdParams {
   float* dsink;         // [Hq] with sinks: the gradient of the sink logits
   // Added at the end, so variants without it keep their code.
   DropoutParams dropout;  // the forward's, read only by variants with kDropout
+  // flash_bwd_sm90's deterministic dQ: one counter per (sequence, query
+  // head, query tile of 64 rows), [B, Hq, dq_turn_tiles], cleared by the
+  // preprocess; the key blocks add to the tile's accumulator rows in block
+  // order, each after the counter reaches its turn. Null when not used.
+  i32* dq_turns;
+  i32 dq_turn_tiles;
 };
+
+// The rows of a query tile whose dQ adds take turns (flash_bwd_sm90's kBlockM).
+inline constexpr i32 kDqTurnRows = 64;
 
 namespace bwd_detail {
 

@@ -39,7 +39,8 @@ struct FlashBwdPreprocessTunables : WarpPerRowTunables {};
 
 // Grid: (ceil(most query rows of a sequence / kWarps), Hq, B); block:
 // kWarps x 32 threads. D_i = dO_i . O_i in fp32 from the stored O and dO;
-// zeroes the row's dQ accumulator when there is one.
+// zeroes the row's dQ accumulator when there is one, and the turn counter
+// of the query tile it starts.
 template <int kWarps, class DType>
 ATTUNE_KERNEL void flash_bwd_preprocess(FlashBwdParams p) {
   using D = DType;
@@ -58,6 +59,12 @@ ATTUNE_KERNEL void flash_bwd_preprocess(FlashBwdParams p) {
   if (p.dq_accum != nullptr) {
     float* accum = p.dq_accum + w.accumulator_offset(p);
     for (i32 col = lane; col < p.head_dim_k; col += kWarpSize) dev::store_global(accum + col, 0.0f);
+  }
+  // The first row of a query tile clears the tile's turn counter.
+  if (p.dq_turns != nullptr && lane == 0 && w.row % kDqTurnRows == 0) {
+    dev::store_global(p.dq_turns + (static_cast<i64>(w.batch) * p.heads_q + w.head) * p.dq_turn_tiles +
+                          w.row / kDqTurnRows,
+                      0);
   }
 }
 

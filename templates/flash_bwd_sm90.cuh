@@ -20,10 +20,12 @@
 //                                  [key][query] (one 128-byte row per key at
 //                                  kBlockM = 64) is dS read MN-major; one box
 //                                  of 64 head-dim columns at a time, added to
-//                                  the fp32 accumulator with red.global
-//                                  (kDqAtomic), or stored to the consumer's
-//                                  slice of 64 keys, which the convert sums
-//                                  in a fixed order (deterministic)
+//                                  the fp32 accumulator with red.global; in
+//                                  deterministic mode (kDqAtomic = 0) the
+//                                  consumers of every key block take turns
+//                                  at a query tile's rows, last key block
+//                                  first, through a counter per tile
+//                                  (dq_turns); the CTAs start in that order
 // dK and dV live in registers over the loop and leave at the end (dK
 // scaled); the convert kernel scales dQ. Registers move from the producer to
 // the consumers with setmaxnreg.
@@ -62,12 +64,11 @@ struct FlashBwdSm90Tunables {
   static constexpr int kBlockM[] = {64};        // query rows per step: dS^T's rows are one 128-byte row
   static constexpr int kBlockN[] = {64, 128};   // keys per CTA: 64 per consumer warpgroup
   static constexpr int kStages[] = {2, 3};      // Q / dO ring depth
-  // 1: dQ by fp32 atomics; 0: per 64 keys (a consumer's), summed in order (deterministic)
+  // 1: dQ by fp32 atomics in any order; 0: in block order, by turns (deterministic)
   static constexpr int kDqAtomic[] = {0, 1};
   static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st", "at"};
   static constexpr const char* kArchs[] = {"sm_90a"};  // wgmma and setmaxnreg exist on sm_90a only
   static constexpr const char* kEmulatedAtRunTime[] = {"kStages", "kDqAtomic"};
-  static constexpr int kSliceKeys = 64;  // keys per dQ slice (kDqAtomic = 0): one consumer's
 
   static constexpr int kSharedAlign = 1024;  // the barriers, then every buffer on a 128-byte-swizzle atom
   static constexpr int kMaxSharedBytes = 227 * 1024;
@@ -150,8 +151,16 @@ struct KeyBlock {
     k.steps = static_cast<i32>(k.tile_count * b.group_size);
     return k;
   }
-  ATTUNE_DEVICE static KeyBlock of_this_block(const FlashBwdParams& b) {
-    return of(b, dev::opaque(dev::block_index().x), dev::opaque(dev::block_index().y),
+  // The CTA's key block: block index x in grid order, so that the blocks
+  // with the most steps under a causal mask (the first) start first; in
+  // deterministic mode the reverse, shortest first, as the dQ turns go
+  // (turns_before): a block only waits for blocks started before it.
+  ATTUNE_DEVICE static i32 n_block_of_cta(bool deterministic) {
+    const i32 x = dev::block_index().x;
+    return deterministic ? dev::grid_dim().x - 1 - x : x;
+  }
+  ATTUNE_DEVICE static KeyBlock of_this_block(const FlashBwdParams& b, bool deterministic) {
+    return of(b, dev::opaque(n_block_of_cta(deterministic)), dev::opaque(dev::block_index().y),
               dev::opaque(dev::block_index().z));
   }
   // Step i's query head and first row.
@@ -159,6 +168,21 @@ struct KeyBlock {
     return kv_head * group_size + static_cast<i32>(step / tile_count);
   }
   ATTUNE_DEVICE i64 row0(i32 step) const { return (tiles.begin + step % tile_count) * kBlockM; }
+  // Deterministic dQ: how many key blocks take their turn at query tile
+  // `tile` (of the same sequence and head) before this one: those after it
+  // that have the tile among their steps. Turns run from the last key
+  // block down: under a causal or windowed mask a later block reaches a
+  // tile earlier in its loop (its steps start further down), so no block
+  // waits for one still behind it. Over the 32 lanes of a warp, the
+  // blocks' ranges computed exactly as `of` computes this block's.
+  ATTUNE_DEVICE i32 turns_before(const FlashBwdParams& b, i64 tile, i32 lane) const {
+    float count = 0.0f;  // exact: at most 2^24 blocks
+    for (i32 n = n_block + 1 + lane; n < dev::grid_dim().x; n += kWarpSize) {
+      const TileRange t = query_tiles<kBlockM, kBlockN>(b.mask, static_cast<i64>(n) * kBlockN, seq.q_len, seq.k_len);
+      count += tile >= t.begin && tile < t.end ? 1.0f : 0.0f;
+    }
+    return static_cast<i32>(dev::warp::reduce_sum(count));
+  }
 };
 
 }  // namespace bwd_sm90_detail
@@ -187,7 +211,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   const Layout layout{kHeadDim, kBlockM, kBlockN, stages};
   using Block = KeyBlock<kBlockM, kBlockN>;
   {
-    const i64 key0 = static_cast<i64>(dev::block_index().x) * kBlockN;
+    const i64 key0 = static_cast<i64>(Block::n_block_of_cta(!dq_atomic)) * kBlockN;
     if (key0 >= bwd_detail::sequence(b, dev::block_index().z).k_capacity) return;  // the whole block leaves together
   }
 
@@ -205,7 +229,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   if (dev::warpgroup::index() == 0) {  // ---- producer ----
     if (kConsumers == 2) dev::registers::decrease<FlashBwdSm90Tunables::kProducerRegisters>();
     if (dev::warp_id() != 0) return;
-    const Block w = Block::of_this_block(b);
+    const Block w = Block::of_this_block(b, !dq_atomic);
     const bwd_detail::BwdSequence& seq = w.seq;
     const i64 key0 = w.key0;
     const i32 kv_head = w.kv_head;
@@ -284,7 +308,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   KeyRows dv;
   dk.fill(0.0f);
   dv.fill(0.0f);
-  const Block w = Block::of_this_block(b);
+  const Block w = Block::of_this_block(b, !dq_atomic);
   const bwd_detail::BwdSequence& seq = w.seq;
   const i64 warp_key0 = w.key0 + 64 * consumer + 16 * warp;  // this warp's first key
   // This consumer's keys of K and V (64 rows of every box), and its rows of dS^T.
@@ -425,6 +449,19 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     dev::wgmma::wait<0>();
     ring.consumer_release(step, wt);  // Q, dO, LSE and D read
     const i32 head = w.head(step, b.group_size);
+    // Deterministic mode: this consumer's turn at the tile's rows comes
+    // after every consumer of the key blocks whose turn comes first
+    // (turns_before), and after the consumers before it in this block.
+    i32* turn = nullptr;
+    if (!dq_atomic) {
+      const i64 tile = row0 / kBlockM;
+      turn = b.dq_turns + (static_cast<i64>(w.batch) * b.heads_q + head) * b.dq_turn_tiles + tile;
+      if (warp == 0) {
+        const i32 earlier = kConsumers * w.turns_before(b, tile, lane) + consumer;
+        if (lane == 0) dev::semaphore_wait(turn, earlier);  // consumer: wait for dQ's turn
+      }
+      dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
+    }
     ATTUNE_UNROLL
     for (i32 c = 0; c < kChunks; ++c) {
       DqBox dq;
@@ -440,16 +477,12 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       }
       dev::wgmma::commit();
       dev::wgmma::wait<0>();
-      // This consumer's part: added to the accumulator, or stored to its
-      // slice (one per 64 keys).
-      float* base = dq_atomic ? b.dq_accum
-                              : b.dq_partial + (static_cast<i64>(w.n_block) * kConsumers + consumer) * b.rows *
-                                                   b.heads_q * b.head_dim_k;
+      // This consumer's part, added to the accumulator.
       ATTUNE_UNROLL
       for (i32 half = 0; half < 2; ++half) {
         const i64 row = row0 + 16 * warp + frag::acc_row(lane, half);
         if (row >= seq.q_len) continue;
-        float* out = base + ((seq.row_base + row) * b.heads_q + head) * b.head_dim_k + c * kBoxCols;
+        float* out = b.dq_accum + ((seq.row_base + row) * b.heads_q + head) * b.head_dim_k + c * kBoxCols;
         ATTUNE_UNROLL
         for (i32 dt = 0; dt < kBoxCols / 8; ++dt) {
           ATTUNE_UNROLL
@@ -459,11 +492,17 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
             if (dq_atomic) {
               dev::atomic_add(out + col, dq.at(0, dt, half, e));  // consumer: add dQ
             } else {
-              dev::store_global(out + col, dq.at(0, dt, half, e));  // consumer: store dQ's slice
+              dev::ordered_atomic_add(out + col, dq.at(0, dt, half, e));  // consumer: add dQ in turn
             }
           }
         }
       }
+    }
+    // Every thread's adds before the release (cumulative: the barrier
+    // orders them before lane 0's red.release).
+    if (!dq_atomic) {
+      dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
+      if (warp == 0 && lane == 0) dev::semaphore_release(turn, 1);  // consumer: pass dQ's turn on
     }
   }
 

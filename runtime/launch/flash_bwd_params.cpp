@@ -16,21 +16,23 @@ std::int64_t workspace_rows(const AttentionProblem& p) { return p.is_packed() ? 
 
 std::int64_t longest_key_capacity(const AttentionProblem& p) { return p.max_seqlen_k(); }
 
-// What the workspace and the grid need of a main kernel of either family:
-// keys per CTA, keys per dQ slice (deterministic mode), dQ by atomics.
+// How a main kernel of either family accumulates dQ (BackwardWorkspace).
+enum class DqPath { kAtomic, kSlices, kTurns };
+
+// What the workspace and the grid need of a main kernel: keys per CTA, and
+// the dQ path.
 struct MainTiles {
   int block_n;
-  int slice_keys;
-  bool dq_atomic;
+  DqPath dq;
 };
 
 MainTiles main_tiles(const Variant& main) {
   if (main.kernel->id == KernelId::kFlashBwdSm90) {
     const FlashBwdSm90Shape s = FlashBwdSm90Shape::of(main);
-    return {s.block_n, FlashBwdSm90Tunables::kSliceKeys, s.dq_atomic != 0};  // a slice per consumer
+    return {s.block_n, s.dq_atomic != 0 ? DqPath::kAtomic : DqPath::kTurns};
   }
   const FlashBwdShape s = FlashBwdShape::of(main);
-  return {s.block_n, s.block_n, s.dq_atomic != 0};
+  return {s.block_n, s.dq_atomic != 0 ? DqPath::kAtomic : DqPath::kSlices};
 }
 
 }  // namespace
@@ -45,10 +47,14 @@ BackwardWorkspace backward_workspace(const AttentionProblem& p, const Variant& m
   BackwardWorkspace w;
   w.d_floats = p.heads_q * rows;
   const MainTiles t = main_tiles(main);
-  if (t.dq_atomic) {
-    w.dq_accum_floats = dq;
+  if (t.dq == DqPath::kSlices) {
+    w.dq_partial_floats = backward_key_blocks(p, t.block_n) * dq;
   } else {
-    w.dq_partial_floats = backward_key_blocks(p, t.block_n) * (t.block_n / t.slice_keys) * dq;
+    w.dq_accum_floats = dq;
+  }
+  if (t.dq == DqPath::kTurns) {
+    w.dq_turn_tiles = static_cast<std::int32_t>((p.max_seqlen_q() + kDqTurnRows - 1) / kDqTurnRows);
+    w.dq_turn_ints = std::max<std::int64_t>(p.batch, 1) * p.heads_q * w.dq_turn_tiles;
   }
   return w;
 }
@@ -60,6 +66,10 @@ BackwardWorkspacePointers split_workspace(const BackwardWorkspace& sizes, float*
   if (sizes.dq_accum_floats > 0) w.dq_accum = next;
   next += sizes.dq_accum_floats;
   if (sizes.dq_partial_floats > 0) w.dq_partial = next;
+  next += sizes.dq_partial_floats;
+  // The counters are int32 words of the same allocation.
+  if (sizes.dq_turn_ints > 0) w.dq_turns = reinterpret_cast<i32*>(next);
+  w.dq_turn_tiles = sizes.dq_turn_tiles;
   return w;
 }
 
@@ -79,6 +89,8 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
   k.d = workspace.d;
   k.dq_accum = workspace.dq_accum;
   k.dq_partial = workspace.dq_partial;
+  k.dq_turns = workspace.dq_turns;
+  k.dq_turn_tiles = workspace.dq_turn_tiles;
   set_strides(k, p);
   // dO like O, the gradients like their tensors.
   put_strides(k.do_batch_stride, k.do_row_stride, k.do_head_stride, p.o_strides);
@@ -94,13 +106,8 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
   k.dsink = p.modifiers.sinks ? b.dsink : nullptr;
   k.dropout = dropout_params_of(p, b.rng_state);
   k.scale = static_cast<float>(p.softmax_scale());
-  // partial_keys: flash_bwd's key block; flash_bwd_sm90's slices are a
-  // consumer's keys.
-  if (main.kernel->id == KernelId::kFlashBwd) {
-    fill_tunable_fields(k, FlashBwdShape::of(main));
-  } else {
-    k.partial_keys = FlashBwdSm90Tunables::kSliceKeys;
-  }
+  // partial_keys: flash_bwd's key block (flash_bwd_sm90 has no slices).
+  if (main.kernel->id == KernelId::kFlashBwd) fill_tunable_fields(k, FlashBwdShape::of(main));
   const bool packed = p.is_packed();
   k.vectorized = rows_aligned(b.q, p.q_strides, packed) && rows_aligned(b.k, p.k_strides, packed) &&
                          rows_aligned(b.v, p.v_strides, packed) && rows_aligned(b.d_o, p.o_strides, packed)

@@ -22,17 +22,25 @@
 
 namespace attune {
 
-// Floats of each fp32 workspace of a backward call whose main kernel is
-// `main` (a flash_bwd or flash_bwd_sm90 variant): D [Hq, rows], and either
-// the atomic dQ accumulator [rows, Hq, Dk] (flash_bwd's kDqAtomic = 1,
-// flash_bwd_sm90) or one dQ slice per key block [key blocks, rows, Hq, Dk]
-// (kDqAtomic = 0, the deterministic mode), where rows = B x Sq (Tq packed)
-// and key blocks = ceil(longest key capacity / BLOCK_N).
+// 4-byte words of each workspace of a backward call whose main kernel is
+// `main` (a flash_bwd or flash_bwd_sm90 variant): D [Hq, rows], and the dQ
+// accumulation of the variant:
+//   flash_bwd kDqAtomic = 1, flash_bwd_sm90 kDqAtomic = 1: the fp32
+//     accumulator [rows, Hq, Dk], added to by atomics;
+//   flash_bwd kDqAtomic = 0 (deterministic): one dQ slice per key block
+//     [key blocks, rows, Hq, Dk], summed in order by the convert;
+//   flash_bwd_sm90 kDqAtomic = 0 (deterministic): the accumulator, and one
+//     int32 turn counter per query tile [B, Hq, ceil(longest Sq / 64)]: the
+//     key blocks add to it in block order;
+// where rows = B x Sq (Tq packed) and key blocks = ceil(longest key
+// capacity / BLOCK_N).
 struct BackwardWorkspace {
   std::int64_t d_floats = 0;
   std::int64_t dq_accum_floats = 0;
   std::int64_t dq_partial_floats = 0;
-  std::int64_t total_floats() const { return d_floats + dq_accum_floats + dq_partial_floats; }
+  std::int64_t dq_turn_ints = 0;
+  std::int32_t dq_turn_tiles = 0;  // query tiles per (sequence, head)
+  std::int64_t total_floats() const { return d_floats + dq_accum_floats + dq_partial_floats + dq_turn_ints; }
 };
 BackwardWorkspace backward_workspace(const AttentionProblem& problem, const Variant& main);
 
@@ -42,6 +50,8 @@ struct BackwardWorkspacePointers {
   float* d = nullptr;
   float* dq_accum = nullptr;
   float* dq_partial = nullptr;
+  i32* dq_turns = nullptr;
+  i32 dq_turn_tiles = 0;
 };
 BackwardWorkspacePointers split_workspace(const BackwardWorkspace& sizes, float* base);
 

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "templates/primitives/hopper.h"
 #include "tests/emulator/emu_fixture.h"
 
 namespace attune::emu_test {
@@ -183,6 +184,44 @@ TEST(GlobalOrderTest, AnAddAfterAnotherBlocksPlainStoreIsReported) {
   EXPECT_NE(std::string(fault.what()).find("block (0,0,0) of the same launch stored to byte 0 with a plain store"),
             std::string::npos)
       << fault.what();
+}
+
+// Two warps of one block add to one word in turn: warp 1 after warp 0's
+// release (the semaphore orders threads of a block as it orders blocks).
+struct Turns {
+  float* sum;
+  i32* semaphore;
+  bool wait;
+};
+
+ATTUNE_KERNEL void two_warps_in_turn(Turns p) {
+  dev::named_barrier::sync(1, 64);  // the block keeps vector clocks from here
+  if (dev::lane_id() != 0) return;
+  if (dev::warp_id() == 1 && p.wait) dev::semaphore_wait(p.semaphore, 1);
+  dev::ordered_atomic_add(p.sum, 1.0F);
+  if (dev::warp_id() == 0) dev::semaphore_release(p.semaphore, 1);
+}
+
+std::string run_turns(bool wait, std::uint64_t seed) {
+  float sum = 0;
+  i32 semaphore = 0;
+  emu::Emulator emulator({.schedule_seed = seed});
+  emulator.register_buffer("sum", &sum, sizeof sum);
+  emulator.register_buffer("semaphore", &semaphore, sizeof semaphore);
+  try {
+    emulator.launch(&two_warps_in_turn, {.grid = {1, 1, 1}, .block = {64, 1, 1}}, Turns{&sum, &semaphore, wait});
+  } catch (const KernelFault& fault) {
+    return fault.what();
+  }
+  return "";
+}
+
+TEST(GlobalOrderTest, ThreadsOfOneBlockTakeTurnsThroughASemaphore) {
+  for (const std::uint64_t seed : {0, 1, 2}) EXPECT_EQ(run_turns(/*wait=*/true, seed), "") << "seed " << seed;
+  // Without the wait, the two adds are unordered whichever runs first.
+  std::string fault;
+  for (std::uint64_t seed = 0; fault.empty() && seed < 8; ++seed) fault = run_turns(/*wait=*/false, seed);
+  EXPECT_NE(fault.find("of the same block does not happen before it"), std::string::npos) << fault;
 }
 
 }  // namespace

@@ -3,16 +3,20 @@
 // on a problem where the real kernels run clean and within the gradient
 // rule: numeric ones (the LSE in the wrong base, dK without the scale, D
 // from O instead of dO) by the rule, a stage released before the GEMMs that
-// read it are done by the emulator's race check.
+// read it are done by the emulator's race check, a deterministic dQ add
+// that skips its turn by the emulator's order check (and by its bits).
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "emulator/emulator.h"
 #include "flash_bwd_dpsum_from_o.cuh"
 #include "flash_bwd_sm90_dk_unscaled.cuh"
 #include "flash_bwd_sm90_early_release.cuh"
 #include "flash_bwd_sm90_lse_natural.cuh"
+#include "flash_bwd_sm90_no_turn_wait.cuh"
 #include "tests/support/emu_backward.h"
 
 namespace attune {
@@ -80,6 +84,43 @@ TEST(FlashBwdSm90PlantedTest, AStageReleasedBeforeItsGemmsIsARace) {
     EXPECT_TRUE(fault.has(emu::BugKind::kSharedRace)) << what;
     EXPECT_NE(what.find("flash_bwd_sm90_early_release.cuh"), std::string::npos) << what;
   }
+}
+
+TEST(FlashBwdSm90PlantedTest, DeterministicDqWithoutItsTurnIsReportedAndChangesBits) {
+  // Every key block adds to every query tile; the fp32 accumulator's bits
+  // show the order (the bf16 dQ rarely does).
+  const testing::BackwardInputs in = testing::make_backward_inputs(
+      {"many_key_blocks", {1, 64, 2, 64}, {1, 512, 1, 64}, {1, 512, 1, 64}, ProblemOptions{.dtype = DType::kBF16}});
+  const Variant deterministic = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st2.at0");
+  const auto run = [&](auto* main_kernel, std::uint64_t seed, std::string* fault) {
+    std::vector<std::uint32_t> workspace;
+    const ReferenceGradients g = testing::run_sm90_with_kernels(in, deterministic, &flash_bwd_preprocess<kWarps, Bf16>,
+                                                                main_kernel, seed, fault, &workspace);
+    return std::pair{g, workspace};
+  };
+  // The real kernel: the same accumulator under every order the blocks run
+  // in, no report, within the rule.
+  std::string fault;
+  const auto [fixed, fixed_bits] = run(&flash_bwd_sm90<64, 64, 64, 2, 0, Bf16>, 0, &fault);
+  EXPECT_EQ(fault, "");
+  for (const std::uint64_t seed : {1, 2, 3}) {
+    EXPECT_TRUE(run(&flash_bwd_sm90<64, 64, 64, 2, 0, Bf16>, seed, &fault).second == fixed_bits) << "seed " << seed;
+    EXPECT_EQ(fault, "");
+  }
+  std::string why;
+  EXPECT_TRUE(testing::gradients_within_rule(in, fixed, &why)) << why;
+  // Without the wait: reported under every order, and the bits follow the order.
+  int changed = 0;
+  for (const std::uint64_t seed : {0, 1, 2, 3}) {
+    fault.clear();
+    const auto got = run(&sm90_bwd_no_turn_wait::flash_bwd_sm90<64, 64, 64, 2, 0, Bf16>, seed, &fault);
+    EXPECT_NE(fault.find("does not happen before it, so the float sum depends on the order the blocks run in"),
+              std::string::npos)
+        << "seed " << seed << ": " << fault;
+    EXPECT_NE(fault.find("flash_bwd_sm90_no_turn_wait.cuh"), std::string::npos) << fault;
+    changed += got.second == fixed_bits ? 0 : 1;
+  }
+  EXPECT_GT(changed, 0) << "the missing wait gave the same dQ accumulator under every order";
 }
 
 }  // namespace

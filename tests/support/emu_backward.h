@@ -7,6 +7,7 @@
 
 #include <bit>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <random>
 #include <string>
@@ -102,8 +103,10 @@ inline ReferenceGradients run_backward_on_emulator(const BackwardInputs& in, con
 // to start, so an element the kernels forget shows up) and a NaN workspace,
 // registered under their names, and the row kernels' params.
 struct EmulatedBackward {
-  EmulatedBackward(const BackwardInputs& in, const Variant& variant)
-      : g{std::vector<std::uint16_t>(static_cast<std::size_t>(q_extent(in.forward.problem)), 0xFFFF),
+  // `seed`: the emulator's scheduling order (Emulator::Options::schedule_seed).
+  EmulatedBackward(const BackwardInputs& in, const Variant& variant, std::uint64_t seed = 0)
+      : emulator(emu::Emulator::Options{.schedule_seed = seed}),
+        g{std::vector<std::uint16_t>(static_cast<std::size_t>(q_extent(in.forward.problem)), 0xFFFF),
           std::vector<std::uint16_t>(static_cast<std::size_t>(k_extent(in.forward.problem)), 0xFFFF),
           std::vector<std::uint16_t>(static_cast<std::size_t>(v_extent(in.forward.problem)), 0xFFFF)} {
     const AttentionProblem& p = in.forward.problem;
@@ -158,18 +161,32 @@ ReferenceGradients run_with_main_kernel(const BackwardInputs& in, const Variant&
 
 // A planted bug's run on flash_bwd_sm90: `preprocess` and `main_kernel`
 // (each the real kernel or a copy of its template with one change) with the
-// real convert kernel. Q, K, V and dO must have rows TMA can step (16-byte
-// strides).
+// real convert kernel, blocks in the order of `seed`. Q, K, V and dO must
+// have rows TMA can step (16-byte strides). The main kernel's fault, when
+// `fault` is given, is kept there and the gradients still computed;
+// otherwise it is thrown. `workspace`, when given, gets the fp32 workspace
+// (D, the dQ accumulator) as the main kernel left it.
 template <class PreprocessParams, class MainParams>
 ReferenceGradients run_sm90_with_kernels(const BackwardInputs& in, const Variant& variant,
-                                         void (*preprocess)(PreprocessParams), void (*main_kernel)(MainParams)) {
+                                         void (*preprocess)(PreprocessParams), void (*main_kernel)(MainParams),
+                                         std::uint64_t seed = 0, std::string* fault = nullptr,
+                                         std::vector<std::uint32_t>* workspace = nullptr) {
   const AttentionProblem& p = in.forward.problem;
-  EmulatedBackward call(in, variant);
+  EmulatedBackward call(in, variant, seed);
   const FlashBwdSm90Params sm90 =
       flash_bwd_sm90_params(p, call.buffers, call.params, variant, encode_emulated_tensor_map);
   call.emulator.launch(preprocess, flash_bwd_row_launch(p, bwd_preprocess_variant()),
                        std::bit_cast<PreprocessParams>(call.params));
-  call.emulator.launch(main_kernel, flash_bwd_launch(p, variant), std::bit_cast<MainParams>(sm90));
+  try {
+    call.emulator.launch(main_kernel, flash_bwd_launch(p, variant), std::bit_cast<MainParams>(sm90));
+  } catch (const emu::KernelFault& f) {
+    if (fault == nullptr) throw;
+    *fault = f.what();
+  }
+  if (workspace != nullptr) {
+    workspace->resize(call.workspace.size());
+    std::memcpy(workspace->data(), call.workspace.data(), call.workspace.size() * sizeof(float));
+  }
   call.run_row_kernel(p, bwd_dq_convert_variant());
   return to_values(p.dtype, call.g);
 }
