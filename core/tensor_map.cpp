@@ -71,6 +71,7 @@ struct Packed {
   std::uint8_t rank;
   std::uint8_t element_bytes;
   std::uint8_t swizzle;
+  std::uint8_t fp32;
 };
 static_assert(sizeof(Packed) + sizeof(std::uint64_t) <= sizeof(TensorMap), "the description fits in 128 bytes");
 
@@ -87,6 +88,7 @@ TensorMap encode_emulated_tensor_map(const TensorMapSpec& spec) {
   p.rank = static_cast<std::uint8_t>(spec.rank);
   p.element_bytes = static_cast<std::uint8_t>(spec.element_bytes);
   p.swizzle = static_cast<std::uint8_t>(spec.swizzle);
+  p.fp32 = spec.fp32 ? 1 : 0;
   TensorMap map{};
   map.words[0] = kMagic;
   std::memcpy(&map.words[1], &p, sizeof p);
@@ -108,6 +110,7 @@ bool decode_emulated_tensor_map(const TensorMap& map, TensorMapSpec* spec) {
   spec->rank = p.rank;
   spec->element_bytes = p.element_bytes;
   spec->swizzle = static_cast<sm90::Swizzle>(p.swizzle);
+  spec->fp32 = p.fp32 != 0;
   return true;
 }
 

@@ -26,6 +26,9 @@ struct TensorMapSpec {
   std::array<std::uint32_t, 5> box{};      // elements a load or store moves, innermost first
   std::array<std::uint32_t, 5> element_strides{1, 1, 1, 1, 1};
   sm90::Swizzle swizzle = sm90::Swizzle::kNone;
+  // 4-byte elements are fp32 (CU_TENSOR_MAP_DATA_TYPE_FLOAT32), the type a
+  // TMA reduce-add adds as; otherwise elements are bits moved as they are.
+  bool fp32 = false;
 };
 
 // Throws InvalidArgument ("tensor map <field>: got <value>; expected <rule>")

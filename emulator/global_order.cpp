@@ -116,6 +116,13 @@ void Emulator::Impl::semaphore_wait(const i32* p, i32 target, const Where& where
 void Emulator::Impl::semaphore_release(i32* p, i32 value, const Where& where) {
   Thread& t = *current;
   if (!check_global(t, p, sizeof(i32), /*write=*/true, where, sizeof(i32))) return;
+  // A release covers the thread's bulk writes only once they are complete.
+  if (t.bulk_writes_unfinished > 0 || !t.committed_stores.empty() || !t.open_stores.empty()) {
+    report(BugKind::kGlobalRace, t, where,
+           "semaphore release at " + global_text(p) +
+               " while this thread's TMA stores or reductions may still be in flight (cp.async.bulk.wait_group 0, "
+               "not .read, before the release)");
+  }
   counters.global_bytes += sizeof(i32);
   i32 old = 0;
   std::memcpy(&old, p, sizeof old);

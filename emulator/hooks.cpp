@@ -135,6 +135,13 @@ void tma_commit(const Where& /*where*/) { emulator().tma_commit(); }
 
 void tma_wait_read(i32 pending, const Where& /*where*/) { emulator().tma_wait_read(pending); }
 
+void tma_wait(i32 pending, const Where& /*where*/) { emulator().tma_wait(pending); }
+
+void tma_reduce_add(const TensorMap* map, const void* smem, const i32* coords, i32 rank, bool ordered,
+                    const Where& where) {
+  emulator().tma_store(map, smem, coords, rank, where, ordered ? BulkWrite::kOrderedAdd : BulkWrite::kAdd);
+}
+
 void tma_prefetch(const TensorMap* map, const Where& where) { emulator().tma_prefetch(map, where); }
 
 float half_to_float(u16 bits) { return half_bits_to_float(bits); }

@@ -141,11 +141,14 @@ struct TmaLoad {
   VectorClock issuer_clock;
   Where site;
 };
+// A bulk tensor store or reduction (cp.reduce.async.bulk.tensor .add, f32).
+enum class BulkWrite : std::uint8_t { kStore, kAdd, kOrderedAdd };
 struct TmaStore {
   u64 source = 0;
   TensorMapSpec map;
   std::array<i32, 5> coords{};
   Where site;
+  BulkWrite kind = BulkWrite::kStore;
 };
 
 // Calls `element(box_byte, global_address_or_null)` for every element of a
@@ -225,6 +228,9 @@ struct Thread {
   // TMA stores: the open bulk group, then committed ones oldest first.
   std::vector<TmaStore> open_stores;
   std::deque<std::vector<TmaStore>> committed_stores;
+  // Groups a wait_group.read let go of: their global writes may not be
+  // complete until a wait_group (not .read) covers them.
+  i32 bulk_writes_unfinished = 0;
 };
 
 struct Buffer {
@@ -439,9 +445,12 @@ struct Emulator::Impl : Resident {
   // One block's copy of a load (the issuer's own, or a multicast's).
   void issue_load(Thread& t, const TmaLoad& prototype, u64 destination, u64 barrier_offset, Mbarrier& b,
                   const Where& where);
-  void tma_store(const TensorMap* map, const void* smem, const i32* coords, i32 rank, const Where& where);
+  void tma_store(const TensorMap* map, const void* smem, const i32* coords, i32 rank, const Where& where,
+                 BulkWrite kind = BulkWrite::kStore);
   void tma_commit();
   void tma_wait_read(i32 pending);
+  // cp.async.bulk.wait_group: the groups' writes complete too.
+  void tma_wait(i32 pending);
   void tma_prefetch(const TensorMap* map, const Where& where);
 
   // --- mbarriers and named barriers (barriers.cpp) ----------------------

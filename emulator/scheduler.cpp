@@ -179,6 +179,7 @@ void Emulator::Impl::start_unit(const Dim3& origin, std::mt19937_64* order) {
     t.next_phase.clear();
     t.open_stores.clear();
     t.committed_stores.clear();
+    t.bulk_writes_unfinished = 0;
     t.fiber->reset(&Impl::thread_entry, this);
   }
 }

@@ -1,5 +1,5 @@
 // TMA: tensor-map loads onto an mbarrier, landed as late as the ISA allows,
-// and bulk stores performed at their wait or the end of the block.
+// and bulk stores and reductions performed at their wait or the end of the block.
 #include "emulator/machine.h"
 
 namespace attune::emu {
@@ -110,10 +110,21 @@ void Emulator::Impl::perform_store(const Thread& t, const TmaStore& store) {
       }
     }
     if (global == nullptr) return;  // outside the tensor: not written
-    if (Buffer* buffer = global_buffer(t, global, elem, true, store.site, 1)) {
+    Buffer* buffer = global_buffer(t, global, elem, true, store.site, 1);
+    if (buffer == nullptr) return;
+    if (store.kind == BulkWrite::kStore) {
       record_global_write(t, *buffer, global, elem, store.site);
       std::memcpy(global, shared.data() + at, elem);
+      return;
     }
+    // .add.f32: each element an atomic add (the map's elements are 4 bytes, checked at issue).
+    record_reduction(const_cast<Thread&>(t), *buffer, global, elem, store.kind == BulkWrite::kOrderedAdd, store.site);
+    float sum = 0;
+    float add = 0;
+    std::memcpy(&sum, global, sizeof sum);
+    std::memcpy(&add, shared.data() + at, sizeof add);
+    sum += add;
+    std::memcpy(global, &sum, sizeof sum);
   });
 }
 
@@ -222,11 +233,18 @@ void Emulator::Impl::tma_load_multicast(void* smem, const TensorMap* map, u64* b
 }
 
 void Emulator::Impl::tma_store(const TensorMap* map, const void* smem, const i32* coords, i32 rank,
-                               const Where& where) {
+                               const Where& where, BulkWrite kind) {
   Thread& t = *current;
   TmaStore store;
+  store.kind = kind;
   const auto source = tma_mapped_box(*this, t, map, rank, smem, "TMA store source", where, &store.map);
   if (!source) return;
+  if (kind != BulkWrite::kStore && (store.map.element_bytes != 4 || !store.map.fp32)) {
+    report(BugKind::kTmaMisuse, t, where,
+           "TMA reduce-add through a map of " + std::to_string(store.map.element_bytes) +
+               "-byte elements that are not fp32; the emulator models .add.f32 (a map of fp32 elements)");
+    return;
+  }
   store.source = *source;
   std::copy(coords, coords + rank, store.coords.begin());
   store.site = where;
@@ -267,7 +285,13 @@ void Emulator::Impl::tma_wait_read(i32 pending) {
   while (t.committed_stores.size() > static_cast<std::size_t>(pending)) {
     for (const TmaStore& store : t.committed_stores.front()) perform_store(t, store);
     t.committed_stores.pop_front();
+    ++t.bulk_writes_unfinished;
   }
+}
+
+void Emulator::Impl::tma_wait(i32 pending) {
+  tma_wait_read(pending);
+  current->bulk_writes_unfinished = 0;
 }
 
 void Emulator::Impl::tma_prefetch(const TensorMap* map, const Where& where) {

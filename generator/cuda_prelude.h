@@ -33,6 +33,7 @@ __device__ void __threadfence_system();
 __device__ unsigned atomicMax(unsigned* address, unsigned value);
 __device__ float __int_as_float(int);
 __device__ float __uint_as_float(unsigned);
+__device__ unsigned __float_as_uint(float);
 __device__ unsigned long long __cvta_generic_to_shared(const void*);
 __device__ unsigned long long __cvta_generic_to_global(const void*);
 template <class T>

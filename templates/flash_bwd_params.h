@@ -33,7 +33,7 @@ struct FlashBwdParams {
   i64 dq_batch_stride, dq_row_stride, dq_head_stride;
   i64 dk_batch_stride, dk_row_stride, dk_head_stride;
   i64 dv_batch_stride, dv_row_stride, dv_head_stride;
-  i64 rows;                 // query rows of the workspaces: B x Sq, or Tq when packed
+  i64 rows;                 // query rows of the workspaces: B x round_up(Sq, 64), or Tq + 64 B packed
   const i32* cu_seqlens_q;  // [B+1] packed row offsets
   const i32* cu_seqlens_k;  // [B+1]
   const i32* seqlens_k;     // [B] real keys per sequence (padding)
@@ -60,14 +60,22 @@ struct FlashBwdParams {
   i32 dq_turn_tiles;
 };
 
-// The rows of a query tile whose dQ adds take turns (flash_bwd_sm90's kBlockM).
-inline constexpr i32 kDqTurnRows = 64;
+
+
+// The rows of a dQ tile (flash_bwd_sm90's kBlockM): the turn counters'
+// unit, and the alignment of every sequence's rows in the workspaces.
+inline constexpr i32 kDqTileRows = 64;
 
 namespace bwd_detail {
 
 // A sequence as the backward sees it: where its rows and keys are, and
-// where its rows are in the workspaces (LSE, dPsum, the dQ accumulator):
-// local query row i is workspace row row_base + i.
+// where its rows are in the workspaces (dPsum, the dQ accumulator): local
+// query row i is workspace row row_base + i. Every sequence's workspace
+// rows start on a multiple of kDqTileRows and its last tile ends before the
+// next sequence's rows, so a whole-tile write (flash_bwd_sm90's TMA
+// reduction of dQ) stays inside its sequence: dense, B x round_up(Sq, 64)
+// rows; packed, row_base = round_down(q_begin + 64 b, 64), in Tq + 64 B
+// rows.
 struct BwdSequence : Sequence {
   i64 row_base;
 };
@@ -75,7 +83,9 @@ struct BwdSequence : Sequence {
 ATTUNE_DEVICE BwdSequence sequence(const FlashBwdParams& p, i32 batch) {
   const Sequence s =
       sequence_of<LengthCut::kQuiet>({p.cu_seqlens_q, p.cu_seqlens_k, p.seqlens_k, p.seqlen_q, p.seqlen_k}, batch);
-  return {s, p.cu_seqlens_q != nullptr ? s.q_begin : static_cast<i64>(batch) * p.seqlen_q};
+  constexpr i64 kTile = kDqTileRows;
+  return {s, p.cu_seqlens_q != nullptr ? (s.q_begin + kTile * batch) / kTile * kTile
+                                       : batch * ((p.seqlen_q + kTile - 1) / kTile * kTile)};
 }
 
 // The LSE in base 2 and D of local query row `row` of head `head`: +inf and

@@ -61,9 +61,9 @@ ATTUNE_KERNEL void flash_bwd_preprocess(FlashBwdParams p) {
     for (i32 col = lane; col < p.head_dim_k; col += kWarpSize) dev::store_global(accum + col, 0.0f);
   }
   // The first row of a query tile clears the tile's turn counter.
-  if (p.dq_turns != nullptr && lane == 0 && w.row % kDqTurnRows == 0) {
+  if (p.dq_turns != nullptr && lane == 0 && w.row % kDqTileRows == 0) {
     dev::store_global(p.dq_turns + (static_cast<i64>(w.batch) * p.heads_q + w.head) * p.dq_turn_tiles +
-                          w.row / kDqTurnRows,
+                          w.row / kDqTileRows,
                       0);
   }
 }

@@ -49,6 +49,7 @@ struct FlashBwdSm90Params {
   TensorMap k_map;   // (Dk, keys, Hkv, B): box {64, kBlockN}
   TensorMap v_map;   // (Dv, keys, Hkv, B): box {64, kBlockN}
   TensorMap do_map;  // (Dv, rows, Hq, B): box {64, kBlockM}
+  TensorMap dq_map;  // kDqTma: the fp32 dQ accumulator (Dk, Hq, workspace rows): box {32, 1, kBlockM}
   // Pointers, strides, sizes, mask, scale and the workspaces as the
   // preprocess and convert kernels take them (LSE, D, dQ's accumulator,
   // dK and dV read them).
@@ -57,6 +58,7 @@ struct FlashBwdSm90Params {
   // dtype); variants compiled by NVRTC use constants.
   i32 stages ATTUNE_TUNABLE_OF(flash_bwd_sm90, kStages);
   i32 dq_atomic ATTUNE_TUNABLE_OF(flash_bwd_sm90, kDqAtomic);
+  i32 dq_tma ATTUNE_TUNABLE_OF(flash_bwd_sm90, kDqTma);
 };
 
 struct FlashBwdSm90Tunables {
@@ -66,9 +68,13 @@ struct FlashBwdSm90Tunables {
   static constexpr int kStages[] = {2, 3};      // Q / dO ring depth
   // 1: dQ by fp32 atomics in any order; 0: in block order, by turns (deterministic)
   static constexpr int kDqAtomic[] = {0, 1};
-  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st", "at"};
+  // 1: dQ staged in shared memory and added by TMA bulk reductions (one
+  // thread issues them); 0: every thread adds its elements with red.global
+  static constexpr int kDqTma[] = {0, 1};
+  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st", "at", "tr"};
   static constexpr const char* kArchs[] = {"sm_90a"};  // wgmma and setmaxnreg exist on sm_90a only
-  static constexpr const char* kEmulatedAtRunTime[] = {"kStages", "kDqAtomic"};
+  static constexpr const char* kEmulatedAtRunTime[] = {"kStages", "kDqAtomic", "kDqTma"};
+  static constexpr int kDqStageBytes = 64 * 64 * 4;  // kDqTma: a consumer's dQ box, [64 queries][64 columns] fp32
 
   static constexpr int kSharedAlign = 1024;  // the barriers, then every buffer on a 128-byte-swizzle atom
   static constexpr int kMaxSharedBytes = 227 * 1024;
@@ -78,19 +84,28 @@ struct FlashBwdSm90Tunables {
   static constexpr int kProducerRegisters = 24;
 
   ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int /*block_m*/, int block_n, int /*stages*/,
-                                                  int /*dq_atomic*/) {
+                                                  int /*dq_atomic*/, int /*dq_tma*/) {
     return 128 * (1 + block_n / 64);
   }
-  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int head_dim, int block_m, int block_n, int stages,
-                                                       int /*dq_atomic*/ = 1) {
-    // Barriers; K and V; the Q and dO stages; dS^T; the LSE and D stages.
+  // Barriers; K and V; the Q and dO stages; dS^T; the LSE and D stages;
+  // with kDqTma, each consumer's dQ box (on a swizzle atom).
+  ATTUNE_HOST_DEVICE static constexpr int shared_bytes_before_dq(int head_dim, int block_m, int block_n, int stages) {
     return kSharedAlign + 2 * (2 * block_n * head_dim) + stages * 2 * (2 * block_m * head_dim) + 2 * block_n * block_m +
            stages * 2 * 4 * block_m;
   }
-  ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int stages, int dq_atomic) {
+  ATTUNE_HOST_DEVICE static constexpr int dq_stage_offset(int head_dim, int block_m, int block_n, int stages) {
+    return (shared_bytes_before_dq(head_dim, block_m, block_n, stages) + 1023) / 1024 * 1024;
+  }
+  ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int head_dim, int block_m, int block_n, int stages,
+                                                       int /*dq_atomic*/, int dq_tma) {
+    return dq_tma != 0 ? dq_stage_offset(head_dim, block_m, block_n, stages) + block_n / 64 * kDqStageBytes
+                       : shared_bytes_before_dq(head_dim, block_m, block_n, stages);
+  }
+  ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int stages, int dq_atomic,
+                                                 int dq_tma) {
     return head_dim % 64 == 0 && block_m == 64 && block_n % 64 == 0 && block_n / 64 >= 1 && block_n / 64 <= 2 &&
-           stages >= 2 && stages <= 3 && (dq_atomic == 0 || dq_atomic == 1) &&
-           shared_bytes(head_dim, block_m, block_n, stages) <= kMaxSharedBytes;
+           stages >= 2 && stages <= 3 && (dq_atomic == 0 || dq_atomic == 1) && (dq_tma == 0 || dq_tma == 1) &&
+           shared_bytes(head_dim, block_m, block_n, stages, dq_atomic, dq_tma) <= kMaxSharedBytes;
   }
 };
 
@@ -114,6 +129,12 @@ struct Layout {
   ATTUNE_DEVICE i32 ds_offset() const { return q_offset(stages); }  // [key][query], 128-byte rows
   ATTUNE_DEVICE i32 lse_offset(i32 stage) const { return ds_offset() + 2 * block_n * block_m + stage * 8 * block_m; }
   ATTUNE_DEVICE i32 d_offset(i32 stage) const { return lse_offset(stage) + 4 * block_m; }
+  // kDqTma: consumer c's dQ box, two [64 queries][32 columns] fp32 halves
+  // with 128-byte rows, swizzled as the accumulator's map reads them.
+  ATTUNE_DEVICE i32 dq_offset(i32 consumer) const {
+    return FlashBwdSm90Tunables::dq_stage_offset(head_dim, block_m, block_n, stages) +
+           consumer * FlashBwdSm90Tunables::kDqStageBytes;
+  }
 };
 
 // The block's mbarriers, at the start of shared memory (kSharedAlign bytes).
@@ -191,13 +212,14 @@ struct KeyBlock {
 // block: threads(); dynamic shared memory: shared_bytes(). Needs D from
 // flash_bwd_preprocess (which also clears the dQ accumulator); dQ is
 // finished by flash_bwd_dq_convert. In the emulator's instantiation kStages
-// and kDqAtomic may be kAtRunTime, read from the params.
-template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kDqAtomic, class DType>
+// kDqAtomic and kDqTma may be kAtRunTime, read from the params.
+template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kDqAtomic, int kDqTma, class DType>
 ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     flash_bwd_sm90(const ATTUNE_GRID_CONSTANT FlashBwdSm90Params p) {
   using namespace bwd_sm90_detail;
   static_assert(
-      !kAllFixed<kStages, kDqAtomic> || FlashBwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages, kDqAtomic),
+      !kAllFixed<kStages, kDqAtomic, kDqTma> ||
+          FlashBwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages, kDqAtomic, kDqTma),
       "flash_bwd_sm90: these tunables break FlashBwdSm90Tunables::valid");
   static_assert(kBlockM * 2 == kRowBytes, "dS^T's rows (a key's queries) are one 128-byte swizzled row");
   constexpr i32 kConsumers = kBlockN / 64;
@@ -207,6 +229,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   constexpr i32 kKeySteps = 64 / 16;         // dQ: over the consumer's keys
   const i32 stages = Tunable<kStages>(p.stages).value();
   const bool dq_atomic = Tunable<kDqAtomic>(p.dq_atomic).on();
+  const bool dq_tma = Tunable<kDqTma>(p.dq_tma).on();
   const FlashBwdParams& b = p.bwd;
   const Layout layout{kHeadDim, kBlockM, kBlockN, stages};
   using Block = KeyBlock<kBlockM, kBlockN>;
@@ -452,6 +475,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     // Deterministic mode: this consumer's turn at the tile's rows comes
     // after every consumer of the key blocks whose turn comes first
     // (turns_before), and after the consumers before it in this block.
+    // One thread (the issuer) waits for the turn and, with kDqTma, issues
+    // the bulk reductions; with red.global every thread adds, so all wait.
+    const bool issuer = warp == 0 && lane == 0;
     i32* turn = nullptr;
     if (!dq_atomic) {
       const i64 tile = row0 / kBlockM;
@@ -460,8 +486,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
         const i32 earlier = kConsumers * w.turns_before(b, tile, lane) + consumer;
         if (lane == 0) dev::semaphore_wait(turn, earlier);  // consumer: wait for dQ's turn
       }
-      dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
+      if (!dq_tma) dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
     }
+    unsigned char* dq_stage = smem + layout.dq_offset(consumer);
     ATTUNE_UNROLL
     for (i32 c = 0; c < kChunks; ++c) {
       DqBox dq;
@@ -477,6 +504,49 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       }
       dev::wgmma::commit();
       dev::wgmma::wait<0>();
+      if (dq_tma) {
+        // The box to shared memory (the previous box's reductions have read
+        // it), then two bulk reductions of 32 columns. Row r's 16-byte
+        // chunk j of a half is at chunk j ^ (r % 8): the 128-byte swizzle.
+        // A thread's columns 8 dt + 2 (lane % 4) (and + 1) are chunk
+        // 2 (dt % 4) + (lane % 4) / 2 of half dt / 4, at byte 8 (lane % 2);
+        // both its rows have r % 8 = lane / 4. From an opaque lane, so the
+        // addresses are not held across the loop.
+        if (issuer) dev::tma::wait_read<0>();
+        dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
+        const i32 lane_q = dev::opaque(lane);
+        const u32 chunk_xor = static_cast<u32>((lane_q % 4) / 2) ^ static_cast<u32>(lane_q / 4);
+        unsigned char* dq_thread = dq_stage + (16 * warp + lane_q / 4) * 128 + (lane_q % 2) * 8;
+        ATTUNE_UNROLL
+        for (i32 half = 0; half < 2; ++half) {
+          ATTUNE_UNROLL
+          for (i32 dt = 0; dt < kBoxCols / 8; ++dt) {
+            const u32 at = static_cast<u32>((dt / 4) * kBlockM * 128 + half * 8 * 128) +
+                           ((static_cast<u32>(2 * (dt % 4)) ^ chunk_xor) << 4);
+            const u64 pair =
+                (static_cast<u64>(dev::float_bits(dq.at(0, dt, half, 1))) << 32) | dev::float_bits(dq.at(0, dt, half, 0));
+            dev::store_shared(dev::shared_as<u64>(dq_thread + at), pair);  // consumer: stage dQ
+          }
+        }
+        dev::fence_proxy_async();  // the stage's stores before the bulk reductions read it
+        dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
+        if (issuer) {
+          const i32 row = static_cast<i32>(seq.row_base + row0);
+          ATTUNE_UNROLL
+          for (i32 h = 0; h < 2; ++h) {
+            const i32 col = c * kBoxCols + 32 * h;
+            if (col >= b.head_dim_k) continue;
+            if (dq_atomic) {
+              dev::tma::reduce_add(&p.dq_map, dq_stage + h * kBlockM * 128, col, head, row);  // consumer: add dQ
+            } else {
+              dev::tma::ordered_reduce_add(&p.dq_map, dq_stage + h * kBlockM * 128, col, head,
+                                           row);  // consumer: add dQ in turn
+            }
+          }
+          dev::tma::commit();
+        }
+        continue;
+      }
       // This consumer's part, added to the accumulator.
       ATTUNE_UNROLL
       for (i32 half = 0; half < 2; ++half) {
@@ -500,11 +570,18 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     }
     // Every thread's adds before the release (cumulative: the barrier
     // orders them before lane 0's red.release).
+    // The bulk reductions release only once complete (wait_group, not .read).
     if (!dq_atomic) {
-      dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
-      if (warp == 0 && lane == 0) dev::semaphore_release(turn, 1);  // consumer: pass dQ's turn on
+      if (dq_tma) {
+        if (issuer) dev::tma::wait<0>();
+      } else {
+        dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
+      }
+      if (issuer) dev::semaphore_release(turn, 1);  // consumer: pass dQ's turn on
     }
   }
+  // The stage is read before the block exits.
+  if (dq_tma && warp == 0 && lane == 0) dev::tma::wait<0>();
 
   // dK (scaled) and dV of this warp's keys; keys past the sequence's real
   // keys (padding) and keys no row sees get exact zeros.

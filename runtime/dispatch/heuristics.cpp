@@ -84,13 +84,15 @@ Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits
   });
   if (!hopper.empty() && !portable_only) {
     // FlashAttention-3's backward: 128 keys per CTA on two consumer
-    // warpgroups, 64-row query steps, two stages in flight; dQ by atomics
-    // unless deterministic.
+    // warpgroups, 64-row query steps, two stages in flight; dQ staged in
+    // shared memory and added by TMA bulk reductions, in turns when
+    // deterministic.
     const FlashBwdSm90Shape wanted{.head_dim = FlashBwdSm90Shape::of(hopper.front()).head_dim,
                                    .block_m = 64,
                                    .block_n = 128,
                                    .stages = 2,
-                                   .dq_atomic = deterministic ? 0 : 1};
+                                   .dq_atomic = deterministic ? 0 : 1,
+                                   .dq_tma = 1};
     return nearest_variant(hopper, wanted.values());
   }
   // (Deterministic or not changes neither validity nor resources.)

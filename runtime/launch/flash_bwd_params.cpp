@@ -12,7 +12,11 @@ namespace attune {
 
 namespace {
 
-std::int64_t workspace_rows(const AttentionProblem& p) { return p.is_packed() ? p.seqlen_q : p.batch * p.seqlen_q; }
+// Rows of the workspaces: each sequence's start on a dQ tile (bwd_detail::sequence).
+std::int64_t workspace_rows(const AttentionProblem& p) {
+  const std::int64_t tile = kDqTileRows;
+  return p.is_packed() ? p.seqlen_q + tile * p.batch : p.batch * ((p.seqlen_q + tile - 1) / tile * tile);
+}
 
 std::int64_t longest_key_capacity(const AttentionProblem& p) { return p.max_seqlen_k(); }
 
@@ -53,7 +57,7 @@ BackwardWorkspace backward_workspace(const AttentionProblem& p, const Variant& m
     w.dq_accum_floats = dq;
   }
   if (t.dq == DqPath::kTurns) {
-    w.dq_turn_tiles = static_cast<std::int32_t>((p.max_seqlen_q() + kDqTurnRows - 1) / kDqTurnRows);
+    w.dq_turn_tiles = static_cast<std::int32_t>((p.max_seqlen_q() + kDqTileRows - 1) / kDqTileRows);
     w.dq_turn_ints = std::max<std::int64_t>(p.batch, 1) * p.heads_q * w.dq_turn_tiles;
   }
   return w;

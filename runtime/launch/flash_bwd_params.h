@@ -31,8 +31,8 @@ namespace attune {
 //     [key blocks, rows, Hq, Dk], summed in order by the convert;
 //   flash_bwd_sm90 kDqAtomic = 0 (deterministic): the accumulator, and one
 //     int32 turn counter per query tile [B, Hq, ceil(longest Sq / 64)]: the
-//     key blocks add to it in block order;
-// where rows = B x Sq (Tq packed) and key blocks = ceil(longest key
+//     key blocks add to it in turn, last key block first;
+// where rows = B x round_up(Sq, 64) (Tq + 64 B packed; bwd_detail::sequence) and key blocks = ceil(longest key
 // capacity / BLOCK_N).
 struct BackwardWorkspace {
   std::int64_t d_floats = 0;

@@ -33,4 +33,19 @@ Sm90BackwardMaps flash_bwd_sm90_maps(const AttentionProblem& p, const BackwardBu
           sm90_tensor_map(b.d_o, p.o_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v, bm)};
 }
 
+TensorMapSpec dq_accumulator_map(const FlashBwdParams& b) {
+  TensorMapSpec m;
+  m.address = b.dq_accum;
+  m.rank = 3;
+  m.element_bytes = 4;
+  m.fp32 = true;
+  m.dims = {static_cast<std::uint64_t>(b.head_dim_k), static_cast<std::uint64_t>(b.heads_q),
+            static_cast<std::uint64_t>(b.rows), 0, 0};
+  m.strides = {4 * static_cast<std::uint64_t>(b.head_dim_k),
+               4 * static_cast<std::uint64_t>(b.heads_q) * static_cast<std::uint64_t>(b.head_dim_k), 0, 0};
+  m.box = {32, 1, static_cast<std::uint32_t>(kDqTileRows), 1, 1};
+  m.swizzle = sm90::Swizzle::k128B;
+  return m;
+}
+
 }  // namespace attune

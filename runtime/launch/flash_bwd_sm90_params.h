@@ -28,6 +28,12 @@ struct Sm90BackwardMaps {
 Sm90BackwardMaps flash_bwd_sm90_maps(const AttentionProblem& problem, const BackwardBuffers& buffers,
                                      const Variant& variant);
 
+// The fp32 dQ accumulator as a 3-D map for the TMA reductions (kDqTma):
+// (Dk, Hq, workspace rows), boxes of 32 columns (128 bytes, swizzled) by
+// one head by 64 rows, each sequence's rows starting on a box
+// (bwd_detail::sequence).
+TensorMapSpec dq_accumulator_map(const FlashBwdParams& bwd);
+
 // Kernel params for a validated problem that fits: `bwd` is the row
 // kernels' params (flash_bwd_params); `encode` turns a spec into the
 // backend's TensorMap (LaunchBackend::tensor_map).
@@ -44,6 +50,7 @@ FlashBwdSm90Params flash_bwd_sm90_params(const AttentionProblem& problem, const 
     k.v_map = encode(maps.v);
     k.do_map = encode(maps.d_o);
   }
+  if (bwd.dq_accum != nullptr && bwd.rows > 0) k.dq_map = encode(dq_accumulator_map(bwd));
   return k;
 }
 

@@ -122,6 +122,7 @@ ATTUNE_DEVICE float tanh_approx(float x) {
 }
 
 ATTUNE_DEVICE float infinity() { return __int_as_float(0x7F800000); }
+ATTUNE_DEVICE u32 float_bits(float value) { return __float_as_uint(value); }
 ATTUNE_DEVICE float fmax(float a, float b) {
   float y;
   asm("max.f32 %0, %1, %2;" : "=f"(y) : "f"(a), "f"(b));

@@ -135,6 +135,7 @@ inline float exp2_approx(float x) { return emu::hooks::exp2_approx(x); }
 inline float log2_approx(float x) { return emu::hooks::log2_approx(x); }
 inline float tanh_approx(float x) { return emu::hooks::tanh_approx(x); }
 inline float infinity() { return std::bit_cast<float>(0x7F800000U); }
+inline u32 float_bits(float value) { return std::bit_cast<u32>(value); }
 inline float fmax(float a, float b) { return std::fmax(a, b); }
 inline i32 opaque(i32 value) { return value; }
 

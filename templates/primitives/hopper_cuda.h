@@ -22,7 +22,8 @@
 //   named_barrier::sync(id, threads), named_barrier::arrive(id, threads)
 //   elect_one() -> bool                                 // elect.sync: one lane of the warp
 //   tma::load<2..5>(smem, const TensorMap*, bar, coords...), tma::store<2..5>(const TensorMap*, smem, coords...),
-//   tma::commit(), tma::wait_read<N>(), tma::prefetch(const TensorMap*)
+//   tma::reduce_add(const TensorMap*, smem, c0, c1, c2), tma::ordered_reduce_add(...)   (.add.f32, 3-D)
+//   tma::commit(), tma::wait_read<N>(), tma::wait<N>(), tma::prefetch(const TensorMap*)
 //   Thread block clusters:
 //   cluster::rank(), cluster::size(), cluster::sync()   // %cluster_ctarank, %cluster_nctarank, barrier.cluster
 //   mbarrier::arrive_cluster(bar, cta)                  // an arrival on the same barrier of block `cta` (mapa)
@@ -544,11 +545,32 @@ ATTUNE_DEVICE void store(const TensorMap* map, const void* smem, i32 c0, i32 c1,
                "r"(shared_address(smem)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
                : "memory");
 }
+// Adds a box of fp32 shared memory to the tensor at coordinates c, element
+// by element (a bulk reduction: atomic per element, no order between
+// blocks); joins this thread's open bulk group like a store.
+ATTUNE_DEVICE void reduce_add(const TensorMap* map, const void* smem, i32 c0, i32 c1, i32 c2) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4}], [%1];\n" ::"l"(
+          map_address(map)),
+      "r"(shared_address(smem)), "r"(c0), "r"(c1), "r"(c2)
+      : "memory");
+}
+// The same, where the kernel orders the reductions to each element
+// (semaphores): the emulator checks that the earlier ones happen before.
+ATTUNE_DEVICE void ordered_reduce_add(const TensorMap* map, const void* smem, i32 c0, i32 c1, i32 c2) {
+  reduce_add(map, smem, c0, c1, c2);
+}
 ATTUNE_DEVICE void commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Waits until at most N bulk groups still read their shared-memory source.
 template <i32 N>
 ATTUNE_DEVICE void wait_read() {
   asm volatile("cp.async.bulk.wait_group.read %0;\n" ::"n"(N) : "memory");
+}
+// Waits until at most N bulk groups are in flight: the others' writes are
+// done (before a release that must cover them).
+template <i32 N>
+ATTUNE_DEVICE void wait() {
+  asm volatile("cp.async.bulk.wait_group %0;\n" ::"n"(N) : "memory");
 }
 ATTUNE_DEVICE void prefetch(const TensorMap* map) {
   asm volatile("prefetch.tensormap [%0];\n" ::"l"(map_address(map)) : "memory");

@@ -35,6 +35,9 @@ void tma_load(void* smem, const TensorMap* map, u64* bar, const i32* coords, i32
 void tma_store(const TensorMap* map, const void* smem, const i32* coords, i32 rank, const Where& where);
 void tma_commit(const Where& where);
 void tma_wait_read(i32 pending, const Where& where);
+void tma_wait(i32 pending, const Where& where);
+void tma_reduce_add(const TensorMap* map, const void* smem, const i32* coords, i32 rank, bool ordered,
+                    const Where& where);
 void tma_prefetch(const TensorMap* map, const Where& where);
 void tma_load_multicast(void* smem, const TensorMap* map, u64* bar, u32 cta_mask, const i32* coords, i32 rank,
                         const Where& where);
@@ -249,6 +252,20 @@ inline void commit(const Where& where = Where::current()) { emu::hooks::tma_comm
 template <i32 N>
 void wait_read(const Where& where = Where::current()) {
   emu::hooks::tma_wait_read(N, where);
+}
+template <i32 N>
+void wait(const Where& where = Where::current()) {
+  emu::hooks::tma_wait(N, where);
+}
+inline void reduce_add(const TensorMap* map, const void* smem, i32 c0, i32 c1, i32 c2,
+                       const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1, c2};
+  emu::hooks::tma_reduce_add(map, smem, c, 3, false, where);
+}
+inline void ordered_reduce_add(const TensorMap* map, const void* smem, i32 c0, i32 c1, i32 c2,
+                               const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1, c2};
+  emu::hooks::tma_reduce_add(map, smem, c, 3, true, where);
 }
 inline void prefetch(const TensorMap* map, const Where& where = Where::current()) {
   emu::hooks::tma_prefetch(map, where);

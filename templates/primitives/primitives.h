@@ -28,6 +28,7 @@
 //   float log2_approx(float);                         // lg2.approx.ftz.f32
 //   float tanh_approx(float);                         // tanh.approx.f32
 //   float infinity();                                 // +inf
+//   u32 float_bits(float);                            // the float's bits
 //   float fmax(float, float);                         // max.f32 (FMNMX): NaN only when both are
 //   u32 pack2<Fp16|Bf16>(float lo, float hi);         // cvt.rn, round to nearest even
 //   float unpack_lo<D>(u32), unpack_hi<D>(u32), to_float<D>(u16);  u16 to_bits<D>(float);

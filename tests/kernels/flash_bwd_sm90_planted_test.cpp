@@ -26,7 +26,7 @@ namespace {
 // against 250 keys over two query heads of one KV head are 4 key blocks of
 // up to 10 steps each, so every stage is refilled. Its rows are 128 bytes:
 // TMA steps them as laid out.
-constexpr const char* kVariant = "flash_bwd_sm90/d64.bm64.bn64.st2.at1";
+constexpr const char* kVariant = "flash_bwd_sm90/d64.bm64.bn64.st2.at1.tr0";
 constexpr int kWarps = 4;  // the row kernels' only variant
 
 testing::BackwardInputs planted_inputs() {
@@ -40,7 +40,7 @@ testing::BackwardInputs planted_inputs() {
 TEST(FlashBwdSm90PlantedTest, TheRealKernelsRunCleanWithinTheRule) {
   const testing::BackwardInputs in = planted_inputs();
   const ReferenceGradients got = testing::run_sm90_with_kernels(
-      in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
+      in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>);
   std::string why;
   EXPECT_TRUE(testing::gradients_within_rule(in, got, &why)) << why;
 }
@@ -49,7 +49,7 @@ TEST(FlashBwdSm90PlantedTest, TheLseInNaturalUnitsFailsTheRule) {
   const testing::BackwardInputs in = planted_inputs();
   const ReferenceGradients got =
       testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
-                                     &sm90_bwd_lse_natural::flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
+                                     &sm90_bwd_lse_natural::flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>);
   std::string why;
   EXPECT_FALSE(testing::gradients_within_rule(in, got, &why));
 }
@@ -58,7 +58,7 @@ TEST(FlashBwdSm90PlantedTest, DkWithoutTheScaleFailsTheRule) {
   const testing::BackwardInputs in = planted_inputs();
   const ReferenceGradients got =
       testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
-                                     &sm90_bwd_dk_unscaled::flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
+                                     &sm90_bwd_dk_unscaled::flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>);
   std::string why;
   EXPECT_FALSE(testing::gradients_within_rule(in, got, &why));
   EXPECT_NE(why.find("dK"), std::string::npos) << why;
@@ -68,7 +68,7 @@ TEST(FlashBwdSm90PlantedTest, DpsumFromOInsteadOfDoFailsTheRule) {
   const testing::BackwardInputs in = planted_inputs();
   const ReferenceGradients got =
       testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &dpsum_from_o::flash_bwd_preprocess<kWarps, Bf16>,
-                                     &flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
+                                     &flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>);
   std::string why;
   EXPECT_FALSE(testing::gradients_within_rule(in, got, &why));
 }
@@ -77,7 +77,7 @@ TEST(FlashBwdSm90PlantedTest, AStageReleasedBeforeItsGemmsIsARace) {
   const testing::BackwardInputs in = planted_inputs();
   try {
     testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
-                                   &sm90_bwd_early_release::flash_bwd_sm90<64, 64, 64, 2, 1, Bf16>);
+                                   &sm90_bwd_early_release::flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>);
     FAIL() << "the planted bug was not reported";
   } catch (const emu::KernelFault& fault) {
     const std::string what = fault.what();
@@ -86,41 +86,49 @@ TEST(FlashBwdSm90PlantedTest, AStageReleasedBeforeItsGemmsIsARace) {
   }
 }
 
-TEST(FlashBwdSm90PlantedTest, DeterministicDqWithoutItsTurnIsReportedAndChangesBits) {
+// The deterministic dQ of one variant (tr0: red.global, tr1: TMA bulk
+// reductions): the real kernel gives the same accumulator under every
+// order the blocks run in, within the rule; without the turn's wait every
+// order is reported and the bits follow the order.
+template <int kTma>
+void expect_turns_checked(const char* id) {
   // Every key block adds to every query tile; the fp32 accumulator's bits
   // show the order (the bf16 dQ rarely does).
   const testing::BackwardInputs in = testing::make_backward_inputs(
       {"many_key_blocks", {1, 64, 2, 64}, {1, 512, 1, 64}, {1, 512, 1, 64}, ProblemOptions{.dtype = DType::kBF16}});
-  const Variant deterministic = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st2.at0");
+  const Variant deterministic = parse_variant_id(id);
   const auto run = [&](auto* main_kernel, std::uint64_t seed, std::string* fault) {
     std::vector<std::uint32_t> workspace;
     const ReferenceGradients g = testing::run_sm90_with_kernels(in, deterministic, &flash_bwd_preprocess<kWarps, Bf16>,
                                                                 main_kernel, seed, fault, &workspace);
     return std::pair{g, workspace};
   };
-  // The real kernel: the same accumulator under every order the blocks run
-  // in, no report, within the rule.
   std::string fault;
-  const auto [fixed, fixed_bits] = run(&flash_bwd_sm90<64, 64, 64, 2, 0, Bf16>, 0, &fault);
+  const auto [fixed, fixed_bits] = run(&flash_bwd_sm90<64, 64, 64, 2, 0, kTma, Bf16>, 0, &fault);
   EXPECT_EQ(fault, "");
   for (const std::uint64_t seed : {1, 2, 3}) {
-    EXPECT_TRUE(run(&flash_bwd_sm90<64, 64, 64, 2, 0, Bf16>, seed, &fault).second == fixed_bits) << "seed " << seed;
+    EXPECT_TRUE(run(&flash_bwd_sm90<64, 64, 64, 2, 0, kTma, Bf16>, seed, &fault).second == fixed_bits)
+        << id << " seed " << seed;
     EXPECT_EQ(fault, "");
   }
   std::string why;
   EXPECT_TRUE(testing::gradients_within_rule(in, fixed, &why)) << why;
-  // Without the wait: reported under every order, and the bits follow the order.
   int changed = 0;
   for (const std::uint64_t seed : {0, 1, 2, 3}) {
     fault.clear();
-    const auto got = run(&sm90_bwd_no_turn_wait::flash_bwd_sm90<64, 64, 64, 2, 0, Bf16>, seed, &fault);
+    const auto got = run(&sm90_bwd_no_turn_wait::flash_bwd_sm90<64, 64, 64, 2, 0, kTma, Bf16>, seed, &fault);
     EXPECT_NE(fault.find("does not happen before it, so the float sum depends on the order the blocks run in"),
               std::string::npos)
-        << "seed " << seed << ": " << fault;
+        << id << " seed " << seed << ": " << fault;
     EXPECT_NE(fault.find("flash_bwd_sm90_no_turn_wait.cuh"), std::string::npos) << fault;
     changed += got.second == fixed_bits ? 0 : 1;
   }
-  EXPECT_GT(changed, 0) << "the missing wait gave the same dQ accumulator under every order";
+  EXPECT_GT(changed, 0) << id << ": the missing wait gave the same dQ accumulator under every order";
+}
+
+TEST(FlashBwdSm90PlantedTest, DeterministicDqWithoutItsTurnIsReportedAndChangesBits) {
+  expect_turns_checked<0>("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr0");
+  expect_turns_checked<1>("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1");
 }
 
 }  // namespace
