@@ -17,8 +17,8 @@ i64 linear_block(const Dim3& b, const Dim3& grid) {
 
 std::string block_text(i64 linear, const Dim3& grid) {
   const i64 plane = static_cast<i64>(grid.x) * grid.y;
-  return dim3_text({static_cast<i32>(linear % grid.x), static_cast<i32>(linear % plane / grid.x),
-                    static_cast<i32>(linear / plane)});
+  return dim3_text(
+      {static_cast<i32>(linear % grid.x), static_cast<i32>(linear % plane / grid.x), static_cast<i32>(linear / plane)});
 }
 
 }  // namespace

@@ -33,7 +33,7 @@ struct FlashBwdParams {
   i64 dq_batch_stride, dq_row_stride, dq_head_stride;
   i64 dk_batch_stride, dk_row_stride, dk_head_stride;
   i64 dv_batch_stride, dv_row_stride, dv_head_stride;
-  i64 rows;                 // query rows of the workspaces: B x round_up(Sq, 64), or Tq + 64 B packed
+  i64 rows;                 // query rows of the workspaces: B x round_up(Sq, 64), or round_up(Tq + 64 B, 64) packed
   const i32* cu_seqlens_q;  // [B+1] packed row offsets
   const i32* cu_seqlens_k;  // [B+1]
   const i32* seqlens_k;     // [B] real keys per sequence (padding)
@@ -58,9 +58,8 @@ struct FlashBwdParams {
   // order, each after the counter reaches its turn. Null when not used.
   i32* dq_turns;
   i32 dq_turn_tiles;
+  i32 sequences;  // B: the batch, or the packed sequences (the row kernels' grid z)
 };
-
-
 
 // The rows of a dQ tile (flash_bwd_sm90's kBlockM): the turn counters'
 // unit, and the alignment of every sequence's rows in the workspaces.
@@ -74,7 +73,7 @@ namespace bwd_detail {
 // rows start on a multiple of kDqTileRows and its last tile ends before the
 // next sequence's rows, so a whole-tile write (flash_bwd_sm90's TMA
 // reduction of dQ) stays inside its sequence: dense, B x round_up(Sq, 64)
-// rows; packed, row_base = round_down(q_begin + 64 b, 64), in Tq + 64 B
+// rows; packed, row_base = round_down(q_begin + 64 b, 64), in round_up(Tq + 64 B, 64)
 // rows.
 struct BwdSequence : Sequence {
   i64 row_base;

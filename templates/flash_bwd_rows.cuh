@@ -62,9 +62,8 @@ ATTUNE_KERNEL void flash_bwd_preprocess(FlashBwdParams p) {
   }
   // The first row of a query tile clears the tile's turn counter.
   if (p.dq_turns != nullptr && lane == 0 && w.row % kDqTileRows == 0) {
-    dev::store_global(p.dq_turns + (static_cast<i64>(w.batch) * p.heads_q + w.head) * p.dq_turn_tiles +
-                          w.row / kDqTileRows,
-                      0);
+    dev::store_global(
+        p.dq_turns + (static_cast<i64>(w.batch) * p.heads_q + w.head) * p.dq_turn_tiles + w.row / kDqTileRows, 0);
   }
 }
 
@@ -109,8 +108,9 @@ struct FlashBwdDsinkTunables : WarpPerRowTunables {};
 // Grid: (ceil(Hq / kWarps)); block: kWarps x 32 threads. With sinks, after
 // flash_bwd_preprocess: dsink_h = -sum over the rows i of head h of
 // e^(sink_h - LSE_i) D_i (LSE holds the sink, so e^(sink - LSE) is the sink's
-// probability; an empty row has D = 0). Lane l sums rows l, l + 32, ... in
-// order, then a fixed butterfly: the same bits on every run.
+// probability; an empty row has D = 0). Sequence by sequence, lane l sums
+// rows l, l + 32, ... in order, then a fixed butterfly: the same bits on
+// every run.
 template <int kWarps, class DType>
 ATTUNE_KERNEL void flash_bwd_dsink(FlashBwdParams p) {
   const i32 head = dev::block_index().x * kWarps + dev::warp_id();
@@ -119,13 +119,15 @@ ATTUNE_KERNEL void flash_bwd_dsink(FlashBwdParams p) {
   const float sink_log2 = dev::load_global(p.mods.sinks + head) * kLog2e;
   const bool packed = p.cu_seqlens_q != nullptr;
   float sum = 0.0f;
-  for (i64 r = lane; r < p.rows; r += kWarpSize) {
-    const i64 batch = packed ? 0 : r / p.seqlen_q;
-    const i64 row = packed ? r : r % p.seqlen_q;
-    const float lse =
-        dev::load_global(p.lse + batch * p.lse_batch_stride + head * p.lse_head_stride + row * p.lse_row_stride);
-    const float row_d = dev::load_global(p.d + head * p.rows + r);
-    sum += dev::exp2_approx(sink_log2 - lse * kLog2e) * row_d;
+  for (i32 batch = 0; batch < p.sequences; ++batch) {
+    const bwd_detail::BwdSequence seq = bwd_detail::sequence(p, batch);
+    const i64 lse_batch = packed ? 0 : batch;  // packed: one batch of Tq rows
+    for (i64 row = lane; row < seq.q_len; row += kWarpSize) {
+      const float lse = dev::load_global(p.lse + lse_batch * p.lse_batch_stride + head * p.lse_head_stride +
+                                         (seq.q_begin + row) * p.lse_row_stride);
+      const float row_d = dev::load_global(p.d + head * p.rows + seq.row_base + row);
+      sum += dev::exp2_approx(sink_log2 - lse * kLog2e) * row_d;
+    }
   }
   sum = dev::warp::reduce_sum(sum);
   if (lane == 0) dev::store_global(p.dsink + head, -sum);

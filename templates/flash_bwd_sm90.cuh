@@ -39,6 +39,7 @@
 #include "templates/flash_bwd_params.h"
 #include "templates/primitives/hopper.h"
 #include "templates/sm90_pipeline.cuh"
+#include "templates/sm90_scheduler.cuh"
 #include "templates/sm90_smem.h"
 #include "templates/tunable.cuh"
 
@@ -59,6 +60,11 @@ struct FlashBwdSm90Params {
   i32 stages ATTUNE_TUNABLE_OF(flash_bwd_sm90, kStages);
   i32 dq_atomic ATTUNE_TUNABLE_OF(flash_bwd_sm90, kDqAtomic);
   i32 dq_tma ATTUNE_TUNABLE_OF(flash_bwd_sm90, kDqTma);
+  // The CTAs' order (one key block of one (batch, KV head) each): L2
+  // sections of (batch, KV head) pairs whose Q and dO fit in L2 together,
+  // in each the key blocks by work, over the section's pairs (`m_blocks`
+  // counts key blocks here).
+  sm90_sched::TileOrder tiles;
 };
 
 struct FlashBwdSm90Tunables {
@@ -172,17 +178,24 @@ struct KeyBlock {
     k.steps = static_cast<i32>(k.tile_count * b.group_size);
     return k;
   }
-  // The CTA's key block: block index x in grid order, so that the blocks
-  // with the most steps under a causal mask (the first) start first; in
-  // deterministic mode the reverse, shortest first, as the dQ turns go
-  // (turns_before): a block only waits for blocks started before it.
-  ATTUNE_DEVICE static i32 n_block_of_cta(bool deterministic) {
-    const i32 x = dev::block_index().x;
-    return deterministic ? dev::grid_dim().x - 1 - x : x;
+  // The CTA's tile (block index x in `order`): its key block the longest
+  // first (under a causal mask the first key blocks see the most query
+  // tiles), so the longest blocks start first; in deterministic mode the
+  // shortest first, as the dQ turns go (turns_before): a block only waits
+  // for blocks started before it.
+  ATTUNE_HOST_DEVICE static sm90_sched::WorkTile tile_at(const sm90_sched::TileOrder& order, i32 index,
+                                                         bool deterministic) {
+    sm90_sched::WorkTile t = order.at(index);  // heaviest first: m_block from the last down
+    if (!deterministic) t.m_block = order.m_blocks - 1 - t.m_block;
+    return t;  // m_block: the key block
   }
-  ATTUNE_DEVICE static KeyBlock of_this_block(const FlashBwdParams& b, bool deterministic) {
-    return of(b, dev::opaque(n_block_of_cta(deterministic)), dev::opaque(dev::block_index().y),
-              dev::opaque(dev::block_index().z));
+  ATTUNE_DEVICE static sm90_sched::WorkTile tile_of_cta(const sm90_sched::TileOrder& order, bool deterministic) {
+    return tile_at(order, dev::block_index().x, deterministic);
+  }
+  ATTUNE_DEVICE static KeyBlock of_this_block(const FlashBwdParams& b, const sm90_sched::TileOrder& order,
+                                              bool deterministic) {
+    const sm90_sched::WorkTile t = tile_of_cta(order, deterministic);
+    return of(b, dev::opaque(t.m_block), dev::opaque(t.head), dev::opaque(t.batch));
   }
   // Step i's query head and first row.
   ATTUNE_DEVICE i32 head(i32 step, i32 group_size) const {
@@ -196,9 +209,9 @@ struct KeyBlock {
   // tile earlier in its loop (its steps start further down), so no block
   // waits for one still behind it. Over the 32 lanes of a warp, the
   // blocks' ranges computed exactly as `of` computes this block's.
-  ATTUNE_DEVICE i32 turns_before(const FlashBwdParams& b, i64 tile, i32 lane) const {
+  ATTUNE_DEVICE i32 turns_before(const FlashBwdParams& b, i64 tile, i32 key_blocks, i32 lane) const {
     float count = 0.0f;  // exact: at most 2^24 blocks
-    for (i32 n = n_block + 1 + lane; n < dev::grid_dim().x; n += kWarpSize) {
+    for (i32 n = n_block + 1 + lane; n < key_blocks; n += kWarpSize) {
       const TileRange t = query_tiles<kBlockM, kBlockN>(b.mask, static_cast<i64>(n) * kBlockN, seq.q_len, seq.k_len);
       count += tile >= t.begin && tile < t.end ? 1.0f : 0.0f;
     }
@@ -208,8 +221,8 @@ struct KeyBlock {
 
 }  // namespace bwd_sm90_detail
 
-// Grid: (ceil(longest key capacity / kBlockN), Hkv, B), as flash_bwd's;
-// block: threads(); dynamic shared memory: shared_bytes(). Needs D from
+// Grid: (tiles.count(), 1, 1): ceil(longest key capacity / kBlockN) x Hkv x
+// B tiles in `tiles`' order; block: threads(); dynamic shared memory: shared_bytes(). Needs D from
 // flash_bwd_preprocess (which also clears the dQ accumulator); dQ is
 // finished by flash_bwd_dq_convert. In the emulator's instantiation kStages
 // kDqAtomic and kDqTma may be kAtRunTime, read from the params.
@@ -217,10 +230,9 @@ template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kDqAtomic, in
 ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     flash_bwd_sm90(const ATTUNE_GRID_CONSTANT FlashBwdSm90Params p) {
   using namespace bwd_sm90_detail;
-  static_assert(
-      !kAllFixed<kStages, kDqAtomic, kDqTma> ||
-          FlashBwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages, kDqAtomic, kDqTma),
-      "flash_bwd_sm90: these tunables break FlashBwdSm90Tunables::valid");
+  static_assert(!kAllFixed<kStages, kDqAtomic, kDqTma> ||
+                    FlashBwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages, kDqAtomic, kDqTma),
+                "flash_bwd_sm90: these tunables break FlashBwdSm90Tunables::valid");
   static_assert(kBlockM * 2 == kRowBytes, "dS^T's rows (a key's queries) are one 128-byte swizzled row");
   constexpr i32 kConsumers = kBlockN / 64;
   constexpr i32 kChunks = kHeadDim / kBoxCols;
@@ -234,8 +246,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   const Layout layout{kHeadDim, kBlockM, kBlockN, stages};
   using Block = KeyBlock<kBlockM, kBlockN>;
   {
-    const i64 key0 = static_cast<i64>(Block::n_block_of_cta(!dq_atomic)) * kBlockN;
-    if (key0 >= bwd_detail::sequence(b, dev::block_index().z).k_capacity) return;  // the whole block leaves together
+    const sm90_sched::WorkTile t = Block::tile_of_cta(p.tiles, !dq_atomic);
+    const i64 key0 = static_cast<i64>(t.m_block) * kBlockN;
+    if (key0 >= bwd_detail::sequence(b, t.batch).k_capacity) return;  // the whole block leaves together
   }
 
   unsigned char* smem = dev::shared_memory<unsigned char>();
@@ -252,7 +265,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   if (dev::warpgroup::index() == 0) {  // ---- producer ----
     if (kConsumers == 2) dev::registers::decrease<FlashBwdSm90Tunables::kProducerRegisters>();
     if (dev::warp_id() != 0) return;
-    const Block w = Block::of_this_block(b, !dq_atomic);
+    const Block w = Block::of_this_block(b, p.tiles, !dq_atomic);
     const bwd_detail::BwdSequence& seq = w.seq;
     const i64 key0 = w.key0;
     const i32 kv_head = w.kv_head;
@@ -331,7 +344,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   KeyRows dv;
   dk.fill(0.0f);
   dv.fill(0.0f);
-  const Block w = Block::of_this_block(b, !dq_atomic);
+  const Block w = Block::of_this_block(b, p.tiles, !dq_atomic);
   const bwd_detail::BwdSequence& seq = w.seq;
   const i64 warp_key0 = w.key0 + 64 * consumer + 16 * warp;  // this warp's first key
   // This consumer's keys of K and V (64 rows of every box), and its rows of dS^T.
@@ -483,7 +496,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       const i64 tile = row0 / kBlockM;
       turn = b.dq_turns + (static_cast<i64>(w.batch) * b.heads_q + head) * b.dq_turn_tiles + tile;
       if (warp == 0) {
-        const i32 earlier = kConsumers * w.turns_before(b, tile, lane) + consumer;
+        const i32 earlier = kConsumers * w.turns_before(b, tile, p.tiles.m_blocks, lane) + consumer;
         if (lane == 0) dev::semaphore_wait(turn, earlier);  // consumer: wait for dQ's turn
       }
       if (!dq_tma) dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
@@ -523,8 +536,8 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
           for (i32 dt = 0; dt < kBoxCols / 8; ++dt) {
             const u32 at = static_cast<u32>((dt / 4) * kBlockM * 128 + half * 8 * 128) +
                            ((static_cast<u32>(2 * (dt % 4)) ^ chunk_xor) << 4);
-            const u64 pair =
-                (static_cast<u64>(dev::float_bits(dq.at(0, dt, half, 1))) << 32) | dev::float_bits(dq.at(0, dt, half, 0));
+            const u64 pair = (static_cast<u64>(dev::float_bits(dq.at(0, dt, half, 1))) << 32) |
+                             dev::float_bits(dq.at(0, dt, half, 0));
             dev::store_shared(dev::shared_as<u64>(dq_thread + at), pair);  // consumer: stage dQ
           }
         }

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "runtime/launch/flash_bwd_sm90_params.h"
 #include "runtime/launch/kernel_params.h"
 #include "templates/flash_bwd_sm90.cuh"
 
@@ -12,10 +13,13 @@ namespace attune {
 
 namespace {
 
-// Rows of the workspaces: each sequence's start on a dQ tile (bwd_detail::sequence).
+// Rows of the workspaces: each sequence's start on a dQ tile
+// (bwd_detail::sequence), and a whole number of tiles, so that every
+// workspace after D starts 256-byte aligned (TMA maps need 16).
 std::int64_t workspace_rows(const AttentionProblem& p) {
   const std::int64_t tile = kDqTileRows;
-  return p.is_packed() ? p.seqlen_q + tile * p.batch : p.batch * ((p.seqlen_q + tile - 1) / tile * tile);
+  const auto whole_tiles = [&](std::int64_t rows) { return (rows + tile - 1) / tile * tile; };
+  return p.is_packed() ? whole_tiles(p.seqlen_q + tile * p.batch) : p.batch * whole_tiles(p.seqlen_q);
 }
 
 std::int64_t longest_key_capacity(const AttentionProblem& p) { return p.max_seqlen_k(); }
@@ -94,6 +98,7 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
   k.dq_accum = workspace.dq_accum;
   k.dq_partial = workspace.dq_partial;
   k.dq_turns = workspace.dq_turns;
+  k.sequences = static_cast<i32>(std::max<std::int64_t>(p.batch, 1));
   k.dq_turn_tiles = workspace.dq_turn_tiles;
   set_strides(k, p);
   // dO like O, the gradients like their tensors.
@@ -121,6 +126,11 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
 }
 
 LaunchConfig flash_bwd_launch(const AttentionProblem& p, const Variant& variant) {
+  if (variant.kernel->id == KernelId::kFlashBwdSm90) {
+    return {.grid = {flash_bwd_sm90_tiles(p, variant).count(), 1, 1},
+            .block = {variant.threads(), 1, 1},
+            .dynamic_shared_bytes = variant.shared_bytes()};
+  }
   const std::int64_t blocks = backward_key_blocks(p, main_tiles(variant).block_n);
   return {.grid = {static_cast<i32>(blocks), static_cast<i32>(p.heads_kv),
                    static_cast<i32>(std::max<std::int64_t>(p.batch, 1))},

@@ -32,8 +32,8 @@ namespace attune {
 //   flash_bwd_sm90 kDqAtomic = 0 (deterministic): the accumulator, and one
 //     int32 turn counter per query tile [B, Hq, ceil(longest Sq / 64)]: the
 //     key blocks add to it in turn, last key block first;
-// where rows = B x round_up(Sq, 64) (Tq + 64 B packed; bwd_detail::sequence) and key blocks = ceil(longest key
-// capacity / BLOCK_N).
+// where rows = B x round_up(Sq, 64) (round_up(Tq + 64 B, 64) packed; bwd_detail::sequence) and key blocks =
+// ceil(longest key capacity / BLOCK_N).
 struct BackwardWorkspace {
   std::int64_t d_floats = 0;
   std::int64_t dq_accum_floats = 0;
@@ -66,8 +66,8 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& problem, const BackwardB
 // capacity of a sequence / BLOCK_N), at least 1.
 std::int64_t backward_key_blocks(const AttentionProblem& problem, int block_n);
 
-// Grid (key blocks, Hkv, B), block and shared memory of a flash_bwd or
-// flash_bwd_sm90 variant.
+// Grid, block and shared memory of a flash_bwd variant (key blocks, Hkv, B)
+// or a flash_bwd_sm90 variant (its tiles in order, flash_bwd_sm90_tiles).
 LaunchConfig flash_bwd_launch(const AttentionProblem& problem, const Variant& variant);
 
 // The row kernels (one variant each, one warp per query row of a head):

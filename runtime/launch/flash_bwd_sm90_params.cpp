@@ -1,7 +1,12 @@
 #include "runtime/launch/flash_bwd_sm90_params.h"
 
+#include <algorithm>
 #include <cstdint>
+#include <limits>
+#include <string>
 #include <utility>
+
+#include "core/error.h"
 
 #include "generated/kernel_shapes.h"
 #include "runtime/launch/flash_fwd_sm90_params.h"
@@ -31,6 +36,23 @@ Sm90BackwardMaps flash_bwd_sm90_maps(const AttentionProblem& p, const BackwardBu
           sm90_tensor_map(b.k, p.k_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_k, bn),
           sm90_tensor_map(b.v, p.v_strides, packed_k, p.batch, p.seqlen_k, p.heads_kv, p.head_dim_v, bn),
           sm90_tensor_map(b.d_o, p.o_strides, packed_q, p.batch, p.seqlen_q, p.heads_q, p.head_dim_v, bm)};
+}
+
+sm90_sched::TileOrder flash_bwd_sm90_tiles(const AttentionProblem& p, const Variant& variant) {
+  const std::int64_t block_n = FlashBwdSm90Shape::of(variant).block_n;
+  const std::int64_t key_blocks = std::max<std::int64_t>((p.max_seqlen_k() + block_n - 1) / block_n, 1);
+  const std::int64_t batches = std::max<std::int64_t>(p.batch, 1);
+  const std::int64_t pairs = p.heads_kv * batches;
+  // Every CTA of a (batch, KV head) reads all of its group's Q and dO.
+  const std::int64_t pair_bytes = std::max<std::int64_t>(p.max_seqlen_q(), 1) * p.group_size() *
+                                  (p.head_dim_k + p.head_dim_v) * element_bytes(p.dtype);
+  const std::int64_t section = std::min(std::max<std::int64_t>(kL2SectionBytes / pair_bytes, 1), pairs);
+  if (key_blocks * pairs > std::numeric_limits<std::int32_t>::max()) {
+    throw InvalidArgument("flash_bwd_sm90: " + std::to_string(key_blocks * pairs) +
+                          " tiles (key blocks x KV heads x batch); expected at most 2^31 - 1");
+  }
+  return {static_cast<i32>(key_blocks), static_cast<i32>(p.heads_kv), static_cast<i32>(batches),
+          static_cast<i32>(section)};
 }
 
 TensorMapSpec dq_accumulator_map(const FlashBwdParams& b) {

@@ -28,6 +28,11 @@ struct Sm90BackwardMaps {
 Sm90BackwardMaps flash_bwd_sm90_maps(const AttentionProblem& problem, const BackwardBuffers& buffers,
                                      const Variant& variant);
 
+// The CTAs' order: key blocks x KV heads x B, in L2 sections of (batch,
+// KV head) pairs whose Q and dO (every query head of the group) fit in
+// kL2SectionBytes together.
+sm90_sched::TileOrder flash_bwd_sm90_tiles(const AttentionProblem& problem, const Variant& variant);
+
 // The fp32 dQ accumulator as a 3-D map for the TMA reductions (kDqTma):
 // (Dk, Hq, workspace rows), boxes of 32 columns (128 bytes, swizzled) by
 // one head by 64 rows, each sequence's rows starting on a box
@@ -43,6 +48,7 @@ FlashBwdSm90Params flash_bwd_sm90_params(const AttentionProblem& problem, const 
   FlashBwdSm90Params k{};
   k.bwd = bwd;
   fill_tunable_fields(k, FlashBwdSm90Shape::of(variant));
+  k.tiles = flash_bwd_sm90_tiles(problem, variant);
   if (problem.seqlen_q > 0 && problem.seqlen_k > 0) {  // else no tile is ever loaded
     const Sm90BackwardMaps maps = flash_bwd_sm90_maps(problem, buffers, variant);
     k.q_map = encode(maps.q);
@@ -54,6 +60,7 @@ FlashBwdSm90Params flash_bwd_sm90_params(const AttentionProblem& problem, const 
   return k;
 }
 
-// Its grid is flash_bwd's (flash_bwd_launch, flash_bwd_params.h).
+// Its grid: one CTA per tile of flash_bwd_sm90_tiles (flash_bwd_launch,
+// flash_bwd_params.h, launches either family).
 
 }  // namespace attune

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "core/tensor_map.h"
 #include "templates/primitives/hopper.h"
 #include "tests/emulator/emu_fixture.h"
 
@@ -20,7 +21,9 @@ constexpr i32 kBlocks = 8;
 
 // Each block adds its term to one float: terms whose sum depends on the
 // order (1e8 absorbs the small ones unless they meet first).
-float term(i32 block) { return block % 4 == 0 ? 1e8F * (block % 8 == 0 ? 1.0F : -1.0F) : 1.0F + 0.125F * static_cast<float>(block); }
+float term(i32 block) {
+  return block % 4 == 0 ? 1e8F * (block % 8 == 0 ? 1.0F : -1.0F) : 1.0F + 0.125F * static_cast<float>(block);
+}
 
 struct Ordered {
   float* sum;
@@ -222,6 +225,68 @@ TEST(GlobalOrderTest, ThreadsOfOneBlockTakeTurnsThroughASemaphore) {
   std::string fault;
   for (std::uint64_t seed = 0; fault.empty() && seed < 8; ++seed) fault = run_turns(/*wait=*/false, seed);
   EXPECT_NE(fault.find("of the same block does not happen before it"), std::string::npos) << fault;
+}
+
+// TMA bulk reductions (cp.reduce.async.bulk.tensor .add.f32): each block
+// adds a box of 2 x 32 floats, all (block + 1), to one accumulator.
+struct Bulk {
+  TensorMap map;
+  float* accumulator;
+  i32* semaphore;
+  i32 plant;  // 1: block 1 reads the accumulator plainly; 2: release after wait_read only
+};
+
+ATTUNE_KERNEL void bulk_add(Bulk p) {
+  if (dev::thread_index().x != 0) return;
+  const i32 block = dev::block_index().x;
+  float* box = dev::shared_memory<float>();
+  for (i32 i = 0; i < 64; ++i) dev::store_shared(box + i, static_cast<float>(block + 1));
+  dev::fence_proxy_async();
+  if (p.plant == 1 && block == 1) static_cast<void>(dev::load_global(p.accumulator));
+  dev::tma::reduce_add(&p.map, box, 0, 0, 0);
+  dev::tma::commit();
+  if (p.plant == 2) {
+    dev::tma::wait_read<0>();
+    dev::semaphore_release(p.semaphore, 1);  // planted: the reduction may not be complete
+  }
+  dev::tma::wait<0>();
+}
+
+std::string run_bulk(i32 plant, bool fp32, std::vector<float>* accumulator) {
+  accumulator->assign(64, 0.0F);
+  i32 semaphore = 0;
+  TensorMapSpec spec{.address = accumulator->data(),
+                     .rank = 3,
+                     .element_bytes = 4,
+                     .dims = {32, 1, 2, 0, 0},
+                     .strides = {128, 128, 0, 0},
+                     .box = {32, 1, 2, 1, 1}};
+  spec.fp32 = fp32;
+  emu::Emulator emulator;
+  emulator.register_buffer("dq_accum", accumulator->data(), accumulator->size() * sizeof(float));
+  emulator.register_buffer("semaphore", &semaphore, sizeof semaphore);
+  try {
+    emulator.launch(&bulk_add, {.grid = {3, 1, 1}, .block = {32, 1, 1}, .dynamic_shared_bytes = 256},
+                    Bulk{encode_emulated_tensor_map(spec), accumulator->data(), &semaphore, plant});
+  } catch (const KernelFault& fault) {
+    return fault.what();
+  }
+  return "";
+}
+
+TEST(GlobalOrderTest, TmaBulkReductionsAddAndAreCheckedLikeAtomics) {
+  std::vector<float> accumulator;
+  EXPECT_EQ(run_bulk(0, true, &accumulator), "");
+  EXPECT_EQ(accumulator, std::vector<float>(64, 6.0F));  // 1 + 2 + 3
+  // A plain read of what another block's bulk reduction added, unordered.
+  EXPECT_NE(run_bulk(1, true, &accumulator).find("read of bytes [0, 4) of buffer 'dq_accum' by block (1,0,0)"),
+            std::string::npos);
+  // .add.f32 needs a map of fp32 elements.
+  EXPECT_NE(run_bulk(0, false, &accumulator).find("TMA reduce-add through a map of 4-byte elements that are not fp32"),
+            std::string::npos);
+  // A release covers a bulk reduction only after wait_group (not .read).
+  EXPECT_NE(run_bulk(2, true, &accumulator).find("while this thread's TMA stores or reductions may still be in flight"),
+            std::string::npos);
 }
 
 }  // namespace

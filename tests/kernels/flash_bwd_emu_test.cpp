@@ -333,6 +333,45 @@ TEST(FlashBwdEmuTest, StridedTensors) {
       << why;
 }
 
+// The CTAs' order: the longest key blocks first (under a causal mask, the
+// first), over an L2 section of (batch, KV head) pairs; deterministic
+// mode, as its dQ turns go, the shortest first.
+TEST(FlashBwdEmuTest, Sm90TilesRunLongestFirstInL2Sections) {
+  using Block = bwd_sm90_detail::KeyBlock<64, 128>;
+  const Variant v = parse_variant_id("flash_bwd_sm90/d128.bm64.bn128.st2.at1.tr1");
+  const auto order_of = [&](std::int64_t seqlen, std::int64_t hq) {
+    AttentionProblem p;
+    p.batch = 2;
+    p.seqlen_q = seqlen;
+    p.seqlen_k = seqlen;
+    p.heads_q = hq;
+    p.heads_kv = 2;
+    p.head_dim_k = 128;
+    p.head_dim_v = 128;
+    p.mask = Mask::causal_bottom_right();
+    return flash_bwd_sm90_tiles(p, v);
+  };
+  // 1k rows: the four (batch, KV head) pairs' Q and dO share L2.
+  const sm90_sched::TileOrder small = order_of(1024, 4);
+  EXPECT_EQ(small.count(), 8 * 2 * 2);
+  EXPECT_EQ(small.section_heads, 4);
+  for (i32 i = 0; i < 4; ++i) {
+    EXPECT_EQ(Block::tile_at(small, i, false).m_block, 0) << i;  // every pair's longest block first
+    EXPECT_EQ(Block::tile_at(small, i, true).m_block, 7) << i;   // deterministic: the shortest
+  }
+  EXPECT_EQ(Block::tile_at(small, small.count() - 1, false).m_block, 7);
+  // 32k rows of 8 query heads per pair: 128 MiB of Q and dO a pair, one pair a section.
+  const sm90_sched::TileOrder large = order_of(32768, 16);
+  EXPECT_EQ(large.section_heads, 1);
+  for (i32 i = 0; i < large.m_blocks; ++i) {
+    const sm90_sched::WorkTile t = Block::tile_at(large, i, false);
+    EXPECT_EQ(t.m_block, i);
+    EXPECT_EQ(t.head, 0);
+    EXPECT_EQ(t.batch, 0);
+  }
+  EXPECT_EQ(Block::tile_at(large, large.m_blocks, false).head, 1);  // the next pair's first
+}
+
 TEST(FlashBwdEmuTest, HeuristicIsAnEnumeratedVariant) {
   for (const char* arch_name : {"sm_80", "sm_86", "sm_90a"}) {
     const ArchLimits arch = require_arch(arch_name);
