@@ -318,31 +318,6 @@ Runtime::~Runtime() = default;
 
 namespace {
 
-// Whether a backward variant sums dQ in a fixed order (kDqAtomic = 0).
-bool deterministic_variant(const Variant& v) {
-  return v.kernel->id == KernelId::kFlashBwdSm90 ? FlashBwdSm90Shape::of(v).dq_atomic == 0
-                                                 : FlashBwdShape::of(v).dq_atomic == 0;
-}
-
-// The deterministic twin of a flash_bwd or flash_bwd_sm90 variant: the same
-// tiles with dQ summed per key block (kDqAtomic = 0); nullopt when no such
-// variant is valid.
-std::optional<Variant> deterministic_twin(const Variant& v) {
-  std::vector<int> values;
-  if (v.kernel->id == KernelId::kFlashBwdSm90) {
-    FlashBwdSm90Shape shape = FlashBwdSm90Shape::of(v);
-    shape.dq_atomic = 0;
-    values = shape.values();
-  } else {
-    FlashBwdShape shape = FlashBwdShape::of(v);
-    shape.dq_atomic = 0;
-    values = shape.values();
-  }
-  Variant twin{v.kernel, std::move(values), v.modifiers};
-  if (!v.kernel->valid(twin.values)) return std::nullopt;
-  return twin;
-}
-
 std::string reason_of(const DispatchChoice& choice) {
   return std::string(to_string(choice.rule)) + ": " + choice.detail;
 }
@@ -394,8 +369,8 @@ DecodeChoice Runtime::explain_decode(const AttentionProblem& problem, DecodeOpti
 DispatchChoice Runtime::explain_backward(const AttentionProblem& problem, BackwardOptions options) const {
   validate(problem);
   DispatchChoice choice = impl_->dispatcher->resolve(Op::kBackward, problem);
-  if (options.deterministic && !deterministic_variant(choice.variant)) {
-    if (const std::optional<Variant> twin = deterministic_twin(choice.variant)) {
+  if (options.deterministic && backward_dq_atomic(choice.variant) != 0) {
+    if (const std::optional<Variant> twin = backward_dq_twin(choice.variant, 0)) {
       choice.variant = *twin;
       choice.detail += "; its deterministic twin (dQ summed per key block)";
     } else {

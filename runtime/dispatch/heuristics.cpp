@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,6 +98,25 @@ Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits
   }
   // (Deterministic or not changes neither validity nor resources.)
   return flash_attention2_backward(candidates, deterministic);
+}
+
+int backward_dq_atomic(const Variant& v) {
+  return v.kernel->id == KernelId::kFlashBwdSm90 ? FlashBwdSm90Shape::of(v).dq_atomic : FlashBwdShape::of(v).dq_atomic;
+}
+
+std::optional<Variant> backward_dq_twin(const Variant& v, int dq_atomic) {
+  std::vector<int> values;
+  if (v.kernel->id == KernelId::kFlashBwdSm90) {
+    FlashBwdSm90Shape shape = FlashBwdSm90Shape::of(v);
+    shape.dq_atomic = dq_atomic;
+    values = shape.values();
+  } else {
+    FlashBwdShape shape = FlashBwdShape::of(v);
+    shape.dq_atomic = dq_atomic;
+    values = shape.values();
+  }
+  if (!v.kernel->valid(values)) return std::nullopt;
+  return Variant{v.kernel, std::move(values), v.modifiers};
 }
 
 Variant heuristic_decode_variant(const AttentionProblem& p, const ArchLimits& arch) {

@@ -3,6 +3,7 @@
 // problem class on an architecture, and the split count of decode.
 #pragma once
 
+#include <optional>
 #include <string_view>
 
 #include "core/problem.h"
@@ -33,6 +34,13 @@ Variant heuristic_variant(std::string_view op, DType dtype, int dk, int dv, cons
 // a fixed order instead of by atomics when `deterministic`.
 Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits& arch, bool deterministic = false,
                                    std::uint8_t modifiers = 0, bool portable_only = false);
+
+// kDqAtomic of a flash_bwd or flash_bwd_sm90 variant (0: dQ summed in a
+// fixed order, the deterministic mode).
+int backward_dq_atomic(const Variant& variant);
+// The same tiles with kDqAtomic = `dq_atomic`; nullopt when that variant is
+// not valid.
+std::optional<Variant> backward_dq_twin(const Variant& variant, int dq_atomic);
 
 // The default decode variant of a problem: one 16-row block when the
 // (packed) rows of a KV head fit in it, 64 rows otherwise; query heads packed

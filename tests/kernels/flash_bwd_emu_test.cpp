@@ -195,27 +195,6 @@ TEST(FlashBwdEmuTest, ZeroKeyLengthsGiveNoNan) {
   }
 }
 
-// kDqAtomic of a variant of either family.
-int dq_atomic_of(const Variant& v) {
-  return v.kernel->id == KernelId::kFlashBwdSm90 ? FlashBwdSm90Shape::of(v).dq_atomic : FlashBwdShape::of(v).dq_atomic;
-}
-
-// The same tiles with dQ by atomics in any order (kDqAtomic = 1).
-std::optional<Variant> atomic_twin(const Variant& v) {
-  std::vector<int> values;
-  if (v.kernel->id == KernelId::kFlashBwdSm90) {
-    FlashBwdSm90Shape s = FlashBwdSm90Shape::of(v);
-    s.dq_atomic = 1;
-    values = s.values();
-  } else {
-    FlashBwdShape s = FlashBwdShape::of(v);
-    s.dq_atomic = 1;
-    values = s.values();
-  }
-  if (!v.kernel->valid(values)) return std::nullopt;
-  return Variant{v.kernel, std::move(values), v.modifiers};
-}
-
 // Deterministic mode (kDqAtomic = 0): dQ is summed per key block in a fixed
 // order, so repeated runs give the same bits. The workspaces start as NaN in
 // every run: a read of a slot nobody wrote would show. (The emulator runs
@@ -232,7 +211,7 @@ TEST(FlashBwdEmuTest, DeterministicModeRepeatsBitwise) {
   // flash_bwd (sm_80) and flash_bwd_sm90 (sm_90a).
   for (const char* arch : {"sm_80", "sm_90a"}) {
     const Variant variant = heuristic_backward_variant(DType::kBF16, 64, 64, require_arch(arch), true);
-    ASSERT_EQ(dq_atomic_of(variant), 0) << variant.id();
+    ASSERT_EQ(backward_dq_atomic(variant), 0) << variant.id();
     const testing::StoredGradients first = testing::run_backward_bits(in, variant);
     const testing::StoredGradients second = testing::run_backward_bits(in, variant);
     EXPECT_TRUE(first == second) << variant.id();
@@ -240,7 +219,7 @@ TEST(FlashBwdEmuTest, DeterministicModeRepeatsBitwise) {
     EXPECT_TRUE(within_gradient_rule(testing::to_values(DType::kBF16, first), e.want, e.naive, DType::kBF16, 3.0, &why))
         << variant.id() << ": " << why;
     // The atomic twin computes the same gradients within the rule.
-    const Variant atomic = atomic_twin(variant).value();
+    const Variant atomic = backward_dq_twin(variant, 1).value();
     EXPECT_TRUE(
         within_gradient_rule(testing::run_backward_on_emulator(in, atomic), e.want, e.naive, DType::kBF16, 3.0, &why))
         << atomic.id() << ": " << why;
@@ -265,7 +244,7 @@ TEST(FlashBwdEmuTest, DeterministicModeIsBitwiseUnderAnySchedule) {
   };
   for (const char* arch : {"sm_80", "sm_90a"}) {  // flash_bwd, flash_bwd_sm90
     const Variant deterministic = heuristic_backward_variant(DType::kBF16, 64, 64, require_arch(arch), true);
-    const std::optional<Variant> twin = atomic_twin(deterministic);
+    const std::optional<Variant> twin = backward_dq_twin(deterministic, 1);
     ASSERT_TRUE(twin.has_value()) << deterministic.id();
     const Variant atomic = *twin;
     const testing::StoredGradients fixed = run(deterministic, "0");
@@ -381,7 +360,7 @@ TEST(FlashBwdEmuTest, HeuristicIsAnEnumeratedVariant) {
         // flash_bwd_sm90 where it is listed (sm_90a, head dims up to 128).
         const bool hopper = arch.name == "sm_90a" && d <= 128;
         EXPECT_EQ(h.kernel->id, hopper ? KernelId::kFlashBwdSm90 : KernelId::kFlashBwd) << h.id();
-        EXPECT_EQ(dq_atomic_of(h), deterministic ? 0 : 1) << h.id();
+        EXPECT_EQ(backward_dq_atomic(h), deterministic ? 0 : 1) << h.id();
         const std::vector<Variant> all = enumerate_variants("bwd", DType::kF16, d, d, arch);
         EXPECT_NE(std::find(all.begin(), all.end(), h), all.end()) << h.id() << " on " << arch_name;
       }
