@@ -14,7 +14,8 @@ Emulator::~Emulator() = default;
 
 void Emulator::register_buffer(std::string name, const void* data, std::size_t bytes) {
   const auto begin = reinterpret_cast<std::uintptr_t>(data);
-  impl_->buffers.insert_or_assign(begin, Buffer{begin, begin + bytes, std::move(name), GlobalWrites(bytes), GlobalReductions(bytes)});
+  impl_->buffers.insert_or_assign(
+      begin, Buffer{begin, begin + bytes, std::move(name), GlobalWrites(bytes), GlobalReductions(bytes)});
 }
 
 const LaunchCounters& Emulator::counters() const { return impl_->counters; }

@@ -1,8 +1,7 @@
 // Which block of the running launch wrote each byte of one registered global
-// buffer, and which added to each word last (GlobalReductions). Blocks of a launch run in any order, and at once, on a GPU: two of
-// them writing the same bytes with ordinary or TMA stores leave either value
-// (atomics are not recorded). A record packs the launch's tag with the
-// block, so a new launch needs no clearing; records are kept a page of the
+// buffer, and which added to each word last (GlobalReductions). Blocks of a launch run in any order, and at once, on a
+// GPU: two of them writing the same bytes with ordinary or TMA stores leave either value (atomics are not recorded). A
+// record packs the launch's tag with the block, so a new launch needs no clearing; records are kept a page of the
 // buffer at a time, allocated on the page's first write.
 #pragma once
 

@@ -343,8 +343,8 @@ struct Emulator::Impl : Resident {
   // Global semaphores: what their releases published, and how many
   // releases the launch has made.
   struct SemaphoreClock {
-    BlockClock blocks;   // the releasing blocks' epochs and what they had acquired
-    u32 unit = 0;        // the unit of the latest releases (proxy_block)
+    BlockClock blocks;    // the releasing blocks' epochs and what they had acquired
+    u32 unit = 0;         // the unit of the latest releases (proxy_block)
     VectorClock threads;  // the releasing threads' clocks, for threads of that unit
   };
   std::map<std::uintptr_t, SemaphoreClock> semaphore_clocks;

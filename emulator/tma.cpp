@@ -232,8 +232,8 @@ void Emulator::Impl::tma_load_multicast(void* smem, const TensorMap* map, u64* b
   }
 }
 
-void Emulator::Impl::tma_store(const TensorMap* map, const void* smem, const i32* coords, i32 rank,
-                               const Where& where, BulkWrite kind) {
+void Emulator::Impl::tma_store(const TensorMap* map, const void* smem, const i32* coords, i32 rank, const Where& where,
+                               BulkWrite kind) {
   Thread& t = *current;
   TmaStore store;
   store.kind = kind;

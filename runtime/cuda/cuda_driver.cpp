@@ -531,8 +531,9 @@ TensorMap Driver::encode_tensor_map(const TensorMapSpec& spec) {
   }
   const auto type = spec.element_bytes == 1   ? CU_TENSOR_MAP_DATA_TYPE_UINT8
                     : spec.element_bytes == 2 ? CU_TENSOR_MAP_DATA_TYPE_UINT16
-                    : spec.element_bytes == 4 ? (spec.fp32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_UINT32)
-                                              : CU_TENSOR_MAP_DATA_TYPE_UINT64;
+                    : spec.element_bytes == 4
+                        ? (spec.fp32 ? CU_TENSOR_MAP_DATA_TYPE_FLOAT32 : CU_TENSOR_MAP_DATA_TYPE_UINT32)
+                        : CU_TENSOR_MAP_DATA_TYPE_UINT64;
   const auto swizzle = spec.swizzle == sm90::Swizzle::k128B  ? CU_TENSOR_MAP_SWIZZLE_128B
                        : spec.swizzle == sm90::Swizzle::k64B ? CU_TENSOR_MAP_SWIZZLE_64B
                        : spec.swizzle == sm90::Swizzle::k32B ? CU_TENSOR_MAP_SWIZZLE_32B
