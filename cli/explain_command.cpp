@@ -31,6 +31,7 @@ CLI::App* add_explain_command(CLI::App& app, ExplainOptions& o) {
   cmd->add_option("--op", o.op, "fwd, bwd, or decode (split-KV over a KV cache of --seqlen-k keys)")
       ->capture_default_str();
   cmd->add_option("--splits", o.splits, "decode: a split count to use instead of the dispatcher's");
+  cmd->add_flag("--deterministic", o.deterministic, "bwd: the variant of deterministic mode (dQ in a fixed order)");
   cmd->add_option("--modifiers", o.modifiers, "Score modifiers: none, or softcap, sinks, alibi, dropout joined by '+'");
   cmd->add_option("--softcap", o.softcap, "Softcap c (implies the softcap modifier)");
   return cmd;
@@ -42,6 +43,7 @@ void run_explain(const ExplainOptions& o) {
   const std::optional<Op> op = parse_op(o.op);
   if (!op) bad_flag("--op", o.op, "fwd, bwd or decode");
   if (*op != Op::kDecode && o.splits != 0) bad_flag("--splits", std::to_string(o.splits), "--op decode with it");
+  if (*op != Op::kBackward && o.deterministic) bad_flag("--deterministic", "with --op " + o.op, "--op bwd with it");
   const bool packed_q = !o.cu_seqlens_q.empty();
   const bool packed_k = !o.cu_seqlens_k.empty();
   if (!packed_q && o.seqlen_q <= 0) bad_flag("--seqlen-q", std::to_string(o.seqlen_q), "Sq >= 1, or --cu-seqlens-q");
@@ -86,7 +88,9 @@ void run_explain(const ExplainOptions& o) {
     std::printf("rule:        %s\n", choice.reason.c_str());
     return;
   }
-  const DispatchChoice choice = *op == Op::kBackward ? runtime.explain_backward(problem) : runtime.explain(problem);
+  const DispatchChoice choice = *op == Op::kBackward
+                                    ? runtime.explain_backward(problem, {.deterministic = o.deterministic})
+                                    : runtime.explain(problem);
   std::printf("variant:     %s\n", choice.variant.id().c_str());
   std::printf("database:    %s\n", db ? db->path().c_str() : "none");
   std::printf("rule:        %s (%s)\n", std::string(to_string(choice.rule)).c_str(), choice.detail.c_str());

@@ -16,9 +16,10 @@ struct ExplainOptions {
   long long batch = 1, seqlen_q = 0, seqlen_k = 0, heads_q = 1, heads_kv = 1, dk = 0, dv = 0;
   std::string causal, window;
   std::string db_path;
-  std::string op = "fwd";  // fwd, bwd or decode (--seqlen-k is then the cache length)
-  int splits = 0;          // decode: as asked; 0: the dispatcher's
-  std::string modifiers;   // score modifiers: none, or softcap, sinks, alibi joined by '+'
+  std::string op = "fwd";      // fwd, bwd or decode (--seqlen-k is then the cache length)
+  int splits = 0;              // decode: as asked; 0: the dispatcher's
+  bool deterministic = false;  // bwd: the variant deterministic mode runs
+  std::string modifiers;       // score modifiers: none, or softcap, sinks, alibi joined by '+'
   std::optional<double> softcap;
   // Packed sequences (flash-attn's varlen): offsets, B + 1 of them.
   std::vector<int> cu_seqlens_q, cu_seqlens_k;

@@ -372,7 +372,7 @@ DispatchChoice Runtime::explain_backward(const AttentionProblem& problem, Backwa
   if (options.deterministic && backward_dq_atomic(choice.variant) != 0) {
     if (const std::optional<Variant> twin = backward_dq_twin(choice.variant, 0)) {
       choice.variant = *twin;
-      choice.detail += "; its deterministic twin (dQ summed per key block)";
+      choice.detail += "; its deterministic twin (dQ summed in a fixed order)";
     } else {
       choice.variant = heuristic_backward_variant(problem.compute_dtype(), static_cast<int>(problem.head_dim_k),
                                                   static_cast<int>(problem.head_dim_v), impl_->arch, true,

@@ -10,7 +10,10 @@ variant space was drawn from (templates/flash_fwd_sm90_registers.h, the
 worst of the three tile schedulers), so a table older than a kernel that
 needs more fails. The e4m3 forward's variants (issue 35) at d128 and d256:
 QGMMA on e4m3 operands in every main loop, no spill, every setmaxnreg
-region within its budget. Exits 77 (skipped) without NVRTC or nvdisasm.
+region within its budget. The Hopper backward (issue 34) that explain
+--op bwd names, deterministic and not: HGMMA, TMA loads and TMA reductions,
+no spill, its main loop within the instructions per HGMMA it was built at.
+Exits 77 (skipped) without NVRTC or nvdisasm.
 
 Usage: hopper_audit_test.py PATH_TO_ATTUNE
 """
@@ -26,6 +29,21 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 PROBLEM = ["--batch", "4", "--seqlen-q", "4096", "--seqlen-k", "4096", "--heads-q", "16", "--heads-kv", "16",
            "--dk", "128", "--dv", "128"]
 BEST, WORST = 32.0, 40.0
+BWD_BUDGET, BWD_DETERMINISTIC_BUDGET = 34.0, 49.0
+
+
+def named_variant(explained):
+    """The variant id an `attune explain` run printed; None when it failed."""
+    m = re.search(r"^variant:\s+(\S+)", explained.stdout, re.M)
+    return m.group(1) if explained.returncode == 0 and m else None
+
+
+def profiled(run, checks, vid):
+    """`attune variants profile VID --no-emulate` as JSON for sm_90a; None (a failed check) when it fails."""
+    p = run("variants", "profile", vid, "--arch", "sm_90a", "--no-emulate", "--format", "json")
+    if not checks.check(p.returncode == 0, "profile %s" % vid):
+        return None
+    return json.loads(p.stdout)
 
 
 def loops_within(audit, best=BEST, worst=WORST):
@@ -97,15 +115,13 @@ def main():
     for dim, causal in ((128, []), (128, ["--causal", "bottom-right"]), (256, [])):
         fp8_problem = PROBLEM[:-4] + ["--dk", str(dim), "--dv", str(dim), "--dtype", "e4m3"]
         r = run("explain", *fp8_problem, *causal)
-        m = re.search(r"^variant:\s+(\S+)", r.stdout, re.M)
-        vid = m.group(1) if r.returncode == 0 and m else None
+        vid = named_variant(r)
         if not checks.check(vid is not None and vid.startswith("flash_fwd_sm90/") and vid.endswith(".fp81"),
                             "explain e4m3 d%d %s names a flash_fwd_sm90 fp8 variant: %s" % (dim, causal, vid)):
             continue
-        p = run("variants", "profile", vid, "--arch", "sm_90a", "--no-emulate", "--format", "json")
-        if not checks.check(p.returncode == 0, "profile %s" % vid):
+        prof = profiled(run, checks, vid)
+        if prof is None:
             continue
-        prof = json.loads(p.stdout)
         audit = prof["sass_audit"]
         shapes = {k for loop in audit["mma_loops"] for k in loop["mma_shapes"]}
         checks.check(shapes and all(k.startswith("QGMMA.") and k.endswith(".F32.E4M3.E4M3") for k in shapes),
@@ -116,6 +132,31 @@ def main():
         checks.check(all(g["highest_register"] < g["register_limit"] for g in audit["regions"] if g["register_limit"]),
                      "%s: every region within its setmaxnreg budget %s" %
                      (vid, [(g["register_limit"], g["highest_register"]) for g in audit["regions"]]))
+    # The Hopper backward (issue 34), as explain --op bwd names it for the d128 bf16 causal problem,
+    # deterministic and not: flash_bwd_sm90 on HGMMA, TMA loads (UTMALDG) and TMA reductions of dQ
+    # (UTMAREDG), no spill in any region, no ptxas warning, main loops within the budgets measured
+    # when they were built (docs/perf/backward.md: 33.3 and 48.1 instructions per HGMMA).
+    for deterministic, budget in ((False, BWD_BUDGET), (True, BWD_DETERMINISTIC_BUDGET)):
+        r = run("explain", "--op", "bwd", *PROBLEM, "--causal", "bottom-right",
+                *(["--deterministic"] if deterministic else []))
+        vid = named_variant(r)
+        if not checks.check(vid is not None and vid.startswith("flash_bwd_sm90/") and
+                            (".at0." in vid) == deterministic,
+                            "explain --op bwd%s names a flash_bwd_sm90 variant: %s" %
+                            (" --deterministic" if deterministic else "", vid)):
+            continue
+        prof = profiled(run, checks, vid)
+        if prof is None:
+            continue
+        audit = prof["sass_audit"]
+        missing = [op for op in ("HGMMA", "UTMALDG", "UTMAREDG") if not prof["sass"].get(op)]
+        checks.check(not missing, "%s: HGMMA, UTMALDG and UTMAREDG in its SASS (missing: %s)" % (vid, missing))
+        checks.check(prof["spill_bytes"] == 0 and not prof["ptxas_warnings"] and
+                     all(g["spill_stores"] + g["spill_loads"] == 0 for g in audit["regions"]),
+                     "%s: no spill in any region, no ptxas warning" % vid)
+        worst = max((loop["instructions_per_mma"] for loop in audit["mma_loops"]), default=None)
+        checks.check(worst is not None and worst <= budget,
+                     "%s: main loop at %s instructions per HGMMA, within %g" % (vid, worst, budget))
     return checks.finish()
 
 
