@@ -501,7 +501,8 @@ def step_backward(args):
               "time": True, "launches": 1 if args.dry_run else 5, "reps": 2 if args.dry_run else 7}
              for c in timing]
     st.text("Correctness: relative error of dQ, dK, dV against fp64 autograd. Timing: per-launch median ms of plans "
-            "(O and LSE precomputed); TFLOP/s from 2.5x the forward's FLOPs.", "",
+            "(O and LSE precomputed); TFLOP/s from 2.5x the forward's FLOPs; the deterministic plan's gradients "
+            "compared bitwise between two runs.", "",
             "| job | plan | result | attune ms | TFLOP/s | deterministic ms | SDPA flash bwd ms | SDPA cuDNN bwd ms | "
             "SDPA flash / attune |",
             "|---|---|---|---|---|---|---|---|---|")
@@ -516,11 +517,15 @@ def step_backward(args):
             if not res["ok"]:
                 st.fail(r["name"])
         if "ms" in res:
-            st.row("| %s | %s | | %.3f | %.0f | %.3f | %s | %s | %.2f |" % (
-                r["name"], res["plan"], res["ms"], res["tflops"], res["deterministic_ms"], _ms(res["sdpa_flash_ms"]),
+            bitwise = res.get("deterministic_bitwise", False)
+            st.row("| %s | %s | deterministic runs %s | %.3f | %.0f | %.3f | %s | %s | %.2f |" % (
+                r["name"], res["plan"], "bitwise equal" if bitwise else "DIFFER", res["ms"], res["tflops"],
+                res["deterministic_ms"], _ms(res["sdpa_flash_ms"]),
                 _ms(res.get("sdpa_cudnn_ms", float("nan"))), res["sdpa_flash_ms"] / res["ms"]),
                 "%s %.0f TFLOP/s, SDPA/attune %.2f" % (r["name"], res["tflops"], res["sdpa_flash_ms"] / res["ms"]),
                 name=r["name"], **{k: v for k, v in res.items() if k != "case"})
+            if not bitwise:
+                st.fail(r["name"] + " (deterministic runs differ)")
     return st.done()
 
 
