@@ -149,11 +149,27 @@ struct Barriers {
   u64 empty[3];
   u64 kv_landed;  // K's and V's bytes (the producer warp's own wait)
   u64 kv_full;    // K and V ready for the consumers (K's rows past the sequence zeroed)
+  u64 kv_empty;   // K and V read by every consumer warp: the next tile's may load
 };
 
-// What a CTA knows of its keys: their sequence and first key, and the steps
-// (every query tile that may see them, for each query head of the group).
-// Each role computes it after setmaxnreg, from an opaque block index:
+// How far a CTA is through its tiles, as both roles count it: the ring's
+// steps so far and the parity of the K/V tiles loaded so far (the phase of
+// kv_landed and kv_full to wait for next; kv_empty's last completed one is
+// its opposite). One register: the producer has 24.
+class TileProgress {
+ public:
+  ATTUNE_DEVICE i32 ring_steps() const { return static_cast<i32>(packed_ >> 1); }
+  ATTUNE_DEVICE u32 kv_parity() const { return packed_ & 1U; }
+  // A tile of `steps` > 0 done (its K and V loaded once).
+  ATTUNE_DEVICE void add(i32 steps) { packed_ = ((packed_ >> 1) + static_cast<u32>(steps)) << 1 | (kv_parity() ^ 1U); }
+
+ private:
+  u32 packed_ = 0;
+};
+
+// What a CTA knows of its tile's keys: their sequence and first key, and the
+// steps (every query tile that may see them, for each query head of the
+// group). Each role computes it after setmaxnreg, from an opaque tile index:
 // values from before the register move would be held across it (and spill).
 template <int kBlockM, int kBlockN>
 struct KeyBlock {
@@ -178,25 +194,26 @@ struct KeyBlock {
     k.steps = static_cast<i32>(k.tile_count * b.group_size);
     return k;
   }
-  // The CTA's tile (block index x in `order`): its key block the longest
-  // first (under a causal mask the first key blocks see the most query
-  // tiles), so the longest blocks start first; in deterministic mode the
-  // shortest first, as the dQ turns go (turns_before): a block only waits
-  // for blocks started before it.
+  // Tile `index` of `order`: its key block the longest first (under a
+  // causal mask the first key blocks see the most query tiles), so the
+  // longest blocks start first; in deterministic mode the shortest first,
+  // as the dQ turns go (turns_before): a tile only waits for tiles before
+  // it, which a CTA started earlier runs or has run (a persistent CTA runs
+  // its tiles in increasing order).
   ATTUNE_HOST_DEVICE static sm90_sched::WorkTile tile_at(const sm90_sched::TileOrder& order, i32 index,
                                                          bool deterministic) {
     sm90_sched::WorkTile t = order.at(index);  // heaviest first: m_block from the last down
     if (!deterministic) t.m_block = order.m_blocks - 1 - t.m_block;
     return t;  // m_block: the key block
   }
-  ATTUNE_DEVICE static sm90_sched::WorkTile tile_of_cta(const sm90_sched::TileOrder& order, bool deterministic) {
-    return tile_at(order, dev::block_index().x, deterministic);
+  ATTUNE_DEVICE static KeyBlock at(const FlashBwdParams& b, const sm90_sched::TileOrder& order, i32 index,
+                                   bool deterministic) {
+    const sm90_sched::WorkTile t = tile_at(order, dev::opaque(index), deterministic);
+    return of(b, t.m_block, t.head, t.batch);
   }
-  ATTUNE_DEVICE static KeyBlock of_this_block(const FlashBwdParams& b, const sm90_sched::TileOrder& order,
-                                              bool deterministic) {
-    const sm90_sched::WorkTile t = tile_of_cta(order, deterministic);
-    return of(b, dev::opaque(t.m_block), dev::opaque(t.head), dev::opaque(t.batch));
-  }
+  // Keys of the sequence's tensor: the tile writes dK and dV (zeros when
+  // no step sees them); none past them.
+  ATTUNE_DEVICE bool has_keys() const { return key0 < seq.k_capacity; }
   // Step i's query head and first row.
   ATTUNE_DEVICE i32 head(i32 step, i32 group_size) const {
     return kv_head * group_size + static_cast<i32>(step / tile_count);
@@ -221,8 +238,12 @@ struct KeyBlock {
 
 }  // namespace bwd_sm90_detail
 
-// Grid: (tiles.count(), 1, 1): ceil(longest key capacity / kBlockN) x Hkv x
-// B tiles in `tiles`' order; block: threads(); dynamic shared memory: shared_bytes(). Needs D from
+// Tiles: ceil(longest key capacity / kBlockN) x Hkv x B in `tiles`' order.
+// Grid: (G, 1, 1) for any G >= 1: CTA c runs tiles c, c + G, ... (one CTA
+// per tile when G = tiles.count(); persistent, one per SM, when G is the SM
+// count: K and V of the next tile load once every consumer warp has read
+// the last one's, while the Q/dO ring runs on across tiles). Block:
+// threads(); dynamic shared memory: shared_bytes(). Needs D from
 // flash_bwd_preprocess (which also clears the dQ accumulator); dQ is
 // finished by flash_bwd_dq_convert. In the emulator's instantiation kStages
 // kDqAtomic and kDqTma may be kAtRunTime, read from the params.
@@ -245,11 +266,6 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   const FlashBwdParams& b = p.bwd;
   const Layout layout{kHeadDim, kBlockM, kBlockN, stages};
   using Block = KeyBlock<kBlockM, kBlockN>;
-  {
-    const sm90_sched::WorkTile t = Block::tile_of_cta(p.tiles, !dq_atomic);
-    const i64 key0 = static_cast<i64>(t.m_block) * kBlockN;
-    if (key0 >= bwd_detail::sequence(b, t.batch).k_capacity) return;  // the whole block leaves together
-  }
 
   unsigned char* smem = dev::shared_memory<unsigned char>();
   Barriers* bars = dev::shared_memory<Barriers>();
@@ -258,6 +274,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     ring.init(kConsumers);
     dev::mbarrier::init(&bars->kv_landed, 1);
     dev::mbarrier::init(&bars->kv_full, 1);
+    dev::mbarrier::init(&bars->kv_empty, kConsumers * 4);  // each consumer warp's lane 0
     dev::mbarrier::fence_init();
   }
   dev::block::sync();
@@ -265,68 +282,79 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   if (dev::warpgroup::index() == 0) {  // ---- producer ----
     if (kConsumers == 2) dev::registers::decrease<FlashBwdSm90Tunables::kProducerRegisters>();
     if (dev::warp_id() != 0) return;
-    const Block w = Block::of_this_block(b, p.tiles, !dq_atomic);
-    const bwd_detail::BwdSequence& seq = w.seq;
-    const i64 key0 = w.key0;
-    const i32 kv_head = w.kv_head;
-    const i32 batch = w.batch;
-    if (w.steps == 0) return;
     const bool leader = dev::elect_one();
     const i32 lane = dev::lane_id();
-    const i32 q_map_batch = b.cu_seqlens_q != nullptr ? 0 : batch;  // packed tensors are one sequence of batch 1
-    const i32 k_map_batch = b.cu_seqlens_k != nullptr ? 0 : batch;
     unsigned char* k_tile = smem + layout.k_offset();
-    if (leader) {
-      dev::tma::prefetch(&p.q_map);
-      dev::tma::prefetch(&p.do_map);
-      dev::mbarrier::arrive_expect_tx(&bars->kv_landed, static_cast<u32>(2 * layout.kv_bytes()));
-      const i32 key_row = static_cast<i32>(seq.k_begin + key0);
-      for (i32 c = 0; c < kChunks; ++c) {
-        dev::tma::load(k_tile + c * kBlockN * kRowBytes, &p.k_map, &bars->kv_landed, c * kBoxCols, key_row, kv_head,
-                       k_map_batch);  // producer: load K
-        dev::tma::load(smem + layout.v_offset() + c * kBlockN * kRowBytes, &p.v_map, &bars->kv_landed, c * kBoxCols,
-                       key_row, kv_head, k_map_batch);  // producer: load V
-      }
-    }
-    dev::mbarrier::wait(&bars->kv_landed, 0);  // producer: wait K and V
-    const i64 keys = seq.k_len - key0;
-    if (keys < kBlockN) {
-      const i32 words = (kBlockN - static_cast<i32>(keys < 0 ? 0 : keys)) * kRowBytes / 4;  // whole rows of every box
-      for (i32 c = 0; c < kChunks; ++c) {
-        u32* rows = dev::shared_as<u32>(k_tile + (c + 1) * kBlockN * kRowBytes) - words;
-        for (i32 wd = lane; wd < words; wd += kWarpSize) dev::store_shared(rows + wd, 0U);  // producer: zero K
-      }
-      dev::fence_proxy_async();  // the zeros before wgmma reads them
-    }
-    dev::named_barrier::sync(sm90_sync::kProducerWarp, kWarpSize);  // every lane's zeros
-    if (leader) dev::mbarrier::arrive(&bars->kv_full);              // producer: K and V ready
-    for (i32 step = 0; step < w.steps; ++step) {
-      const i32 st = ring.stage(step);
-      const i32 head = w.head(step, b.group_size);
-      const i64 row0 = w.row0(step);
-      ring.producer_acquire(step);
-      // LSE in base 2, +inf for rows past the sequence and rows that saw no
-      // key (LSE = -inf), and D, 0 there: their probabilities are 0.
-      float* lse_s = dev::shared_as<float>(smem + layout.lse_offset(st));
-      float* d_s = dev::shared_as<float>(smem + layout.d_offset(st));
-      for (i32 r = lane; r < kBlockM; r += kWarpSize) {
-        const bwd_detail::RowStats rs = bwd_detail::row_stats(b, seq, batch, head, row0 + r);
-        dev::store_shared(lse_s + r, rs.lse_log2);  // producer: LSE
-        dev::store_shared(d_s + r, rs.d);           // producer: D
-      }
-      dev::named_barrier::sync(sm90_sync::kProducerWarp, kWarpSize);  // every lane's rows before the arrival
+    TileProgress done;
+    for (i32 index = dev::block_index().x; index < p.tiles.count(); index += dev::grid_dim().x) {
+      const Block w = Block::at(b, p.tiles, index, !dq_atomic);
+      if (!w.has_keys() || w.steps == 0) continue;  // nothing to load
+      const bwd_detail::BwdSequence& seq = w.seq;
+      const i64 key0 = w.key0;
+      const i32 kv_head = w.kv_head;
+      const i32 batch = w.batch;
+      const i32 q_map_batch = b.cu_seqlens_q != nullptr ? 0 : batch;  // packed tensors are one sequence of batch 1
+      const i32 k_map_batch = b.cu_seqlens_k != nullptr ? 0 : batch;
       if (leader) {
-        u64* full = ring.full_barrier(step);
-        const i32 q_row = static_cast<i32>(seq.q_begin + row0);
-        dev::mbarrier::arrive_expect_tx(full, static_cast<u32>(2 * layout.q_bytes()));
+        if (done.ring_steps() > 0) {
+          dev::mbarrier::wait(&bars->kv_empty, done.kv_parity() ^ 1);  // producer: wait K and V read
+        } else {  // the first tile that loads (the maps exist: a call with no keys has none)
+          dev::tma::prefetch(&p.q_map);
+          dev::tma::prefetch(&p.do_map);
+        }
+        dev::mbarrier::arrive_expect_tx(&bars->kv_landed, static_cast<u32>(2 * layout.kv_bytes()));
+        const i32 key_row = static_cast<i32>(seq.k_begin + key0);
         for (i32 c = 0; c < kChunks; ++c) {
-          dev::tma::load(smem + layout.q_offset(st) + c * kBlockM * kRowBytes, &p.q_map, full, c * kBoxCols, q_row,
-                         head,
-                         q_map_batch);  // producer: load Q
-          dev::tma::load(smem + layout.do_offset(st) + c * kBlockM * kRowBytes, &p.do_map, full, c * kBoxCols, q_row,
-                         head, q_map_batch);  // producer: load dO
+          dev::tma::load(k_tile + c * kBlockN * kRowBytes, &p.k_map, &bars->kv_landed, c * kBoxCols, key_row, kv_head,
+                         k_map_batch);  // producer: load K
+          dev::tma::load(smem + layout.v_offset() + c * kBlockN * kRowBytes, &p.v_map, &bars->kv_landed, c * kBoxCols,
+                         key_row, kv_head, k_map_batch);  // producer: load V
         }
       }
+      dev::mbarrier::wait(&bars->kv_landed, done.kv_parity());  // producer: wait K and V
+      const i64 keys = seq.k_len - key0;
+      if (keys < kBlockN) {
+        const i32 words = (kBlockN - static_cast<i32>(keys < 0 ? 0 : keys)) * kRowBytes / 4;  // whole rows of every box
+        for (i32 c = 0; c < kChunks; ++c) {
+          u32* rows = dev::shared_as<u32>(k_tile + (c + 1) * kBlockN * kRowBytes) - words;
+          ATTUNE_ROLLED
+          for (i32 wd = dev::opaque(lane); wd < words; wd += kWarpSize) {
+            dev::store_shared(rows + wd, 0U);  // producer: zero K
+          }
+        }
+        dev::fence_proxy_async();  // the zeros before wgmma reads them
+      }
+      dev::named_barrier::sync(sm90_sync::kProducerWarp, kWarpSize);  // every lane's zeros
+      if (leader) dev::mbarrier::arrive(&bars->kv_full);              // producer: K and V ready
+      for (i32 step = 0; step < w.steps; ++step) {
+        const i32 st = ring.stage(done.ring_steps() + step);
+        const i32 head = w.head(step, b.group_size);
+        const i64 row0 = w.row0(step);
+        ring.producer_acquire(done.ring_steps() + step);
+        // LSE in base 2, +inf for rows past the sequence and rows that saw no
+        // key (LSE = -inf), and D, 0 there: their probabilities are 0.
+        float* lse_s = dev::shared_as<float>(smem + layout.lse_offset(st));
+        float* d_s = dev::shared_as<float>(smem + layout.d_offset(st));
+        for (i32 r = lane; r < kBlockM; r += kWarpSize) {
+          const bwd_detail::RowStats rs = bwd_detail::row_stats(b, seq, batch, head, row0 + r);
+          dev::store_shared(lse_s + r, rs.lse_log2);  // producer: LSE
+          dev::store_shared(d_s + r, rs.d);           // producer: D
+        }
+        dev::named_barrier::sync(sm90_sync::kProducerWarp, kWarpSize);  // every lane's rows before the arrival
+        if (leader) {
+          u64* full = ring.full_barrier(done.ring_steps() + step);
+          const i32 q_row = static_cast<i32>(seq.q_begin + row0);
+          dev::mbarrier::arrive_expect_tx(full, static_cast<u32>(2 * layout.q_bytes()));
+          for (i32 c = 0; c < kChunks; ++c) {
+            dev::tma::load(smem + layout.q_offset(st) + c * kBlockM * kRowBytes, &p.q_map, full, c * kBoxCols, q_row,
+                           head,
+                           q_map_batch);  // producer: load Q
+            dev::tma::load(smem + layout.do_offset(st) + c * kBlockM * kRowBytes, &p.do_map, full, c * kBoxCols, q_row,
+                           head, q_map_batch);  // producer: load dO
+          }
+        }
+      }
+      done.add(w.steps);
     }
     return;
   }
@@ -340,282 +368,293 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   using Scores = frag::Accumulator<1, kBlockM / 8>;    // S^T, dP^T: a warp's 16 keys by the step's queries
   using KeyRows = frag::Accumulator<1, kHeadDim / 8>;  // dK, dV: a warp's 16 keys by the head dim
   using DqBox = frag::Accumulator<1, kBoxCols / 8>;    // dQ: a warp's 16 queries by one box of columns
-  KeyRows dk;
-  KeyRows dv;
-  dk.fill(0.0f);
-  dv.fill(0.0f);
-  const Block w = Block::of_this_block(b, p.tiles, !dq_atomic);
-  const bwd_detail::BwdSequence& seq = w.seq;
-  const i64 warp_key0 = w.key0 + 64 * consumer + 16 * warp;  // this warp's first key
   // This consumer's keys of K and V (64 rows of every box), and its rows of dS^T.
   const unsigned char* k_rows = smem + layout.k_offset() + 64 * consumer * kRowBytes;
   const unsigned char* v_rows = smem + layout.v_offset() + 64 * consumer * kRowBytes;
   unsigned char* ds_rows = smem + layout.ds_offset() + 64 * consumer * kRowBytes;
+  unsigned char* dq_stage = smem + layout.dq_offset(consumer);
+  TileProgress done;
+  for (i32 index = dev::block_index().x; index < p.tiles.count(); index += dev::grid_dim().x) {
+    const Block w = Block::at(b, p.tiles, index, !dq_atomic);
+    if (!w.has_keys()) continue;
+    const bwd_detail::BwdSequence& seq = w.seq;
+    const i64 warp_key0 = w.key0 + 64 * consumer + 16 * warp;  // this warp's first key
+    KeyRows dk;
+    KeyRows dv;
+    dk.fill(0.0f);
+    dv.fill(0.0f);
+    if (w.steps > 0) dev::mbarrier::wait(&bars->kv_full, done.kv_parity());  // consumer: wait K and V
+    for (i32 step = 0; step < w.steps; ++step) {
+      const i32 st = ring.stage(done.ring_steps() + step);
+      const i64 row0 = w.row0(step);
+      const unsigned char* q_tile = smem + layout.q_offset(st);
+      const unsigned char* do_tile = smem + layout.do_offset(st);
+      ring.consumer_wait(done.ring_steps() + step);
 
-  if (w.steps > 0) dev::mbarrier::wait(&bars->kv_full, 0);  // consumer: wait K and V
-  for (i32 step = 0; step < w.steps; ++step) {
-    const i32 st = ring.stage(step);
-    const i64 row0 = w.row0(step);
-    const unsigned char* q_tile = smem + layout.q_offset(st);
-    const unsigned char* do_tile = smem + layout.do_offset(st);
-    ring.consumer_wait(step);
+      // S^T = K Q^T and dP^T = V dO^T, over the head dim: both operands K-major.
+      Scores s;
+      Scores dp;
+      {
+        // acc = keys (K or V rows) x queries (Q or dO rows), 16 head-dim columns a k-step.
+        const auto keys_by_queries = [&](Scores& acc, const unsigned char* keys, const unsigned char* queries) {
+          const u64 a_desc = dev::wgmma::descriptor(keys, 16, kAtomStride, kSwizzle);
+          const u64 b_desc = dev::wgmma::descriptor(queries, 16, kAtomStride, kSwizzle);
+          ATTUNE_UNROLL
+          for (i32 kk = 0; kk < kHeadSteps; ++kk) {
+            const u32 kv_at = static_cast<u32>((kk / 4) * kBlockN * kRowBytes + (kk % 4) * 32);
+            const u32 q_at = static_cast<u32>((kk / 4) * kBlockM * kRowBytes + (kk % 4) * 32);
+            dev::wgmma::mma_ss<DType, kBlockM, 0, 0>(acc.tiles, dev::wgmma::advance(a_desc, kv_at),
+                                                     dev::wgmma::advance(b_desc, q_at), kk > 0);
+          }
+        };
+        dev::wgmma::fence();
+        keys_by_queries(s, k_rows, q_tile);    // consumer: S^T GEMM
+        keys_by_queries(dp, v_rows, do_tile);  // consumer: dP^T GEMM
+        dev::wgmma::commit();
+        dev::wgmma::wait<0>();
+      }
 
-    // S^T = K Q^T and dP^T = V dO^T, over the head dim: both operands K-major.
-    Scores s;
-    Scores dp;
-    {
-      // acc = keys (K or V rows) x queries (Q or dO rows), 16 head-dim columns a k-step.
-      const auto keys_by_queries = [&](Scores& acc, const unsigned char* keys, const unsigned char* queries) {
-        const u64 a_desc = dev::wgmma::descriptor(keys, 16, kAtomStride, kSwizzle);
-        const u64 b_desc = dev::wgmma::descriptor(queries, 16, kAtomStride, kSwizzle);
+      // P^T and dS^T in place. A thread holds keys acc_row of its warp's 16
+      // and queries acc_col of each 8-query tile. (`masked` is a constant at
+      // each call: the unmasked body has no mask code.)
+      const float* lse_s = dev::shared_as<const float>(smem + layout.lse_offset(st));
+      const float* d_s = dev::shared_as<const float>(smem + layout.d_offset(st));
+      // The mask by global position as key_bounds draws it, in 32-bit
+      // offsets: the warp's key j (0..15) and the step's query i see each
+      // other when lo <= j - i < hi and j < keys. (key_g - diagonal(row) is
+      // base + j - i; every j - i lies in (-kBlockM, 16], so the bounds clamp
+      // to +-2 kBlockM.)
+      const auto step_window = [&] {
+        const i64 base = warp_key0 - row0 - (b.mask.top_left != 0 ? 0 : seq.k_len - seq.q_len);
+        const auto clamp = [](i64 x) {
+          return static_cast<i32>(x < -2 * kBlockM ? -2 * kBlockM : x > 2 * kBlockM ? 2 * kBlockM : x);
+        };
+        return KeyWindow{b.mask.left >= 0 ? clamp(-b.mask.left - base) : -2 * kBlockM,
+                         b.mask.right >= 0 ? clamp(b.mask.right + 1 - base) : 2 * kBlockM};
+      };
+      const auto probabilities = [&](bool masked) {
+        const KeyWindow window = masked ? step_window() : KeyWindow{-2 * kBlockM, 2 * kBlockM};
+        const i64 keys_left = seq.k_len - (warp_key0 + dev::opaque(0));  // keys of the sequence from the warp's first
+        const i32 keys = keys_left < 0 ? 0 : keys_left > 16 ? 16 : static_cast<i32>(keys_left);
         ATTUNE_UNROLL
-        for (i32 kk = 0; kk < kHeadSteps; ++kk) {
-          const u32 kv_at = static_cast<u32>((kk / 4) * kBlockN * kRowBytes + (kk % 4) * 32);
-          const u32 q_at = static_cast<u32>((kk / 4) * kBlockM * kRowBytes + (kk % 4) * 32);
-          dev::wgmma::mma_ss<DType, kBlockM, 0, 0>(acc.tiles, dev::wgmma::advance(a_desc, kv_at),
-                                                   dev::wgmma::advance(b_desc, q_at), kk > 0);
+        for (i32 qt = 0; qt < kBlockM / 8; ++qt) {
+          ATTUNE_UNROLL
+          for (i32 c = 0; c < 2; ++c) {
+            const i32 query = 8 * qt + frag::acc_col(lane, c);
+            const float lse = dev::load_shared(lse_s + query);
+            const float row_d = dev::load_shared(d_s + query);
+            ATTUNE_UNROLL
+            for (i32 half = 0; half < 2; ++half) {
+              const i32 key = frag::acc_row(lane, half);
+              const bool visible = !masked || (key - query >= window.begin && key - query < window.end && key < keys);
+              const float prob = visible ? dev::exp2_approx(s.at(0, qt, half, c) * b.scale_log2 - lse) : 0.0f;
+              s.at(0, qt, half, c) = prob;
+              dp.at(0, qt, half, c) = visible ? prob * (dp.at(0, qt, half, c) - row_d) : 0.0f;
+            }
+          }
         }
       };
-      dev::wgmma::fence();
-      keys_by_queries(s, k_rows, q_tile);    // consumer: S^T GEMM
-      keys_by_queries(dp, v_rows, do_tile);  // consumer: dP^T GEMM
-      dev::wgmma::commit();
-      dev::wgmma::wait<0>();
-    }
+      const RowBlockKeys block_keys =
+          row_block_keys(b.mask, row0, last_row_of(row0, kBlockM, seq.q_len), seq.q_len, seq.k_len);
+      if (block_keys.sees_all(w.key0, kBlockN)) {
+        probabilities(false);
+      } else {
+        probabilities(true);
+      }
 
-    // P^T and dS^T in place. A thread holds keys acc_row of its warp's 16
-    // and queries acc_col of each 8-query tile. (`masked` is a constant at
-    // each call: the unmasked body has no mask code.)
-    const float* lse_s = dev::shared_as<const float>(smem + layout.lse_offset(st));
-    const float* d_s = dev::shared_as<const float>(smem + layout.d_offset(st));
-    // The mask by global position as key_bounds draws it, in 32-bit
-    // offsets: the warp's key j (0..15) and the step's query i see each
-    // other when lo <= j - i < hi and j < keys. (key_g - diagonal(row) is
-    // base + j - i; every j - i lies in (-kBlockM, 16], so the bounds clamp
-    // to +-2 kBlockM.)
-    const auto step_window = [&] {
-      const i64 base = warp_key0 - row0 - (b.mask.top_left != 0 ? 0 : seq.k_len - seq.q_len);
-      const auto clamp = [](i64 x) {
-        return static_cast<i32>(x < -2 * kBlockM ? -2 * kBlockM : x > 2 * kBlockM ? 2 * kBlockM : x);
-      };
-      return KeyWindow{b.mask.left >= 0 ? clamp(-b.mask.left - base) : -2 * kBlockM,
-                       b.mask.right >= 0 ? clamp(b.mask.right + 1 - base) : 2 * kBlockM};
-    };
-    const auto probabilities = [&](bool masked) {
-      const KeyWindow window = masked ? step_window() : KeyWindow{-2 * kBlockM, 2 * kBlockM};
-      const i64 keys_left = seq.k_len - (warp_key0 + dev::opaque(0));  // keys of the sequence from the warp's first
-      const i32 keys = keys_left < 0 ? 0 : keys_left > 16 ? 16 : static_cast<i32>(keys_left);
+      // P^T and dS^T as A fragments (16 queries a step), rounded to the
+      // storage dtype; dS^T also to shared memory for dQ (the previous step's
+      // dQ GEMM, its reader, is done).
+      // Register q of step ks holds row sm90::a_fragment_row (16 warp +
+      // lane / 4, + 8 for odd q) and columns 16 ks + a_fragment_col: 16-byte
+      // chunk 2 ks + q / 2 of the row, which the 128-byte swizzle XORs with
+      // the row's index in its 8-row atom (lane / 4 for both rows). From an
+      // opaque lane, so the 16 addresses are not held across the loop.
+      const i32 lane_s = dev::opaque(lane);
+      unsigned char* ds_thread = ds_rows + (16 * warp + lane_s / 4) * kRowBytes + 4 * (lane_s % 4);
+      const u32 atom_row = static_cast<u32>(lane_s / 4);
+      u32 pa[kQuerySteps][4];
+      u32 dsa[kQuerySteps][4];
       ATTUNE_UNROLL
-      for (i32 qt = 0; qt < kBlockM / 8; ++qt) {
+      for (i32 ks = 0; ks < kQuerySteps; ++ks) {
+        flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
+        flash_detail::pack_a_fragment<DType>(dp.tile(0, 2 * ks), dp.tile(0, 2 * ks + 1), dsa[ks]);
         ATTUNE_UNROLL
-        for (i32 c = 0; c < 2; ++c) {
-          const i32 query = 8 * qt + frag::acc_col(lane, c);
-          const float lse = dev::load_shared(lse_s + query);
-          const float row_d = dev::load_shared(d_s + query);
+        for (i32 q = 0; q < 4; ++q) {
+          const u32 chunk = (static_cast<u32>(2 * ks + q / 2) ^ atom_row) << 4;
+          dev::store_shared(dev::shared_as<u32>(ds_thread + 8 * (q % 2) * kRowBytes + chunk),
+                            dsa[ks][q]);  // consumer: store dS^T
+        }
+      }
+
+      // dV += P^T dO and dK += dS^T Q, over the step's queries: dO and Q are
+      // MN-major here (16 query rows of every box a step; LBO steps a box).
+      {
+        const u64 do_desc =
+            dev::wgmma::descriptor(do_tile, static_cast<u32>(kBlockM * kRowBytes), kAtomStride, kSwizzle);
+        const u64 q_desc = dev::wgmma::descriptor(q_tile, static_cast<u32>(kBlockM * kRowBytes), kAtomStride, kSwizzle);
+        dev::wgmma::fence();
+        ATTUNE_UNROLL
+        for (i32 ks = 0; ks < kQuerySteps; ++ks) {
+          dev::wgmma::mma_rs<DType, kHeadDim, 1>(dv.tiles, pa[ks], dev::wgmma::advance(do_desc, ks * 16 * kRowBytes),
+                                                 1);  // consumer: dV GEMM
+        }
+        ATTUNE_UNROLL
+        for (i32 ks = 0; ks < kQuerySteps; ++ks) {
+          dev::wgmma::mma_rs<DType, kHeadDim, 1>(dk.tiles, dsa[ks], dev::wgmma::advance(q_desc, ks * 16 * kRowBytes),
+                                                 1);  // consumer: dK GEMM
+        }
+        dev::wgmma::commit();
+      }
+
+      // dQ = dS K over this consumer's keys, a box of columns at a time: dS
+      // (dS^T's rows) and K both MN-major, 16 keys a step.
+      dev::fence_proxy_async();  // dS^T's stores before wgmma reads them
+      dev::named_barrier::sync(sm90_sync::kDsStored + consumer, sm90::kWarpgroupSize);
+      // dV's and dK's GEMMs done before dQ's accumulators are live: P^T's and
+      // dS^T's fragments are dead by then (at d128 both sets would not fit
+      // beside dK and dV without spills).
+      dev::wgmma::wait<0>();
+      ring.consumer_release(done.ring_steps() + step, wt);  // Q, dO, LSE and D read
+      const i32 head = w.head(step, b.group_size);
+      // Deterministic mode: this consumer's turn at the tile's rows comes
+      // after every consumer of the key blocks whose turn comes first
+      // (turns_before), and after the consumers before it in this block.
+      // One thread (the issuer) waits for the turn and, with kDqTma, issues
+      // the bulk reductions; with red.global every thread adds, so all wait.
+      const bool issuer = warp == 0 && lane == 0;
+      i32* turn = nullptr;
+      if (!dq_atomic) {
+        const i64 tile = row0 / kBlockM;
+        turn = b.dq_turns + (static_cast<i64>(w.batch) * b.heads_q + head) * b.dq_turn_tiles + tile;
+        if (warp == 0) {
+          const i32 earlier = kConsumers * w.turns_before(b, tile, p.tiles.m_blocks, lane) + consumer;
+          if (lane == 0) dev::semaphore_wait(turn, earlier);  // consumer: wait for dQ's turn
+        }
+        if (!dq_tma) dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
+      }
+      ATTUNE_UNROLL
+      for (i32 c = 0; c < kChunks; ++c) {
+        DqBox dq;
+        const u64 ds_desc =
+            dev::wgmma::descriptor(ds_rows, static_cast<u32>(kBlockN * kRowBytes), kAtomStride, kSwizzle);
+        const u64 k_desc = dev::wgmma::descriptor(k_rows + c * kBlockN * kRowBytes,
+                                                  static_cast<u32>(kBlockN * kRowBytes), kAtomStride, kSwizzle);
+        dev::wgmma::fence();
+        ATTUNE_UNROLL
+        for (i32 ks = 0; ks < kKeySteps; ++ks) {
+          dev::wgmma::mma_ss<DType, kBoxCols, 1, 1>(dq.tiles, dev::wgmma::advance(ds_desc, ks * 16 * kRowBytes),
+                                                    dev::wgmma::advance(k_desc, ks * 16 * kRowBytes),
+                                                    ks > 0);  // consumer: dQ GEMM
+        }
+        dev::wgmma::commit();
+        dev::wgmma::wait<0>();
+        if (dq_tma) {
+          // The box to shared memory (the previous box's reductions have read
+          // it), then two bulk reductions of 32 columns. Row r's 16-byte
+          // chunk j of a half is at chunk j ^ (r % 8): the 128-byte swizzle.
+          // A thread's columns 8 dt + 2 (lane % 4) (and + 1) are chunk
+          // 2 (dt % 4) + (lane % 4) / 2 of half dt / 4, at byte 8 (lane % 2);
+          // both its rows have r % 8 = lane / 4. From an opaque lane, so the
+          // addresses are not held across the loop.
+          if (issuer) dev::tma::wait_read<0>();
+          dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
+          const i32 lane_q = dev::opaque(lane);
+          const u32 chunk_xor = static_cast<u32>((lane_q % 4) / 2) ^ static_cast<u32>(lane_q / 4);
+          unsigned char* dq_thread = dq_stage + (16 * warp + lane_q / 4) * 128 + (lane_q % 2) * 8;
           ATTUNE_UNROLL
           for (i32 half = 0; half < 2; ++half) {
-            const i32 key = frag::acc_row(lane, half);
-            const bool visible = !masked || (key - query >= window.begin && key - query < window.end && key < keys);
-            const float prob = visible ? dev::exp2_approx(s.at(0, qt, half, c) * b.scale_log2 - lse) : 0.0f;
-            s.at(0, qt, half, c) = prob;
-            dp.at(0, qt, half, c) = visible ? prob * (dp.at(0, qt, half, c) - row_d) : 0.0f;
+            ATTUNE_UNROLL
+            for (i32 dt = 0; dt < kBoxCols / 8; ++dt) {
+              const u32 at = static_cast<u32>((dt / 4) * kBlockM * 128 + half * 8 * 128) +
+                             ((static_cast<u32>(2 * (dt % 4)) ^ chunk_xor) << 4);
+              const u64 pair = (static_cast<u64>(dev::float_bits(dq.at(0, dt, half, 1))) << 32) |
+                               dev::float_bits(dq.at(0, dt, half, 0));
+              dev::store_shared(dev::shared_as<u64>(dq_thread + at), pair);  // consumer: stage dQ
+            }
           }
+          dev::fence_proxy_async();  // the stage's stores before the bulk reductions read it
+          dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
+          if (issuer) {
+            const i32 row = static_cast<i32>(seq.row_base + row0);
+            ATTUNE_UNROLL
+            for (i32 h = 0; h < 2; ++h) {
+              const i32 col = c * kBoxCols + 32 * h;
+              if (col >= b.head_dim_k) continue;
+              if (dq_atomic) {
+                dev::tma::reduce_add(&p.dq_map, dq_stage + h * kBlockM * 128, col, head, row);  // consumer: add dQ
+              } else {
+                dev::tma::ordered_reduce_add(&p.dq_map, dq_stage + h * kBlockM * 128, col, head,
+                                             row);  // consumer: add dQ in turn
+              }
+            }
+            dev::tma::commit();
+          }
+          continue;
         }
-      }
-    };
-    const RowBlockKeys block_keys =
-        row_block_keys(b.mask, row0, last_row_of(row0, kBlockM, seq.q_len), seq.q_len, seq.k_len);
-    if (block_keys.sees_all(w.key0, kBlockN)) {
-      probabilities(false);
-    } else {
-      probabilities(true);
-    }
-
-    // P^T and dS^T as A fragments (16 queries a step), rounded to the
-    // storage dtype; dS^T also to shared memory for dQ (the previous step's
-    // dQ GEMM, its reader, is done).
-    // Register q of step ks holds row sm90::a_fragment_row (16 warp +
-    // lane / 4, + 8 for odd q) and columns 16 ks + a_fragment_col: 16-byte
-    // chunk 2 ks + q / 2 of the row, which the 128-byte swizzle XORs with
-    // the row's index in its 8-row atom (lane / 4 for both rows). From an
-    // opaque lane, so the 16 addresses are not held across the loop.
-    const i32 lane_s = dev::opaque(lane);
-    unsigned char* ds_thread = ds_rows + (16 * warp + lane_s / 4) * kRowBytes + 4 * (lane_s % 4);
-    const u32 atom_row = static_cast<u32>(lane_s / 4);
-    u32 pa[kQuerySteps][4];
-    u32 dsa[kQuerySteps][4];
-    ATTUNE_UNROLL
-    for (i32 ks = 0; ks < kQuerySteps; ++ks) {
-      flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
-      flash_detail::pack_a_fragment<DType>(dp.tile(0, 2 * ks), dp.tile(0, 2 * ks + 1), dsa[ks]);
-      ATTUNE_UNROLL
-      for (i32 q = 0; q < 4; ++q) {
-        const u32 chunk = (static_cast<u32>(2 * ks + q / 2) ^ atom_row) << 4;
-        dev::store_shared(dev::shared_as<u32>(ds_thread + 8 * (q % 2) * kRowBytes + chunk),
-                          dsa[ks][q]);  // consumer: store dS^T
-      }
-    }
-
-    // dV += P^T dO and dK += dS^T Q, over the step's queries: dO and Q are
-    // MN-major here (16 query rows of every box a step; LBO steps a box).
-    {
-      const u64 do_desc = dev::wgmma::descriptor(do_tile, static_cast<u32>(kBlockM * kRowBytes), kAtomStride, kSwizzle);
-      const u64 q_desc = dev::wgmma::descriptor(q_tile, static_cast<u32>(kBlockM * kRowBytes), kAtomStride, kSwizzle);
-      dev::wgmma::fence();
-      ATTUNE_UNROLL
-      for (i32 ks = 0; ks < kQuerySteps; ++ks) {
-        dev::wgmma::mma_rs<DType, kHeadDim, 1>(dv.tiles, pa[ks], dev::wgmma::advance(do_desc, ks * 16 * kRowBytes),
-                                               1);  // consumer: dV GEMM
-      }
-      ATTUNE_UNROLL
-      for (i32 ks = 0; ks < kQuerySteps; ++ks) {
-        dev::wgmma::mma_rs<DType, kHeadDim, 1>(dk.tiles, dsa[ks], dev::wgmma::advance(q_desc, ks * 16 * kRowBytes),
-                                               1);  // consumer: dK GEMM
-      }
-      dev::wgmma::commit();
-    }
-
-    // dQ = dS K over this consumer's keys, a box of columns at a time: dS
-    // (dS^T's rows) and K both MN-major, 16 keys a step.
-    dev::fence_proxy_async();  // dS^T's stores before wgmma reads them
-    dev::named_barrier::sync(sm90_sync::kDsStored + consumer, sm90::kWarpgroupSize);
-    // dV's and dK's GEMMs done before dQ's accumulators are live: P^T's and
-    // dS^T's fragments are dead by then (at d128 both sets would not fit
-    // beside dK and dV without spills).
-    dev::wgmma::wait<0>();
-    ring.consumer_release(step, wt);  // Q, dO, LSE and D read
-    const i32 head = w.head(step, b.group_size);
-    // Deterministic mode: this consumer's turn at the tile's rows comes
-    // after every consumer of the key blocks whose turn comes first
-    // (turns_before), and after the consumers before it in this block.
-    // One thread (the issuer) waits for the turn and, with kDqTma, issues
-    // the bulk reductions; with red.global every thread adds, so all wait.
-    const bool issuer = warp == 0 && lane == 0;
-    i32* turn = nullptr;
-    if (!dq_atomic) {
-      const i64 tile = row0 / kBlockM;
-      turn = b.dq_turns + (static_cast<i64>(w.batch) * b.heads_q + head) * b.dq_turn_tiles + tile;
-      if (warp == 0) {
-        const i32 earlier = kConsumers * w.turns_before(b, tile, p.tiles.m_blocks, lane) + consumer;
-        if (lane == 0) dev::semaphore_wait(turn, earlier);  // consumer: wait for dQ's turn
-      }
-      if (!dq_tma) dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
-    }
-    unsigned char* dq_stage = smem + layout.dq_offset(consumer);
-    ATTUNE_UNROLL
-    for (i32 c = 0; c < kChunks; ++c) {
-      DqBox dq;
-      const u64 ds_desc = dev::wgmma::descriptor(ds_rows, static_cast<u32>(kBlockN * kRowBytes), kAtomStride, kSwizzle);
-      const u64 k_desc = dev::wgmma::descriptor(k_rows + c * kBlockN * kRowBytes, static_cast<u32>(kBlockN * kRowBytes),
-                                                kAtomStride, kSwizzle);
-      dev::wgmma::fence();
-      ATTUNE_UNROLL
-      for (i32 ks = 0; ks < kKeySteps; ++ks) {
-        dev::wgmma::mma_ss<DType, kBoxCols, 1, 1>(dq.tiles, dev::wgmma::advance(ds_desc, ks * 16 * kRowBytes),
-                                                  dev::wgmma::advance(k_desc, ks * 16 * kRowBytes),
-                                                  ks > 0);  // consumer: dQ GEMM
-      }
-      dev::wgmma::commit();
-      dev::wgmma::wait<0>();
-      if (dq_tma) {
-        // The box to shared memory (the previous box's reductions have read
-        // it), then two bulk reductions of 32 columns. Row r's 16-byte
-        // chunk j of a half is at chunk j ^ (r % 8): the 128-byte swizzle.
-        // A thread's columns 8 dt + 2 (lane % 4) (and + 1) are chunk
-        // 2 (dt % 4) + (lane % 4) / 2 of half dt / 4, at byte 8 (lane % 2);
-        // both its rows have r % 8 = lane / 4. From an opaque lane, so the
-        // addresses are not held across the loop.
-        if (issuer) dev::tma::wait_read<0>();
-        dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
-        const i32 lane_q = dev::opaque(lane);
-        const u32 chunk_xor = static_cast<u32>((lane_q % 4) / 2) ^ static_cast<u32>(lane_q / 4);
-        unsigned char* dq_thread = dq_stage + (16 * warp + lane_q / 4) * 128 + (lane_q % 2) * 8;
+        // This consumer's part, added to the accumulator.
         ATTUNE_UNROLL
         for (i32 half = 0; half < 2; ++half) {
+          const i64 row = row0 + 16 * warp + frag::acc_row(lane, half);
+          if (row >= seq.q_len) continue;
+          float* out = b.dq_accum + ((seq.row_base + row) * b.heads_q + head) * b.head_dim_k + c * kBoxCols;
           ATTUNE_UNROLL
           for (i32 dt = 0; dt < kBoxCols / 8; ++dt) {
-            const u32 at = static_cast<u32>((dt / 4) * kBlockM * 128 + half * 8 * 128) +
-                           ((static_cast<u32>(2 * (dt % 4)) ^ chunk_xor) << 4);
-            const u64 pair = (static_cast<u64>(dev::float_bits(dq.at(0, dt, half, 1))) << 32) |
-                             dev::float_bits(dq.at(0, dt, half, 0));
-            dev::store_shared(dev::shared_as<u64>(dq_thread + at), pair);  // consumer: stage dQ
-          }
-        }
-        dev::fence_proxy_async();  // the stage's stores before the bulk reductions read it
-        dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
-        if (issuer) {
-          const i32 row = static_cast<i32>(seq.row_base + row0);
-          ATTUNE_UNROLL
-          for (i32 h = 0; h < 2; ++h) {
-            const i32 col = c * kBoxCols + 32 * h;
-            if (col >= b.head_dim_k) continue;
-            if (dq_atomic) {
-              dev::tma::reduce_add(&p.dq_map, dq_stage + h * kBlockM * 128, col, head, row);  // consumer: add dQ
-            } else {
-              dev::tma::ordered_reduce_add(&p.dq_map, dq_stage + h * kBlockM * 128, col, head,
-                                           row);  // consumer: add dQ in turn
+            ATTUNE_UNROLL
+            for (i32 e = 0; e < 2; ++e) {
+              const i32 col = 8 * dt + frag::acc_col(lane, e);
+              if (c * kBoxCols + col >= b.head_dim_k) continue;
+              if (dq_atomic) {
+                dev::atomic_add(out + col, dq.at(0, dt, half, e));  // consumer: add dQ
+              } else {
+                dev::ordered_atomic_add(out + col, dq.at(0, dt, half, e));  // consumer: add dQ in turn
+              }
             }
           }
-          dev::tma::commit();
         }
-        continue;
       }
-      // This consumer's part, added to the accumulator.
-      ATTUNE_UNROLL
-      for (i32 half = 0; half < 2; ++half) {
-        const i64 row = row0 + 16 * warp + frag::acc_row(lane, half);
-        if (row >= seq.q_len) continue;
-        float* out = b.dq_accum + ((seq.row_base + row) * b.heads_q + head) * b.head_dim_k + c * kBoxCols;
-        ATTUNE_UNROLL
-        for (i32 dt = 0; dt < kBoxCols / 8; ++dt) {
-          ATTUNE_UNROLL
-          for (i32 e = 0; e < 2; ++e) {
-            const i32 col = 8 * dt + frag::acc_col(lane, e);
-            if (c * kBoxCols + col >= b.head_dim_k) continue;
-            if (dq_atomic) {
-              dev::atomic_add(out + col, dq.at(0, dt, half, e));  // consumer: add dQ
-            } else {
-              dev::ordered_atomic_add(out + col, dq.at(0, dt, half, e));  // consumer: add dQ in turn
-            }
-          }
+      // Every thread's adds before the release (cumulative: the barrier
+      // orders them before lane 0's red.release).
+      // The bulk reductions release only once complete (wait_group, not .read).
+      if (!dq_atomic) {
+        if (dq_tma) {
+          if (issuer) dev::tma::wait<0>();
+        } else {
+          dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
         }
+        if (issuer) dev::semaphore_release(turn, 1);  // consumer: pass dQ's turn on
       }
     }
-    // Every thread's adds before the release (cumulative: the barrier
-    // orders them before lane 0's red.release).
-    // The bulk reductions release only once complete (wait_group, not .read).
-    if (!dq_atomic) {
-      if (dq_tma) {
-        if (issuer) dev::tma::wait<0>();
-      } else {
-        dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
+    // K and V read: every GEMM reading them (S^T's, dP^T's and each box's
+    // dQ GEMM) has been waited for by the warp.
+    if (w.steps > 0) {
+      if (lane == 0) dev::mbarrier::arrive(&bars->kv_empty);  // consumer: release K and V
+      done.add(w.steps);
+    }
+
+    // dK (scaled) and dV of this warp's keys; keys past the sequence's real
+    // keys (padding) and keys no row sees get exact zeros.
+    ATTUNE_UNROLL
+    for (i32 half = 0; half < 2; ++half) {
+      const i64 key = warp_key0 + frag::acc_row(lane, half);
+      if (key >= seq.k_capacity) continue;
+      u16* dk_row = b.dk + w.batch * b.dk_batch_stride + (seq.k_begin + key) * b.dk_row_stride +
+                    static_cast<i64>(w.kv_head) * b.dk_head_stride;
+      u16* dv_row = b.dv + w.batch * b.dv_batch_stride + (seq.k_begin + key) * b.dv_row_stride +
+                    static_cast<i64>(w.kv_head) * b.dv_head_stride;
+      ATTUNE_UNROLL
+      for (i32 dt = 0; dt < kHeadDim / 8; ++dt) {
+        ATTUNE_UNROLL
+        for (i32 e = 0; e < 2; ++e) {
+          const i32 col = 8 * dt + frag::acc_col(lane, e);
+          if (col < b.head_dim_k) dev::store_global(dk_row + col, dev::to_bits<DType>(dk.at(0, dt, half, e) * b.scale));
+          if (col < b.head_dim_v) dev::store_global(dv_row + col, dev::to_bits<DType>(dv.at(0, dt, half, e)));
+        }
       }
-      if (issuer) dev::semaphore_release(turn, 1);  // consumer: pass dQ's turn on
     }
   }
   // The stage is read before the block exits.
   if (dq_tma && warp == 0 && lane == 0) dev::tma::wait<0>();
-
-  // dK (scaled) and dV of this warp's keys; keys past the sequence's real
-  // keys (padding) and keys no row sees get exact zeros.
-  ATTUNE_UNROLL
-  for (i32 half = 0; half < 2; ++half) {
-    const i64 key = warp_key0 + frag::acc_row(lane, half);
-    if (key >= seq.k_capacity) continue;
-    u16* dk_row = b.dk + w.batch * b.dk_batch_stride + (seq.k_begin + key) * b.dk_row_stride +
-                  static_cast<i64>(w.kv_head) * b.dk_head_stride;
-    u16* dv_row = b.dv + w.batch * b.dv_batch_stride + (seq.k_begin + key) * b.dv_row_stride +
-                  static_cast<i64>(w.kv_head) * b.dv_head_stride;
-    ATTUNE_UNROLL
-    for (i32 dt = 0; dt < kHeadDim / 8; ++dt) {
-      ATTUNE_UNROLL
-      for (i32 e = 0; e < 2; ++e) {
-        const i32 col = 8 * dt + frag::acc_col(lane, e);
-        if (col < b.head_dim_k) dev::store_global(dk_row + col, dev::to_bits<DType>(dk.at(0, dt, half, e) * b.scale));
-        if (col < b.head_dim_v) dev::store_global(dv_row + col, dev::to_bits<DType>(dv.at(0, dt, half, e)));
-      }
-    }
-  }
 }
 
 }  // namespace attune

@@ -125,9 +125,9 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
   return k;
 }
 
-LaunchConfig flash_bwd_launch(const AttentionProblem& p, const Variant& variant) {
+LaunchConfig flash_bwd_launch(const AttentionProblem& p, const Variant& variant, int sm_count) {
   if (variant.kernel->id == KernelId::kFlashBwdSm90) {
-    return {.grid = {flash_bwd_sm90_tiles(p, variant).count(), 1, 1},
+    return {.grid = {flash_bwd_sm90_ctas(p, flash_bwd_sm90_tiles(p, variant), sm_count), 1, 1},
             .block = {variant.threads(), 1, 1},
             .dynamic_shared_bytes = variant.shared_bytes()};
   }

@@ -68,7 +68,8 @@ std::int64_t backward_key_blocks(const AttentionProblem& problem, int block_n);
 
 // Grid, block and shared memory of a flash_bwd variant (key blocks, Hkv, B)
 // or a flash_bwd_sm90 variant (its tiles in order, flash_bwd_sm90_tiles).
-LaunchConfig flash_bwd_launch(const AttentionProblem& problem, const Variant& variant);
+// `sm_count`: the device's multiprocessors (flash_bwd_sm90_ctas).
+LaunchConfig flash_bwd_launch(const AttentionProblem& problem, const Variant& variant, int sm_count);
 
 // The row kernels (one variant each, one warp per query row of a head):
 // grid (ceil(most query rows / warps), Hq, B).

@@ -55,6 +55,12 @@ sm90_sched::TileOrder flash_bwd_sm90_tiles(const AttentionProblem& p, const Vari
           static_cast<i32>(section)};
 }
 
+i32 flash_bwd_sm90_ctas(const AttentionProblem& p, const sm90_sched::TileOrder& tiles, int sm_count) {
+  const bool equal_tiles =
+      p.mask.kind == MaskKind::kNone && !p.is_packed() && !p.has_packed_keys() && !p.has_seqlens_k();
+  return equal_tiles ? std::min(tiles.count(), std::max(sm_count, 1)) : tiles.count();
+}
+
 TensorMapSpec dq_accumulator_map(const FlashBwdParams& b) {
   TensorMapSpec m;
   m.address = b.dq_accum;

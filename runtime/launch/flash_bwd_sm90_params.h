@@ -33,6 +33,14 @@ Sm90BackwardMaps flash_bwd_sm90_maps(const AttentionProblem& problem, const Back
 // kL2SectionBytes together.
 sm90_sched::TileOrder flash_bwd_sm90_tiles(const AttentionProblem& problem, const Variant& variant);
 
+// The CTAs that run `tiles` (each runs tiles c, c + G, ...): persistent,
+// min(tiles, sm_count), when every key block has the same steps (no causal
+// or windowed mask, one length for every sequence), so that a CTA's next K
+// and V load while it finishes its last tile; one per tile otherwise, where
+// the hardware starts each next tile (longest first) on the first SM free,
+// which balances unequal tiles better than a fixed share.
+i32 flash_bwd_sm90_ctas(const AttentionProblem& problem, const sm90_sched::TileOrder& tiles, int sm_count);
+
 // The fp32 dQ accumulator as a 3-D map for the TMA reductions (kDqTma):
 // (Dk, Hq, workspace rows), boxes of 32 columns (128 bytes, swizzled) by
 // one head by 64 rows, each sequence's rows starting on a box
@@ -60,7 +68,7 @@ FlashBwdSm90Params flash_bwd_sm90_params(const AttentionProblem& problem, const 
   return k;
 }
 
-// Its grid: one CTA per tile of flash_bwd_sm90_tiles (flash_bwd_launch,
-// flash_bwd_params.h, launches either family).
+// Its grid: flash_bwd_sm90_ctas (flash_bwd_launch, flash_bwd_params.h,
+// launches either family).
 
 }  // namespace attune

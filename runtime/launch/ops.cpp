@@ -122,6 +122,7 @@ BackwardKernels load_backward(LaunchBackend& backend, const Variant& variant, DT
                     {},
                     {}};
   if (sinks) k.dsink = backend.load(bwd_dsink_variant(), dtype, compile);
+  k.sm_count = backend.sm_count();
   if (hopper) {
     k.fallback = [&backend, portable = portable_backward_variant(variant), dtype, compile] {
       return backend.load(portable, dtype, compile);
@@ -228,16 +229,17 @@ void launch_backward(LaunchBackend::Call& call, const AttentionProblem& p, const
     const std::string unfit = bwd_sm90_unfit_reason(p, b);
     if (unfit.empty()) {
       const auto encode = [&](const TensorMapSpec& spec) { return call.tensor_map(spec); };
-      launch(call, kernels.main, flash_bwd_launch(p, main), flash_bwd_sm90_params(p, b, params, main, encode));
+      launch(call, kernels.main, flash_bwd_launch(p, main, kernels.sm_count),
+             flash_bwd_sm90_params(p, b, params, main, encode));
     } else if (kernels.fallback) {
       const LoadedKernel fallback = kernels.fallback();
-      launch(call, fallback, flash_bwd_launch(p, fallback.variant), params);
+      launch(call, fallback, flash_bwd_launch(p, fallback.variant, kernels.sm_count), params);
     } else {
       throw InvalidArgument("variant " + main.id() + ": cannot run this call (" + unfit +
                             "); expected a flash_bwd variant, or kernels loaded with load_backward");
     }
   } else {
-    launch(call, kernels.main, flash_bwd_launch(p, main), params);
+    launch(call, kernels.main, flash_bwd_launch(p, main, kernels.sm_count), params);
   }
   launch(call, kernels.convert, flash_bwd_row_launch(p, kernels.convert.variant), params);
   if (p.modifiers.sinks) launch(call, kernels.dsink, flash_bwd_dsink_launch(p), params);

@@ -45,6 +45,8 @@ struct BackwardKernels {
   // flash_bwd variant, dQ by atomics like it, that runs calls it cannot
   // map. Empty otherwise.
   std::function<LoadedKernel()> fallback;
+  // The device's multiprocessors: flash_bwd_sm90's persistent CTAs.
+  int sm_count = 1;
 };
 
 // Loads what a call needs; InvalidArgument when `variant` is not a variant

@@ -351,6 +351,45 @@ TEST(FlashBwdEmuTest, Sm90TilesRunLongestFirstInL2Sections) {
   EXPECT_EQ(Block::tile_at(large, large.m_blocks, false).head, 1);  // the next pair's first
 }
 
+// Persistent CTAs where every key block has the same steps
+// (flash_bwd_sm90_ctas), one per tile under causal or windowed masks and
+// varlen. Through the runtime on two emulated SMs: 2 batches x 2 KV heads
+// x 5 key blocks of 64 are 20 tiles on 2 CTAs, each reloading K and V ten
+// times while its Q/dO ring runs on across tiles; both dQ paths, both
+// modes, against fp64, and the deterministic one bitwise under two orders.
+TEST(FlashBwdEmuTest, Sm90PersistentCtasRunMoreTilesThanCtas) {
+  const testing::EnvGuard guard({"ATTUNE_EMU_SMS", "ATTUNE_EMU_SEED"});
+  testing::EnvGuard::set("ATTUNE_EMU_SMS", "2");
+  const testing::Family family{"gqa_persistent",
+                               {2, 77, 4, 64},
+                               {2, 300, 2, 64},
+                               {2, 300, 2, 48},
+                               {.dtype = DType::kBF16, .mask = Mask::none()}};
+  const BackwardInputs in = testing::make_backward_inputs(family);
+  AttentionProblem p = in.forward.problem;
+  const Variant first = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st3.at1.tr1");
+  const sm90_sched::TileOrder tiles = flash_bwd_sm90_tiles(p, first);
+  ASSERT_EQ(tiles.count(), 20);
+  EXPECT_EQ(flash_bwd_launch(p, first, 2).grid.x, 2);
+  EXPECT_EQ(flash_bwd_launch(p, first, 132).grid.x, 20);
+  p.mask = Mask::causal_bottom_right();
+  EXPECT_EQ(flash_bwd_launch(p, first, 2).grid.x, 20) << "causal: one CTA per tile";
+  p.mask = Mask::window(64, 0);
+  EXPECT_EQ(flash_bwd_launch(p, first, 2).grid.x, 20) << "windowed: one CTA per tile";
+  p.mask = Mask::none();
+  p.cu_seqlens_q = {0, 40, 77};
+  EXPECT_EQ(flash_bwd_launch(p, first, 2).grid.x, flash_bwd_sm90_tiles(p, first).count()) << "varlen";
+  for (const char* id : {"flash_bwd_sm90/d64.bm64.bn64.st3.at1.tr1", "flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1",
+                         "flash_bwd_sm90/d64.bm64.bn64.st2.at1.tr0"}) {
+    check(in, parse_variant_id(id), family.name);
+  }
+  const Variant deterministic = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1");
+  testing::EnvGuard::set("ATTUNE_EMU_SEED", "1");
+  const testing::StoredGradients one = testing::run_backward_bits(in, deterministic);
+  testing::EnvGuard::set("ATTUNE_EMU_SEED", "2");
+  EXPECT_TRUE(testing::run_backward_bits(in, deterministic) == one) << "seeds 1 and 2";
+}
+
 TEST(FlashBwdEmuTest, HeuristicIsAnEnumeratedVariant) {
   for (const char* arch_name : {"sm_80", "sm_86", "sm_90a"}) {
     const ArchLimits arch = require_arch(arch_name);

@@ -3,8 +3,10 @@
 // on a problem where the real kernels run clean and within the gradient
 // rule: numeric ones (the LSE in the wrong base, dK without the scale, D
 // from O instead of dO) by the rule, a stage released before the GEMMs that
-// read it are done by the emulator's race check, a deterministic dQ add
-// that skips its turn by the emulator's order check (and by its bits).
+// read it are done by the emulator's race check, a persistent CTA's next K
+// and V loaded before the last tile's GEMMs read them by its async-proxy
+// order check, a deterministic dQ add that skips its turn by the
+// emulator's order check (and by its bits).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -16,6 +18,7 @@
 #include "flash_bwd_sm90_dk_unscaled.cuh"
 #include "flash_bwd_sm90_early_release.cuh"
 #include "flash_bwd_sm90_lse_natural.cuh"
+#include "flash_bwd_sm90_no_kv_empty_wait.cuh"
 #include "flash_bwd_sm90_no_turn_wait.cuh"
 #include "tests/support/emu_backward.h"
 
@@ -84,6 +87,45 @@ TEST(FlashBwdSm90PlantedTest, AStageReleasedBeforeItsGemmsIsARace) {
     EXPECT_TRUE(fault.has(emu::BugKind::kSharedRace)) << what;
     EXPECT_NE(what.find("flash_bwd_sm90_early_release.cuh"), std::string::npos) << what;
   }
+}
+
+// The kernel runs any number of CTAs (each takes tiles c, c + G, ...),
+// whatever grid the runtime would choose for the call: the causal GQA call
+// (4 key blocks, 2 query heads) on 1 and 3 CTAs, deterministic and not,
+// within the rule, with no report, and the deterministic one with the
+// same bits under two orders.
+TEST(FlashBwdSm90PlantedTest, TheRealKernelRunsOnAnyNumberOfCtas) {
+  const testing::BackwardInputs in = planted_inputs();
+  for (const int ctas : {1, 3}) {
+    std::string why;
+    const ReferenceGradients atomic =
+        testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
+                                       &flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>, 0, nullptr, nullptr, ctas);
+    EXPECT_TRUE(testing::gradients_within_rule(in, atomic, &why)) << ctas << " CTAs: " << why;
+    const Variant deterministic = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1");
+    std::vector<std::uint32_t> bits[2];
+    for (const std::uint64_t seed : {0, 1}) {
+      const ReferenceGradients g =
+          testing::run_sm90_with_kernels(in, deterministic, &flash_bwd_preprocess<kWarps, Bf16>,
+                                         &flash_bwd_sm90<64, 64, 64, 2, 0, 1, Bf16>, seed, nullptr, &bits[seed], ctas);
+      EXPECT_TRUE(testing::gradients_within_rule(in, g, &why)) << ctas << " CTAs, seed " << seed << ": " << why;
+    }
+    EXPECT_TRUE(bits[0] == bits[1]) << ctas << " CTAs";
+  }
+}
+
+// A persistent CTA whose producer loads the next tile's K and V without
+// waiting for the consumers to finish the last tile's GEMMs: their wgmma
+// reads meet the next tile's TMA writes, which no barrier orders.
+TEST(FlashBwdSm90PlantedTest, KAndVReloadedBeforeTheirReadersAreDoneIsReported) {
+  const testing::BackwardInputs in = planted_inputs();
+  std::string fault;
+  testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
+                                 &sm90_bwd_no_kv_empty_wait::flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>, 0, &fault,
+                                 nullptr, 1);
+  EXPECT_NE(fault.find("shared memory not ordered with the async proxy"), std::string::npos) << fault;
+  EXPECT_NE(fault.find("wgmma operand read"), std::string::npos) << fault;
+  EXPECT_NE(fault.find("flash_bwd_sm90_no_kv_empty_wait.cuh"), std::string::npos) << fault;
 }
 
 // The deterministic dQ of one variant (tr0: red.global, tr1: TMA bulk

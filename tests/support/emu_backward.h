@@ -154,7 +154,8 @@ ReferenceGradients run_with_main_kernel(const BackwardInputs& in, const Variant&
   const AttentionProblem& p = in.forward.problem;
   EmulatedBackward call(in, variant);
   call.run_row_kernel(p, bwd_preprocess_variant());
-  call.emulator.launch(main_kernel, flash_bwd_launch(p, variant), std::bit_cast<MutantParams>(call.params));
+  call.emulator.launch(main_kernel, flash_bwd_launch(p, variant, emulated_sm_count()),
+                       std::bit_cast<MutantParams>(call.params));
   call.run_row_kernel(p, bwd_dq_convert_variant());
   return to_values(p.dtype, call.g);
 }
@@ -165,12 +166,14 @@ ReferenceGradients run_with_main_kernel(const BackwardInputs& in, const Variant&
 // have rows TMA can step (16-byte strides). The main kernel's fault, when
 // `fault` is given, is kept there and the gradients still computed;
 // otherwise it is thrown. `workspace`, when given, gets the fp32 workspace
-// (D, the dQ accumulator) as the main kernel left it.
+// (D, the dQ accumulator) as the main kernel left it. `ctas` > 0: the main
+// kernel's grid, whatever flash_bwd_sm90_ctas would choose (the kernel
+// runs any number of CTAs).
 template <class PreprocessParams, class MainParams>
 ReferenceGradients run_sm90_with_kernels(const BackwardInputs& in, const Variant& variant,
                                          void (*preprocess)(PreprocessParams), void (*main_kernel)(MainParams),
                                          std::uint64_t seed = 0, std::string* fault = nullptr,
-                                         std::vector<std::uint32_t>* workspace = nullptr) {
+                                         std::vector<std::uint32_t>* workspace = nullptr, int ctas = 0) {
   const AttentionProblem& p = in.forward.problem;
   EmulatedBackward call(in, variant, seed);
   const FlashBwdSm90Params sm90 =
@@ -178,7 +181,9 @@ ReferenceGradients run_sm90_with_kernels(const BackwardInputs& in, const Variant
   call.emulator.launch(preprocess, flash_bwd_row_launch(p, bwd_preprocess_variant()),
                        std::bit_cast<PreprocessParams>(call.params));
   try {
-    call.emulator.launch(main_kernel, flash_bwd_launch(p, variant), std::bit_cast<MainParams>(sm90));
+    LaunchConfig launch = flash_bwd_launch(p, variant, emulated_sm_count());
+    if (ctas > 0) launch.grid.x = ctas;
+    call.emulator.launch(main_kernel, launch, std::bit_cast<MainParams>(sm90));
   } catch (const emu::KernelFault& f) {
     if (fault == nullptr) throw;
     *fault = f.what();
