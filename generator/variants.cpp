@@ -138,6 +138,17 @@ bool sm90_takes_fp8(DType dtype, DType k_dtype, std::int64_t head_dim) {
 
 Sm90Fit sm90_fit(const AttentionProblem& p) {
   if (p.modifiers.scores_modified()) return {Sm90Fit::Why::kModifiers};
+  return sm90_backward_fit(p);
+}
+
+Sm90Fit sm90_fit_for(Op op, const AttentionProblem& p) {
+  if (op == Op::kDecode) return {};
+  return op == Op::kBackward ? sm90_backward_fit(p) : sm90_fit(p);
+}
+
+// flash_bwd_sm90 compiles softcap and ALiBi in, and sinks change only
+// dsink (a kernel of its own).
+Sm90Fit sm90_backward_fit(const AttentionProblem& p) {
   // The kernel takes each row's maximum on the raw scores and folds the
   // scale into the exponent: right for a positive scale only.
   // (The default, 1/sqrt(Dk), is: no square root on the dispatch path.)
@@ -305,6 +316,9 @@ void check_variant_fits(const Variant& v, int dk, int dv, const ArchLimits& arch
 std::vector<Variant> enumerate_variants(std::string_view op, DType /*dtype*/, int dk, int dv, const ArchLimits& arch,
                                         std::uint8_t modifiers) {
   std::vector<Variant> out;
+  // The backward's main kernels never read the sinks: their gradient is a
+  // kernel of its own (flash_bwd_dsink).
+  const auto wanted = static_cast<std::uint8_t>(op == "bwd" ? modifiers & ~kModSinks : modifiers);
   for (const KernelSpec* kernel : kernels_for_op(op)) {
     const bool portable = kernel == &kernel_for_op(op);
     const auto bits = static_cast<std::uint8_t>(modifiers & supported_modifiers(*kernel));
@@ -312,7 +326,7 @@ std::vector<Variant> enumerate_variants(std::string_view op, DType /*dtype*/, in
     // its errors); the others only where they fit.
     if (!portable) {
       const int need = std::max(dk, dv);
-      if (!kernel_runs_on(*kernel, arch) || bits != modifiers || kernel->tunables.front().values.back() < need) {
+      if (!kernel_runs_on(*kernel, arch) || bits != wanted || kernel->tunables.front().values.back() < need) {
         continue;
       }
       // The Hopper fp8 forward reads whole 128-byte rows of e4m3 columns.

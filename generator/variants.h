@@ -14,6 +14,7 @@
 
 #include "core/dtype.h"
 #include "core/problem.h"
+#include "core/problem_key.h"
 #include "generator/kernel_registry.h"
 
 namespace attune {
@@ -146,6 +147,11 @@ struct Sm90Fit {
 // The fit whatever the call's pointers. O needs no tensor map: without one
 // it leaves by direct stores, so O's strides are not asked here.
 Sm90Fit sm90_fit(const AttentionProblem& problem);
+// The same for flash_bwd_sm90, which takes the score modifiers.
+Sm90Fit sm90_backward_fit(const AttentionProblem& problem);
+// The fit of the operation's Hopper family: sm90_fit for the forward,
+// sm90_backward_fit for the backward; decode has none (always fits).
+Sm90Fit sm90_fit_for(Op op, const AttentionProblem& problem);
 // Whether TMA can describe one [batch, rows, heads, D] tensor of
 // `element_bytes` elements (2, or 1 for fp8) with these strides (each a
 // multiple of 16 bytes); `single_batch` (packed, or a batch of one): the

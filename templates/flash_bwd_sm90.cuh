@@ -30,6 +30,12 @@
 // scaled); the convert kernel scales dQ. Registers move from the producer to
 // the consumers with setmaxnreg.
 //
+// Score modifiers (features kSoftcap, kAlibi) enter where P^T is
+// recomputed, as in flash_bwd: the forward's logit (softcapped, then the
+// ALiBi bias of the step's query head), and dS^T *= 1 - t^2 for the
+// softcap's tanh t. Sinks change only dsink (flash_bwd_dsink): the saved
+// LSE already holds the sink's term.
+//
 // Rows past the sequence read LSE_log2 = +inf and D = 0: their
 // probabilities, and so their dS, are exactly 0. Keys past the sequence
 // inside the tensor (packed or padded keys) are masked; K's rows there are
@@ -65,6 +71,10 @@ struct FlashBwdSm90Params {
   // in each the key blocks by work, over the section's pairs (`m_blocks`
   // counts key blocks here).
   sm90_sched::TileOrder tiles;
+  // kSoftcap: scale / c and c log2(e) (block_score_mods' factors), from the
+  // host: read from the params where they are used, not held in registers.
+  float softcap_in;
+  float softcap_out;
 };
 
 struct FlashBwdSm90Tunables {
@@ -247,7 +257,8 @@ struct KeyBlock {
 // flash_bwd_preprocess (which also clears the dQ accumulator); dQ is
 // finished by flash_bwd_dq_convert. In the emulator's instantiation kStages
 // kDqAtomic and kDqTma may be kAtRunTime, read from the params.
-template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kDqAtomic, int kDqTma, class DType>
+template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kDqAtomic, int kDqTma, class DType, int kSoftcap = 0,
+          int kAlibi = 0>
 ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     flash_bwd_sm90(const ATTUNE_GRID_CONSTANT FlashBwdSm90Params p) {
   using namespace bwd_sm90_detail;
@@ -256,6 +267,8 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
                 "flash_bwd_sm90: these tunables break FlashBwdSm90Tunables::valid");
   static_assert(kBlockM * 2 == kRowBytes, "dS^T's rows (a key's queries) are one 128-byte swizzled row");
   constexpr i32 kConsumers = kBlockN / 64;
+  using Mods = ScoreMods<kSoftcap, 0, kAlibi>;  // sinks change only dsink (flash_bwd_dsink)
+  constexpr bool kElementMods = Mods::kMaySoftcap || Mods::kMayAlibi;
   constexpr i32 kChunks = kHeadDim / kBoxCols;
   constexpr i32 kHeadSteps = kHeadDim / 16;  // S^T, dP^T: over the head dim
   constexpr i32 kQuerySteps = kBlockM / 16;  // dV, dK: over the step's queries
@@ -432,6 +445,26 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
         return KeyWindow{b.mask.left >= 0 ? clamp(-b.mask.left - base) : -2 * kBlockM,
                          b.mask.right >= 0 ? clamp(b.mask.right + 1 - base) : 2 * kBlockM};
       };
+      // Softcap and ALiBi as the forward applies them (score_mods.cuh):
+      // the step's query head's slope; ALiBi's distance i + Sk - Sq - j of
+      // this thread's first element (query acc_col(lane, 0), key
+      // acc_row(lane, 0)), from which every other element's differs by a
+      // constant, 8 qt + c - 8 half (an opaque lane: 64 offsets held
+      // across the loop would spill).
+      const bool softcap = Mods::softcap(b.mods);
+      const bool alibi = Mods::alibi(b.mods);
+      float slope_log2 = 0.0f;
+      float distance0 = 0.0f;
+      if constexpr (kElementMods) {
+        if (alibi) {
+          const i32 lane_a = dev::opaque(lane);
+          const i64 slope_at = w.batch * b.mods.alibi_batch_stride + w.head(step, b.group_size);
+          slope_log2 = dev::load_global(b.mods.alibi_slopes + slope_at) * kLog2e;
+          // 32-bit: positions within one sequence.
+          distance0 = static_cast<float>(static_cast<i32>(row0 + seq.k_len - seq.q_len - warp_key0) +
+                                         frag::acc_col(lane_a, 0) - frag::acc_row(lane_a, 0));
+        }
+      }
       const auto probabilities = [&](bool masked) {
         const KeyWindow window = masked ? step_window() : KeyWindow{-2 * kBlockM, 2 * kBlockM};
         const i64 keys_left = seq.k_len - (warp_key0 + dev::opaque(0));  // keys of the sequence from the warp's first
@@ -447,9 +480,27 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
             for (i32 half = 0; half < 2; ++half) {
               const i32 key = frag::acc_row(lane, half);
               const bool visible = !masked || (key - query >= window.begin && key - query < window.end && key < keys);
-              const float prob = visible ? dev::exp2_approx(s.at(0, qt, half, c) * b.scale_log2 - lse) : 0.0f;
-              s.at(0, qt, half, c) = prob;
-              dp.at(0, qt, half, c) = visible ? prob * (dp.at(0, qt, half, c) - row_d) : 0.0f;
+              if constexpr (kElementMods) {
+                // The forward's logit, modifiers included; t: the softcap's tanh.
+                // dP^T - D, times the tanh's derivative, in place first: t
+                // is dead before the exponential.
+                const float raw = s.at(0, qt, half, c);
+                float x = raw * b.scale_log2;
+                float d_rest = dp.at(0, qt, half, c) - row_d;
+                if (softcap) {
+                  const float t = dev::tanh_approx(raw * p.softcap_in);
+                  d_rest *= 1.0f - t * t;  // d(c tanh(x / c)) / dx
+                  x = t * p.softcap_out;
+                }
+                if (alibi) x -= alibi_penalty(slope_log2, distance0 + static_cast<float>(8 * qt + c - 8 * half));
+                const float prob = visible ? dev::exp2_approx(x - lse) : 0.0f;
+                s.at(0, qt, half, c) = prob;
+                dp.at(0, qt, half, c) = visible ? prob * d_rest : 0.0f;
+              } else {  // the code as it was before modifiers: variants without them compile as before
+                const float prob = visible ? dev::exp2_approx(s.at(0, qt, half, c) * b.scale_log2 - lse) : 0.0f;
+                s.at(0, qt, half, c) = prob;
+                dp.at(0, qt, half, c) = visible ? prob * (dp.at(0, qt, half, c) - row_d) : 0.0f;
+              }
             }
           }
         }

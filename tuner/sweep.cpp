@@ -239,9 +239,13 @@ std::vector<Variant> sweep_variants(const SweepSpec& spec, const AttentionProble
   const DType dtype = problem.compute_dtype();
   const int d = static_cast<int>(problem.head_dim_k);
   std::vector<Variant> variants = enumerate_variants(spec.op, dtype, d, d, arch, problem_features(problem));
-  // flash_fwd_sm90 where it takes the problem (fp8: e4m3 Q, K and V only).
+  // flash_fwd_sm90 where it takes the problem (fp8: e4m3 Q, K and V only),
+  // flash_bwd_sm90 likewise.
   if (!sm90_fit(problem).fits()) {
     std::erase_if(variants, [](const Variant& v) { return v.kernel->id == KernelId::kFlashFwdSm90; });
+  }
+  if (!sm90_backward_fit(problem).fits()) {
+    std::erase_if(variants, [](const Variant& v) { return v.kernel->id == KernelId::kFlashBwdSm90; });
   }
   if (spec.order == "model") {
     std::vector<std::pair<double, Variant>> ranked;
@@ -346,10 +350,10 @@ std::vector<Task> plan(const SweepSpec& spec, const ArchLimits& arch, Shard shar
                     make_problem(std::vector<std::int64_t>{b, s, h, d}, std::vector<std::int64_t>{b, s, h, d},
                                  std::vector<std::int64_t>{b, s, h, d}, options);
                 const Op op = parse_op(spec.op).value_or(Op::kForward);
-                // The portable family's choice where flash_fwd_sm90 cannot take the problem (e5m2).
+                // The portable family's choice where the Hopper family cannot take the problem (e5m2).
                 const Variant heuristic =
                     with_problem_features(heuristic_variant(spec.op, problem.compute_dtype(), d, d, arch, bits,
-                                                            {.portable_only = !sm90_fit(problem).fits()}),
+                                                            {.portable_only = !sm90_fit_for(op, problem).fits()}),
                                           problem);
                 for (const Variant& v : sweep_variants(spec, problem, arch, heuristic)) {
                   tasks.push_back({problem, v, 0, op});

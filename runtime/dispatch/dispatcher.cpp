@@ -57,7 +57,7 @@ DispatchChoice Dispatcher::heuristic(Op op, const AttentionProblem& problem, con
 
 DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem) const {
   // The forward and the backward have a Hopper family to fall back from.
-  return resolve(op, problem, problem_key(op, problem), op == Op::kDecode ? Sm90Fit{} : sm90_fit(problem));
+  return resolve(op, problem, problem_key(op, problem), sm90_fit_for(op, problem));
 }
 
 DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem, const ProblemKey& key,
@@ -120,7 +120,7 @@ DispatchChoice Dispatcher::resolve(Op op, const AttentionProblem& problem, const
 }
 
 const DispatchChoice& Dispatcher::choose(Op op, const AttentionProblem& problem) {
-  const Sm90Fit fit = op == Op::kDecode ? Sm90Fit{} : sm90_fit(problem);
+  const Sm90Fit fit = sm90_fit_for(op, problem);
   const ProblemKey key = problem_key(op, problem);
   const std::size_t start = key.hash() & (kSlots - 1);
   // Hot path: acquire loads over an open-addressed table of immutable entries.

@@ -14,7 +14,7 @@
 namespace attune {
 
 std::string bwd_sm90_unfit_reason(const AttentionProblem& p, const BackwardBuffers& b) {
-  std::string why = sm90_unfit_reason(p);
+  std::string why = sm90_backward_fit(p).reason(p);
   if (!why.empty()) return why;
   if (p.modifiers.dropout()) return "dropout";
   if (p.has_fp8()) return "fp8 inputs";

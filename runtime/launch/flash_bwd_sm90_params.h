@@ -57,6 +57,10 @@ FlashBwdSm90Params flash_bwd_sm90_params(const AttentionProblem& problem, const 
   k.bwd = bwd;
   fill_tunable_fields(k, FlashBwdSm90Shape::of(variant));
   k.tiles = flash_bwd_sm90_tiles(problem, variant);
+  if (bwd.mods.softcap > 0.0f) {  // the kernel's float arithmetic (block_score_mods)
+    k.softcap_in = bwd.scale_log2 / (bwd.mods.softcap * kLog2e);
+    k.softcap_out = bwd.mods.softcap * kLog2e;
+  }
   if (problem.seqlen_q > 0 && problem.seqlen_k > 0) {  // else no tile is ever loaded
     const Sm90BackwardMaps maps = flash_bwd_sm90_maps(problem, buffers, variant);
     k.q_map = encode(maps.q);

@@ -19,6 +19,7 @@
 #include "flash_bwd_sm90_early_release.cuh"
 #include "flash_bwd_sm90_lse_natural.cuh"
 #include "flash_bwd_sm90_no_kv_empty_wait.cuh"
+#include "flash_bwd_sm90_no_softcap_chain.cuh"
 #include "flash_bwd_sm90_no_turn_wait.cuh"
 #include "tests/support/emu_backward.h"
 
@@ -87,6 +88,33 @@ TEST(FlashBwdSm90PlantedTest, AStageReleasedBeforeItsGemmsIsARace) {
     EXPECT_TRUE(fault.has(emu::BugKind::kSharedRace)) << what;
     EXPECT_NE(what.find("flash_bwd_sm90_early_release.cuh"), std::string::npos) << what;
   }
+}
+
+// Softcap (a feature, here read at run time): the real kernel within the
+// rule against the fp64 backward of the capped forward; without the tanh's
+// derivative in dS it is not.
+TEST(FlashBwdSm90PlantedTest, SoftcapWithoutItsChainRuleFailsTheRule) {
+  const testing::BackwardInputs in = testing::make_backward_inputs(
+      {"causal_gqa_softcap",
+       {1, 300, 2, 64},
+       {1, 250, 1, 64},
+       {1, 250, 1, 64},
+       ProblemOptions{.dtype = DType::kBF16, .mask = Mask::causal_bottom_right(), .modifiers = {.softcap = 2.0}}},
+      1234, 3.0F, 3.0F);  // large logits: most scores reach the tanh's bend
+  const Variant v = parse_variant_id(std::string(kVariant) + ".softcap1");
+  std::string why;
+  EXPECT_TRUE(testing::gradients_within_rule(
+      in,
+      testing::run_sm90_with_kernels(in, v, &flash_bwd_preprocess<kWarps, Bf16>,
+                                     &flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16, kAtRunTime, kAtRunTime>),
+      &why))
+      << why;
+  EXPECT_FALSE(testing::gradients_within_rule(
+      in,
+      testing::run_sm90_with_kernels(
+          in, v, &flash_bwd_preprocess<kWarps, Bf16>,
+          &sm90_bwd_no_softcap_chain::flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16, kAtRunTime, kAtRunTime>),
+      &why));
 }
 
 // The kernel runs any number of CTAs (each takes tiles c, c + G, ...),
