@@ -186,7 +186,7 @@ struct KeyBlock {
   bwd_detail::BwdSequence seq;
   i64 key0;
   TileRange tiles;
-  i64 tile_count;
+  i32 tile_count;  // query tiles per head (positive when steps are)
   i32 steps;
   i32 n_block;
   i32 kv_head;
@@ -200,8 +200,8 @@ struct KeyBlock {
     k.seq = bwd_detail::sequence(b, batch);
     k.key0 = static_cast<i64>(n_block) * kBlockN;
     k.tiles = query_tiles<kBlockM, kBlockN>(b.mask, k.key0, k.seq.q_len, k.seq.k_len);
-    k.tile_count = k.tiles.end - k.tiles.begin;
-    k.steps = static_cast<i32>(k.tile_count * b.group_size);
+    k.tile_count = static_cast<i32>(k.tiles.end - k.tiles.begin);
+    k.steps = k.tile_count * b.group_size;
     return k;
   }
   // Tile `index` of `order`: its key block the longest first (under a
@@ -226,9 +226,18 @@ struct KeyBlock {
   ATTUNE_DEVICE bool has_keys() const { return key0 < seq.k_capacity; }
   // Step i's query head and first row.
   ATTUNE_DEVICE i32 head(i32 step, i32 group_size) const {
-    return kv_head * group_size + static_cast<i32>(step / tile_count);
+    return kv_head * group_size + static_cast<i32>(static_cast<u32>(step) / static_cast<u32>(tile_count));
   }
-  ATTUNE_DEVICE i64 row0(i32 step) const { return (tiles.begin + step % tile_count) * kBlockM; }
+  ATTUNE_DEVICE i64 row0(i32 step) const {
+    return (tiles.begin + static_cast<i32>(static_cast<u32>(step) % static_cast<u32>(tile_count))) * kBlockM;
+  }
+  // Whether step i's rows miss some of the block's keys (mask, keys past
+  // the sequence): the mask code runs for it.
+  ATTUNE_DEVICE bool masked(const FlashBwdParams& b, i32 step) const {
+    const i64 r0 = row0(step);
+    return !row_block_keys(b.mask, r0, last_row_of(r0, kBlockM, seq.q_len), seq.q_len, seq.k_len)
+                .sees_all(key0, kBlockN);
+  }
   // Deterministic dQ: how many key blocks take their turn at query tile
   // `tile` (of the same sequence and head) before this one: those after it
   // that have the tile among their steps. Turns run from the last key
@@ -397,6 +406,10 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     dk.fill(0.0f);
     dv.fill(0.0f);
     if (w.steps > 0) dev::mbarrier::wait(&bars->kv_full, done.kv_parity());  // consumer: wait K and V
+    // One loop, the mask code in a branch of it: two loops, masked and
+    // unmasked, each with a copy of the body (FlashAttention-3's split),
+    // spilled up to 128 bytes at d128 (the consumers are at 235 of 240
+    // registers with one copy).
     for (i32 step = 0; step < w.steps; ++step) {
       const i32 st = ring.stage(done.ring_steps() + step);
       const i64 row0 = w.row0(step);
@@ -505,12 +518,10 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
           }
         }
       };
-      const RowBlockKeys block_keys =
-          row_block_keys(b.mask, row0, last_row_of(row0, kBlockM, seq.q_len), seq.q_len, seq.k_len);
-      if (block_keys.sees_all(w.key0, kBlockN)) {
-        probabilities(false);
-      } else {
+      if (w.masked(b, step)) {
         probabilities(true);
+      } else {
+        probabilities(false);
       }
 
       // P^T and dS^T as A fragments (16 queries a step), rounded to the
