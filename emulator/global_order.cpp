@@ -36,7 +36,7 @@ bool Emulator::Impl::happens_before(const Thread& t, const GlobalReductions::Rec
   return it != known.end() && it->second >= r.epoch;
 }
 
-void Emulator::Impl::record_reduction(Thread& t, Buffer& buffer, const void* p, u64 bytes, bool ordered,
+void Emulator::Impl::record_reduction(const Thread& t, Buffer& buffer, const void* p, u64 bytes, bool ordered,
                                       const Where& where) {
   if (t.block_record == 0) return;  // a grid too large to record
   const u64 offset = reinterpret_cast<std::uintptr_t>(p) - buffer.begin;

@@ -418,7 +418,7 @@ struct Emulator::Impl : Resident {
   // A float reduction of `bytes` at `p` in `buffer` by the running thread:
   // a plain store of another block, or (for an ordered add) an earlier add
   // that does not happen before it, is reported.
-  void record_reduction(Thread& t, Buffer& buffer, const void* p, u64 bytes, bool ordered, const Where& where);
+  void record_reduction(const Thread& t, Buffer& buffer, const void* p, u64 bytes, bool ordered, const Where& where);
   // A plain read or store of bytes a reduction of the launch changed, with
   // nothing ordering the two, is reported.
   void check_against_reductions(const Thread& t, Buffer& buffer, const void* p, u64 bytes, bool write,

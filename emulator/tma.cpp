@@ -118,7 +118,7 @@ void Emulator::Impl::perform_store(const Thread& t, const TmaStore& store) {
       return;
     }
     // .add.f32: each element an atomic add (the map's elements are 4 bytes, checked at issue).
-    record_reduction(const_cast<Thread&>(t), *buffer, global, elem, store.kind == BulkWrite::kOrderedAdd, store.site);
+    record_reduction(t, *buffer, global, elem, store.kind == BulkWrite::kOrderedAdd, store.site);
     float sum = 0;
     float add = 0;
     std::memcpy(&sum, global, sizeof sum);

@@ -42,17 +42,10 @@ sm90_sched::TileOrder flash_bwd_sm90_tiles(const AttentionProblem& p, const Vari
   const std::int64_t block_n = FlashBwdSm90Shape::of(variant).block_n;
   const std::int64_t key_blocks = std::max<std::int64_t>((p.max_seqlen_k() + block_n - 1) / block_n, 1);
   const std::int64_t batches = std::max<std::int64_t>(p.batch, 1);
-  const std::int64_t pairs = p.heads_kv * batches;
   // Every CTA of a (batch, KV head) reads all of its group's Q and dO.
   const std::int64_t pair_bytes = std::max<std::int64_t>(p.max_seqlen_q(), 1) * p.group_size() *
                                   (p.head_dim_k + p.head_dim_v) * element_bytes(p.dtype);
-  const std::int64_t section = std::min(std::max<std::int64_t>(kL2SectionBytes / pair_bytes, 1), pairs);
-  if (key_blocks * pairs > std::numeric_limits<std::int32_t>::max()) {
-    throw InvalidArgument("flash_bwd_sm90: " + std::to_string(key_blocks * pairs) +
-                          " tiles (key blocks x KV heads x batch); expected at most 2^31 - 1");
-  }
-  return {static_cast<i32>(key_blocks), static_cast<i32>(p.heads_kv), static_cast<i32>(batches),
-          static_cast<i32>(section)};
+  return sm90_tile_order("flash_bwd_sm90", "key blocks", key_blocks, p.heads_kv, batches, kL2SectionBytes / pair_bytes);
 }
 
 i32 flash_bwd_sm90_ctas(const AttentionProblem& p, const sm90_sched::TileOrder& tiles, int sm_count) {

@@ -117,18 +117,23 @@ sm90_sched::TileOrder flash_fwd_sm90_tiles(const AttentionProblem& p, const Vari
   const std::int64_t block_m = FlashFwdSm90Shape::of(variant).block_m;
   std::int64_t m_blocks = std::max<std::int64_t>((p.max_seqlen_q() + block_m - 1) / block_m, 1);
   if (flash_fwd_sm90_pairs(p, variant)) m_blocks /= sm90_sched::kClusterBlocks;  // a tile is a pair of m-blocks
-  const std::int64_t pairs = p.heads_q * std::max<std::int64_t>(p.batch, 1);
   // K and V of one kv head stay in L2 for the query heads of its group.
   const std::int64_t kv_head_bytes =
       std::max<std::int64_t>(p.max_seqlen_k(), 1) * (p.head_dim_k + p.head_dim_v) * element_bytes(p.k_dtype());
   const std::int64_t kv_heads = std::max<std::int64_t>(kL2SectionBytes / kv_head_bytes, 1);
-  const std::int64_t section = std::min(kv_heads * p.group_size(), pairs);
-  if (m_blocks * pairs > std::numeric_limits<std::int32_t>::max()) {
-    throw InvalidArgument("flash_fwd_sm90: " + std::to_string(m_blocks * pairs) +
-                          " tiles (query blocks x heads x batch); expected at most 2^31 - 1");
+  return sm90_tile_order("flash_fwd_sm90", "query blocks", m_blocks, p.heads_q, std::max<std::int64_t>(p.batch, 1),
+                         kv_heads * p.group_size());
+}
+
+sm90_sched::TileOrder sm90_tile_order(std::string_view kernel, std::string_view blocks_are, std::int64_t blocks,
+                                      std::int64_t heads, std::int64_t batches, std::int64_t section) {
+  const std::int64_t pairs = heads * batches;
+  if (blocks * pairs > std::numeric_limits<std::int32_t>::max()) {
+    throw InvalidArgument(std::string(kernel) + ": " + std::to_string(blocks * pairs) + " tiles (" +
+                          std::string(blocks_are) + " x heads x batch); expected at most 2^31 - 1");
   }
-  return {static_cast<i32>(m_blocks), static_cast<i32>(p.heads_q), static_cast<i32>(std::max<std::int64_t>(p.batch, 1)),
-          static_cast<i32>(section)};
+  return {static_cast<i32>(blocks), static_cast<i32>(heads), static_cast<i32>(batches),
+          static_cast<i32>(std::clamp<std::int64_t>(section, 1, pairs))};
 }
 
 LaunchConfig flash_fwd_sm90_launch(const FlashFwdSm90Params& params, const Variant& variant, int sm_count) {

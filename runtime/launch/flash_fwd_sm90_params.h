@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 
 #include "core/problem.h"
 #include "core/tensor_map.h"
@@ -75,6 +76,14 @@ FlashFwdSm90Params flash_fwd_sm90_params(const AttentionProblem& problem, const 
 // sections of the heads whose K and V fit in kL2SectionBytes together.
 inline constexpr std::int64_t kL2SectionBytes = std::int64_t{32} << 20;  // of an H100's 50 MiB L2
 sm90_sched::TileOrder flash_fwd_sm90_tiles(const AttentionProblem& problem, const Variant& variant);
+
+// A Hopper kernel's tile order: `blocks` per (batch, head) pair (query
+// blocks for the forward, key blocks for the backward), `heads` x
+// `batches` pairs, `section` pairs to an L2 section (clamped to [1,
+// pairs]). InvalidArgument naming `kernel` and the block kind when there
+// are more than 2^31 - 1 tiles.
+sm90_sched::TileOrder sm90_tile_order(std::string_view kernel, std::string_view blocks_are, std::int64_t blocks,
+                                      std::int64_t heads, std::int64_t batches, std::int64_t section);
 
 // Grid over the params' tiles (one CTA per tile, or min(tiles, sm_count)
 // for the persistent schedulers; kCluster: 2 x 1 clusters, one per pair of

@@ -135,7 +135,11 @@ def main():
     # The Hopper backward (issue 34), as explain --op bwd names it for the d128 bf16 causal problem,
     # deterministic and not: flash_bwd_sm90 on HGMMA, TMA loads (UTMALDG) and TMA reductions of dQ
     # (UTMAREDG), no spill in any region, no ptxas warning, main loops within the budgets measured
-    # when they were built (docs/perf/backward.md: 33.3 and 48.1 instructions per HGMMA).
+    # when they were built (docs/perf/backward.md: 32.6 and 47.0 instructions per HGMMA).
+    # --deterministic is a backward flag: refused with the forward, saying so.
+    r = run("explain", *PROBLEM, "--deterministic")
+    checks.check(r.returncode != 0 and "--deterministic: got 'with --op fwd'; expected --op bwd with it" in r.stderr,
+                 "explain --deterministic without --op bwd is refused: %s" % r.stderr.strip())
     for deterministic, budget in ((False, BWD_BUDGET), (True, BWD_DETERMINISTIC_BUDGET)):
         r = run("explain", "--op", "bwd", *PROBLEM, "--causal", "bottom-right",
                 *(["--deterministic"] if deterministic else []))

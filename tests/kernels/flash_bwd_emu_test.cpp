@@ -349,6 +349,16 @@ TEST(FlashBwdEmuTest, Sm90TilesRunLongestFirstInL2Sections) {
     EXPECT_EQ(t.batch, 0);
   }
   EXPECT_EQ(Block::tile_at(large, large.m_blocks, false).head, 1);  // the next pair's first
+  // More tiles than a 1-D grid numbers (sm90_tile_order, shared with the forward).
+  try {
+    static_cast<void>(order_of(std::int64_t{1} << 37, 16));
+    ADD_FAILURE() << "2^31 tiles were taken";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find("flash_bwd_sm90: 4294967296 tiles (key blocks x heads x batch); expected at "
+                                         "most 2^31 - 1"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 // Persistent CTAs where every key block has the same steps
