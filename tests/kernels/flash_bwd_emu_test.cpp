@@ -417,6 +417,28 @@ TEST(FlashBwdEmuTest, HeuristicIsAnEnumeratedVariant) {
   }
 }
 
+// flash_bwd_sm90 takes softcap and ALiBi (features) and sinks (the
+// dsink kernel's): the heuristic keeps it on sm_90a for every mix of them;
+// dropout moves the call to flash_bwd. The forward's Hopper fit refuses
+// the modifiers, the backward's does not.
+TEST(FlashBwdEmuTest, Sm90TakesTheScoreModifiers) {
+  const ArchLimits hopper = require_arch("sm_90a");
+  for (const std::uint8_t bits : {kModSoftcap, kModAlibi, kModSinks, kModAll}) {
+    const Variant v = heuristic_backward_variant(DType::kBF16, 128, 128, hopper, false, bits);
+    EXPECT_EQ(v.kernel->id, KernelId::kFlashBwdSm90) << v.id();
+    EXPECT_EQ(v.modifiers, bits & ~kModSinks) << v.id();
+  }
+  const Variant dropout = heuristic_backward_variant(DType::kBF16, 128, 128, hopper, false, kModSoftcap | kModDropout);
+  EXPECT_EQ(dropout.kernel->id, KernelId::kFlashBwd) << dropout.id();
+  AttentionProblem p = testing::make_inputs(hopper_seed_families(DType::kBF16)[0]).problem;
+  p.modifiers = {.softcap = 30.0, .sinks = true, .alibi = AlibiSlopes::kPerHead};
+  EXPECT_TRUE(sm90_backward_fit(p).fits()) << sm90_backward_fit(p).reason(p);
+  EXPECT_FALSE(sm90_fit(p).fits());
+  EXPECT_TRUE(sm90_fit_for(Op::kBackward, p).fits());
+  EXPECT_FALSE(sm90_fit_for(Op::kForward, p).fits());
+  EXPECT_TRUE(sm90_fit_for(Op::kDecode, p).fits());
+}
+
 TEST(FlashBwdEmuTest, RefusesWhatItCannotRun) {
   const BackwardInputs in = testing::make_backward_inputs(testing::seed_families()[0]);
   testing::StoredGradients g{std::vector<std::uint16_t>(in.forward.q.size()),
