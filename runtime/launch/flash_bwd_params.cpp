@@ -127,9 +127,7 @@ FlashBwdParams flash_bwd_params(const AttentionProblem& p, const BackwardBuffers
 
 LaunchConfig flash_bwd_launch(const AttentionProblem& p, const Variant& variant, int sm_count) {
   if (variant.kernel->id == KernelId::kFlashBwdSm90) {
-    return {.grid = {flash_bwd_sm90_ctas(p, flash_bwd_sm90_tiles(p, variant), sm_count), 1, 1},
-            .block = {variant.threads(), 1, 1},
-            .dynamic_shared_bytes = variant.shared_bytes()};
+    return flash_bwd_sm90_launch(p, flash_bwd_sm90_tiles(p, variant), variant, sm_count);
   }
   const std::int64_t blocks = backward_key_blocks(p, main_tiles(variant).block_n);
   return {.grid = {static_cast<i32>(blocks), static_cast<i32>(p.heads_kv),

@@ -54,6 +54,13 @@ i32 flash_bwd_sm90_ctas(const AttentionProblem& p, const sm90_sched::TileOrder& 
   return equal_tiles ? std::min(tiles.count(), std::max(sm_count, 1)) : tiles.count();
 }
 
+LaunchConfig flash_bwd_sm90_launch(const AttentionProblem& p, const sm90_sched::TileOrder& tiles,
+                                   const Variant& variant, int sm_count) {
+  return {.grid = {flash_bwd_sm90_ctas(p, tiles, sm_count), 1, 1},
+          .block = {variant.threads(), 1, 1},
+          .dynamic_shared_bytes = variant.shared_bytes()};
+}
+
 TensorMapSpec dq_accumulator_map(const FlashBwdParams& b) {
   TensorMapSpec m;
   m.address = b.dq_accum;

@@ -8,6 +8,7 @@
 
 #include "core/problem.h"
 #include "core/tensor_map.h"
+#include "emulator/launch.h"
 #include "generated/kernel_shapes.h"
 #include "generator/variants.h"
 #include "templates/flash_bwd_sm90.cuh"
@@ -40,6 +41,9 @@ sm90_sched::TileOrder flash_bwd_sm90_tiles(const AttentionProblem& problem, cons
 // the hardware starts each next tile (longest first) on the first SM free,
 // which balances unequal tiles better than a fixed share.
 i32 flash_bwd_sm90_ctas(const AttentionProblem& problem, const sm90_sched::TileOrder& tiles, int sm_count);
+// Its launch over `tiles` (the params' own, so they are not computed twice).
+LaunchConfig flash_bwd_sm90_launch(const AttentionProblem& problem, const sm90_sched::TileOrder& tiles,
+                                   const Variant& variant, int sm_count);
 
 // The fp32 dQ accumulator as a 3-D map for the TMA reductions (kDqTma):
 // (Dk, Hq, workspace rows), boxes of 32 columns (128 bytes, swizzled) by

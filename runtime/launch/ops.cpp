@@ -229,8 +229,8 @@ void launch_backward(LaunchBackend::Call& call, const AttentionProblem& p, const
     const std::string unfit = bwd_sm90_unfit_reason(p, b);
     if (unfit.empty()) {
       const auto encode = [&](const TensorMapSpec& spec) { return call.tensor_map(spec); };
-      launch(call, kernels.main, flash_bwd_launch(p, main, kernels.sm_count),
-             flash_bwd_sm90_params(p, b, params, main, encode));
+      const FlashBwdSm90Params sm90 = flash_bwd_sm90_params(p, b, params, main, encode);
+      launch(call, kernels.main, flash_bwd_sm90_launch(p, sm90.tiles, main, kernels.sm_count), sm90);
     } else if (kernels.fallback) {
       const LoadedKernel fallback = kernels.fallback();
       launch(call, fallback, flash_bwd_launch(p, fallback.variant, kernels.sm_count), params);
