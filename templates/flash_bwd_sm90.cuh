@@ -243,15 +243,12 @@ struct KeyBlock {
   // that have the tile among their steps. Turns run from the last key
   // block down: under a causal or windowed mask a later block reaches a
   // tile earlier in its loop (its steps start further down), so no block
-  // waits for one still behind it. Over the 32 lanes of a warp, the
-  // blocks' ranges computed exactly as `of` computes this block's.
-  ATTUNE_DEVICE i32 turns_before(const FlashBwdParams& b, i64 tile, i32 key_blocks, i32 lane) const {
-    float count = 0.0f;  // exact: at most 2^24 blocks
-    for (i32 n = n_block + 1 + lane; n < key_blocks; n += kWarpSize) {
-      const TileRange t = query_tiles<kBlockM, kBlockN>(b.mask, static_cast<i64>(n) * kBlockN, seq.q_len, seq.k_len);
-      count += tile >= t.begin && tile < t.end ? 1.0f : 0.0f;
-    }
-    return static_cast<i32>(dev::warp::reduce_sum(count));
+  // waits for one still behind it. The count in closed form
+  // (later_key_blocks_seen); it must agree with every block's query_tiles,
+  // or a turn is never reached (tested against them exhaustively).
+  ATTUNE_DEVICE i32 turns_before(const FlashBwdParams& b, i64 tile, i32 key_blocks) const {
+    return static_cast<i32>(
+        later_key_blocks_seen<kBlockM, kBlockN>(b.mask, tile, n_block, key_blocks, seq.q_len, seq.k_len));
   }
 };
 
@@ -589,9 +586,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       if (!dq_atomic) {
         const i64 tile = row0 / kBlockM;
         turn = b.dq_turns + (static_cast<i64>(w.batch) * b.heads_q + head) * b.dq_turn_tiles + tile;
-        if (warp == 0) {
-          const i32 earlier = kConsumers * w.turns_before(b, tile, p.tiles.m_blocks, lane) + consumer;
-          if (lane == 0) dev::semaphore_wait(turn, earlier);  // consumer: wait for dQ's turn
+        if (issuer) {
+          const i32 earlier = kConsumers * w.turns_before(b, tile, p.tiles.m_blocks) + consumer;
+          dev::semaphore_wait(turn, earlier);  // consumer: wait for dQ's turn
         }
         if (!dq_tma) dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
       }

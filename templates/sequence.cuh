@@ -134,4 +134,21 @@ ATTUNE_DEVICE TileRange query_tiles(const MaskParams& mask, i64 key0, i64 q_len,
   return r;
 }
 
+// Of the key blocks (kBlockN keys) after `key_block`, below `key_blocks`,
+// how many hold query tile `tile` in their query_tiles: the key tiles some
+// row of the tile sees form one range (bounds non-decreasing in the row),
+// and a key block's query tiles are exactly the tiles that see it, so the
+// count is that range after key_block.
+template <int kBlockM, int kBlockN>
+ATTUNE_DEVICE i64 later_key_blocks_seen(const MaskParams& mask, i64 tile, i64 key_block, i64 key_blocks, i64 q_len,
+                                        i64 k_len) {
+  const i64 row0 = tile * kBlockM;
+  const RowBlockKeys keys = row_block_keys(mask, row0, last_row_of(row0, kBlockM, q_len), q_len, k_len);
+  const i64 begin = keys.template tile_begin<kBlockN>();
+  const i64 end = keys.template tile_end<kBlockN>();
+  const i64 from = begin > key_block + 1 ? begin : key_block + 1;
+  const i64 to = end < key_blocks ? end : key_blocks;
+  return to > from ? to - from : 0;
+}
+
 }  // namespace attune

@@ -20,6 +20,7 @@
 #include <optional>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "emulator/emulator.h"
 #include "flash_bwd_mask_off_by_one.cuh"
@@ -29,6 +30,7 @@
 #include "reference/backward_accuracy.h"
 #include "runtime/dispatch/heuristics.h"
 #include "runtime/launch/flash_bwd_params.h"
+#include "templates/sequence.cuh"
 #include "tests/support/covering_set.h"
 #include "tests/support/emu_backward.h"
 #include "tests/support/env_guard.h"
@@ -415,6 +417,56 @@ TEST(FlashBwdEmuTest, HeuristicIsAnEnumeratedVariant) {
       }
     }
   }
+}
+
+// The deterministic turns' count in closed form (later_key_blocks_seen:
+// the key tiles a query tile's rows see, after the block) against every
+// key block's own query_tiles, the steps it actually runs: a disagreement
+// leaves a turn that is never reached. Every mask kind, lengths around the
+// tile sizes, both key blocks, one key block past the keys; the same
+// comparison with the count shifted by one block is caught.
+template <int kBlockN>
+void expect_turn_counts_agree(const MaskParams& mask, i64 q_len, i64 k_len, int* shifted_mismatches, int* nonzero) {
+  const i64 key_blocks = (k_len + kBlockN - 1) / kBlockN + 1;
+  const i64 tiles = (q_len + 63) / 64;
+  std::vector<TileRange> ranges;
+  for (i64 n = 0; n < key_blocks; ++n) ranges.push_back(query_tiles<64, kBlockN>(mask, n * kBlockN, q_len, k_len));
+  for (i64 block = 0; block < key_blocks; ++block) {
+    for (i64 tile = 0; tile < tiles; ++tile) {
+      i64 want = 0;
+      for (i64 n = block + 1; n < key_blocks; ++n) want += tile >= ranges[n].begin && tile < ranges[n].end ? 1 : 0;
+      const i64 got = later_key_blocks_seen<64, kBlockN>(mask, tile, block, key_blocks, q_len, k_len);
+      ASSERT_EQ(got, want) << "mask (" << mask.left << ", " << mask.right << ", top_left " << mask.top_left << "), Sq "
+                           << q_len << ", Sk " << k_len << ", key block " << block << " of " << key_blocks << " ("
+                           << kBlockN << " keys), query tile " << tile;
+      *nonzero += want > 0 ? 1 : 0;
+      if (block > 0) {
+        *shifted_mismatches +=
+            later_key_blocks_seen<64, kBlockN>(mask, tile, block - 1, key_blocks, q_len, k_len) != want;
+      }
+    }
+  }
+}
+
+TEST(FlashBwdEmuTest, Sm90TurnCountsAgreeWithEveryBlocksQueryTiles) {
+  std::vector<MaskParams> masks;
+  for (const Mask& m :
+       {Mask::none(), Mask::causal_bottom_right(), Mask::causal_top_left(), Mask::window(3, 5), Mask::window(64, 0),
+        Mask::window(0, 0), Mask::window(200, -1), Mask::window(-1, 70), Mask::window(130, 129)}) {
+    masks.push_back(mask_params(m));
+  }
+  int shifted = 0;
+  int nonzero = 0;
+  for (const MaskParams& mask : masks) {
+    for (const i64 q_len : {1, 37, 64, 65, 130, 300}) {
+      for (const i64 k_len : {1, 63, 64, 129, 250, 520}) {
+        expect_turn_counts_agree<64>(mask, q_len, k_len, &shifted, &nonzero);
+        expect_turn_counts_agree<128>(mask, q_len, k_len, &shifted, &nonzero);
+      }
+    }
+  }
+  EXPECT_GT(nonzero, 1000) << "cases where some later block takes its turn first";
+  EXPECT_GT(shifted, 100) << "the count one block off was not told apart";
 }
 
 // flash_bwd_sm90 takes softcap and ALiBi (features) and sinks (the
