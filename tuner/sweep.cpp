@@ -239,13 +239,10 @@ std::vector<Variant> sweep_variants(const SweepSpec& spec, const AttentionProble
   const DType dtype = problem.compute_dtype();
   const int d = static_cast<int>(problem.head_dim_k);
   std::vector<Variant> variants = enumerate_variants(spec.op, dtype, d, d, arch, problem_features(problem));
-  // flash_fwd_sm90 where it takes the problem (fp8: e4m3 Q, K and V only),
-  // flash_bwd_sm90 likewise.
-  if (!sm90_fit(problem).fits()) {
-    std::erase_if(variants, [](const Variant& v) { return v.kernel->id == KernelId::kFlashFwdSm90; });
-  }
-  if (!sm90_backward_fit(problem).fits()) {
-    std::erase_if(variants, [](const Variant& v) { return v.kernel->id == KernelId::kFlashBwdSm90; });
+  // The op's Hopper family only where it takes the problem (sm90_fit_for:
+  // fp8 only as e4m3 Q, K and V; score modifiers in the backward only).
+  if (const std::optional<Op> op = parse_op(spec.op); op && !sm90_fit_for(*op, problem).fits()) {
+    std::erase_if(variants, [&](const Variant& v) { return v.kernel != &kernel_for_op(spec.op); });
   }
   if (spec.order == "model") {
     std::vector<std::pair<double, Variant>> ranked;

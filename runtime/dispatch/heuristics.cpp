@@ -105,16 +105,12 @@ int backward_dq_atomic(const Variant& v) {
 }
 
 std::optional<Variant> backward_dq_twin(const Variant& v, int dq_atomic) {
-  std::vector<int> values;
-  if (v.kernel->id == KernelId::kFlashBwdSm90) {
-    FlashBwdSm90Shape shape = FlashBwdSm90Shape::of(v);
+  const auto with_dq_atomic = [&](auto shape) {
     shape.dq_atomic = dq_atomic;
-    values = shape.values();
-  } else {
-    FlashBwdShape shape = FlashBwdShape::of(v);
-    shape.dq_atomic = dq_atomic;
-    values = shape.values();
-  }
+    return shape.values();
+  };
+  std::vector<int> values = v.kernel->id == KernelId::kFlashBwdSm90 ? with_dq_atomic(FlashBwdSm90Shape::of(v))
+                                                                    : with_dq_atomic(FlashBwdShape::of(v));
   if (!v.kernel->valid(values)) return std::nullopt;
   return Variant{v.kernel, std::move(values), v.modifiers};
 }
