@@ -7,6 +7,7 @@ namespace attune::emu {
 constexpr NamedValue<WarpOp> kWarpOpNames[] = {{WarpOp::kShuffle, "shfl.sync"},
                                                {WarpOp::kMma, "mma.sync"},
                                                {WarpOp::kLdmatrix, "ldmatrix"},
+                                               {WarpOp::kStmatrix, "stmatrix"},
                                                {WarpOp::kElect, "elect.sync"}};
 
 std::string_view to_string(WarpOp op) { return name_of(kWarpOpNames, op); }

@@ -317,7 +317,7 @@ bool Emulator::Impl::resolve_warps() {
     const Thread& first = lanes[0];
     for (std::size_t l = 1; l < count; ++l) {
       if (lanes[l].op != first.op || !same_site(lanes[l].site, first.site) || lanes[l].flag != first.flag ||
-          (first.op == WarpOp::kLdmatrix && lanes[l].operand != first.operand)) {
+          ((first.op == WarpOp::kLdmatrix || first.op == WarpOp::kStmatrix) && lanes[l].operand != first.operand)) {
         report(BugKind::kWarpDivergence, lanes[l], lanes[l].site,
                std::string("lane ") + std::to_string(l) + " is at " + std::string(to_string(lanes[l].op)) + " (" +
                    site_of(lanes[l].site) + ") while lane 0 is at " + std::string(to_string(first.op)) + " (" +
@@ -380,6 +380,22 @@ bool Emulator::Impl::resolve_warps() {
         const auto out = ldmatrix(matrices, first.flag, rows);
         for (int l = 0; l < kWarpSize; ++l) {
           for (int m = 0; m < 4; ++m) lanes[l].words[static_cast<std::size_t>(m)] = out[l][static_cast<std::size_t>(m)];
+        }
+        break;
+      }
+      case WarpOp::kStmatrix: {
+        // Row r of matrix m is words m of lanes 4 r .. 4 r + 3 (two 16-bit
+        // elements each), stored to the address lane 8 m + r gave: a
+        // 16-byte store of that lane, checked as one.
+        const int matrices = first.operand;
+        for (int l = 0; l < 8 * matrices; ++l) {
+          Thread& t = lanes[l];
+          const auto m = static_cast<std::size_t>(l / 8);
+          std::array<u32, 4> row{};
+          for (int j = 0; j < 4; ++j) row[static_cast<std::size_t>(j)] = lanes[4 * (l % 8) + j].words[m];
+          if (check_shared(t, t.address, 16, /*write=*/true, t.site)) {
+            std::memcpy(const_cast<void*>(t.address), row.data(), 16);
+          }
         }
         break;
       }
@@ -475,6 +491,16 @@ void Emulator::Impl::warp_ldmatrix(i32 matrices, bool trans, u32* r, const void*
   t.address = row;
   wait_here(t, State::kAtWarpOp, where);
   std::copy(t.words.begin(), t.words.begin() + matrices, r);
+}
+
+void Emulator::Impl::warp_stmatrix(i32 matrices, const u32* r, void* row, const Where& where) {
+  Thread& t = *current;
+  t.op = WarpOp::kStmatrix;
+  t.flag = false;
+  t.operand = matrices;
+  t.address = row;
+  std::copy(r, r + matrices, t.words.begin());
+  wait_here(t, State::kAtWarpOp, where);
 }
 
 bool Emulator::Impl::warp_elect(const Where& where) {

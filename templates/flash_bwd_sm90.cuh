@@ -6,7 +6,7 @@
 // A block (CTA) owns kBlockN keys of one (batch, KV head) and loops over the
 // query tiles of kBlockM rows, of every query head of the group, that may see
 // them (the steps). Warpgroup 0 is the producer: its first warp loads K and V
-// once by TMA (and zeroes K's rows past the sequence), then fills a ring of
+// once by TMA (and zeroes their rows past the sequence), then fills a ring of
 // kStages stages with each step's Q and dO tiles (TMA) and its LSE in base 2
 // and D rows (plain loads). Warpgroups 1 .. kBlockN/64 are consumers of 64
 // keys each, the keys as wgmma's M (S's operands swapped):
@@ -38,8 +38,10 @@
 //
 // Rows past the sequence read LSE_log2 = +inf and D = 0: their
 // probabilities, and so their dS, are exactly 0. Keys past the sequence
-// inside the tensor (packed or padded keys) are masked; K's rows there are
-// zeroed, since dQ = dS K would carry 0 * NaN.
+// inside the tensor (packed or padded keys) are masked; K's and V's rows
+// there are zeroed, since dQ = dS K would carry 0 * NaN and dS^T = P^T (dP^T
+// - D) a NaN of V: a masked element's dS^T is then 0 * finite, with no
+// select.
 #pragma once
 
 #include "templates/flash_bwd_params.h"
@@ -103,11 +105,25 @@ struct FlashBwdSm90Tunables {
                                                   int /*dq_atomic*/, int /*dq_tma*/) {
     return 128 * (1 + block_n / 64);
   }
+  // dQ's split between consumers. With 64 head-dim columns or more each,
+  // consumer c computes its share of the columns over all the block's keys
+  // (FlashAttention-3's split: each element of dQ is added once per block,
+  // half the reduction traffic of a split by keys, one box a step at d128);
+  // otherwise (d64 over two consumers) all the columns over its own 64 keys.
+  ATTUNE_HOST_DEVICE static constexpr bool dq_by_columns(int head_dim, int block_n) {
+    return head_dim / (block_n / 64) >= 64;
+  }
+  // dS^T buffers: two (by step parity) where consumers read each other's
+  // rows (dQ by columns, two consumers), so a consumer writes a step's dS^T
+  // while the other may still read the last step's.
+  ATTUNE_HOST_DEVICE static constexpr int ds_buffers(int head_dim, int block_n) {
+    return block_n / 64 > 1 && dq_by_columns(head_dim, block_n) ? 2 : 1;
+  }
   // Barriers; K and V; the Q and dO stages; dS^T; the LSE and D stages;
   // with kDqTma, each consumer's dQ box (on a swizzle atom).
   ATTUNE_HOST_DEVICE static constexpr int shared_bytes_before_dq(int head_dim, int block_m, int block_n, int stages) {
-    return kSharedAlign + 2 * (2 * block_n * head_dim) + stages * 2 * (2 * block_m * head_dim) + 2 * block_n * block_m +
-           stages * 2 * 4 * block_m;
+    return kSharedAlign + 2 * (2 * block_n * head_dim) + stages * 2 * (2 * block_m * head_dim) +
+           ds_buffers(head_dim, block_n) * 2 * block_n * block_m + stages * 2 * 4 * block_m;
   }
   ATTUNE_HOST_DEVICE static constexpr int dq_stage_offset(int head_dim, int block_m, int block_n, int stages) {
     return (shared_bytes_before_dq(head_dim, block_m, block_n, stages) + 1023) / 1024 * 1024;
@@ -142,9 +158,14 @@ struct Layout {
   ATTUNE_DEVICE i32 v_offset() const { return k_offset() + kv_bytes(); }
   ATTUNE_DEVICE i32 q_offset(i32 stage) const { return v_offset() + kv_bytes() + stage * 2 * q_bytes(); }
   ATTUNE_DEVICE i32 do_offset(i32 stage) const { return q_offset(stage) + q_bytes(); }
-  ATTUNE_DEVICE i32 ds_offset() const { return q_offset(stages); }  // [key][query], 128-byte rows
-  ATTUNE_DEVICE i32 lse_offset(i32 stage) const { return ds_offset() + 2 * block_n * block_m + stage * 8 * block_m; }
-  ATTUNE_DEVICE i32 d_offset(i32 stage) const { return lse_offset(stage) + 4 * block_m; }
+  ATTUNE_DEVICE i32 ds_bytes() const { return 2 * block_n * block_m; }
+  // dS^T buffer `buffer` (of ds_buffers): [key][query], 128-byte rows.
+  ATTUNE_DEVICE i32 ds_offset(i32 buffer) const { return q_offset(stages) + buffer * ds_bytes(); }
+  // A stage's LSE (base 2) and D, interleaved by row (RowStatsPair): a
+  // consumer thread's two columns in one 16-byte load.
+  ATTUNE_DEVICE i32 row_stats_offset(i32 stage) const {
+    return ds_offset(FlashBwdSm90Tunables::ds_buffers(head_dim, block_n)) + stage * 8 * block_m;
+  }
   // kDqTma: consumer c's dQ box, two [64 queries][32 columns] fp32 halves
   // with 128-byte rows, swizzled as the accumulator's map reads them.
   ATTUNE_DEVICE i32 dq_offset(i32 consumer) const {
@@ -153,13 +174,22 @@ struct Layout {
   }
 };
 
+// Rows 2 i and 2 i + 1 of a stage's LSE (base 2) and D.
+struct alignas(16) RowStatsPair {
+  float lse0;
+  float d0;
+  float lse1;
+  float d1;
+};
+
 // The block's mbarriers, at the start of shared memory (kSharedAlign bytes).
 struct Barriers {
   u64 full[3];  // the Q / dO ring's (up to three stages)
   u64 empty[3];
   u64 kv_landed;  // K's and V's bytes (the producer warp's own wait)
-  u64 kv_full;    // K and V ready for the consumers (K's rows past the sequence zeroed)
+  u64 kv_full;    // K and V ready for the consumers (their rows past the sequence zeroed)
   u64 kv_empty;   // K and V read by every consumer warp: the next tile's may load
+  i32 turns[3];   // deterministic dQ: each ring stage's step's turns_before, from the producer
 };
 
 // How far a CTA is through its tiles, as both roles count it: the ring's
@@ -231,13 +261,25 @@ struct KeyBlock {
   ATTUNE_DEVICE i64 row0(i32 step) const {
     return (tiles.begin + static_cast<i32>(static_cast<u32>(step) % static_cast<u32>(tile_count))) * kBlockM;
   }
-  // Whether step i's rows miss some of the block's keys (mask, keys past
-  // the sequence): the mask code runs for it.
-  ATTUNE_DEVICE bool masked(const FlashBwdParams& b, i32 step) const {
-    const i64 r0 = row0(step);
-    return !row_block_keys(b.mask, r0, last_row_of(r0, kBlockM, seq.q_len), seq.q_len, seq.k_len)
-                .sees_all(key0, kBlockN);
-  }
+  // The consumers' place in the steps, counted step by step: the division
+  // of head() and row0() costs about 30 instructions a step.
+  struct Cursor {
+    i32 tile = 0;  // of the head's query tiles, from tiles.begin
+    i32 head = 0;  // of the group
+    ATTUNE_DEVICE void next(i32 tile_count) {
+      ++tile;
+      wrap(tile_count);
+    }
+    // Past the head's last tile: the next head's first.
+    ATTUNE_DEVICE void wrap(i32 tile_count) {
+      if (tile == tile_count) {
+        tile = 0;
+        ++head;
+      }
+    }
+  };
+  ATTUNE_DEVICE i32 head(const Cursor& at, i32 group_size) const { return kv_head * group_size + at.head; }
+  ATTUNE_DEVICE i64 row0(const Cursor& at) const { return (tiles.begin + at.tile) * kBlockM; }
   // Deterministic dQ: how many key blocks take their turn at query tile
   // `tile` (of the same sequence and head) before this one: those after it
   // that have the tile among their steps. Turns run from the last key
@@ -278,7 +320,6 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   constexpr i32 kChunks = kHeadDim / kBoxCols;
   constexpr i32 kHeadSteps = kHeadDim / 16;  // S^T, dP^T: over the head dim
   constexpr i32 kQuerySteps = kBlockM / 16;  // dV, dK: over the step's queries
-  constexpr i32 kKeySteps = 64 / 16;         // dQ: over the consumer's keys
   const i32 stages = Tunable<kStages>(p.stages).value();
   const bool dq_atomic = Tunable<kDqAtomic>(p.dq_atomic).on();
   const bool dq_tma = Tunable<kDqTma>(p.dq_tma).on();
@@ -334,11 +375,11 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       const i64 keys = seq.k_len - key0;
       if (keys < kBlockN) {
         const i32 words = (kBlockN - static_cast<i32>(keys < 0 ? 0 : keys)) * kRowBytes / 4;  // whole rows of every box
-        for (i32 c = 0; c < kChunks; ++c) {
+        for (i32 c = 0; c < 2 * kChunks; ++c) {                                               // K's boxes, then V's
           u32* rows = dev::shared_as<u32>(k_tile + (c + 1) * kBlockN * kRowBytes) - words;
           ATTUNE_ROLLED
           for (i32 wd = dev::opaque(lane); wd < words; wd += kWarpSize) {
-            dev::store_shared(rows + wd, 0U);  // producer: zero K
+            dev::store_shared(rows + wd, 0U);  // producer: zero K and V
           }
         }
         dev::fence_proxy_async();  // the zeros before wgmma reads them
@@ -350,14 +391,17 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
         const i32 head = w.head(step, b.group_size);
         const i64 row0 = w.row0(step);
         ring.producer_acquire(done.ring_steps() + step);
+        if (!dq_atomic && leader) {  // before the stage's arrival, which publishes it
+          dev::store_shared(&bars->turns[st], w.turns_before(b, row0 / kBlockM, p.tiles.m_blocks));
+        }
         // LSE in base 2, +inf for rows past the sequence and rows that saw no
         // key (LSE = -inf), and D, 0 there: their probabilities are 0.
-        float* lse_s = dev::shared_as<float>(smem + layout.lse_offset(st));
-        float* d_s = dev::shared_as<float>(smem + layout.d_offset(st));
-        for (i32 r = lane; r < kBlockM; r += kWarpSize) {
+        float* stats = dev::shared_as<float>(smem + layout.row_stats_offset(st));  // RowStatsPair's order
+        ATTUNE_ROLLED
+        for (i32 r = dev::opaque(lane); r < kBlockM; r += kWarpSize) {
           const bwd_detail::RowStats rs = bwd_detail::row_stats(b, seq, batch, head, row0 + r);
-          dev::store_shared(lse_s + r, rs.lse_log2);  // producer: LSE
-          dev::store_shared(d_s + r, rs.d);           // producer: D
+          dev::store_shared(stats + 2 * r, rs.lse_log2);  // producer: LSE
+          dev::store_shared(stats + 2 * r + 1, rs.d);     // producer: D
         }
         dev::named_barrier::sync(sm90_sync::kProducerWarp, kWarpSize);  // every lane's rows before the arrival
         if (leader) {
@@ -387,32 +431,59 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   using Scores = frag::Accumulator<1, kBlockM / 8>;    // S^T, dP^T: a warp's 16 keys by the step's queries
   using KeyRows = frag::Accumulator<1, kHeadDim / 8>;  // dK, dV: a warp's 16 keys by the head dim
   using DqBox = frag::Accumulator<1, kBoxCols / 8>;    // dQ: a warp's 16 queries by one box of columns
-  // This consumer's keys of K and V (64 rows of every box), and its rows of dS^T.
+  // This consumer's keys of K and V (64 rows of every box).
   const unsigned char* k_rows = smem + layout.k_offset() + 64 * consumer * kRowBytes;
   const unsigned char* v_rows = smem + layout.v_offset() + 64 * consumer * kRowBytes;
-  unsigned char* ds_rows = smem + layout.ds_offset() + 64 * consumer * kRowBytes;
+  // dQ = dS K: this consumer's boxes of 64 columns and the keys they sum over
+  // (dq_by_columns).
+  constexpr bool kDqByColumns = FlashBwdSm90Tunables::dq_by_columns(kHeadDim, kBlockN);
+  constexpr i32 kDsBuffers = FlashBwdSm90Tunables::ds_buffers(kHeadDim, kBlockN);
+  constexpr i32 kDqBoxes = kDqByColumns ? kChunks / kConsumers : kChunks;
+  constexpr i32 kDqKeySteps = (kDqByColumns ? kBlockN : 64) / 16;
+  const i32 dq_first_box = kDqByColumns ? consumer * kDqBoxes : 0;
+  const i32 dq_key_rows = kDqByColumns ? 0 : 64 * consumer * kRowBytes;  // byte offset of its first key's row
   unsigned char* dq_stage = smem + layout.dq_offset(consumer);
+  // wgmma descriptors as offsets from shared memory's own: one add each in
+  // the loop (the encoding's masks and shifts once, here).
+  const u64 smem_descriptor = dev::wgmma::descriptor(smem, 0, kAtomStride, kSwizzle);
+  const auto descriptor = [&](const unsigned char* at, i32 leading_bytes) {
+    return dev::wgmma::advance(smem_descriptor,
+                               sm90::descriptor_offset(static_cast<u32>(at - smem), static_cast<u32>(leading_bytes)));
+  };
   TileProgress done;
   for (i32 index = dev::block_index().x; index < p.tiles.count(); index += dev::grid_dim().x) {
     const Block w = Block::at(b, p.tiles, index, !dq_atomic);
     if (!w.has_keys()) continue;
     const bwd_detail::BwdSequence& seq = w.seq;
-    const i64 warp_key0 = w.key0 + 64 * consumer + 16 * warp;  // this warp's first key
+    // This warp's first key, formed where used from an opaque offset: held
+    // across the tile's or the step's loop, it spills.
+    const auto warp_key0 = [&] { return w.key0 + dev::opaque(64 * consumer + 16 * warp); };
     KeyRows dk;
     KeyRows dv;
     dk.fill(0.0f);
     dv.fill(0.0f);
     if (w.steps > 0) dev::mbarrier::wait(&bars->kv_full, done.kv_parity());  // consumer: wait K and V
-    // One loop, the mask code in a branch of it: two loops, masked and
-    // unmasked, each with a copy of the body (FlashAttention-3's split),
-    // spilled up to 128 bytes at d128 (the consumers are at 235 of 240
-    // registers with one copy).
-    for (i32 step = 0; step < w.steps; ++step) {
+    // A step's body, masked or not: called with a constant at two sites
+    // (the free steps' loop and the rest) and inlined at both, so the free
+    // loop's copy has no mask code (the audit's instruction count of that
+    // loop would show a copy that kept it). A generic lambda with the choice
+    // as a type is what NVRTC refuses in device code.
+    typename Block::Cursor cursor;
+    // Deterministic dQ: the turn counters of the tile's first head's query
+    // tiles (the step's is cursor.head heads and cursor.tile tiles on).
+    i32* const tile_turns = b.dq_turns +
+                            (static_cast<i64>(w.batch) * b.heads_q + w.kv_head * b.group_size) * b.dq_turn_tiles +
+                            w.tiles.begin;
+    const auto run_step = [&](bool kMasked, i32 step) {
       const i32 st = ring.stage(done.ring_steps() + step);
-      const i64 row0 = w.row0(step);
+      const i64 row0 = w.row0(cursor);
+      const i32 head = w.head(cursor, b.group_size);
       const unsigned char* q_tile = smem + layout.q_offset(st);
+      unsigned char* ds_tile = smem + layout.ds_offset(kDsBuffers == 1 ? 0 : (done.ring_steps() + step) % 2);
+      unsigned char* ds_rows = ds_tile + 64 * consumer * kRowBytes;  // this consumer's keys
       const unsigned char* do_tile = smem + layout.do_offset(st);
       ring.consumer_wait(done.ring_steps() + step);
+      const i32 turns = dq_atomic ? 0 : dev::load_shared(&bars->turns[st]);  // before the stage's release
 
       // S^T = K Q^T and dP^T = V dO^T, over the head dim: both operands K-major.
       Scores s;
@@ -420,8 +491,8 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       {
         // acc = keys (K or V rows) x queries (Q or dO rows), 16 head-dim columns a k-step.
         const auto keys_by_queries = [&](Scores& acc, const unsigned char* keys, const unsigned char* queries) {
-          const u64 a_desc = dev::wgmma::descriptor(keys, 16, kAtomStride, kSwizzle);
-          const u64 b_desc = dev::wgmma::descriptor(queries, 16, kAtomStride, kSwizzle);
+          const u64 a_desc = descriptor(keys, 16);
+          const u64 b_desc = descriptor(queries, 16);
           ATTUNE_UNROLL
           for (i32 kk = 0; kk < kHeadSteps; ++kk) {
             const u32 kv_at = static_cast<u32>((kk / 4) * kBlockN * kRowBytes + (kk % 4) * 32);
@@ -438,17 +509,16 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       }
 
       // P^T and dS^T in place. A thread holds keys acc_row of its warp's 16
-      // and queries acc_col of each 8-query tile. (`masked` is a constant at
-      // each call: the unmasked body has no mask code.)
-      const float* lse_s = dev::shared_as<const float>(smem + layout.lse_offset(st));
-      const float* d_s = dev::shared_as<const float>(smem + layout.d_offset(st));
+      // and queries acc_col of each 8-query tile. (kMasked: the mask code
+      // runs; false in the free steps' loop.)
+      const RowStatsPair* stats = dev::shared_as<const RowStatsPair>(smem + layout.row_stats_offset(st));
       // The mask by global position as key_bounds draws it, in 32-bit
       // offsets: the warp's key j (0..15) and the step's query i see each
       // other when lo <= j - i < hi and j < keys. (key_g - diagonal(row) is
       // base + j - i; every j - i lies in (-kBlockM, 16], so the bounds clamp
       // to +-2 kBlockM.)
       const auto step_window = [&] {
-        const i64 base = warp_key0 - row0 - (b.mask.top_left != 0 ? 0 : seq.k_len - seq.q_len);
+        const i64 base = warp_key0() - row0 - (b.mask.top_left != 0 ? 0 : seq.k_len - seq.q_len);
         const auto clamp = [](i64 x) {
           return static_cast<i32>(x < -2 * kBlockM ? -2 * kBlockM : x > 2 * kBlockM ? 2 * kBlockM : x);
         };
@@ -463,95 +533,125 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       // across the loop would spill).
       const bool softcap = Mods::softcap(b.mods);
       const bool alibi = Mods::alibi(b.mods);
-      float slope_log2 = 0.0f;
-      float distance0 = 0.0f;
+      [[maybe_unused]] float slope_log2 = 0.0f;
+      [[maybe_unused]] float distance0 = 0.0f;
       if constexpr (kElementMods) {
         if (alibi) {
           const i32 lane_a = dev::opaque(lane);
-          const i64 slope_at = w.batch * b.mods.alibi_batch_stride + w.head(step, b.group_size);
+          const i64 slope_at = w.batch * b.mods.alibi_batch_stride + head;
           slope_log2 = dev::load_global(b.mods.alibi_slopes + slope_at) * kLog2e;
           // 32-bit: positions within one sequence.
-          distance0 = static_cast<float>(static_cast<i32>(row0 + seq.k_len - seq.q_len - warp_key0) +
+          distance0 = static_cast<float>(static_cast<i32>(row0 + seq.k_len - seq.q_len - warp_key0()) +
                                          frag::acc_col(lane_a, 0) - frag::acc_row(lane_a, 0));
         }
       }
-      const auto probabilities = [&](bool masked) {
-        const KeyWindow window = masked ? step_window() : KeyWindow{-2 * kBlockM, 2 * kBlockM};
-        const i64 keys_left = seq.k_len - (warp_key0 + dev::opaque(0));  // keys of the sequence from the warp's first
+      // Which of the thread's 32 elements are visible. Key j sees query i
+      // when begin <= j - i < end and j < keys: for the thread's key j (of
+      // the warp's 16: acc_row(lane, half)) the queries col0 + u (col0 =
+      // acc_col(lane, 0); u = 8 qt + c) with u in
+      // [j - col0 - end + 1, j - col0 - begin + 1), a range of bits (`sets`,
+      // [half][word]: u - 32 word). The elements' bits are then gathered
+      // four to a byte, `visible` [qt / 4]: byte qt % 4, bit 2 half + c,
+      // which ptxas moves to predicates a byte at a time (R2P). No branch
+      // on whether the step is masked: two bodies in the loop.
+      u32 visible[2] = {~0U, ~0U};  // the free steps' body never reads them
+      if (kMasked) {
+        u32 sets[2][2];
+        const KeyWindow window = step_window();
+        const i64 keys_left = seq.k_len - warp_key0();  // keys of the sequence from the warp's first
         const i32 keys = keys_left < 0 ? 0 : keys_left > 16 ? 16 : static_cast<i32>(keys_left);
+        const u32 lane_m = static_cast<u32>(dev::opaque(lane));  // unsigned: / and % by 4 are shifts
         ATTUNE_UNROLL
-        for (i32 qt = 0; qt < kBlockM / 8; ++qt) {
+        for (i32 half = 0; half < 2; ++half) {
+          const i32 key = static_cast<i32>(lane_m / 4) + 8 * half;        // frag::acc_row
+          const i32 end = key < keys ? window.end : window.begin;         // none past the sequence's keys
+          const i32 from = key - static_cast<i32>(2 * (lane_m % 4)) + 1;  // frag::acc_col(lane, 0)
           ATTUNE_UNROLL
-          for (i32 c = 0; c < 2; ++c) {
-            const i32 query = 8 * qt + frag::acc_col(lane, c);
-            const float lse = dev::load_shared(lse_s + query);
-            const float row_d = dev::load_shared(d_s + query);
-            ATTUNE_UNROLL
-            for (i32 half = 0; half < 2; ++half) {
-              const i32 key = frag::acc_row(lane, half);
-              const bool visible = !masked || (key - query >= window.begin && key - query < window.end && key < keys);
-              if constexpr (kElementMods) {
-                // The forward's logit, modifiers included; t: the softcap's tanh.
-                // dP^T - D, times the tanh's derivative, in place first: t
-                // is dead before the exponential.
-                const float raw = s.at(0, qt, half, c);
-                float x = raw * b.scale_log2;
-                float d_rest = dp.at(0, qt, half, c) - row_d;
-                if (softcap) {
-                  const float t = dev::tanh_approx(raw * p.softcap_in);
-                  d_rest *= 1.0f - t * t;  // d(c tanh(x / c)) / dx
-                  x = t * p.softcap_out;
-                }
-                if (alibi) x -= alibi_penalty(slope_log2, distance0 + static_cast<float>(8 * qt + c - 8 * half));
-                const float prob = visible ? dev::exp2_approx(x - lse) : 0.0f;
-                s.at(0, qt, half, c) = prob;
-                dp.at(0, qt, half, c) = visible ? prob * d_rest : 0.0f;
-              } else {  // the code as it was before modifiers: variants without them compile as before
-                const float prob = visible ? dev::exp2_approx(s.at(0, qt, half, c) * b.scale_log2 - lse) : 0.0f;
-                s.at(0, qt, half, c) = prob;
-                dp.at(0, qt, half, c) = visible ? prob * (dp.at(0, qt, half, c) - row_d) : 0.0f;
+          for (i32 word = 0; word < 2; ++word) {
+            const i32 at_bit = from - 32 * word;
+            sets[half][word] = dev::low_bits(at_bit - window.begin) & ~dev::low_bits(at_bit - end);
+          }
+        }
+        ATTUNE_UNROLL
+        for (i32 word = 0; word < 2; ++word) {
+          // Opaque: the compiler would otherwise test each set's bits directly.
+          visible[word] = static_cast<u32>(
+              dev::opaque(static_cast<i32>((sets[0][word] & 0x03030303U) | ((sets[1][word] << 2) & 0x0C0C0C0CU))));
+        }
+      }
+      const float masked_out = -dev::infinity();
+      ATTUNE_UNROLL
+      for (i32 qt = 0; qt < kBlockM / 8; ++qt) {
+        // Columns 8 qt + acc_col(lane, c): the pair 4 qt + lane % 4.
+        const RowStatsPair pair = dev::load_shared(stats + 4 * qt + lane % 4);
+        ATTUNE_UNROLL
+        for (i32 c = 0; c < 2; ++c) {
+          const float lse = c == 0 ? pair.lse0 : pair.lse1;
+          const float row_d = c == 0 ? pair.d0 : pair.d1;
+          ATTUNE_UNROLL
+          for (i32 half = 0; half < 2; ++half) {
+            const bool seen = !kMasked || ((visible[qt / 4] >> (8 * (qt % 4) + 2 * half + c)) & 1U) != 0;
+            if constexpr (kElementMods) {
+              // The forward's logit, modifiers included; t: the softcap's tanh.
+              // dP^T - D, times the tanh's derivative, in place first: t
+              // is dead before the exponential.
+              const float raw = s.at(0, qt, half, c);
+              float x = raw * b.scale_log2;
+              float d_rest = dp.at(0, qt, half, c) - row_d;
+              if (softcap) {
+                const float t = dev::tanh_approx(raw * p.softcap_in);
+                d_rest *= 1.0f - t * t;  // d(c tanh(x / c)) / dx
+                x = t * p.softcap_out;
               }
+              if (alibi) x -= alibi_penalty(slope_log2, distance0 + static_cast<float>(8 * qt + c - 8 * half));
+              // Two equal forms of the masked exponential; which keeps the
+              // d128 consumers within their registers depends on the mix of
+              // modifiers (NVRTC: each spills 4 bytes in the other's).
+              const float prob = Mods::kMayAlibi && kConsumers == 2 ? (seen ? dev::exp2_approx(x - lse) : 0.0f)
+                                                                    : dev::exp2_approx(seen ? x - lse : masked_out);
+              s.at(0, qt, half, c) = prob;
+              dp.at(0, qt, half, c) = prob * d_rest;  // 0 where masked: dP^T is finite
+            } else {  // the code as it was before modifiers: variants without them compile as before
+              const float prob = dev::exp2_approx(seen ? s.at(0, qt, half, c) * b.scale_log2 - lse : masked_out);
+              s.at(0, qt, half, c) = prob;
+              dp.at(0, qt, half, c) = prob * (dp.at(0, qt, half, c) - row_d);  // 0 where masked: dP^T is finite
             }
           }
         }
-      };
-      if (w.masked(b, step)) {
-        probabilities(true);
-      } else {
-        probabilities(false);
       }
 
       // P^T and dS^T as A fragments (16 queries a step), rounded to the
-      // storage dtype; dS^T also to shared memory for dQ (the previous step's
-      // dQ GEMM, its reader, is done).
-      // Register q of step ks holds row sm90::a_fragment_row (16 warp +
-      // lane / 4, + 8 for odd q) and columns 16 ks + a_fragment_col: 16-byte
-      // chunk 2 ks + q / 2 of the row, which the 128-byte swizzle XORs with
-      // the row's index in its 8-row atom (lane / 4 for both rows). From an
-      // opaque lane, so the 16 addresses are not held across the loop.
-      const i32 lane_s = dev::opaque(lane);
-      unsigned char* ds_thread = ds_rows + (16 * warp + lane_s / 4) * kRowBytes + 4 * (lane_s % 4);
-      const u32 atom_row = static_cast<u32>(lane_s / 4);
+      // storage dtype; dS^T also to shared memory for dQ (its buffer's last
+      // readers, the dQ GEMMs of kDsBuffers steps ago, are done: this
+      // consumer's waited for, the others' before the last dS^T barrier).
+      // By stmatrix, a step's four registers at once: register q of step ks
+      // is an 8 x 8 matrix of key rows 16 warp + 8 (q % 2) + (0 .. 7) and
+      // 16-byte chunk 2 ks + q / 2 of them, which the 128-byte swizzle XORs
+      // with the row's index in its 8-row atom. Lane l gives row l % 8 of
+      // matrix l / 8. From an opaque lane, so the four addresses are not held
+      // across the loop.
+      // The row is 128-byte aligned and 2 ks has no low bit, so chunk
+      // (2 ks + matrix / 2) ^ atom_row is 32 ks ^ ds_chunk_xor in bytes: one XOR
+      // a step.
+      const u32 lane_s = static_cast<u32>(dev::opaque(lane));
+      const u32 matrix = lane_s / 8;
+      const u32 atom_row = lane_s % 8;
+      unsigned char* ds_lane = ds_rows + (16 * warp + 8 * (matrix % 2) + atom_row) * kRowBytes;
+      const u32 ds_chunk_xor = ((matrix / 2) ^ atom_row) * 16;
       u32 pa[kQuerySteps][4];
       u32 dsa[kQuerySteps][4];
       ATTUNE_UNROLL
       for (i32 ks = 0; ks < kQuerySteps; ++ks) {
         flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
         flash_detail::pack_a_fragment<DType>(dp.tile(0, 2 * ks), dp.tile(0, 2 * ks + 1), dsa[ks]);
-        ATTUNE_UNROLL
-        for (i32 q = 0; q < 4; ++q) {
-          const u32 chunk = (static_cast<u32>(2 * ks + q / 2) ^ atom_row) << 4;
-          dev::store_shared(dev::shared_as<u32>(ds_thread + 8 * (q % 2) * kRowBytes + chunk),
-                            dsa[ks][q]);  // consumer: store dS^T
-        }
+        dev::stmatrix_x4(ds_lane + ((32U * static_cast<u32>(ks)) ^ ds_chunk_xor), dsa[ks]);  // consumer: store dS^T
       }
 
       // dV += P^T dO and dK += dS^T Q, over the step's queries: dO and Q are
       // MN-major here (16 query rows of every box a step; LBO steps a box).
       {
-        const u64 do_desc =
-            dev::wgmma::descriptor(do_tile, static_cast<u32>(kBlockM * kRowBytes), kAtomStride, kSwizzle);
-        const u64 q_desc = dev::wgmma::descriptor(q_tile, static_cast<u32>(kBlockM * kRowBytes), kAtomStride, kSwizzle);
+        const u64 do_desc = descriptor(do_tile, kBlockM * kRowBytes);
+        const u64 q_desc = descriptor(q_tile, kBlockM * kRowBytes);
         dev::wgmma::fence();
         ATTUNE_UNROLL
         for (i32 ks = 0; ks < kQuerySteps; ++ks) {
@@ -566,42 +666,45 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
         dev::wgmma::commit();
       }
 
-      // dQ = dS K over this consumer's keys, a box of columns at a time: dS
-      // (dS^T's rows) and K both MN-major, 16 keys a step.
+      // dQ = dS K, a box of columns at a time: dS (dS^T's rows) and K both
+      // MN-major, 16 keys a step. By columns, every consumer's dS^T is read.
       dev::fence_proxy_async();  // dS^T's stores before wgmma reads them
-      dev::named_barrier::sync(sm90_sync::kDsStored + consumer, sm90::kWarpgroupSize);
+      if constexpr (kDqByColumns) {
+        dev::named_barrier::sync(sm90_sync::kDsStored, kConsumers * sm90::kWarpgroupSize);
+      } else {
+        dev::named_barrier::sync(sm90_sync::kDsStored + consumer, sm90::kWarpgroupSize);
+      }
       // dV's and dK's GEMMs done before dQ's accumulators are live: P^T's and
       // dS^T's fragments are dead by then (at d128 both sets would not fit
       // beside dK and dV without spills).
       dev::wgmma::wait<0>();
       ring.consumer_release(done.ring_steps() + step, wt);  // Q, dO, LSE and D read
-      const i32 head = w.head(step, b.group_size);
       // Deterministic mode: this consumer's turn at the tile's rows comes
       // after every consumer of the key blocks whose turn comes first
-      // (turns_before), and after the consumers before it in this block.
+      // (turns_before) and, split by keys, after the consumers before it in
+      // this block (split by columns, they add to other columns).
       // One thread (the issuer) waits for the turn and, with kDqTma, issues
       // the bulk reductions; with red.global every thread adds, so all wait.
       const bool issuer = warp == 0 && lane == 0;
       i32* turn = nullptr;
       if (!dq_atomic) {
-        const i64 tile = row0 / kBlockM;
-        turn = b.dq_turns + (static_cast<i64>(w.batch) * b.heads_q + head) * b.dq_turn_tiles + tile;
+        turn = tile_turns + (cursor.head * b.dq_turn_tiles + cursor.tile);
         if (issuer) {
-          const i32 earlier = kConsumers * w.turns_before(b, tile, p.tiles.m_blocks) + consumer;
+          const i32 earlier = kConsumers * turns + (kDqByColumns ? 0 : consumer);
           dev::semaphore_wait(turn, earlier);  // consumer: wait for dQ's turn
         }
         if (!dq_tma) dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
       }
       ATTUNE_UNROLL
-      for (i32 c = 0; c < kChunks; ++c) {
+      for (i32 bx = 0; bx < kDqBoxes; ++bx) {
+        const i32 c = dq_first_box + bx;  // the box of columns
         DqBox dq;
-        const u64 ds_desc =
-            dev::wgmma::descriptor(ds_rows, static_cast<u32>(kBlockN * kRowBytes), kAtomStride, kSwizzle);
-        const u64 k_desc = dev::wgmma::descriptor(k_rows + c * kBlockN * kRowBytes,
-                                                  static_cast<u32>(kBlockN * kRowBytes), kAtomStride, kSwizzle);
+        const u64 ds_desc = descriptor(ds_tile + dq_key_rows, kBlockN * kRowBytes);
+        const u64 k_desc =
+            descriptor(smem + layout.k_offset() + c * kBlockN * kRowBytes + dq_key_rows, kBlockN * kRowBytes);
         dev::wgmma::fence();
         ATTUNE_UNROLL
-        for (i32 ks = 0; ks < kKeySteps; ++ks) {
+        for (i32 ks = 0; ks < kDqKeySteps; ++ks) {
           dev::wgmma::mma_ss<DType, kBoxCols, 1, 1>(dq.tiles, dev::wgmma::advance(ds_desc, ks * 16 * kRowBytes),
                                                     dev::wgmma::advance(k_desc, ks * 16 * kRowBytes),
                                                     ks > 0);  // consumer: dQ GEMM
@@ -618,18 +721,20 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
           // addresses are not held across the loop.
           if (issuer) dev::tma::wait_read<0>();
           dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
-          const i32 lane_q = dev::opaque(lane);
-          const u32 chunk_xor = static_cast<u32>((lane_q % 4) / 2) ^ static_cast<u32>(lane_q / 4);
+          const u32 lane_q = static_cast<u32>(dev::opaque(lane));
+          const u32 chunk_xor = ((lane_q % 4) / 2) ^ (lane_q / 4);
           unsigned char* dq_thread = dq_stage + (16 * warp + lane_q / 4) * 128 + (lane_q % 2) * 8;
           ATTUNE_UNROLL
           for (i32 half = 0; half < 2; ++half) {
             ATTUNE_UNROLL
             for (i32 dt = 0; dt < kBoxCols / 8; ++dt) {
-              const u32 at = static_cast<u32>((dt / 4) * kBlockM * 128 + half * 8 * 128) +
-                             ((static_cast<u32>(2 * (dt % 4)) ^ chunk_xor) << 4);
+              // Two pointer adds, not one of a u32 sum: a u32 may wrap, so
+              // the constant would not fold into the store's offset.
+              const u32 chunk = (static_cast<u32>(2 * (dt % 4)) ^ chunk_xor) << 4;
               const u64 pair = (static_cast<u64>(dev::float_bits(dq.at(0, dt, half, 1))) << 32) |
                                dev::float_bits(dq.at(0, dt, half, 0));
-              dev::store_shared(dev::shared_as<u64>(dq_thread + at), pair);  // consumer: stage dQ
+              dev::store_shared(dev::shared_as<u64>(dq_thread + chunk + ((dt / 4) * kBlockM * 128 + half * 8 * 128)),
+                                pair);  // consumer: stage dQ
             }
           }
           dev::fence_proxy_async();  // the stage's stores before the bulk reductions read it
@@ -651,17 +756,19 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
           }
           continue;
         }
-        // This consumer's part, added to the accumulator.
+        // This consumer's part, added to the accumulator (columns from an
+        // opaque lane: 16 column offsets held across the loop spill).
+        const u32 lane_r = static_cast<u32>(dev::opaque(lane));
         ATTUNE_UNROLL
         for (i32 half = 0; half < 2; ++half) {
-          const i64 row = row0 + 16 * warp + frag::acc_row(lane, half);
+          const i64 row = row0 + 16 * warp + static_cast<i32>(lane_r / 4) + 8 * half;  // frag::acc_row
           if (row >= seq.q_len) continue;
           float* out = b.dq_accum + ((seq.row_base + row) * b.heads_q + head) * b.head_dim_k + c * kBoxCols;
           ATTUNE_UNROLL
           for (i32 dt = 0; dt < kBoxCols / 8; ++dt) {
             ATTUNE_UNROLL
             for (i32 e = 0; e < 2; ++e) {
-              const i32 col = 8 * dt + frag::acc_col(lane, e);
+              const i32 col = 8 * dt + static_cast<i32>(2 * (lane_r % 4)) + e;  // frag::acc_col
               if (c * kBoxCols + col >= b.head_dim_k) continue;
               if (dq_atomic) {
                 dev::atomic_add(out + col, dq.at(0, dt, half, e));  // consumer: add dQ
@@ -683,6 +790,34 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
         }
         if (issuer) dev::semaphore_release(turn, 1);  // consumer: pass dQ's turn on
       }
+    };
+    // The steps in order; each run of free query tiles (free_query_tiles:
+    // every row sees every key) in a loop of its own, its body compiled
+    // without the mask: a long sequence's main loop.
+    const TileRange free = free_query_tiles<kBlockM, kBlockN>(b.mask, w.key0, seq.q_len, seq.k_len);
+    const i64 free_from = free.begin - w.tiles.begin;
+    const i64 free_to = free.end - w.tiles.begin;
+    const i32 free_begin = static_cast<i32>(free_from < 0 ? 0 : free_from > w.tile_count ? w.tile_count : free_from);
+    const i32 free_end = static_cast<i32>(free_to < free_begin     ? free_begin
+                                          : free_to > w.tile_count ? w.tile_count
+                                                                   : free_to);
+    const auto is_free = [&] { return cursor.tile >= free_begin && cursor.tile < free_end; };
+    for (i32 step = 0; step < w.steps;) {
+      if (is_free()) {
+        // A run of free steps within one head: its loop only counts (a free
+        // range that spans heads is a run per head).
+        const i32 left_in_head = free_end - cursor.tile;
+        const i32 run_end = step + (left_in_head < w.steps - step ? left_in_head : w.steps - step);
+        do {
+          run_step(false, step);
+          ++cursor.tile;
+        } while (++step < run_end);
+        cursor.wrap(w.tile_count);
+      } else {
+        run_step(true, step);
+        cursor.next(w.tile_count);
+        ++step;
+      }
     }
     // K and V read: every GEMM reading them (S^T's, dP^T's and each box's
     // dQ GEMM) has been waited for by the warp.
@@ -695,7 +830,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     // keys (padding) and keys no row sees get exact zeros.
     ATTUNE_UNROLL
     for (i32 half = 0; half < 2; ++half) {
-      const i64 key = warp_key0 + frag::acc_row(lane, half);
+      const i64 key = warp_key0() + frag::acc_row(lane, half);
       if (key >= seq.k_capacity) continue;
       u16* dk_row = b.dk + w.batch * b.dk_batch_stride + (seq.k_begin + key) * b.dk_row_stride +
                     static_cast<i64>(w.kv_head) * b.dk_head_stride;

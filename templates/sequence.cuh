@@ -134,21 +134,49 @@ ATTUNE_DEVICE TileRange query_tiles(const MaskParams& mask, i64 key0, i64 q_len,
   return r;
 }
 
+// Floor and ceiling of a / b for b > 0 and any a.
+ATTUNE_HOST_DEVICE constexpr i64 floor_div(i64 a, i64 b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+ATTUNE_HOST_DEVICE constexpr i64 ceil_div(i64 a, i64 b) { return -floor_div(-a, b); }
+
+// The query tiles whose every row sees every key of [key0, key0 + kBlockN)
+// (RowBlockKeys::sees_all): the backward's steps that need no mask. A row's
+// bounds are non-decreasing in the row, so they form one range, from the
+// first tile whose first row's end bound reaches key0 + kBlockN to the last
+// whose last row's begin bound is at most key0; empty when the keys run
+// past the sequence. In closed form: the step loop asks it once per block.
+template <int kBlockM, int kBlockN>
+ATTUNE_DEVICE TileRange free_query_tiles(const MaskParams& mask, i64 key0, i64 q_len, i64 k_len) {
+  const i64 tiles = (q_len + kBlockM - 1) / kBlockM;
+  if (key0 + kBlockN > k_len || tiles <= 0) return {0, 0};
+  const i64 offset = mask.top_left != 0 ? 0 : k_len - q_len;  // diagonal(row) = row + offset
+  i64 begin = 0;
+  if (mask.right >= 0) {  // row kBlockM m: row + offset + right + 1 >= key0 + kBlockN
+    begin = ceil_div(key0 + kBlockN - 1 - mask.right - offset, kBlockM);
+    begin = begin < 0 ? 0 : begin > tiles ? tiles : begin;
+  }
+  i64 end = tiles;
+  const i64 last_row = key0 + mask.left - offset;  // the last row whose begin bound is at most key0
+  if (mask.left >= 0 && q_len - 1 > last_row) {    // row kBlockM m + kBlockM - 1 <= last_row
+    end = floor_div(last_row - (kBlockM - 1), kBlockM) + 1;
+    end = end < 0 ? 0 : end > tiles ? tiles : end;
+  }
+  return {begin, end > begin ? end : begin};
+}
+
 // Of the key blocks (kBlockN keys) after `key_block`, below `key_blocks`,
-// how many hold query tile `tile` in their query_tiles: the key tiles some
-// row of the tile sees form one range (bounds non-decreasing in the row),
-// and a key block's query tiles are exactly the tiles that see it, so the
-// count is that range after key_block.
+// how many hold query tile `tile` in their query_tiles, for a key block
+// that holds it (every step's does): the key tiles some row of the tile
+// sees form one range (bounds non-decreasing in the row) holding
+// key_block, and a key block's query tiles are exactly the tiles that see
+// it, so the count runs from key_block + 1 to the range's end, which the
+// tile's last row's end bound gives.
 template <int kBlockM, int kBlockN>
 ATTUNE_DEVICE i64 later_key_blocks_seen(const MaskParams& mask, i64 tile, i64 key_block, i64 key_blocks, i64 q_len,
                                         i64 k_len) {
-  const i64 row0 = tile * kBlockM;
-  const RowBlockKeys keys = row_block_keys(mask, row0, last_row_of(row0, kBlockM, q_len), q_len, k_len);
-  const i64 begin = keys.template tile_begin<kBlockN>();
-  const i64 end = keys.template tile_end<kBlockN>();
-  const i64 from = begin > key_block + 1 ? begin : key_block + 1;
+  const i64 last_end = key_bounds(mask, last_row_of(tile * kBlockM, kBlockM, q_len), q_len, k_len).end;
+  const i64 end = ceil_div(last_end, kBlockN);
   const i64 to = end < key_blocks ? end : key_blocks;
-  return to > from ? to - from : 0;
+  return to > key_block + 1 ? to - (key_block + 1) : 0;
 }
 
 }  // namespace attune

@@ -19,8 +19,10 @@ enum NamedBarrierId : i32 {
   kProducerWarp = 7,  // the producer warp's lanes
   kTranspose = 8,     // kFp8: the producer warps that transpose V
   // flash_bwd_sm90: consumer c has kDsStored + c, its dS^T stores seen by
-  // all its threads before its dQ GEMM reads them (no O store there), and
-  // kDqTurn + c for its deterministic dQ turn (no pingpong there).
+  // all its threads before its dQ GEMM reads them (no O store there; where
+  // the consumers split dQ by columns and read each other's dS^T, both
+  // meet at kDsStored), and kDqTurn + c for its deterministic dQ turn (no
+  // pingpong there).
   kDsStored = kStore,
   kDqTurn = kTurn,
 };

@@ -129,6 +129,14 @@ ATTUNE_DEVICE float fmax(float a, float b) {
   return y;
 }
 
+// Bits [0, n) of a 32-bit word, n clamped to [0, 32] (PTX clamps a shift
+// past the width: one shift, no compare for n >= 32).
+ATTUNE_DEVICE u32 low_bits(i32 n) {
+  u32 high;
+  asm("shl.b32 %0, %1, %2;" : "=r"(high) : "r"(~0U), "r"(static_cast<u32>(n < 0 ? 0 : n)));
+  return ~high;
+}
+
 // `value`, unknown to the compiler from here on: values derived from it are
 // computed where they are used instead of being hoisted out of loops and
 // held in registers (shared-memory lane offsets and their XOR steps).

@@ -138,6 +138,7 @@ inline float infinity() { return std::bit_cast<float>(0x7F800000U); }
 inline u32 float_bits(float value) { return std::bit_cast<u32>(value); }
 inline float fmax(float a, float b) { return std::fmax(a, b); }
 inline i32 opaque(i32 value) { return value; }
+inline u32 low_bits(i32 n) { return n <= 0 ? 0U : n >= 32 ? ~0U : (1U << n) - 1; }
 
 template <class D>
 float to_float(u16 bits) {

@@ -19,6 +19,7 @@
 //   mbarrier::init(bar, count), arrive(bar), arrive_expect_tx(bar, bytes), expect_tx(bar, bytes),
 //     try_wait(bar, parity) -> bool, wait(bar, parity), invalidate(bar); fence_init()
 //   fence_proxy_async()                                 // fence.proxy.async.shared::cta
+//   stmatrix_x4(void* row, const u32 (&r)[4])           // stmatrix.m8n8.x4.b16: a lane's row address
 //   named_barrier::sync(id, threads), named_barrier::arrive(id, threads)
 //   elect_one() -> bool                                 // elect.sync: one lane of the warp
 //   tma::load<2..5>(smem, const TensorMap*, bar, coords...), tma::store<2..5>(const TensorMap*, smem, coords...),
@@ -205,6 +206,16 @@ __device__ attune::u32 attune_wait_claimed = 0;
 #endif
 
 namespace attune::dev {
+
+// stmatrix.sync.aligned.m8n8.x4.shared.b16 (sm_90): four 8 x 8 matrices of
+// 16-bit elements. Lane l holds in r[m] row l / 4, elements 2 (l % 4) and
+// + 1, of matrix m (an mma fragment's layout) and gives the address of
+// row l % 8 of matrix l / 8 (16 bytes).
+ATTUNE_DEVICE void stmatrix_x4(void* row, const u32 (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(shared_address(row)), "r"(r[0]),
+               "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
 
 namespace warpgroup {
 // The warpgroup of this thread, made warp-uniform (a shuffle from lane 0) so

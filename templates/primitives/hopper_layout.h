@@ -89,6 +89,16 @@ ATTUNE_HOST_DEVICE constexpr u64 advance_descriptor(u64 descriptor, u32 bytes) {
   return (descriptor & 0xFFFFFFFF00000000ULL) | (static_cast<u32>(descriptor) + (bytes >> 4));
 }
 
+// The `bytes` argument of advance_descriptor that takes a descriptor whose
+// LBO is 0 to the operand `bytes` further on with LBO `leading_bytes`
+// (both multiples of 16, leading_bytes below 2^16 so the sum fits 32 bits):
+// the start and LBO fields sit in the low word and neither carries out of
+// its 14 bits, so a descriptor of any buffer is one add from shared
+// memory's own.
+ATTUNE_HOST_DEVICE constexpr u32 descriptor_offset(u32 bytes, u32 leading_bytes) {
+  return bytes + (leading_bytes << 16);
+}
+
 // How an operand is stored: K-major (A as M x K rows, B as N x K rows: the
 // ISA's imm-trans 0) or MN-major (rows along K, M or N contiguous: imm-trans 1).
 enum class Major : u32 { kK = 0, kMN = 1 };

@@ -80,6 +80,8 @@ ATTUNE_KERNEL void __launch_bounds__(256, 1) async_copies(const __grid_constant_
     named_barrier::sync(1, 128);
     mbarrier::wait(&full, 0);
     out[linear_thread()] = reinterpret_cast<const float*>(tile)[linear_thread()];
+    const u32 fragment[4] = {static_cast<u32>(linear_thread()), 1U, 2U, 3U};
+    stmatrix_x4(tile + 16 * lane_id(), fragment);
     fence_proxy_async();
     named_barrier::arrive(2, 128);
     if (warp_id() == 4 && elect_one()) {
@@ -163,6 +165,7 @@ TEST(HopperNvrtcTest, EveryPrimitiveCompilesToItsInstructionsWithoutSpills) {
   EXPECT_EQ(count("USETMAXREG"), 2);
   EXPECT_GE(count("ELECT"), 1);
   EXPECT_EQ(count("UTMACCTL"), 1) << "tensor-map prefetch";
+  EXPECT_EQ(count("STSM"), 1) << "stmatrix.x4";
   EXPECT_GE(count("WARPGROUP"), 64) << "wgmma.fence and wait_group";
   std::cout << "HGMMA " << count("HGMMA") << ", UTMALDG " << count("UTMALDG") << ", UTMASTG " << count("UTMASTG")
             << ", SYNCS " << count("SYNCS") << ", USETMAXREG " << count("USETMAXREG") << " in " << r.seconds << " s\n";

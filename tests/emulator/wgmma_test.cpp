@@ -198,6 +198,43 @@ TEST(WgmmaEmuTest, Fp8PvTakesPFromTheAccumulatorsWithoutAnExchange) {
   EXPECT_EQ(seen, std::vector<int>(32, 1));
 }
 
+// stmatrix.x4: lane l holds in register m row l / 4, columns 2 (l % 4) and
+// + 1 of matrix m, and gives the address of row l % 8 of matrix l / 8 (here
+// 16-byte slots in reverse lane order): every row lands whole where its
+// lane pointed, gathered from the four lanes that hold it.
+u16 stm_value(i32 m, i32 r, i32 c) { return static_cast<u16>(1000 * m + 10 * r + c); }
+
+struct StmatrixParams {
+  u16* out;
+};
+
+ATTUNE_KERNEL void stmatrix_kernel(StmatrixParams p) {
+  unsigned char* smem = dev::shared_memory<unsigned char>();
+  const i32 lane = dev::lane_id();
+  u32 r[4];
+  for (i32 m = 0; m < 4; ++m) {
+    r[m] = static_cast<u32>(stm_value(m, lane / 4, 2 * (lane % 4))) |
+           static_cast<u32>(stm_value(m, lane / 4, 2 * (lane % 4) + 1)) << 16;
+  }
+  dev::stmatrix_x4(smem + 16 * (31 - lane), r);
+  dev::block::sync();
+  for (i32 i = lane; i < 256; i += 32)
+    dev::store_global(p.out + i, dev::load_shared(dev::shared_as<const u16>(smem) + i));
+}
+
+TEST(WgmmaEmuTest, StmatrixStoresEachRowWhereItsLanePoints) {
+  std::vector<u16> out(256, 0xFFFF);
+  emu::Emulator emulator;
+  emulator.register_buffer("out", out.data(), out.size() * 2);
+  emulator.launch(&stmatrix_kernel, LaunchConfig{{1, 1, 1}, {32, 1, 1}, 512}, StmatrixParams{out.data()});
+  for (int lane = 0; lane < 32; ++lane) {
+    for (int j = 0; j < 8; ++j) {
+      EXPECT_EQ(out[static_cast<std::size_t>((31 - lane) * 8 + j)], stm_value(lane / 8, lane % 8, j))
+          << "slot " << 31 - lane << ", element " << j;
+    }
+  }
+}
+
 using Planted = testing::PlantedBug;
 
 class WgmmaPlantedBugTest : public ::testing::TestWithParam<Planted> {};

@@ -420,27 +420,43 @@ TEST(FlashBwdEmuTest, HeuristicIsAnEnumeratedVariant) {
 }
 
 // The deterministic turns' count in closed form (later_key_blocks_seen:
-// the key tiles a query tile's rows see, after the block) against every
-// key block's own query_tiles, the steps it actually runs: a disagreement
-// leaves a turn that is never reached. Every mask kind, lengths around the
-// tile sizes, both key blocks, one key block past the keys; the same
-// comparison with the count shifted by one block is caught.
+// the key tiles a query tile's rows see, after the block, for a block that
+// sees the tile) against every key block's own query_tiles, the steps it
+// actually runs: a disagreement leaves a turn that is never reached. Every
+// mask kind, lengths around the tile sizes, both key blocks, one key block
+// past the keys; the same comparison with the count shifted by one block
+// is caught. And the free tiles in closed form (free_query_tiles: the steps
+// the unmasked loop runs) against each tile's own sees_all: a free tile
+// counted masked only costs time, a masked tile counted free loses its mask.
 template <int kBlockN>
-void expect_turn_counts_agree(const MaskParams& mask, i64 q_len, i64 k_len, int* shifted_mismatches, int* nonzero) {
+void expect_turn_counts_agree(const MaskParams& mask, i64 q_len, i64 k_len, int* shifted_mismatches, int* nonzero,
+                              int* free_tiles) {
   const i64 key_blocks = (k_len + kBlockN - 1) / kBlockN + 1;
   const i64 tiles = (q_len + 63) / 64;
   std::vector<TileRange> ranges;
   for (i64 n = 0; n < key_blocks; ++n) ranges.push_back(query_tiles<64, kBlockN>(mask, n * kBlockN, q_len, k_len));
+  const auto sees = [&](i64 block, i64 tile) { return tile >= ranges[block].begin && tile < ranges[block].end; };
   for (i64 block = 0; block < key_blocks; ++block) {
+    const TileRange free = free_query_tiles<64, kBlockN>(mask, block * kBlockN, q_len, k_len);
     for (i64 tile = 0; tile < tiles; ++tile) {
+      const i64 row0 = tile * 64;
+      const bool sees_all =
+          row_block_keys(mask, row0, last_row_of(row0, 64, q_len), q_len, k_len).sees_all(block * kBlockN, kBlockN) &&
+          block * kBlockN + kBlockN <= k_len;
+      ASSERT_EQ(tile >= free.begin && tile < free.end, sees_all)
+          << "free tiles [" << free.begin << ", " << free.end << "): mask (" << mask.left << ", " << mask.right
+          << ", top_left " << mask.top_left << "), Sq " << q_len << ", Sk " << k_len << ", key block " << block << " ("
+          << kBlockN << " keys), query tile " << tile;
+      *free_tiles += sees_all ? 1 : 0;
+      if (!sees(block, tile)) continue;  // not one of the block's steps
       i64 want = 0;
-      for (i64 n = block + 1; n < key_blocks; ++n) want += tile >= ranges[n].begin && tile < ranges[n].end ? 1 : 0;
+      for (i64 n = block + 1; n < key_blocks; ++n) want += sees(n, tile) ? 1 : 0;
       const i64 got = later_key_blocks_seen<64, kBlockN>(mask, tile, block, key_blocks, q_len, k_len);
       ASSERT_EQ(got, want) << "mask (" << mask.left << ", " << mask.right << ", top_left " << mask.top_left << "), Sq "
                            << q_len << ", Sk " << k_len << ", key block " << block << " of " << key_blocks << " ("
                            << kBlockN << " keys), query tile " << tile;
       *nonzero += want > 0 ? 1 : 0;
-      if (block > 0) {
+      if (block > 0 && sees(block - 1, tile)) {
         *shifted_mismatches +=
             later_key_blocks_seen<64, kBlockN>(mask, tile, block - 1, key_blocks, q_len, k_len) != want;
       }
@@ -448,7 +464,7 @@ void expect_turn_counts_agree(const MaskParams& mask, i64 q_len, i64 k_len, int*
   }
 }
 
-TEST(FlashBwdEmuTest, Sm90TurnCountsAgreeWithEveryBlocksQueryTiles) {
+TEST(FlashBwdEmuTest, Sm90TurnCountsAndFreeTilesAgreeWithEveryBlocksQueryTiles) {
   std::vector<MaskParams> masks;
   for (const Mask& m :
        {Mask::none(), Mask::causal_bottom_right(), Mask::causal_top_left(), Mask::window(3, 5), Mask::window(64, 0),
@@ -457,16 +473,18 @@ TEST(FlashBwdEmuTest, Sm90TurnCountsAgreeWithEveryBlocksQueryTiles) {
   }
   int shifted = 0;
   int nonzero = 0;
+  int free_tiles = 0;
   for (const MaskParams& mask : masks) {
-    for (const i64 q_len : {1, 37, 64, 65, 130, 300}) {
-      for (const i64 k_len : {1, 63, 64, 129, 250, 520}) {
-        expect_turn_counts_agree<64>(mask, q_len, k_len, &shifted, &nonzero);
-        expect_turn_counts_agree<128>(mask, q_len, k_len, &shifted, &nonzero);
+    for (const i64 q_len : {1, 37, 64, 65, 130, 300, 700}) {
+      for (const i64 k_len : {1, 63, 64, 129, 250, 520, 900}) {
+        expect_turn_counts_agree<64>(mask, q_len, k_len, &shifted, &nonzero, &free_tiles);
+        expect_turn_counts_agree<128>(mask, q_len, k_len, &shifted, &nonzero, &free_tiles);
       }
     }
   }
   EXPECT_GT(nonzero, 1000) << "cases where some later block takes its turn first";
   EXPECT_GT(shifted, 100) << "the count one block off was not told apart";
+  EXPECT_GT(free_tiles, 1000) << "steps the unmasked loop runs";
 }
 
 // flash_bwd_sm90 takes softcap and ALiBi (features) and sinks (the
