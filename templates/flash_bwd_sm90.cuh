@@ -266,13 +266,13 @@ struct KeyBlock {
   struct Cursor {
     i32 tile = 0;  // of the head's query tiles, from tiles.begin
     i32 head = 0;  // of the group
-    ATTUNE_DEVICE void next(i32 tile_count) {
+    ATTUNE_DEVICE void next(i32 tiles_per_head) {
       ++tile;
-      wrap(tile_count);
+      wrap(tiles_per_head);
     }
     // Past the head's last tile: the next head's first.
-    ATTUNE_DEVICE void wrap(i32 tile_count) {
-      if (tile == tile_count) {
+    ATTUNE_DEVICE void wrap(i32 tiles_per_head) {
+      if (tile == tiles_per_head) {
         tile = 0;
         ++head;
       }
@@ -474,7 +474,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     i32* const tile_turns = b.dq_turns +
                             (static_cast<i64>(w.batch) * b.heads_q + w.kv_head * b.group_size) * b.dq_turn_tiles +
                             w.tiles.begin;
-    const auto run_step = [&](bool kMasked, i32 step) {
+    const auto run_step = [&](bool masked, i32 step) {
       const i32 st = ring.stage(done.ring_steps() + step);
       const i64 row0 = w.row0(cursor);
       const i32 head = w.head(cursor, b.group_size);
@@ -509,7 +509,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       }
 
       // P^T and dS^T in place. A thread holds keys acc_row of its warp's 16
-      // and queries acc_col of each 8-query tile. (kMasked: the mask code
+      // and queries acc_col of each 8-query tile. (masked: the mask code
       // runs; false in the free steps' loop.)
       const RowStatsPair* stats = dev::shared_as<const RowStatsPair>(smem + layout.row_stats_offset(st));
       // The mask by global position as key_bounds draws it, in 32-bit
@@ -555,7 +555,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       // which ptxas moves to predicates a byte at a time (R2P). No branch
       // on whether the step is masked: two bodies in the loop.
       u32 visible[2] = {~0U, ~0U};  // the free steps' body never reads them
-      if (kMasked) {
+      if (masked) {
         u32 sets[2][2];
         const KeyWindow window = step_window();
         const i64 keys_left = seq.k_len - warp_key0();  // keys of the sequence from the warp's first
@@ -590,7 +590,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
           const float row_d = c == 0 ? pair.d0 : pair.d1;
           ATTUNE_UNROLL
           for (i32 half = 0; half < 2; ++half) {
-            const bool seen = !kMasked || ((visible[qt / 4] >> (8 * (qt % 4) + 2 * half + c)) & 1U) != 0;
+            const bool seen = !masked || ((visible[qt / 4] >> (8 * (qt % 4) + 2 * half + c)) & 1U) != 0;
             if constexpr (kElementMods) {
               // The forward's logit, modifiers included; t: the softcap's tanh.
               // dP^T - D, times the tanh's derivative, in place first: t
