@@ -552,8 +552,8 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       // [j - col0 - end + 1, j - col0 - begin + 1), a range of bits (`sets`,
       // [half][word]: u - 32 word). The elements' bits are then gathered
       // four to a byte, `visible` [qt / 4]: byte qt % 4, bit 2 half + c,
-      // which ptxas moves to predicates a byte at a time (R2P). No branch
-      // on whether the step is masked: two bodies in the loop.
+      // which ptxas moves to predicates a byte at a time (R2P). The free
+      // steps' copy of the body skips all of it.
       u32 visible[2] = {~0U, ~0U};  // the free steps' body never reads them
       if (masked) {
         u32 sets[2][2];
