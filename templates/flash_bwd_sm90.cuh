@@ -68,6 +68,7 @@ struct FlashBwdSm90Params {
   i32 stages ATTUNE_TUNABLE_OF(flash_bwd_sm90, kStages);
   i32 dq_atomic ATTUNE_TUNABLE_OF(flash_bwd_sm90, kDqAtomic);
   i32 dq_tma ATTUNE_TUNABLE_OF(flash_bwd_sm90, kDqTma);
+  i32 pds_registers ATTUNE_TUNABLE_OF(flash_bwd_sm90, kPdsRegisters);
   // The CTAs' order (one key block of one (batch, KV head) each): L2
   // sections of (batch, KV head) pairs whose Q and dO fit in L2 together,
   // in each the key blocks by work, over the section's pairs (`m_blocks`
@@ -89,9 +90,15 @@ struct FlashBwdSm90Tunables {
   // 1: dQ staged in shared memory and added by TMA bulk reductions (one
   // thread issues them); 0: every thread adds its elements with red.global
   static constexpr int kDqTma[] = {0, 1};
-  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st", "at", "tr"};
+  // 1: dV's and dK's GEMMs take P^T and dS^T from registers (wgmma's A is
+  // the converted accumulator: FlashAttention-3's Mma_dKV_is_RS); 0: from
+  // shared memory, where dS^T is stored for dQ anyway and P^T gets a buffer
+  // (the fragments' registers are free once stored; the GEMMs read 2 x 8 KiB
+  // more shared memory a step and consumer)
+  static constexpr int kPdsRegisters[] = {0, 1};
+  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st", "at", "tr", "rs"};
   static constexpr const char* kArchs[] = {"sm_90a"};  // wgmma and setmaxnreg exist on sm_90a only
-  static constexpr const char* kEmulatedAtRunTime[] = {"kStages", "kDqAtomic", "kDqTma"};
+  static constexpr const char* kEmulatedAtRunTime[] = {"kStages", "kDqAtomic", "kDqTma", "kPdsRegisters"};
   static constexpr int kDqStageBytes = 64 * 64 * 4;  // kDqTma: a consumer's dQ box, [64 queries][64 columns] fp32
 
   static constexpr int kSharedAlign = 1024;  // the barriers, then every buffer on a 128-byte-swizzle atom
@@ -102,7 +109,7 @@ struct FlashBwdSm90Tunables {
   static constexpr int kProducerRegisters = 24;
 
   ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int /*block_m*/, int block_n, int /*stages*/,
-                                                  int /*dq_atomic*/, int /*dq_tma*/) {
+                                                  int /*dq_atomic*/, int /*dq_tma*/, int /*pds_registers*/) {
     return 128 * (1 + block_n / 64);
   }
   // dQ's split between consumers. With 64 head-dim columns or more each,
@@ -119,25 +126,35 @@ struct FlashBwdSm90Tunables {
   ATTUNE_HOST_DEVICE static constexpr int ds_buffers(int head_dim, int block_n) {
     return block_n / 64 > 1 && dq_by_columns(head_dim, block_n) ? 2 : 1;
   }
-  // Barriers; K and V; the Q and dO stages; dS^T; the LSE and D stages;
-  // with kDqTma, each consumer's dQ box (on a swizzle atom).
-  ATTUNE_HOST_DEVICE static constexpr int shared_bytes_before_dq(int head_dim, int block_m, int block_n, int stages) {
-    return kSharedAlign + 2 * (2 * block_n * head_dim) + stages * 2 * (2 * block_m * head_dim) +
-           ds_buffers(head_dim, block_n) * 2 * block_n * block_m + stages * 2 * 4 * block_m;
+  // Buffers of a step's [keys][queries] 16-bit tiles: dS^T's (ds_buffers)
+  // and, with P^T from shared memory, P^T's (one: only its own consumer's
+  // dV GEMM reads it, waited for before the next step's stores).
+  ATTUNE_HOST_DEVICE static constexpr int key_query_buffers(int head_dim, int block_n, int pds_registers) {
+    return ds_buffers(head_dim, block_n) + (pds_registers != 0 ? 0 : 1);
   }
-  ATTUNE_HOST_DEVICE static constexpr int dq_stage_offset(int head_dim, int block_m, int block_n, int stages) {
-    return (shared_bytes_before_dq(head_dim, block_m, block_n, stages) + 1023) / 1024 * 1024;
+  // Barriers; K and V; the Q and dO stages; dS^T (and P^T); the LSE and D
+  // stages; with kDqTma, each consumer's dQ box (on a swizzle atom).
+  ATTUNE_HOST_DEVICE static constexpr int shared_bytes_before_dq(int head_dim, int block_m, int block_n, int stages,
+                                                                 int pds_registers) {
+    return kSharedAlign + 2 * (2 * block_n * head_dim) + stages * 2 * (2 * block_m * head_dim) +
+           key_query_buffers(head_dim, block_n, pds_registers) * 2 * block_n * block_m + stages * 2 * 4 * block_m;
+  }
+  ATTUNE_HOST_DEVICE static constexpr int dq_stage_offset(int head_dim, int block_m, int block_n, int stages,
+                                                          int pds_registers) {
+    return (shared_bytes_before_dq(head_dim, block_m, block_n, stages, pds_registers) + 1023) / 1024 * 1024;
   }
   ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int head_dim, int block_m, int block_n, int stages,
-                                                       int /*dq_atomic*/, int dq_tma) {
-    return dq_tma != 0 ? dq_stage_offset(head_dim, block_m, block_n, stages) + block_n / 64 * kDqStageBytes
-                       : shared_bytes_before_dq(head_dim, block_m, block_n, stages);
+                                                       int /*dq_atomic*/, int dq_tma, int pds_registers) {
+    return dq_tma != 0
+               ? dq_stage_offset(head_dim, block_m, block_n, stages, pds_registers) + block_n / 64 * kDqStageBytes
+               : shared_bytes_before_dq(head_dim, block_m, block_n, stages, pds_registers);
   }
   ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int stages, int dq_atomic,
-                                                 int dq_tma) {
+                                                 int dq_tma, int pds_registers) {
     return head_dim % 64 == 0 && block_m == 64 && block_n % 64 == 0 && block_n / 64 >= 1 && block_n / 64 <= 2 &&
            stages >= 2 && stages <= 3 && (dq_atomic == 0 || dq_atomic == 1) && (dq_tma == 0 || dq_tma == 1) &&
-           shared_bytes(head_dim, block_m, block_n, stages, dq_atomic, dq_tma) <= kMaxSharedBytes;
+           (pds_registers == 0 || pds_registers == 1) &&
+           shared_bytes(head_dim, block_m, block_n, stages, dq_atomic, dq_tma, pds_registers) <= kMaxSharedBytes;
   }
 };
 
@@ -152,6 +169,7 @@ struct Layout {
   i32 block_m;
   i32 block_n;
   i32 stages;
+  i32 pds_registers;
   ATTUNE_DEVICE i32 kv_bytes() const { return 2 * block_n * head_dim; }  // K or V
   ATTUNE_DEVICE i32 q_bytes() const { return 2 * block_m * head_dim; }   // one stage of Q or of dO
   ATTUNE_DEVICE i32 k_offset() const { return FlashBwdSm90Tunables::kSharedAlign; }
@@ -161,15 +179,17 @@ struct Layout {
   ATTUNE_DEVICE i32 ds_bytes() const { return 2 * block_n * block_m; }
   // dS^T buffer `buffer` (of ds_buffers): [key][query], 128-byte rows.
   ATTUNE_DEVICE i32 ds_offset(i32 buffer) const { return q_offset(stages) + buffer * ds_bytes(); }
+  // !pds_registers: P^T's buffer, laid out as dS^T's.
+  ATTUNE_DEVICE i32 p_offset() const { return ds_offset(FlashBwdSm90Tunables::ds_buffers(head_dim, block_n)); }
   // A stage's LSE (base 2) and D, interleaved by row (RowStatsPair): a
   // consumer thread's two columns in one 16-byte load.
   ATTUNE_DEVICE i32 row_stats_offset(i32 stage) const {
-    return ds_offset(FlashBwdSm90Tunables::ds_buffers(head_dim, block_n)) + stage * 8 * block_m;
+    return ds_offset(FlashBwdSm90Tunables::key_query_buffers(head_dim, block_n, pds_registers)) + stage * 8 * block_m;
   }
   // kDqTma: consumer c's dQ box, two [64 queries][32 columns] fp32 halves
   // with 128-byte rows, swizzled as the accumulator's map reads them.
   ATTUNE_DEVICE i32 dq_offset(i32 consumer) const {
-    return FlashBwdSm90Tunables::dq_stage_offset(head_dim, block_m, block_n, stages) +
+    return FlashBwdSm90Tunables::dq_stage_offset(head_dim, block_m, block_n, stages, pds_registers) +
            consumer * FlashBwdSm90Tunables::kDqStageBytes;
   }
 };
@@ -304,14 +324,14 @@ struct KeyBlock {
 // threads(); dynamic shared memory: shared_bytes(). Needs D from
 // flash_bwd_preprocess (which also clears the dQ accumulator); dQ is
 // finished by flash_bwd_dq_convert. In the emulator's instantiation kStages
-// kDqAtomic and kDqTma may be kAtRunTime, read from the params.
-template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kDqAtomic, int kDqTma, class DType, int kSoftcap = 0,
-          int kAlibi = 0>
+// kDqAtomic, kDqTma and kPdsRegisters may be kAtRunTime, read from the params.
+template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kDqAtomic, int kDqTma, int kPdsRegisters,
+          class DType, int kSoftcap = 0, int kAlibi = 0>
 ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     flash_bwd_sm90(const ATTUNE_GRID_CONSTANT FlashBwdSm90Params p) {
   using namespace bwd_sm90_detail;
-  static_assert(!kAllFixed<kStages, kDqAtomic, kDqTma> ||
-                    FlashBwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages, kDqAtomic, kDqTma),
+  static_assert(!kAllFixed<kStages, kDqAtomic, kDqTma, kPdsRegisters> ||
+                    FlashBwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages, kDqAtomic, kDqTma, kPdsRegisters),
                 "flash_bwd_sm90: these tunables break FlashBwdSm90Tunables::valid");
   static_assert(kBlockM * 2 == kRowBytes, "dS^T's rows (a key's queries) are one 128-byte swizzled row");
   constexpr i32 kConsumers = kBlockN / 64;
@@ -323,8 +343,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   const i32 stages = Tunable<kStages>(p.stages).value();
   const bool dq_atomic = Tunable<kDqAtomic>(p.dq_atomic).on();
   const bool dq_tma = Tunable<kDqTma>(p.dq_tma).on();
+  const bool pds_registers = Tunable<kPdsRegisters>(p.pds_registers).on();
   const FlashBwdParams& b = p.bwd;
-  const Layout layout{kHeadDim, kBlockM, kBlockN, stages};
+  const Layout layout{kHeadDim, kBlockM, kBlockN, stages, pds_registers ? 1 : 0};
   using Block = KeyBlock<kBlockM, kBlockN>;
 
   unsigned char* smem = dev::shared_memory<unsigned char>();
@@ -518,7 +539,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       // base + j - i; every j - i lies in (-kBlockM, 16], so the bounds clamp
       // to +-2 kBlockM.)
       const auto step_window = [&] {
-        const i64 base = warp_key0() - row0 - (b.mask.top_left != 0 ? 0 : seq.k_len - seq.q_len);
+        const i64 base = warp_key0() - row0 - diagonal_offset(b.mask, seq.q_len, seq.k_len);
         const auto clamp = [](i64 x) {
           return static_cast<i32>(x < -2 * kBlockM ? -2 * kBlockM : x > 2 * kBlockM ? 2 * kBlockM : x);
         };
@@ -623,7 +644,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       // P^T and dS^T as A fragments (16 queries a step), rounded to the
       // storage dtype; dS^T also to shared memory for dQ (its buffer's last
       // readers, the dQ GEMMs of kDsBuffers steps ago, are done: this
-      // consumer's waited for, the others' before the last dS^T barrier).
+      // consumer's waited for, the others' before the last dS^T barrier),
+      // and P^T too when dV's GEMM reads it there (its last reader, this
+      // consumer's dV GEMM of the last step, waited for).
       // By stmatrix, a step's four registers at once: register q of step ks
       // is an 8 x 8 matrix of key rows 16 warp + 8 (q % 2) + (0 .. 7) and
       // 16-byte chunk 2 ks + q / 2 of them, which the 128-byte swizzle XORs
@@ -636,7 +659,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       const u32 lane_s = static_cast<u32>(dev::opaque(lane));
       const u32 matrix = lane_s / 8;
       const u32 atom_row = lane_s % 8;
-      unsigned char* ds_lane = ds_rows + (16 * warp + 8 * (matrix % 2) + atom_row) * kRowBytes;
+      const u32 lane_row = (16 * warp + 8 * (matrix % 2) + atom_row) * kRowBytes;
+      unsigned char* ds_lane = ds_rows + lane_row;
+      unsigned char* const p_rows = smem + layout.p_offset() + 64 * consumer * kRowBytes;  // !pds_registers
       const u32 ds_chunk_xor = ((matrix / 2) ^ atom_row) * 16;
       u32 pa[kQuerySteps][4];
       u32 dsa[kQuerySteps][4];
@@ -645,35 +670,64 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
         flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
         flash_detail::pack_a_fragment<DType>(dp.tile(0, 2 * ks), dp.tile(0, 2 * ks + 1), dsa[ks]);
         dev::stmatrix_x4(ds_lane + ((32U * static_cast<u32>(ks)) ^ ds_chunk_xor), dsa[ks]);  // consumer: store dS^T
+        if (!pds_registers) {
+          dev::stmatrix_x4(p_rows + lane_row + ((32U * static_cast<u32>(ks)) ^ ds_chunk_xor),
+                           pa[ks]);  // consumer: store P^T
+        }
       }
+      // dS^T's (and P^T's) stores before a wgmma reads them: every warp's,
+      // and split by columns both consumers'.
+      const auto publish_key_query_tiles = [&] {
+        dev::fence_proxy_async();
+        if constexpr (kDqByColumns) {
+          dev::named_barrier::sync(sm90_sync::kDsStored, kConsumers * sm90::kWarpgroupSize);
+        } else {
+          dev::named_barrier::sync(sm90_sync::kDsStored + consumer, sm90::kWarpgroupSize);
+        }
+      };
+      if (!pds_registers) publish_key_query_tiles();  // before dV's and dK's GEMMs read them
 
       // dV += P^T dO and dK += dS^T Q, over the step's queries: dO and Q are
-      // MN-major here (16 query rows of every box a step; LBO steps a box).
+      // MN-major here (16 query rows of every box a step; LBO steps a box);
+      // P^T and dS^T from registers, or from shared memory K-major (16
+      // queries, 32 bytes of each key's row, a step).
       {
         const u64 do_desc = descriptor(do_tile, kBlockM * kRowBytes);
         const u64 q_desc = descriptor(q_tile, kBlockM * kRowBytes);
         dev::wgmma::fence();
-        ATTUNE_UNROLL
-        for (i32 ks = 0; ks < kQuerySteps; ++ks) {
-          dev::wgmma::mma_rs<DType, kHeadDim, 1>(dv.tiles, pa[ks], dev::wgmma::advance(do_desc, ks * 16 * kRowBytes),
-                                                 1);  // consumer: dV GEMM
-        }
-        ATTUNE_UNROLL
-        for (i32 ks = 0; ks < kQuerySteps; ++ks) {
-          dev::wgmma::mma_rs<DType, kHeadDim, 1>(dk.tiles, dsa[ks], dev::wgmma::advance(q_desc, ks * 16 * kRowBytes),
-                                                 1);  // consumer: dK GEMM
+        if (pds_registers) {
+          ATTUNE_UNROLL
+          for (i32 ks = 0; ks < kQuerySteps; ++ks) {
+            dev::wgmma::mma_rs<DType, kHeadDim, 1>(dv.tiles, pa[ks], dev::wgmma::advance(do_desc, ks * 16 * kRowBytes),
+                                                   1);  // consumer: dV GEMM
+          }
+          ATTUNE_UNROLL
+          for (i32 ks = 0; ks < kQuerySteps; ++ks) {
+            dev::wgmma::mma_rs<DType, kHeadDim, 1>(dk.tiles, dsa[ks], dev::wgmma::advance(q_desc, ks * 16 * kRowBytes),
+                                                   1);  // consumer: dK GEMM
+          }
+        } else {
+          const u64 p_desc = descriptor(p_rows, 16);
+          const u64 ds_desc = descriptor(ds_rows, 16);
+          ATTUNE_UNROLL
+          for (i32 ks = 0; ks < kQuerySteps; ++ks) {
+            dev::wgmma::mma_ss<DType, kHeadDim, 0, 1>(dv.tiles, dev::wgmma::advance(p_desc, ks * 32),
+                                                      dev::wgmma::advance(do_desc, ks * 16 * kRowBytes),
+                                                      1);  // consumer: dV GEMM from shared memory
+          }
+          ATTUNE_UNROLL
+          for (i32 ks = 0; ks < kQuerySteps; ++ks) {
+            dev::wgmma::mma_ss<DType, kHeadDim, 0, 1>(dk.tiles, dev::wgmma::advance(ds_desc, ks * 32),
+                                                      dev::wgmma::advance(q_desc, ks * 16 * kRowBytes),
+                                                      1);  // consumer: dK GEMM from shared memory
+          }
         }
         dev::wgmma::commit();
       }
 
       // dQ = dS K, a box of columns at a time: dS (dS^T's rows) and K both
       // MN-major, 16 keys a step. By columns, every consumer's dS^T is read.
-      dev::fence_proxy_async();  // dS^T's stores before wgmma reads them
-      if constexpr (kDqByColumns) {
-        dev::named_barrier::sync(sm90_sync::kDsStored, kConsumers * sm90::kWarpgroupSize);
-      } else {
-        dev::named_barrier::sync(sm90_sync::kDsStored + consumer, sm90::kWarpgroupSize);
-      }
+      if (pds_registers) publish_key_query_tiles();
       // dV's and dK's GEMMs done before dQ's accumulators are live: P^T's and
       // dS^T's fragments are dead by then (at d128 both sets would not fit
       // beside dK and dV without spills).

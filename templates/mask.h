@@ -25,8 +25,13 @@ struct KeyBounds {
   i64 end;
 };
 
+// diagonal(row) - row: the same for every row of a sequence.
+ATTUNE_DEVICE i64 diagonal_offset(const MaskParams& mask, i64 seqlen_q, i64 seqlen_k) {
+  return mask.top_left != 0 ? 0 : seqlen_k - seqlen_q;
+}
+
 ATTUNE_DEVICE KeyBounds key_bounds(const MaskParams& mask, i64 row, i64 seqlen_q, i64 seqlen_k) {
-  const i64 diagonal = row + (mask.top_left != 0 ? 0 : seqlen_k - seqlen_q);
+  const i64 diagonal = row + diagonal_offset(mask, seqlen_q, seqlen_k);
   KeyBounds b{0, seqlen_k};
   if (mask.left >= 0 && diagonal - mask.left > 0) b.begin = diagonal - mask.left;
   if (mask.right >= 0 && diagonal + mask.right + 1 < seqlen_k) b.end = diagonal + mask.right + 1;

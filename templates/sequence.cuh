@@ -111,6 +111,10 @@ ATTUNE_DEVICE RowBlockKeys row_block_keys(const MaskParams& mask, i64 first_row,
   return {key_bounds(mask, first_row, q_len, k_len), key_bounds(mask, last_row, q_len, k_len)};
 }
 
+// Floor and ceiling of a / b for b > 0 and any a.
+ATTUNE_HOST_DEVICE constexpr i64 floor_div(i64 a, i64 b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
+ATTUNE_HOST_DEVICE constexpr i64 ceil_div(i64 a, i64 b) { return -floor_div(-a, b); }
+
 // The query tiles [begin, end) of a sequence in which some row may see a key
 // of [key0, key0 + kBlockN) (the backward's loop, over queries for a block
 // of keys). Bounds are non-decreasing in the row, so the tiles form one range
@@ -122,21 +126,30 @@ struct TileRange {
 
 template <int kBlockM, int kBlockN>
 ATTUNE_DEVICE TileRange query_tiles(const MaskParams& mask, i64 key0, i64 q_len, i64 k_len) {
+  // In closed form (once per key block; a walk over every tile cost the
+  // Hopper backward 8 to 17% of its instructions). Tile m sees the block
+  // when its first row's begin bound is below key0 + kBlockN and below the
+  // keys' end (its rows see some key), and its last row's end bound is past
+  // key0. Tested against the walk over every tile. Selects, not early
+  // returns: flash_bwd at d224 on sm_90a runs at 253 registers, and the
+  // branches cost it 12 bytes of spills (NVRTC).
   const i64 tiles = (q_len + kBlockM - 1) / kBlockM;
-  TileRange r{tiles, tiles};
-  for (i64 m = 0; m < tiles; ++m) {
-    const i64 row0 = m * kBlockM;
-    const RowBlockKeys keys = row_block_keys(mask, row0, last_row_of(row0, kBlockM, q_len), q_len, k_len);
-    const bool seen = keys.first.begin < key0 + kBlockN && keys.last.end > key0 && keys.last.end > keys.first.begin;
-    if (seen && r.begin == tiles) r.begin = m;
-    if (seen) r.end = m + 1;
+  const i64 offset = diagonal_offset(mask, q_len, k_len);
+  i64 begin = 0;
+  i64 end = tiles;
+  if (mask.left >= 0) {  // kBlockM m + offset - left < min(key0 + kBlockN, k_len)
+    const i64 keys_end = key0 + kBlockN < k_len ? key0 + kBlockN : k_len;
+    const i64 below = ceil_div(keys_end + mask.left - offset, kBlockM);
+    end = below < end ? below : end;
   }
-  return r;
+  if (mask.right >= 0) {  // min(kBlockM m + kBlockM - 1, q_len - 1) + offset + right + 1 > key0
+    const i64 last_unseen = key0 - offset - mask.right - 1;
+    begin = q_len - 1 <= last_unseen ? tiles : floor_div(last_unseen - (kBlockM - 1), kBlockM) + 1;
+    begin = begin < 0 ? 0 : begin;
+  }
+  const bool none = k_len <= key0 || end <= begin;
+  return {none ? tiles : begin, none ? tiles : end};
 }
-
-// Floor and ceiling of a / b for b > 0 and any a.
-ATTUNE_HOST_DEVICE constexpr i64 floor_div(i64 a, i64 b) { return a >= 0 ? a / b : -((-a + b - 1) / b); }
-ATTUNE_HOST_DEVICE constexpr i64 ceil_div(i64 a, i64 b) { return -floor_div(-a, b); }
 
 // The query tiles whose every row sees every key of [key0, key0 + kBlockN)
 // (RowBlockKeys::sees_all): the backward's steps that need no mask. A row's
@@ -148,7 +161,7 @@ template <int kBlockM, int kBlockN>
 ATTUNE_DEVICE TileRange free_query_tiles(const MaskParams& mask, i64 key0, i64 q_len, i64 k_len) {
   const i64 tiles = (q_len + kBlockM - 1) / kBlockM;
   if (key0 + kBlockN > k_len || tiles <= 0) return {0, 0};
-  const i64 offset = mask.top_left != 0 ? 0 : k_len - q_len;  // diagonal(row) = row + offset
+  const i64 offset = diagonal_offset(mask, q_len, k_len);
   i64 begin = 0;
   if (mask.right >= 0) {  // row kBlockM m: row + offset + right + 1 >= key0 + kBlockN
     begin = ceil_div(key0 + kBlockN - 1 - mask.right - offset, kBlockM);

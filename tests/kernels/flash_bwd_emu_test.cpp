@@ -319,7 +319,7 @@ TEST(FlashBwdEmuTest, StridedTensors) {
 // mode, as its dQ turns go, the shortest first.
 TEST(FlashBwdEmuTest, Sm90TilesRunLongestFirstInL2Sections) {
   using Block = bwd_sm90_detail::KeyBlock<64, 128>;
-  const Variant v = parse_variant_id("flash_bwd_sm90/d128.bm64.bn128.st2.at1.tr1");
+  const Variant v = parse_variant_id("flash_bwd_sm90/d128.bm64.bn128.st2.at1.tr1.rs1");
   const auto order_of = [&](std::int64_t seqlen, std::int64_t hq) {
     AttentionProblem p;
     p.batch = 2;
@@ -379,7 +379,7 @@ TEST(FlashBwdEmuTest, Sm90PersistentCtasRunMoreTilesThanCtas) {
                                {.dtype = DType::kBF16, .mask = Mask::none()}};
   const BackwardInputs in = testing::make_backward_inputs(family);
   AttentionProblem p = in.forward.problem;
-  const Variant first = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st3.at1.tr1");
+  const Variant first = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st3.at1.tr1.rs1");
   const sm90_sched::TileOrder tiles = flash_bwd_sm90_tiles(p, first);
   ASSERT_EQ(tiles.count(), 20);
   EXPECT_EQ(flash_bwd_launch(p, first, 2).grid.x, 2);
@@ -391,11 +391,11 @@ TEST(FlashBwdEmuTest, Sm90PersistentCtasRunMoreTilesThanCtas) {
   p.mask = Mask::none();
   p.cu_seqlens_q = {0, 40, 77};
   EXPECT_EQ(flash_bwd_launch(p, first, 2).grid.x, flash_bwd_sm90_tiles(p, first).count()) << "varlen";
-  for (const char* id : {"flash_bwd_sm90/d64.bm64.bn64.st3.at1.tr1", "flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1",
-                         "flash_bwd_sm90/d64.bm64.bn64.st2.at1.tr0"}) {
+  for (const char* id : {"flash_bwd_sm90/d64.bm64.bn64.st3.at1.tr1.rs1", "flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1.rs1",
+                         "flash_bwd_sm90/d64.bm64.bn64.st2.at1.tr0.rs1"}) {
     check(in, parse_variant_id(id), family.name);
   }
-  const Variant deterministic = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1");
+  const Variant deterministic = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1.rs1");
   testing::EnvGuard::set("ATTUNE_EMU_SEED", "1");
   const testing::StoredGradients one = testing::run_backward_bits(in, deterministic);
   testing::EnvGuard::set("ATTUNE_EMU_SEED", "2");
@@ -417,6 +417,53 @@ TEST(FlashBwdEmuTest, HeuristicIsAnEnumeratedVariant) {
       }
     }
   }
+}
+
+// query_tiles (closed form) against the walk it replaced: each tile's
+// first and last rows' bounds, asked tile by tile. Every band of the mask
+// (left and right around the tile sizes, both frames), lengths around the
+// tile sizes, both key blocks, key blocks past the keys.
+template <int kBlockN>
+TileRange query_tiles_walked(const MaskParams& mask, i64 key0, i64 q_len, i64 k_len) {
+  const i64 tiles = (q_len + 63) / 64;
+  TileRange r{tiles, tiles};
+  for (i64 m = 0; m < tiles; ++m) {
+    const RowBlockKeys keys = row_block_keys(mask, 64 * m, last_row_of(64 * m, 64, q_len), q_len, k_len);
+    if (keys.first.begin < key0 + kBlockN && keys.last.end > key0 && keys.last.end > keys.first.begin) {
+      r.begin = r.begin == tiles ? m : r.begin;
+      r.end = m + 1;
+    }
+  }
+  return r;
+}
+
+TEST(FlashBwdEmuTest, QueryTilesInClosedFormAgreeWithTheWalk) {
+  int seen = 0;
+  for (const i32 left : {-1, 0, 1, 5, 63, 64, 65, 129, 1000}) {
+    for (const i32 right : {-1, 0, 1, 5, 63, 64, 65, 129, 1000}) {
+      for (const i32 top_left : {0, 1}) {
+        const MaskParams mask{left, right, top_left};
+        for (const i64 q_len : {1, 37, 63, 64, 65, 130, 300, 700}) {
+          for (const i64 k_len : {1, 63, 64, 65, 129, 250, 520, 900}) {
+            for (i64 key0 = 0; key0 < k_len + 256; key0 += 64) {
+              const TileRange want = query_tiles_walked<64>(mask, key0, q_len, k_len);
+              const TileRange got = query_tiles<64, 64>(mask, key0, q_len, k_len);
+              const TileRange want2 = query_tiles_walked<128>(mask, key0, q_len, k_len);
+              const TileRange got2 = query_tiles<64, 128>(mask, key0, q_len, k_len);
+              ASSERT_TRUE(got.begin == want.begin && got.end == want.end && got2.begin == want2.begin &&
+                          got2.end == want2.end)
+                  << "mask (" << left << ", " << right << ", top_left " << top_left << "), Sq " << q_len << ", Sk "
+                  << k_len << ", key0 " << key0 << ": 64 keys [" << got.begin << ", " << got.end << ") want ["
+                  << want.begin << ", " << want.end << "); 128 keys [" << got2.begin << ", " << got2.end << ") want ["
+                  << want2.begin << ", " << want2.end << ")";
+              seen += want.end > want.begin ? 1 : 0;
+            }
+          }
+        }
+      }
+    }
+  }
+  EXPECT_GT(seen, 20000) << "key blocks some tile sees";
 }
 
 // The deterministic turns' count in closed form (later_key_blocks_seen:

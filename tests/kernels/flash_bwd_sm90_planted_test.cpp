@@ -32,7 +32,7 @@ namespace {
 // against 250 keys over two query heads of one KV head are 4 key blocks of
 // up to 10 steps each, so every stage is refilled. Its rows are 128 bytes:
 // TMA steps them as laid out.
-constexpr const char* kVariant = "flash_bwd_sm90/d64.bm64.bn64.st2.at1.tr0";
+constexpr const char* kVariant = "flash_bwd_sm90/d64.bm64.bn64.st2.at1.tr0.rs1";
 constexpr int kWarps = 4;  // the row kernels' only variant
 
 testing::BackwardInputs planted_inputs() {
@@ -55,18 +55,18 @@ std::string rule_broken_by(Preprocess preprocess, Kernel kernel) {
 }
 
 TEST(FlashBwdSm90PlantedTest, TheRealKernelsRunCleanWithinTheRule) {
-  EXPECT_EQ(rule_broken_by(&flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>), "");
+  EXPECT_EQ(rule_broken_by(&flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>), "");
 }
 
 TEST(FlashBwdSm90PlantedTest, TheLseInNaturalUnitsFailsTheRule) {
   EXPECT_NE(rule_broken_by(&flash_bwd_preprocess<kWarps, Bf16>,
-                           &sm90_bwd_lse_natural::flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>),
+                           &sm90_bwd_lse_natural::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>),
             "");
 }
 
 TEST(FlashBwdSm90PlantedTest, DkWithoutTheScaleFailsTheRule) {
   const std::string why = rule_broken_by(&flash_bwd_preprocess<kWarps, Bf16>,
-                                         &sm90_bwd_dk_unscaled::flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>);
+                                         &sm90_bwd_dk_unscaled::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>);
   EXPECT_NE(why.find("dK"), std::string::npos) << why;
 }
 
@@ -74,13 +74,13 @@ TEST(FlashBwdSm90PlantedTest, DkWithoutTheScaleFailsTheRule) {
 // (its first row does not see every key) sees keys past the diagonal.
 TEST(FlashBwdSm90PlantedTest, AMaskedTileRunWithoutItsMaskFailsTheRule) {
   EXPECT_NE(rule_broken_by(&flash_bwd_preprocess<kWarps, Bf16>,
-                           &sm90_bwd_free_too_early::flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>),
+                           &sm90_bwd_free_too_early::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>),
             "");
 }
 
 TEST(FlashBwdSm90PlantedTest, DpsumFromOInsteadOfDoFailsTheRule) {
   EXPECT_NE(
-      rule_broken_by(&dpsum_from_o::flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>),
+      rule_broken_by(&dpsum_from_o::flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>),
       "");
 }
 
@@ -88,7 +88,7 @@ TEST(FlashBwdSm90PlantedTest, AStageReleasedBeforeItsGemmsIsARace) {
   const testing::BackwardInputs in = planted_inputs();
   try {
     testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
-                                   &sm90_bwd_early_release::flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>);
+                                   &sm90_bwd_early_release::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>);
     FAIL() << "the planted bug was not reported";
   } catch (const emu::KernelFault& fault) {
     const std::string what = fault.what();
@@ -113,14 +113,14 @@ TEST(FlashBwdSm90PlantedTest, SoftcapWithoutItsChainRuleFailsTheRule) {
   EXPECT_TRUE(testing::gradients_within_rule(
       in,
       testing::run_sm90_with_kernels(in, v, &flash_bwd_preprocess<kWarps, Bf16>,
-                                     &flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16, kAtRunTime, kAtRunTime>),
+                                     &flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16, kAtRunTime, kAtRunTime>),
       &why))
       << why;
   EXPECT_FALSE(testing::gradients_within_rule(
       in,
       testing::run_sm90_with_kernels(
           in, v, &flash_bwd_preprocess<kWarps, Bf16>,
-          &sm90_bwd_no_softcap_chain::flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16, kAtRunTime, kAtRunTime>),
+          &sm90_bwd_no_softcap_chain::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16, kAtRunTime, kAtRunTime>),
       &why));
 }
 
@@ -135,14 +135,14 @@ TEST(FlashBwdSm90PlantedTest, TheRealKernelRunsOnAnyNumberOfCtas) {
     std::string why;
     const ReferenceGradients atomic =
         testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
-                                       &flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>, 0, nullptr, nullptr, ctas);
+                                       &flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>, 0, nullptr, nullptr, ctas);
     EXPECT_TRUE(testing::gradients_within_rule(in, atomic, &why)) << ctas << " CTAs: " << why;
-    const Variant deterministic = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1");
+    const Variant deterministic = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1.rs1");
     std::vector<std::uint32_t> bits[2];
     for (const std::uint64_t seed : {0, 1}) {
-      const ReferenceGradients g =
-          testing::run_sm90_with_kernels(in, deterministic, &flash_bwd_preprocess<kWarps, Bf16>,
-                                         &flash_bwd_sm90<64, 64, 64, 2, 0, 1, Bf16>, seed, nullptr, &bits[seed], ctas);
+      const ReferenceGradients g = testing::run_sm90_with_kernels(
+          in, deterministic, &flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 0, 1, 1, Bf16>, seed,
+          nullptr, &bits[seed], ctas);
       EXPECT_TRUE(testing::gradients_within_rule(in, g, &why)) << ctas << " CTAs, seed " << seed << ": " << why;
     }
     EXPECT_TRUE(bits[0] == bits[1]) << ctas << " CTAs";
@@ -156,7 +156,7 @@ TEST(FlashBwdSm90PlantedTest, KAndVReloadedBeforeTheirReadersAreDoneIsReported) 
   const testing::BackwardInputs in = planted_inputs();
   std::string fault;
   testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
-                                 &sm90_bwd_no_kv_empty_wait::flash_bwd_sm90<64, 64, 64, 2, 1, 0, Bf16>, 0, &fault,
+                                 &sm90_bwd_no_kv_empty_wait::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>, 0, &fault,
                                  nullptr, 1);
   EXPECT_NE(fault.find("shared memory not ordered with the async proxy"), std::string::npos) << fault;
   EXPECT_NE(fault.find("wgmma operand read"), std::string::npos) << fault;
@@ -181,10 +181,10 @@ void expect_turns_checked(const char* id) {
     return std::pair{g, workspace};
   };
   std::string fault;
-  const auto [fixed, fixed_bits] = run(&flash_bwd_sm90<64, 64, 64, 2, 0, kTma, Bf16>, 0, &fault);
+  const auto [fixed, fixed_bits] = run(&flash_bwd_sm90<64, 64, 64, 2, 0, kTma, 1, Bf16>, 0, &fault);
   EXPECT_EQ(fault, "");
   for (const std::uint64_t seed : {1, 2, 3}) {
-    EXPECT_TRUE(run(&flash_bwd_sm90<64, 64, 64, 2, 0, kTma, Bf16>, seed, &fault).second == fixed_bits)
+    EXPECT_TRUE(run(&flash_bwd_sm90<64, 64, 64, 2, 0, kTma, 1, Bf16>, seed, &fault).second == fixed_bits)
         << id << " seed " << seed;
     EXPECT_EQ(fault, "");
   }
@@ -193,7 +193,7 @@ void expect_turns_checked(const char* id) {
   int changed = 0;
   for (const std::uint64_t seed : {0, 1, 2, 3}) {
     fault.clear();
-    const auto got = run(&sm90_bwd_no_turn_wait::flash_bwd_sm90<64, 64, 64, 2, 0, kTma, Bf16>, seed, &fault);
+    const auto got = run(&sm90_bwd_no_turn_wait::flash_bwd_sm90<64, 64, 64, 2, 0, kTma, 1, Bf16>, seed, &fault);
     EXPECT_NE(fault.find("does not happen before it, so the float sum depends on the order the blocks run in"),
               std::string::npos)
         << id << " seed " << seed << ": " << fault;
@@ -204,8 +204,8 @@ void expect_turns_checked(const char* id) {
 }
 
 TEST(FlashBwdSm90PlantedTest, DeterministicDqWithoutItsTurnIsReportedAndChangesBits) {
-  expect_turns_checked<0>("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr0");
-  expect_turns_checked<1>("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1");
+  expect_turns_checked<0>("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr0.rs1");
+  expect_turns_checked<1>("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1.rs1");
 }
 
 }  // namespace
