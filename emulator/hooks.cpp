@@ -62,8 +62,8 @@ void ldmatrix(i32 matrices, bool trans, u32* r, const void* row, const Where& wh
   emulator().warp_ldmatrix(matrices, trans, r, row, where);
 }
 
-void stmatrix(i32 matrices, const u32* r, void* row, const Where& where) {
-  emulator().warp_stmatrix(matrices, r, row, where);
+void stmatrix(i32 matrices, bool trans, const u32* r, void* row, const Where& where) {
+  emulator().warp_stmatrix(matrices, trans, r, row, where);
 }
 
 void cp_async(void* shared_dst, const void* global_src, i32 src_bytes, const Where& where) {

@@ -534,7 +534,7 @@ struct Emulator::Impl : Resident {
   u32 warp_shuffle(u32 value, i32 operand, bool xor_mode, const Where& where);
   void warp_mma(bool bf16, float* d, const u32* a, const u32* b, const float* c, const Where& where);
   void warp_ldmatrix(i32 matrices, bool trans, u32* r, const void* row, const Where& where);
-  void warp_stmatrix(i32 matrices, const u32* r, void* row, const Where& where);
+  void warp_stmatrix(i32 matrices, bool trans, const u32* r, void* row, const Where& where);
   bool warp_elect(const Where& where);
 };
 

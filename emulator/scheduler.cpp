@@ -386,13 +386,23 @@ bool Emulator::Impl::resolve_warps() {
       case WarpOp::kStmatrix: {
         // Row r of matrix m is words m of lanes 4 r .. 4 r + 3 (two 16-bit
         // elements each), stored to the address lane 8 m + r gave: a
-        // 16-byte store of that lane, checked as one.
+        // 16-byte store of that lane, checked as one. With .trans the
+        // stored row r is column r: element i from lane 4 i + r / 2, the
+        // half r % 2 of its word m.
         const int matrices = first.operand;
         for (int l = 0; l < 8 * matrices; ++l) {
           Thread& t = lanes[l];
           const auto m = static_cast<std::size_t>(l / 8);
+          const int r = l % 8;
           std::array<u32, 4> row{};
-          for (int j = 0; j < 4; ++j) row[static_cast<std::size_t>(j)] = lanes[4 * (l % 8) + j].words[m];
+          for (int j = 0; j < 4; ++j) {
+            if (first.flag) {
+              const auto element = [&](int i) { return (lanes[4 * i + r / 2].words[m] >> (16 * (r % 2))) & 0xFFFFU; };
+              row[static_cast<std::size_t>(j)] = element(2 * j) | element(2 * j + 1) << 16;
+            } else {
+              row[static_cast<std::size_t>(j)] = lanes[4 * r + j].words[m];
+            }
+          }
           if (check_shared(t, t.address, 16, /*write=*/true, t.site)) {
             std::memcpy(const_cast<void*>(t.address), row.data(), 16);
           }
@@ -493,10 +503,10 @@ void Emulator::Impl::warp_ldmatrix(i32 matrices, bool trans, u32* r, const void*
   std::copy(t.words.begin(), t.words.begin() + matrices, r);
 }
 
-void Emulator::Impl::warp_stmatrix(i32 matrices, const u32* r, void* row, const Where& where) {
+void Emulator::Impl::warp_stmatrix(i32 matrices, bool trans, const u32* r, void* row, const Where& where) {
   Thread& t = *current;
   t.op = WarpOp::kStmatrix;
-  t.flag = false;
+  t.flag = trans;
   t.operand = matrices;
   t.address = row;
   std::copy(r, r + matrices, t.words.begin());

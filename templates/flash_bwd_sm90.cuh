@@ -69,6 +69,7 @@ struct FlashBwdSm90Params {
   i32 dq_atomic ATTUNE_TUNABLE_OF(flash_bwd_sm90, kDqAtomic);
   i32 dq_tma ATTUNE_TUNABLE_OF(flash_bwd_sm90, kDqTma);
   i32 pds_registers ATTUNE_TUNABLE_OF(flash_bwd_sm90, kPdsRegisters);
+  i32 sdp_swapped ATTUNE_TUNABLE_OF(flash_bwd_sm90, kSdpSwapped);
   // The CTAs' order (one key block of one (batch, KV head) each): L2
   // sections of (batch, KV head) pairs whose Q and dO fit in L2 together,
   // in each the key blocks by work, over the section's pairs (`m_blocks`
@@ -96,9 +97,21 @@ struct FlashBwdSm90Tunables {
   // (the fragments' registers are free once stored; the GEMMs read 2 x 8 KiB
   // more shared memory a step and consumer)
   static constexpr int kPdsRegisters[] = {0, 1};
-  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st", "at", "tr", "rs"};
+  // Which way S and dP are computed (FlashAttention-3's SdP_swapAB).
+  // 1: swapped, S^T = K Q^T and dP^T = V dO^T, the keys as wgmma's M: P^T
+  // and dS^T are the accumulators, so they may stay in registers
+  // (kPdsRegisters) for dV and dK; a thread holds 16 queries' LSE and D.
+  // 0: S = Q K^T and dP = dO V^T, the queries as M: a thread holds two
+  // rows' LSE and D; P and dS reach dV's and dK's GEMMs transposed through
+  // shared memory (stmatrix .trans), so kPdsRegisters = 0. (dQ is never
+  // swapped: at 64 query rows dQ^T = K^T dS^T runs the same wgmma work with
+  // a transposed store; dK and dV neither: dV^T = dO^T P splits the head
+  // dim into m64 pieces, more and smaller wgmma for the same work.)
+  static constexpr int kSdpSwapped[] = {0, 1};
+  static constexpr const char* kIdKeys[] = {"d", "bm", "bn", "st", "at", "tr", "rs", "sw"};
   static constexpr const char* kArchs[] = {"sm_90a"};  // wgmma and setmaxnreg exist on sm_90a only
-  static constexpr const char* kEmulatedAtRunTime[] = {"kStages", "kDqAtomic", "kDqTma", "kPdsRegisters"};
+  static constexpr const char* kEmulatedAtRunTime[] = {"kStages", "kDqAtomic", "kDqTma", "kPdsRegisters",
+                                                       "kSdpSwapped"};
   static constexpr int kDqStageBytes = 64 * 64 * 4;  // kDqTma: a consumer's dQ box, [64 queries][64 columns] fp32
 
   static constexpr int kSharedAlign = 1024;  // the barriers, then every buffer on a 128-byte-swizzle atom
@@ -109,7 +122,8 @@ struct FlashBwdSm90Tunables {
   static constexpr int kProducerRegisters = 24;
 
   ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int /*block_m*/, int block_n, int /*stages*/,
-                                                  int /*dq_atomic*/, int /*dq_tma*/, int /*pds_registers*/) {
+                                                  int /*dq_atomic*/, int /*dq_tma*/, int /*pds_registers*/,
+                                                  int /*sdp_swapped*/) {
     return 128 * (1 + block_n / 64);
   }
   // dQ's split between consumers. With 64 head-dim columns or more each,
@@ -144,17 +158,20 @@ struct FlashBwdSm90Tunables {
     return (shared_bytes_before_dq(head_dim, block_m, block_n, stages, pds_registers) + 1023) / 1024 * 1024;
   }
   ATTUNE_HOST_DEVICE static constexpr int shared_bytes(int head_dim, int block_m, int block_n, int stages,
-                                                       int /*dq_atomic*/, int dq_tma, int pds_registers) {
+                                                       int /*dq_atomic*/, int dq_tma, int pds_registers,
+                                                       int /*sdp_swapped*/) {
     return dq_tma != 0
                ? dq_stage_offset(head_dim, block_m, block_n, stages, pds_registers) + block_n / 64 * kDqStageBytes
                : shared_bytes_before_dq(head_dim, block_m, block_n, stages, pds_registers);
   }
   ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int stages, int dq_atomic,
-                                                 int dq_tma, int pds_registers) {
+                                                 int dq_tma, int pds_registers, int sdp_swapped) {
     return head_dim % 64 == 0 && block_m == 64 && block_n % 64 == 0 && block_n / 64 >= 1 && block_n / 64 <= 2 &&
            stages >= 2 && stages <= 3 && (dq_atomic == 0 || dq_atomic == 1) && (dq_tma == 0 || dq_tma == 1) &&
-           (pds_registers == 0 || pds_registers == 1) &&
-           shared_bytes(head_dim, block_m, block_n, stages, dq_atomic, dq_tma, pds_registers) <= kMaxSharedBytes;
+           (pds_registers == 0 || pds_registers == 1) && (sdp_swapped == 0 || sdp_swapped == 1) &&
+           (sdp_swapped == 1 || pds_registers == 0) &&  // P and dS as S's accumulators are not P^T's A fragments
+           shared_bytes(head_dim, block_m, block_n, stages, dq_atomic, dq_tma, pds_registers, sdp_swapped) <=
+               kMaxSharedBytes;
   }
 };
 
@@ -324,14 +341,16 @@ struct KeyBlock {
 // threads(); dynamic shared memory: shared_bytes(). Needs D from
 // flash_bwd_preprocess (which also clears the dQ accumulator); dQ is
 // finished by flash_bwd_dq_convert. In the emulator's instantiation kStages
-// kDqAtomic, kDqTma and kPdsRegisters may be kAtRunTime, read from the params.
+// kDqAtomic, kDqTma, kPdsRegisters and kSdpSwapped may be kAtRunTime, read
+// from the params.
 template <int kHeadDim, int kBlockM, int kBlockN, int kStages, int kDqAtomic, int kDqTma, int kPdsRegisters,
-          class DType, int kSoftcap = 0, int kAlibi = 0>
+          int kSdpSwapped, class DType, int kSoftcap = 0, int kAlibi = 0>
 ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     flash_bwd_sm90(const ATTUNE_GRID_CONSTANT FlashBwdSm90Params p) {
   using namespace bwd_sm90_detail;
-  static_assert(!kAllFixed<kStages, kDqAtomic, kDqTma, kPdsRegisters> ||
-                    FlashBwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages, kDqAtomic, kDqTma, kPdsRegisters),
+  static_assert(!kAllFixed<kStages, kDqAtomic, kDqTma, kPdsRegisters, kSdpSwapped> ||
+                    FlashBwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages, kDqAtomic, kDqTma, kPdsRegisters,
+                                                kSdpSwapped),
                 "flash_bwd_sm90: these tunables break FlashBwdSm90Tunables::valid");
   static_assert(kBlockM * 2 == kRowBytes, "dS^T's rows (a key's queries) are one 128-byte swizzled row");
   constexpr i32 kConsumers = kBlockN / 64;
@@ -344,6 +363,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   const bool dq_atomic = Tunable<kDqAtomic>(p.dq_atomic).on();
   const bool dq_tma = Tunable<kDqTma>(p.dq_tma).on();
   const bool pds_registers = Tunable<kPdsRegisters>(p.pds_registers).on();
+  const bool sdp_swapped = Tunable<kSdpSwapped>(p.sdp_swapped).on();
   const FlashBwdParams& b = p.bwd;
   const Layout layout{kHeadDim, kBlockM, kBlockN, stages, pds_registers ? 1 : 0};
   using Block = KeyBlock<kBlockM, kBlockN>;
@@ -506,40 +526,54 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       ring.consumer_wait(done.ring_steps() + step);
       const i32 turns = dq_atomic ? 0 : dev::load_shared(&bars->turns[st]);  // before the stage's release
 
-      // S^T = K Q^T and dP^T = V dO^T, over the head dim: both operands K-major.
+      // S and dP over the head dim, both operands K-major, 16 columns a
+      // k-step: swapped, S^T = K Q^T and dP^T = V dO^T (a warp's 16 keys by
+      // the step's queries); else S = Q K^T and dP = dO V^T (a warp's 16
+      // queries by the consumer's 64 keys).
       Scores s;
       Scores dp;
       {
-        // acc = keys (K or V rows) x queries (Q or dO rows), 16 head-dim columns a k-step.
-        const auto keys_by_queries = [&](Scores& acc, const unsigned char* keys, const unsigned char* queries) {
-          const u64 a_desc = descriptor(keys, 16);
-          const u64 b_desc = descriptor(queries, 16);
+        // acc = a's rows x b's rows; a box of each holds a_rows and b_rows rows.
+        const auto over_head_dim = [&](Scores& acc, const unsigned char* a, i32 a_rows, const unsigned char* bt,
+                                       i32 b_rows) {
+          const u64 a_desc = descriptor(a, 16);
+          const u64 b_desc = descriptor(bt, 16);
           ATTUNE_UNROLL
           for (i32 kk = 0; kk < kHeadSteps; ++kk) {
-            const u32 kv_at = static_cast<u32>((kk / 4) * kBlockN * kRowBytes + (kk % 4) * 32);
-            const u32 q_at = static_cast<u32>((kk / 4) * kBlockM * kRowBytes + (kk % 4) * 32);
-            dev::wgmma::mma_ss<DType, kBlockM, 0, 0>(acc.tiles, dev::wgmma::advance(a_desc, kv_at),
-                                                     dev::wgmma::advance(b_desc, q_at), kk > 0);
+            const u32 a_at = static_cast<u32>((kk / 4) * a_rows * kRowBytes + (kk % 4) * 32);
+            const u32 b_at = static_cast<u32>((kk / 4) * b_rows * kRowBytes + (kk % 4) * 32);
+            dev::wgmma::mma_ss<DType, kBlockM, 0, 0>(acc.tiles, dev::wgmma::advance(a_desc, a_at),
+                                                     dev::wgmma::advance(b_desc, b_at), kk > 0);
           }
         };
         dev::wgmma::fence();
-        keys_by_queries(s, k_rows, q_tile);    // consumer: S^T GEMM
-        keys_by_queries(dp, v_rows, do_tile);  // consumer: dP^T GEMM
+        if (sdp_swapped) {
+          over_head_dim(s, k_rows, kBlockN, q_tile, kBlockM);    // consumer: S^T GEMM
+          over_head_dim(dp, v_rows, kBlockN, do_tile, kBlockM);  // consumer: dP^T GEMM
+        } else {
+          over_head_dim(s, q_tile, kBlockM, k_rows, kBlockN);    // consumer: S GEMM
+          over_head_dim(dp, do_tile, kBlockM, v_rows, kBlockN);  // consumer: dP GEMM
+        }
         dev::wgmma::commit();
         dev::wgmma::wait<0>();
       }
 
-      // P^T and dS^T in place. A thread holds keys acc_row of its warp's 16
-      // and queries acc_col of each 8-query tile. (masked: the mask code
-      // runs; false in the free steps' loop.)
+      // P and dS in place. Swapped, a thread holds keys acc_row of its
+      // warp's 16 and queries acc_col of each 8-query tile; else queries
+      // 16 warp + acc_row and keys acc_col of each 8-key tile of the
+      // consumer's 64. (masked: the mask code runs; false in the free
+      // steps' loop.)
       const RowStatsPair* stats = dev::shared_as<const RowStatsPair>(smem + layout.row_stats_offset(st));
+      // The keys the elements' columns (swapped: rows) count from: the
+      // warp's 16, or the consumer's 64.
+      const auto key_base = [&] { return sdp_swapped ? warp_key0() : w.key0 + dev::opaque(64 * consumer); };
       // The mask by global position as key_bounds draws it, in 32-bit
-      // offsets: the warp's key j (0..15) and the step's query i see each
-      // other when lo <= j - i < hi and j < keys. (key_g - diagonal(row) is
-      // base + j - i; every j - i lies in (-kBlockM, 16], so the bounds clamp
-      // to +-2 kBlockM.)
+      // offsets: key j (from key_base) and the step's query i see each other
+      // when lo <= j - i < hi and j < keys. (key_g - diagonal(row) is base +
+      // j - i; every j - i lies in (-kBlockM, 64], so the bounds clamp to
+      // +-2 kBlockM.)
       const auto step_window = [&] {
-        const i64 base = warp_key0() - row0 - diagonal_offset(b.mask, seq.q_len, seq.k_len);
+        const i64 base = key_base() - row0 - diagonal_offset(b.mask, seq.q_len, seq.k_len);
         const auto clamp = [](i64 x) {
           return static_cast<i32>(x < -2 * kBlockM ? -2 * kBlockM : x > 2 * kBlockM ? 2 * kBlockM : x);
         };
@@ -548,10 +582,9 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       };
       // Softcap and ALiBi as the forward applies them (score_mods.cuh):
       // the step's query head's slope; ALiBi's distance i + Sk - Sq - j of
-      // this thread's first element (query acc_col(lane, 0), key
-      // acc_row(lane, 0)), from which every other element's differs by a
-      // constant, 8 qt + c - 8 half (an opaque lane: 64 offsets held
-      // across the loop would spill).
+      // this thread's first element (its first row and column), from which
+      // every other element's differs by a constant (an opaque lane: 64
+      // offsets held across the loop would spill).
       const bool softcap = Mods::softcap(b.mods);
       const bool alibi = Mods::alibi(b.mods);
       [[maybe_unused]] float slope_log2 = 0.0f;
@@ -561,36 +594,52 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
           const i32 lane_a = dev::opaque(lane);
           const i64 slope_at = w.batch * b.mods.alibi_batch_stride + head;
           slope_log2 = dev::load_global(b.mods.alibi_slopes + slope_at) * kLog2e;
-          // 32-bit: positions within one sequence.
-          distance0 = static_cast<float>(static_cast<i32>(row0 + seq.k_len - seq.q_len - warp_key0()) +
-                                         frag::acc_col(lane_a, 0) - frag::acc_row(lane_a, 0));
+          // 32-bit: positions within one sequence. Swapped: query
+          // acc_col(lane, 0), key acc_row(lane, 0); else query 16 warp +
+          // acc_row(lane, 0), key acc_col(lane, 0).
+          const i32 first = sdp_swapped ? frag::acc_col(lane_a, 0) - frag::acc_row(lane_a, 0)
+                                        : 16 * warp + frag::acc_row(lane_a, 0) - frag::acc_col(lane_a, 0);
+          distance0 = static_cast<float>(static_cast<i32>(row0 + seq.k_len - seq.q_len - key_base()) + first);
         }
       }
-      // Which of the thread's 32 elements are visible. Key j sees query i
-      // when begin <= j - i < end and j < keys: for the thread's key j (of
-      // the warp's 16: acc_row(lane, half)) the queries col0 + u (col0 =
-      // acc_col(lane, 0); u = 8 qt + c) with u in
-      // [j - col0 - end + 1, j - col0 - begin + 1), a range of bits (`sets`,
-      // [half][word]: u - 32 word). The elements' bits are then gathered
-      // four to a byte, `visible` [qt / 4]: byte qt % 4, bit 2 half + c,
+      // Which of the thread's 32 elements are visible. Element u = 8 t + c
+      // of the thread's row `half` (t: the 8-column tile), counted from
+      // its first column col0 = acc_col(lane, 0), is visible for u in one
+      // range [lo, hi): swapped, key j = acc_row(lane, half) sees the
+      // queries col0 + u with begin <= j - (col0 + u) < end (none when
+      // j >= keys); else query i = 16 warp + acc_row(lane, half) sees keys
+      // col0 + u with begin <= col0 + u - i < end and col0 + u < keys. The
+      // range's bits (`sets`, [half][word]: u - 32 word) are then gathered
+      // four to a byte, `visible` [t / 4]: byte t % 4, bit 2 half + c,
       // which ptxas moves to predicates a byte at a time (R2P). The free
       // steps' copy of the body skips all of it.
       u32 visible[2] = {~0U, ~0U};  // the free steps' body never reads them
       if (masked) {
         u32 sets[2][2];
         const KeyWindow window = step_window();
-        const i64 keys_left = seq.k_len - warp_key0();  // keys of the sequence from the warp's first
-        const i32 keys = keys_left < 0 ? 0 : keys_left > 16 ? 16 : static_cast<i32>(keys_left);
+        const i64 keys_left = seq.k_len - key_base();  // keys of the sequence from key_base
+        const i32 width = sdp_swapped ? 16 : 64;
+        const i32 keys = keys_left < 0 ? 0 : keys_left > width ? width : static_cast<i32>(keys_left);
         const u32 lane_m = static_cast<u32>(dev::opaque(lane));  // unsigned: / and % by 4 are shifts
+        const i32 col0 = static_cast<i32>(2 * (lane_m % 4));     // frag::acc_col(lane, 0)
         ATTUNE_UNROLL
         for (i32 half = 0; half < 2; ++half) {
-          const i32 key = static_cast<i32>(lane_m / 4) + 8 * half;        // frag::acc_row
-          const i32 end = key < keys ? window.end : window.begin;         // none past the sequence's keys
-          const i32 from = key - static_cast<i32>(2 * (lane_m % 4)) + 1;  // frag::acc_col(lane, 0)
+          const i32 row = static_cast<i32>(lane_m / 4) + 8 * half;  // frag::acc_row
+          i32 lo;
+          i32 hi;
+          if (sdp_swapped) {
+            const i32 end = row < keys ? window.end : window.begin;  // none past the sequence's keys
+            lo = row - col0 + 1 - end;
+            hi = row - col0 + 1 - window.begin;
+          } else {
+            const i32 query = 16 * warp + row;
+            const i32 end = query + window.end < keys ? query + window.end : keys;
+            lo = query + window.begin - col0;
+            hi = end - col0;
+          }
           ATTUNE_UNROLL
           for (i32 word = 0; word < 2; ++word) {
-            const i32 at_bit = from - 32 * word;
-            sets[half][word] = dev::low_bits(at_bit - window.begin) & ~dev::low_bits(at_bit - end);
+            sets[half][word] = dev::low_bits(hi - 32 * word) & ~dev::low_bits(lo - 32 * word);
           }
         }
         ATTUNE_UNROLL
@@ -601,78 +650,126 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
         }
       }
       const float masked_out = -dev::infinity();
-      ATTUNE_UNROLL
-      for (i32 qt = 0; qt < kBlockM / 8; ++qt) {
-        // Columns 8 qt + acc_col(lane, c): the pair 4 qt + lane % 4.
-        const RowStatsPair pair = dev::load_shared(stats + 4 * qt + lane % 4);
+      // One element: P = 2^(S scale_log2 - LSE_log2) (0 where masked) in s,
+      // dS = P (dP - D) in dp; `distance`: ALiBi's.
+      const auto gradient = [&](float& s_at, float& dp_at, float lse, float row_d, bool seen, float distance) {
+        if constexpr (kElementMods) {
+          // The forward's logit, modifiers included; t: the softcap's tanh.
+          // dP - D, times the tanh's derivative, in place first: t is dead
+          // before the exponential.
+          const float raw = s_at;
+          float x = raw * b.scale_log2;
+          float d_rest = dp_at - row_d;
+          if (softcap) {
+            const float t = dev::tanh_approx(raw * p.softcap_in);
+            d_rest *= 1.0f - t * t;  // d(c tanh(x / c)) / dx
+            x = t * p.softcap_out;
+          }
+          if (alibi) x -= alibi_penalty(slope_log2, distance);
+          // Two equal forms of the masked exponential; which keeps the
+          // d128 consumers within their registers depends on the mix of
+          // modifiers (NVRTC: each spills 4 bytes in the other's).
+          const float prob = Mods::kMayAlibi && kConsumers == 2 ? (seen ? dev::exp2_approx(x - lse) : 0.0f)
+                                                                : dev::exp2_approx(seen ? x - lse : masked_out);
+          s_at = prob;
+          dp_at = prob * d_rest;  // 0 where masked: dP is finite
+        } else {                  // the code as it was before modifiers: variants without them compile as before
+          static_cast<void>(distance);
+          const float prob = dev::exp2_approx(seen ? s_at * b.scale_log2 - lse : masked_out);
+          s_at = prob;
+          dp_at = prob * (dp_at - row_d);  // 0 where masked: dP is finite
+        }
+      };
+      // Element (t, half, c): bit 8 (t % 4) + 2 half + c of visible[t / 4].
+      const auto seen_at = [&](u32 bits, i32 bit) { return !masked || ((bits >> bit) & 1U) != 0; };
+      if (sdp_swapped) {
         ATTUNE_UNROLL
-        for (i32 c = 0; c < 2; ++c) {
-          const float lse = c == 0 ? pair.lse0 : pair.lse1;
-          const float row_d = c == 0 ? pair.d0 : pair.d1;
+        for (i32 qt = 0; qt < kBlockM / 8; ++qt) {
+          // Columns 8 qt + acc_col(lane, c): the pair 4 qt + lane % 4.
+          const RowStatsPair pair = dev::load_shared(stats + 4 * qt + lane % 4);
+          ATTUNE_UNROLL
+          for (i32 c = 0; c < 2; ++c) {
+            ATTUNE_UNROLL
+            for (i32 half = 0; half < 2; ++half) {
+              gradient(s.at(0, qt, half, c), dp.at(0, qt, half, c), c == 0 ? pair.lse0 : pair.lse1,
+                       c == 0 ? pair.d0 : pair.d1, seen_at(visible[qt / 4], 8 * (qt % 4) + 2 * half + c),
+                       distance0 + static_cast<float>(8 * qt + c - 8 * half));
+            }
+          }
+        }
+      } else {
+        // The thread's two queries' LSE and D (rows 16 warp + acc_row).
+        const float* row_stats = dev::shared_as<const float>(stats);
+        float lse[2];
+        float row_d[2];
+        ATTUNE_UNROLL
+        for (i32 half = 0; half < 2; ++half) {
+          const i32 row = 16 * warp + frag::acc_row(lane, half);
+          lse[half] = dev::load_shared(row_stats + 2 * row);
+          row_d[half] = dev::load_shared(row_stats + 2 * row + 1);
+        }
+        ATTUNE_UNROLL
+        for (i32 kt = 0; kt < 64 / 8; ++kt) {
           ATTUNE_UNROLL
           for (i32 half = 0; half < 2; ++half) {
-            const bool seen = !masked || ((visible[qt / 4] >> (8 * (qt % 4) + 2 * half + c)) & 1U) != 0;
-            if constexpr (kElementMods) {
-              // The forward's logit, modifiers included; t: the softcap's tanh.
-              // dP^T - D, times the tanh's derivative, in place first: t
-              // is dead before the exponential.
-              const float raw = s.at(0, qt, half, c);
-              float x = raw * b.scale_log2;
-              float d_rest = dp.at(0, qt, half, c) - row_d;
-              if (softcap) {
-                const float t = dev::tanh_approx(raw * p.softcap_in);
-                d_rest *= 1.0f - t * t;  // d(c tanh(x / c)) / dx
-                x = t * p.softcap_out;
-              }
-              if (alibi) x -= alibi_penalty(slope_log2, distance0 + static_cast<float>(8 * qt + c - 8 * half));
-              // Two equal forms of the masked exponential; which keeps the
-              // d128 consumers within their registers depends on the mix of
-              // modifiers (NVRTC: each spills 4 bytes in the other's).
-              const float prob = Mods::kMayAlibi && kConsumers == 2 ? (seen ? dev::exp2_approx(x - lse) : 0.0f)
-                                                                    : dev::exp2_approx(seen ? x - lse : masked_out);
-              s.at(0, qt, half, c) = prob;
-              dp.at(0, qt, half, c) = prob * d_rest;  // 0 where masked: dP^T is finite
-            } else {  // the code as it was before modifiers: variants without them compile as before
-              const float prob = dev::exp2_approx(seen ? s.at(0, qt, half, c) * b.scale_log2 - lse : masked_out);
-              s.at(0, qt, half, c) = prob;
-              dp.at(0, qt, half, c) = prob * (dp.at(0, qt, half, c) - row_d);  // 0 where masked: dP^T is finite
+            ATTUNE_UNROLL
+            for (i32 c = 0; c < 2; ++c) {
+              gradient(s.at(0, kt, half, c), dp.at(0, kt, half, c), lse[half], row_d[half],
+                       seen_at(visible[kt / 4], 8 * (kt % 4) + 2 * half + c),
+                       distance0 + static_cast<float>(8 * half - 8 * kt - c));
             }
           }
         }
       }
 
-      // P^T and dS^T as A fragments (16 queries a step), rounded to the
-      // storage dtype; dS^T also to shared memory for dQ (its buffer's last
-      // readers, the dQ GEMMs of kDsBuffers steps ago, are done: this
-      // consumer's waited for, the others' before the last dS^T barrier),
-      // and P^T too when dV's GEMM reads it there (its last reader, this
-      // consumer's dV GEMM of the last step, waited for).
-      // By stmatrix, a step's four registers at once: register q of step ks
-      // is an 8 x 8 matrix of key rows 16 warp + 8 (q % 2) + (0 .. 7) and
-      // 16-byte chunk 2 ks + q / 2 of them, which the 128-byte swizzle XORs
-      // with the row's index in its 8-row atom. Lane l gives row l % 8 of
-      // matrix l / 8. From an opaque lane, so the four addresses are not held
-      // across the loop.
-      // The row is 128-byte aligned and 2 ks has no low bit, so chunk
-      // (2 ks + matrix / 2) ^ atom_row is 32 ks ^ ds_chunk_xor in bytes: one XOR
-      // a step.
+      // P^T and dS^T, rounded to the storage dtype: dS^T to shared memory
+      // for dQ (its buffer's last readers, the dQ GEMMs of kDsBuffers steps
+      // ago, are done: this consumer's waited for, the others' before the
+      // last dS^T barrier), and P^T too when dV's GEMM reads it there (its
+      // last reader, this consumer's dV GEMM of the last step, waited for);
+      // swapped, both also kept as A fragments (16 queries a step) for dV's
+      // and dK's GEMMs from registers.
+      // By stmatrix, a 16-column step's four registers at once (an A
+      // fragment: register q is the 8 x 8 matrix of rows 8 (q % 2) and
+      // columns 8 (q / 2) of the warp's 16 rows and the step's 16 columns).
+      // Swapped, matrix q's rows are key rows 16 warp + 8 (q % 2) + (0 .. 7)
+      // and its columns 16-byte chunk 2 ks + q / 2 of them; else (.trans)
+      // its columns are key rows 16 ks + 8 (q / 2) + (0 .. 7) and its rows
+      // the warp's chunk 2 warp + q % 2 of them. The 128-byte swizzle XORs
+      // a chunk with its row's index in its 8-row atom. Lane l gives row l
+      // % 8 of matrix l / 8. From an opaque lane, so the four addresses are
+      // not held across the loop.
       const u32 lane_s = static_cast<u32>(dev::opaque(lane));
       const u32 matrix = lane_s / 8;
       const u32 atom_row = lane_s % 8;
-      const u32 lane_row = (16 * warp + 8 * (matrix % 2) + atom_row) * kRowBytes;
-      unsigned char* ds_lane = ds_rows + lane_row;
       unsigned char* const p_rows = smem + layout.p_offset() + 64 * consumer * kRowBytes;  // !pds_registers
-      const u32 ds_chunk_xor = ((matrix / 2) ^ atom_row) * 16;
       u32 pa[kQuerySteps][4];
       u32 dsa[kQuerySteps][4];
-      ATTUNE_UNROLL
-      for (i32 ks = 0; ks < kQuerySteps; ++ks) {
-        flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
-        flash_detail::pack_a_fragment<DType>(dp.tile(0, 2 * ks), dp.tile(0, 2 * ks + 1), dsa[ks]);
-        dev::stmatrix_x4(ds_lane + ((32U * static_cast<u32>(ks)) ^ ds_chunk_xor), dsa[ks]);  // consumer: store dS^T
-        if (!pds_registers) {
-          dev::stmatrix_x4(p_rows + lane_row + ((32U * static_cast<u32>(ks)) ^ ds_chunk_xor),
-                           pa[ks]);  // consumer: store P^T
+      if (sdp_swapped) {
+        // The row is 128-byte aligned and 2 ks has no low bit, so chunk
+        // (2 ks + matrix / 2) ^ atom_row is 32 ks ^ chunk_xor in bytes: one
+        // XOR a step.
+        const u32 lane_row = (16 * warp + 8 * (matrix % 2) + atom_row) * kRowBytes;
+        unsigned char* const ds_lane = ds_rows + lane_row;
+        unsigned char* const p_lane = p_rows + lane_row;
+        const u32 chunk_xor = ((matrix / 2) ^ atom_row) * 16;
+        ATTUNE_UNROLL
+        for (i32 ks = 0; ks < kQuerySteps; ++ks) {
+          flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
+          flash_detail::pack_a_fragment<DType>(dp.tile(0, 2 * ks), dp.tile(0, 2 * ks + 1), dsa[ks]);
+          const u32 chunk = (32U * static_cast<u32>(ks)) ^ chunk_xor;
+          dev::stmatrix_x4(ds_lane + chunk, dsa[ks]);                    // consumer: store dS^T
+          if (!pds_registers) dev::stmatrix_x4(p_lane + chunk, pa[ks]);  // consumer: store P^T
+        }
+      } else {
+        const u32 lane_at = (8 * (matrix / 2) + atom_row) * kRowBytes + (((2 * warp + matrix % 2) ^ atom_row) * 16);
+        ATTUNE_UNROLL
+        for (i32 ks = 0; ks < 64 / 16; ++ks) {
+          flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
+          flash_detail::pack_a_fragment<DType>(dp.tile(0, 2 * ks), dp.tile(0, 2 * ks + 1), dsa[ks]);
+          const u32 at = lane_at + static_cast<u32>(ks * 16 * kRowBytes);
+          dev::stmatrix_x4_trans(ds_rows + at, dsa[ks]);  // consumer: store dS^T (from dS)
+          dev::stmatrix_x4_trans(p_rows + at, pa[ks]);    // consumer: store P^T (from P)
         }
       }
       // dS^T's (and P^T's) stores before a wgmma reads them: every warp's,

@@ -94,7 +94,8 @@ Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits
                                    .stages = 2,
                                    .dq_atomic = deterministic ? 0 : 1,
                                    .dq_tma = 1,
-                                   .pds_registers = 1};
+                                   .pds_registers = 1,
+                                   .sdp_swapped = 1};
     return nearest_variant(hopper, wanted.values());
   }
   // (Deterministic or not changes neither validity nor resources.)

@@ -20,6 +20,7 @@
 //     try_wait(bar, parity) -> bool, wait(bar, parity), invalidate(bar); fence_init()
 //   fence_proxy_async()                                 // fence.proxy.async.shared::cta
 //   stmatrix_x4(void* row, const u32 (&r)[4])           // stmatrix.m8n8.x4.b16: a lane's row address
+//   stmatrix_x4_trans(void* row, const u32 (&r)[4])     // the same, .trans: each matrix transposed
 //   named_barrier::sync(id, threads), named_barrier::arrive(id, threads)
 //   elect_one() -> bool                                 // elect.sync: one lane of the warp
 //   tma::load<2..5>(smem, const TensorMap*, bar, coords...), tma::store<2..5>(const TensorMap*, smem, coords...),
@@ -214,6 +215,14 @@ namespace attune::dev {
 ATTUNE_DEVICE void stmatrix_x4(void* row, const u32 (&r)[4]) {
   asm volatile("stmatrix.sync.aligned.m8n8.x4.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(shared_address(row)), "r"(r[0]),
                "r"(r[1]), "r"(r[2]), "r"(r[3])
+               : "memory");
+}
+// The same with .trans: each matrix stored transposed (row l % 8 of
+// matrix l / 8 holds column l % 8 of the fragment's matrix): an m-major
+// fragment to k-major rows.
+ATTUNE_DEVICE void stmatrix_x4_trans(void* row, const u32 (&r)[4]) {
+  asm volatile("stmatrix.sync.aligned.m8n8.x4.trans.shared.b16 [%0], {%1, %2, %3, %4};" ::"r"(shared_address(row)),
+               "r"(r[0]), "r"(r[1]), "r"(r[2]), "r"(r[3])
                : "memory");
 }
 

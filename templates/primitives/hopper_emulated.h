@@ -22,7 +22,7 @@ void wgmma(bool bf16, i32 n, bool trans_a, bool trans_b, u64 desc_a, u64 desc_b,
 void wgmma_fp8(i32 format, i32 n, u64 desc_a, u64 desc_b, u32* a_registers, float* d, i32 accumulate,
                const Where& where);
 void fence_proxy_async(const Where& where);
-void stmatrix(i32 matrices, const u32* r, void* row, const Where& where);
+void stmatrix(i32 matrices, bool trans, const u32* r, void* row, const Where& where);
 void setmaxnreg(bool increase, i32 registers, const Where& where);
 void mbarrier_init(u64* bar, i32 count, const Where& where);
 void mbarrier_arrive(u64* bar, u32 tx_bytes, const Where& where);
@@ -54,7 +54,10 @@ namespace attune::dev {
 // stmatrix.x4, as in the CUDA primitives: a warp collective, checked as
 // each lane's 16-byte store.
 inline void stmatrix_x4(void* row, const u32 (&r)[4], const Where& where = Where::current()) {
-  emu::hooks::stmatrix(4, r, row, where);
+  emu::hooks::stmatrix(4, false, r, row, where);
+}
+inline void stmatrix_x4_trans(void* row, const u32 (&r)[4], const Where& where = Where::current()) {
+  emu::hooks::stmatrix(4, true, r, row, where);
 }
 
 namespace warpgroup {

@@ -206,6 +206,7 @@ u16 stm_value(i32 m, i32 r, i32 c) { return static_cast<u16>(1000 * m + 10 * r +
 
 struct StmatrixParams {
   u16* out;
+  i32 trans;
 };
 
 ATTUNE_KERNEL void stmatrix_kernel(StmatrixParams p) {
@@ -216,21 +217,30 @@ ATTUNE_KERNEL void stmatrix_kernel(StmatrixParams p) {
     r[m] = static_cast<u32>(stm_value(m, lane / 4, 2 * (lane % 4))) |
            static_cast<u32>(stm_value(m, lane / 4, 2 * (lane % 4) + 1)) << 16;
   }
-  dev::stmatrix_x4(smem + 16 * (31 - lane), r);
+  if (p.trans != 0) {
+    dev::stmatrix_x4_trans(smem + 16 * (31 - lane), r);
+  } else {
+    dev::stmatrix_x4(smem + 16 * (31 - lane), r);
+  }
   dev::block::sync();
   for (i32 i = lane; i < 256; i += 32)
     dev::store_global(p.out + i, dev::load_shared(dev::shared_as<const u16>(smem) + i));
 }
 
+// Lane l's address takes row l % 8 of matrix l / 8: of the fragment's
+// matrix as it is, or (.trans) its column l % 8.
 TEST(WgmmaEmuTest, StmatrixStoresEachRowWhereItsLanePoints) {
-  std::vector<u16> out(256, 0xFFFF);
-  emu::Emulator emulator;
-  emulator.register_buffer("out", out.data(), out.size() * 2);
-  emulator.launch(&stmatrix_kernel, LaunchConfig{{1, 1, 1}, {32, 1, 1}, 512}, StmatrixParams{out.data()});
-  for (int lane = 0; lane < 32; ++lane) {
-    for (int j = 0; j < 8; ++j) {
-      EXPECT_EQ(out[static_cast<std::size_t>((31 - lane) * 8 + j)], stm_value(lane / 8, lane % 8, j))
-          << "slot " << 31 - lane << ", element " << j;
+  for (const i32 trans : {0, 1}) {
+    std::vector<u16> out(256, 0xFFFF);
+    emu::Emulator emulator;
+    emulator.register_buffer("out", out.data(), out.size() * 2);
+    emulator.launch(&stmatrix_kernel, LaunchConfig{{1, 1, 1}, {32, 1, 1}, 512}, StmatrixParams{out.data(), trans});
+    for (int lane = 0; lane < 32; ++lane) {
+      for (int j = 0; j < 8; ++j) {
+        const u16 want = trans != 0 ? stm_value(lane / 8, j, lane % 8) : stm_value(lane / 8, lane % 8, j);
+        EXPECT_EQ(out[static_cast<std::size_t>((31 - lane) * 8 + j)], want)
+            << "slot " << 31 - lane << ", element " << j << (trans != 0 ? ", .trans" : "");
+      }
     }
   }
 }

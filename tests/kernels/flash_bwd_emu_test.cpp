@@ -319,7 +319,7 @@ TEST(FlashBwdEmuTest, StridedTensors) {
 // mode, as its dQ turns go, the shortest first.
 TEST(FlashBwdEmuTest, Sm90TilesRunLongestFirstInL2Sections) {
   using Block = bwd_sm90_detail::KeyBlock<64, 128>;
-  const Variant v = parse_variant_id("flash_bwd_sm90/d128.bm64.bn128.st2.at1.tr1.rs1");
+  const Variant v = parse_variant_id("flash_bwd_sm90/d128.bm64.bn128.st2.at1.tr1.rs1.sw1");
   const auto order_of = [&](std::int64_t seqlen, std::int64_t hq) {
     AttentionProblem p;
     p.batch = 2;
@@ -379,7 +379,7 @@ TEST(FlashBwdEmuTest, Sm90PersistentCtasRunMoreTilesThanCtas) {
                                {.dtype = DType::kBF16, .mask = Mask::none()}};
   const BackwardInputs in = testing::make_backward_inputs(family);
   AttentionProblem p = in.forward.problem;
-  const Variant first = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st3.at1.tr1.rs1");
+  const Variant first = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st3.at1.tr1.rs1.sw1");
   const sm90_sched::TileOrder tiles = flash_bwd_sm90_tiles(p, first);
   ASSERT_EQ(tiles.count(), 20);
   EXPECT_EQ(flash_bwd_launch(p, first, 2).grid.x, 2);
@@ -391,11 +391,12 @@ TEST(FlashBwdEmuTest, Sm90PersistentCtasRunMoreTilesThanCtas) {
   p.mask = Mask::none();
   p.cu_seqlens_q = {0, 40, 77};
   EXPECT_EQ(flash_bwd_launch(p, first, 2).grid.x, flash_bwd_sm90_tiles(p, first).count()) << "varlen";
-  for (const char* id : {"flash_bwd_sm90/d64.bm64.bn64.st3.at1.tr1.rs1", "flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1.rs1",
-                         "flash_bwd_sm90/d64.bm64.bn64.st2.at1.tr0.rs1"}) {
+  for (const char* id :
+       {"flash_bwd_sm90/d64.bm64.bn64.st3.at1.tr1.rs1.sw1", "flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1.rs1.sw1",
+        "flash_bwd_sm90/d64.bm64.bn64.st2.at1.tr0.rs1.sw1"}) {
     check(in, parse_variant_id(id), family.name);
   }
-  const Variant deterministic = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1.rs1");
+  const Variant deterministic = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1.rs1.sw1");
   testing::EnvGuard::set("ATTUNE_EMU_SEED", "1");
   const testing::StoredGradients one = testing::run_backward_bits(in, deterministic);
   testing::EnvGuard::set("ATTUNE_EMU_SEED", "2");

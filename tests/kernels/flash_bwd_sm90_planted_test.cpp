@@ -7,7 +7,8 @@
 // read it are done by the emulator's race check, a persistent CTA's next K
 // and V loaded before the last tile's GEMMs read them by its async-proxy
 // order check, a deterministic dQ add that skips its turn by the
-// emulator's order check (and by its bits).
+// emulator's order check (and by its bits), P^T and dS^T read from shared
+// memory before every warp stored them by its race or proxy-order check.
 #include <gtest/gtest.h>
 
 #include <string>
@@ -23,6 +24,7 @@
 #include "flash_bwd_sm90_no_kv_empty_wait.cuh"
 #include "flash_bwd_sm90_no_softcap_chain.cuh"
 #include "flash_bwd_sm90_no_turn_wait.cuh"
+#include "flash_bwd_sm90_unpublished_pds.cuh"
 #include "tests/support/emu_backward.h"
 
 namespace attune {
@@ -32,7 +34,7 @@ namespace {
 // against 250 keys over two query heads of one KV head are 4 key blocks of
 // up to 10 steps each, so every stage is refilled. Its rows are 128 bytes:
 // TMA steps them as laid out.
-constexpr const char* kVariant = "flash_bwd_sm90/d64.bm64.bn64.st2.at1.tr0.rs1";
+constexpr const char* kVariant = "flash_bwd_sm90/d64.bm64.bn64.st2.at1.tr0.rs1.sw1";
 constexpr int kWarps = 4;  // the row kernels' only variant
 
 testing::BackwardInputs planted_inputs() {
@@ -55,18 +57,18 @@ std::string rule_broken_by(Preprocess preprocess, Kernel kernel) {
 }
 
 TEST(FlashBwdSm90PlantedTest, TheRealKernelsRunCleanWithinTheRule) {
-  EXPECT_EQ(rule_broken_by(&flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>), "");
+  EXPECT_EQ(rule_broken_by(&flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, 1, Bf16>), "");
 }
 
 TEST(FlashBwdSm90PlantedTest, TheLseInNaturalUnitsFailsTheRule) {
   EXPECT_NE(rule_broken_by(&flash_bwd_preprocess<kWarps, Bf16>,
-                           &sm90_bwd_lse_natural::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>),
+                           &sm90_bwd_lse_natural::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, 1, Bf16>),
             "");
 }
 
 TEST(FlashBwdSm90PlantedTest, DkWithoutTheScaleFailsTheRule) {
   const std::string why = rule_broken_by(&flash_bwd_preprocess<kWarps, Bf16>,
-                                         &sm90_bwd_dk_unscaled::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>);
+                                         &sm90_bwd_dk_unscaled::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, 1, Bf16>);
   EXPECT_NE(why.find("dK"), std::string::npos) << why;
 }
 
@@ -74,26 +76,48 @@ TEST(FlashBwdSm90PlantedTest, DkWithoutTheScaleFailsTheRule) {
 // (its first row does not see every key) sees keys past the diagonal.
 TEST(FlashBwdSm90PlantedTest, AMaskedTileRunWithoutItsMaskFailsTheRule) {
   EXPECT_NE(rule_broken_by(&flash_bwd_preprocess<kWarps, Bf16>,
-                           &sm90_bwd_free_too_early::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>),
+                           &sm90_bwd_free_too_early::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, 1, Bf16>),
             "");
 }
 
 TEST(FlashBwdSm90PlantedTest, DpsumFromOInsteadOfDoFailsTheRule) {
-  EXPECT_NE(
-      rule_broken_by(&dpsum_from_o::flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>),
-      "");
+  EXPECT_NE(rule_broken_by(&dpsum_from_o::flash_bwd_preprocess<kWarps, Bf16>,
+                           &flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, 1, Bf16>),
+            "");
 }
 
 TEST(FlashBwdSm90PlantedTest, AStageReleasedBeforeItsGemmsIsARace) {
   const testing::BackwardInputs in = planted_inputs();
   try {
     testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
-                                   &sm90_bwd_early_release::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>);
+                                   &sm90_bwd_early_release::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, 1, Bf16>);
     FAIL() << "the planted bug was not reported";
   } catch (const emu::KernelFault& fault) {
     const std::string what = fault.what();
     EXPECT_TRUE(fault.has(emu::BugKind::kSharedRace)) << what;
     EXPECT_NE(what.find("flash_bwd_sm90_early_release.cuh"), std::string::npos) << what;
+  }
+}
+
+// P^T and dS^T through shared memory (rs0), from S = Q K^T (sw0, stored
+// transposed): dV's and dK's GEMMs read rows every warp of the consumer
+// stored. The real kernel runs clean within the rule; without the proxy
+// fence and barrier before those GEMMs the read is reported.
+TEST(FlashBwdSm90PlantedTest, SharedPAndDsReadBeforeEveryWarpStoredThemIsReported) {
+  const testing::BackwardInputs in = planted_inputs();
+  const Variant v = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st2.at1.tr0.rs0.sw0");
+  const ReferenceGradients got = testing::run_sm90_with_kernels(in, v, &flash_bwd_preprocess<kWarps, Bf16>,
+                                                                &flash_bwd_sm90<64, 64, 64, 2, 1, 0, 0, 0, Bf16>);
+  std::string why;
+  EXPECT_TRUE(testing::gradients_within_rule(in, got, &why)) << why;
+  try {
+    testing::run_sm90_with_kernels(in, v, &flash_bwd_preprocess<kWarps, Bf16>,
+                                   &sm90_bwd_unpublished_pds::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 0, 0, Bf16>);
+    FAIL() << "the planted bug was not reported";
+  } catch (const emu::KernelFault& fault) {
+    const std::string what = fault.what();
+    EXPECT_TRUE(fault.has(emu::BugKind::kSharedRace) || fault.has(emu::BugKind::kAsyncProxyOrder)) << what;
+    EXPECT_NE(what.find("flash_bwd_sm90_unpublished_pds.cuh"), std::string::npos) << what;
   }
 }
 
@@ -113,14 +137,14 @@ TEST(FlashBwdSm90PlantedTest, SoftcapWithoutItsChainRuleFailsTheRule) {
   EXPECT_TRUE(testing::gradients_within_rule(
       in,
       testing::run_sm90_with_kernels(in, v, &flash_bwd_preprocess<kWarps, Bf16>,
-                                     &flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16, kAtRunTime, kAtRunTime>),
+                                     &flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, 1, Bf16, kAtRunTime, kAtRunTime>),
       &why))
       << why;
   EXPECT_FALSE(testing::gradients_within_rule(
       in,
       testing::run_sm90_with_kernels(
           in, v, &flash_bwd_preprocess<kWarps, Bf16>,
-          &sm90_bwd_no_softcap_chain::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16, kAtRunTime, kAtRunTime>),
+          &sm90_bwd_no_softcap_chain::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, 1, Bf16, kAtRunTime, kAtRunTime>),
       &why));
 }
 
@@ -135,14 +159,14 @@ TEST(FlashBwdSm90PlantedTest, TheRealKernelRunsOnAnyNumberOfCtas) {
     std::string why;
     const ReferenceGradients atomic =
         testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
-                                       &flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>, 0, nullptr, nullptr, ctas);
+                                       &flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, 1, Bf16>, 0, nullptr, nullptr, ctas);
     EXPECT_TRUE(testing::gradients_within_rule(in, atomic, &why)) << ctas << " CTAs: " << why;
-    const Variant deterministic = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1.rs1");
+    const Variant deterministic = parse_variant_id("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1.rs1.sw1");
     std::vector<std::uint32_t> bits[2];
     for (const std::uint64_t seed : {0, 1}) {
       const ReferenceGradients g = testing::run_sm90_with_kernels(
-          in, deterministic, &flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 0, 1, 1, Bf16>, seed,
-          nullptr, &bits[seed], ctas);
+          in, deterministic, &flash_bwd_preprocess<kWarps, Bf16>, &flash_bwd_sm90<64, 64, 64, 2, 0, 1, 1, 1, Bf16>,
+          seed, nullptr, &bits[seed], ctas);
       EXPECT_TRUE(testing::gradients_within_rule(in, g, &why)) << ctas << " CTAs, seed " << seed << ": " << why;
     }
     EXPECT_TRUE(bits[0] == bits[1]) << ctas << " CTAs";
@@ -156,7 +180,7 @@ TEST(FlashBwdSm90PlantedTest, KAndVReloadedBeforeTheirReadersAreDoneIsReported) 
   const testing::BackwardInputs in = planted_inputs();
   std::string fault;
   testing::run_sm90_with_kernels(in, parse_variant_id(kVariant), &flash_bwd_preprocess<kWarps, Bf16>,
-                                 &sm90_bwd_no_kv_empty_wait::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, Bf16>, 0, &fault,
+                                 &sm90_bwd_no_kv_empty_wait::flash_bwd_sm90<64, 64, 64, 2, 1, 0, 1, 1, Bf16>, 0, &fault,
                                  nullptr, 1);
   EXPECT_NE(fault.find("shared memory not ordered with the async proxy"), std::string::npos) << fault;
   EXPECT_NE(fault.find("wgmma operand read"), std::string::npos) << fault;
@@ -181,10 +205,10 @@ void expect_turns_checked(const char* id) {
     return std::pair{g, workspace};
   };
   std::string fault;
-  const auto [fixed, fixed_bits] = run(&flash_bwd_sm90<64, 64, 64, 2, 0, kTma, 1, Bf16>, 0, &fault);
+  const auto [fixed, fixed_bits] = run(&flash_bwd_sm90<64, 64, 64, 2, 0, kTma, 1, 1, Bf16>, 0, &fault);
   EXPECT_EQ(fault, "");
   for (const std::uint64_t seed : {1, 2, 3}) {
-    EXPECT_TRUE(run(&flash_bwd_sm90<64, 64, 64, 2, 0, kTma, 1, Bf16>, seed, &fault).second == fixed_bits)
+    EXPECT_TRUE(run(&flash_bwd_sm90<64, 64, 64, 2, 0, kTma, 1, 1, Bf16>, seed, &fault).second == fixed_bits)
         << id << " seed " << seed;
     EXPECT_EQ(fault, "");
   }
@@ -193,7 +217,7 @@ void expect_turns_checked(const char* id) {
   int changed = 0;
   for (const std::uint64_t seed : {0, 1, 2, 3}) {
     fault.clear();
-    const auto got = run(&sm90_bwd_no_turn_wait::flash_bwd_sm90<64, 64, 64, 2, 0, kTma, 1, Bf16>, seed, &fault);
+    const auto got = run(&sm90_bwd_no_turn_wait::flash_bwd_sm90<64, 64, 64, 2, 0, kTma, 1, 1, Bf16>, seed, &fault);
     EXPECT_NE(fault.find("does not happen before it, so the float sum depends on the order the blocks run in"),
               std::string::npos)
         << id << " seed " << seed << ": " << fault;
@@ -204,8 +228,8 @@ void expect_turns_checked(const char* id) {
 }
 
 TEST(FlashBwdSm90PlantedTest, DeterministicDqWithoutItsTurnIsReportedAndChangesBits) {
-  expect_turns_checked<0>("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr0.rs1");
-  expect_turns_checked<1>("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1.rs1");
+  expect_turns_checked<0>("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr0.rs1.sw1");
+  expect_turns_checked<1>("flash_bwd_sm90/d64.bm64.bn64.st2.at0.tr1.rs1.sw1");
 }
 
 }  // namespace
