@@ -9,18 +9,22 @@
 // once by TMA (and zeroes their rows past the sequence), then fills a ring of
 // kStages stages with each step's Q and dO tiles (TMA) and its LSE in base 2
 // and D rows (plain loads). Warpgroups 1 .. kBlockN/64 are consumers of 64
-// keys each, the keys as wgmma's M (S's operands swapped):
+// keys each, by default with the keys as wgmma's M (S's operands swapped,
+// kSdpSwapped):
 //   S^T = K Q^T, dP^T = V dO^T     wgmma, both operands in shared memory
+//                                  (unswapped: S = Q K^T, dP = dO V^T)
 //   P^T = 2^(S^T scale_log2 - LSE_log2), 0 where masked
 //   dS^T = P^T (dP^T - D)
 //   dV += P^T dO, dK += dS^T Q     wgmma with A from registers: an m64 fp32
 //                                  accumulator is, converted in place, the
-//                                  A fragment of the next GEMM
+//                                  A fragment of the next GEMM (or, with
+//                                  kPdsRegisters = 0, from shared memory)
 //   dQ = dS K                      wgmma from shared memory: dS^T stored as
-//                                  [key][query] (one 128-byte row per key at
-//                                  kBlockM = 64) is dS read MN-major; one box
-//                                  of 64 head-dim columns at a time, added to
-//                                  the fp32 accumulator with red.global; in
+//                                  [key][query] (kBlockM / 64 boxes of
+//                                  128-byte rows) is dS read MN-major; a box
+//                                  of 64 head-dim columns and 64 queries at a
+//                                  time, added to the fp32 accumulator (TMA
+//                                  bulk reductions or red.global); in
 //                                  deterministic mode (kDqAtomic = 0) the
 //                                  consumers of every key block take turns
 //                                  at a query tile's rows, last key block
@@ -58,7 +62,7 @@ struct FlashBwdSm90Params {
   TensorMap k_map;   // (Dk, keys, Hkv, B): box {64, kBlockN}
   TensorMap v_map;   // (Dv, keys, Hkv, B): box {64, kBlockN}
   TensorMap do_map;  // (Dv, rows, Hq, B): box {64, kBlockM}
-  TensorMap dq_map;  // kDqTma: the fp32 dQ accumulator (Dk, Hq, workspace rows): box {32, 1, kBlockM}
+  TensorMap dq_map;  // kDqTma: the fp32 dQ accumulator (Dk, b, c, a, Hq) for row 8 a + 4 b + c: box {32, 2, 4, 8, 1}
   // Pointers, strides, sizes, mask, scale and the workspaces as the
   // preprocess and convert kernels take them (LSE, D, dQ's accumulator,
   // dK and dV read them).
@@ -83,9 +87,11 @@ struct FlashBwdSm90Params {
 
 struct FlashBwdSm90Tunables {
   static constexpr int kHeadDim[] = {64, 128};  // Dk and Dv padded up to it (whole 64-column boxes)
-  static constexpr int kBlockM[] = {64};        // query rows per step: dS^T's rows are one 128-byte row
-  static constexpr int kBlockN[] = {64, 128};   // keys per CTA: 64 per consumer warpgroup
-  static constexpr int kStages[] = {2, 3};      // Q / dO ring depth
+  // Query rows per step: a key's row of dS^T is kBlockM / 64 boxes of 128
+  // bytes. 128 where the accumulators fit (valid: kBlockM + head dim <= 192).
+  static constexpr int kBlockM[] = {64, 128};
+  static constexpr int kBlockN[] = {64, 128};  // keys per CTA: 64 per consumer warpgroup
+  static constexpr int kStages[] = {2, 3};     // Q / dO ring depth
   // 1: dQ by fp32 atomics in any order; 0: in block order, by turns (deterministic)
   static constexpr int kDqAtomic[] = {0, 1};
   // 1: dQ staged in shared memory and added by TMA bulk reductions (one
@@ -120,6 +126,12 @@ struct FlashBwdSm90Tunables {
   // two consumers; one consumer moves none.
   static constexpr int kConsumerRegisters = 240;
   static constexpr int kProducerRegisters = 24;
+  // A consumer thread's fp32 accumulators over a step: S^T and dP^T (a
+  // warp's 16 keys by kBlockM queries: kBlockM / 2 registers each), dK and
+  // dV (16 keys by the head dim: head_dim / 2 each). At most 192 of the
+  // 240, the rest for fragments, addresses and the softmax (d128 at 64
+  // rows runs at 231; 128 rows at d128 would need 256 for accumulators).
+  static constexpr int kAccumulatorColumns = 192;
 
   ATTUNE_HOST_DEVICE static constexpr int threads(int /*head_dim*/, int /*block_m*/, int block_n, int /*stages*/,
                                                   int /*dq_atomic*/, int /*dq_tma*/, int /*pds_registers*/,
@@ -166,7 +178,8 @@ struct FlashBwdSm90Tunables {
   }
   ATTUNE_HOST_DEVICE static constexpr bool valid(int head_dim, int block_m, int block_n, int stages, int dq_atomic,
                                                  int dq_tma, int pds_registers, int sdp_swapped) {
-    return head_dim % 64 == 0 && block_m == 64 && block_n % 64 == 0 && block_n / 64 >= 1 && block_n / 64 <= 2 &&
+    return head_dim % 64 == 0 && (block_m == 64 || block_m == 128) && block_m + head_dim <= kAccumulatorColumns &&
+           (block_m == 64 || sdp_swapped == 1) && block_n % 64 == 0 && block_n / 64 >= 1 && block_n / 64 <= 2 &&
            stages >= 2 && stages <= 3 && (dq_atomic == 0 || dq_atomic == 1) && (dq_tma == 0 || dq_tma == 1) &&
            (pds_registers == 0 || pds_registers == 1) && (sdp_swapped == 0 || sdp_swapped == 1) &&
            (sdp_swapped == 1 || pds_registers == 0) &&  // P and dS as S's accumulators are not P^T's A fragments
@@ -219,14 +232,29 @@ struct alignas(16) RowStatsPair {
   float d1;
 };
 
+// Deterministic dQ: a step's turn, as the producer publishes it with the
+// stage (the consumers' loop then carries one shared load, not the count
+// and the counter's address).
+struct alignas(8) StepTurn {
+  i32 before;   // turns_before: key blocks whose turn at the tile comes first
+  i32 counter;  // the tile's turn counter, from the key block's first head's first tile
+};
+
+// A consumer thread's place in its dQ stage box: the byte offset of its
+// first row and the XOR of its chunks under the swizzle.
+struct DqLane {
+  u32 offset;
+  u32 chunk_xor;
+};
+
 // The block's mbarriers, at the start of shared memory (kSharedAlign bytes).
 struct Barriers {
   u64 full[3];  // the Q / dO ring's (up to three stages)
   u64 empty[3];
-  u64 kv_landed;  // K's and V's bytes (the producer warp's own wait)
-  u64 kv_full;    // K and V ready for the consumers (their rows past the sequence zeroed)
-  u64 kv_empty;   // K and V read by every consumer warp: the next tile's may load
-  i32 turns[3];   // deterministic dQ: each ring stage's step's turns_before, from the producer
+  u64 kv_landed;      // K's and V's bytes (the producer warp's own wait)
+  u64 kv_full;        // K and V ready for the consumers (their rows past the sequence zeroed)
+  u64 kv_empty;       // K and V read by every consumer warp: the next tile's may load
+  StepTurn turns[3];  // deterministic dQ: each ring stage's step's turn, from the producer
 };
 
 // How far a CTA is through its tiles, as both roles count it: the ring's
@@ -352,7 +380,8 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
                     FlashBwdSm90Tunables::valid(kHeadDim, kBlockM, kBlockN, kStages, kDqAtomic, kDqTma, kPdsRegisters,
                                                 kSdpSwapped),
                 "flash_bwd_sm90: these tunables break FlashBwdSm90Tunables::valid");
-  static_assert(kBlockM * 2 == kRowBytes, "dS^T's rows (a key's queries) are one 128-byte swizzled row");
+  static_assert(kBlockM % 64 == 0, "dS^T's rows (a key's queries) are boxes of 128-byte swizzled rows");
+  constexpr i32 kQueryBoxes = kBlockM / 64;  // of dS^T (and P^T); dQ's 64-row parts
   constexpr i32 kConsumers = kBlockN / 64;
   using Mods = ScoreMods<kSoftcap, 0, kAlibi>;  // sinks change only dsink (flash_bwd_dsink)
   constexpr bool kElementMods = Mods::kMaySoftcap || Mods::kMayAlibi;
@@ -433,7 +462,10 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
         const i64 row0 = w.row0(step);
         ring.producer_acquire(done.ring_steps() + step);
         if (!dq_atomic && leader) {  // before the stage's arrival, which publishes it
-          dev::store_shared(&bars->turns[st], w.turns_before(b, row0 / kBlockM, p.tiles.m_blocks));
+          const i32 tile = static_cast<i32>(row0 / kBlockM - w.tiles.begin);
+          const StepTurn turn{w.turns_before(b, row0 / kBlockM, p.tiles.m_blocks),
+                              (head - kv_head * b.group_size) * b.dq_turn_tiles + tile * kQueryBoxes};
+          dev::store_shared(&bars->turns[st], turn);
         }
         // LSE in base 2, +inf for rows past the sequence and rows that saw no
         // key (LSE = -inf), and D, 0 there: their probabilities are 0.
@@ -484,6 +516,15 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
   const i32 dq_first_box = kDqByColumns ? consumer * kDqBoxes : 0;
   const i32 dq_key_rows = kDqByColumns ? 0 : 64 * consumer * kRowBytes;  // byte offset of its first key's row
   unsigned char* dq_stage = smem + layout.dq_offset(consumer);
+  // A thread's place in a dQ stage box (see the stores): its first row's
+  // byte offset, and the XOR of its chunks. Held across the loop at 64
+  // query rows; at 128, whose modifier variants have no two registers to
+  // spare (48 bytes of spills, NVRTC), formed each step from an opaque lane.
+  const auto dq_lane_of = [&](u32 l) {
+    const u32 box_row = 2 * ((l / 4) % 4) + l / 16;  // of r % 8 = lane / 4
+    return DqLane{(16 * warp + box_row) * 128 + (l % 2) * 8, ((l % 4) / 2) ^ box_row};
+  };
+  const DqLane dq_lane_held = dq_lane_of(static_cast<u32>(lane));
   // wgmma descriptors as offsets from shared memory's own: one add each in
   // the loop (the encoding's masks and shifts once, here).
   const u64 smem_descriptor = dev::wgmma::descriptor(smem, 0, kAtomStride, kSwizzle);
@@ -514,7 +555,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
     // tiles (the step's is cursor.head heads and cursor.tile tiles on).
     i32* const tile_turns = b.dq_turns +
                             (static_cast<i64>(w.batch) * b.heads_q + w.kv_head * b.group_size) * b.dq_turn_tiles +
-                            w.tiles.begin;
+                            w.tiles.begin * kQueryBoxes;
     const auto run_step = [&](bool masked, i32 step) {
       const i32 st = ring.stage(done.ring_steps() + step);
       const i64 row0 = w.row0(cursor);
@@ -524,7 +565,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       unsigned char* ds_rows = ds_tile + 64 * consumer * kRowBytes;  // this consumer's keys
       const unsigned char* do_tile = smem + layout.do_offset(st);
       ring.consumer_wait(done.ring_steps() + step);
-      const i32 turns = dq_atomic ? 0 : dev::load_shared(&bars->turns[st]);  // before the stage's release
+      const StepTurn turns = dq_atomic ? StepTurn{0, 0} : dev::load_shared(&bars->turns[st]);  // before the release
 
       // S and dP over the head dim, both operands K-major, 16 columns a
       // k-step: swapped, S^T = K Q^T and dP^T = V dO^T (a warp's 16 keys by
@@ -610,12 +651,15 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       // j >= keys); else query i = 16 warp + acc_row(lane, half) sees keys
       // col0 + u with begin <= col0 + u - i < end and col0 + u < keys. The
       // range's bits (`sets`, [half][word]: u - 32 word) are then gathered
-      // four to a byte, `visible` [t / 4]: byte t % 4, bit 2 half + c,
-      // which ptxas moves to predicates a byte at a time (R2P). The free
-      // steps' copy of the body skips all of it.
-      u32 visible[2] = {~0U, ~0U};  // the free steps' body never reads them
+      // eight to a byte, `visible` [t / 8]: byte t % 4, bit 4 ((t / 4) % 2)
+      // + 2 half + c, which ptxas moves to predicates a byte at a time
+      // (R2P). The free steps' copy of the body skips all of it.
+      constexpr i32 kWords = kBlockM / 32;  // of bits u: the step's queries (swapped) or the consumer's 64 keys
+      u32 visible[kWords / 2];
+      ATTUNE_UNROLL
+      for (i32 v = 0; v < kWords / 2; ++v) visible[v] = ~0U;  // the free steps' body never reads them
       if (masked) {
-        u32 sets[2][2];
+        u32 sets[2][kWords];
         const KeyWindow window = step_window();
         const i64 keys_left = seq.k_len - key_base();  // keys of the sequence from key_base
         const i32 width = sdp_swapped ? 16 : 64;
@@ -638,15 +682,16 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
             hi = end - col0;
           }
           ATTUNE_UNROLL
-          for (i32 word = 0; word < 2; ++word) {
+          for (i32 word = 0; word < kWords; ++word) {
             sets[half][word] = dev::low_bits(hi - 32 * word) & ~dev::low_bits(lo - 32 * word);
           }
         }
         ATTUNE_UNROLL
-        for (i32 word = 0; word < 2; ++word) {
+        for (i32 v = 0; v < kWords / 2; ++v) {
           // Opaque: the compiler would otherwise test each set's bits directly.
-          visible[word] = static_cast<u32>(
-              dev::opaque(static_cast<i32>((sets[0][word] & 0x03030303U) | ((sets[1][word] << 2) & 0x0C0C0C0CU))));
+          visible[v] = static_cast<u32>(dev::opaque(
+              static_cast<i32>((sets[0][2 * v] & 0x03030303U) | ((sets[1][2 * v] << 2) & 0x0C0C0C0CU) |
+                               ((sets[0][2 * v + 1] << 4) & 0x30303030U) | ((sets[1][2 * v + 1] << 6) & 0xC0C0C0C0U))));
         }
       }
       const float masked_out = -dev::infinity();
@@ -680,93 +725,93 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
           dp_at = prob * (dp_at - row_d);  // 0 where masked: dP is finite
         }
       };
-      // Element (t, half, c): bit 8 (t % 4) + 2 half + c of visible[t / 4].
+      // Element (t, half, c): bit 8 (t % 4) + 4 ((t / 4) % 2) + 2 half + c of visible[t / 8].
       const auto seen_at = [&](u32 bits, i32 bit) { return !masked || ((bits >> bit) & 1U) != 0; };
-      if (sdp_swapped) {
+      // The elements of 8-column tile t. Swapped, columns 8 t + acc_col(lane,
+      // c) are queries: their LSE and D are the pair 4 t + lane % 4; else
+      // they are keys, and the thread's rows' LSE and D are row_stats'.
+      float lse[2];
+      float row_d[2];
+      if (!sdp_swapped) {  // rows 16 warp + acc_row(lane, half)
+        const float* rows_stats = dev::shared_as<const float>(stats);
         ATTUNE_UNROLL
-        for (i32 qt = 0; qt < kBlockM / 8; ++qt) {
-          // Columns 8 qt + acc_col(lane, c): the pair 4 qt + lane % 4.
-          const RowStatsPair pair = dev::load_shared(stats + 4 * qt + lane % 4);
+        for (i32 half = 0; half < 2; ++half) {
+          const i32 row = 16 * warp + frag::acc_row(lane, half);
+          lse[half] = dev::load_shared(rows_stats + 2 * row);
+          row_d[half] = dev::load_shared(rows_stats + 2 * row + 1);
+        }
+      }
+      const auto tile_elements = [&](i32 t, u32 bits) {  // bits: visible[t / 8]
+        if (sdp_swapped) {
+          const RowStatsPair pair = dev::load_shared(stats + 4 * t + lane % 4);
           ATTUNE_UNROLL
           for (i32 c = 0; c < 2; ++c) {
             ATTUNE_UNROLL
             for (i32 half = 0; half < 2; ++half) {
-              gradient(s.at(0, qt, half, c), dp.at(0, qt, half, c), c == 0 ? pair.lse0 : pair.lse1,
-                       c == 0 ? pair.d0 : pair.d1, seen_at(visible[qt / 4], 8 * (qt % 4) + 2 * half + c),
-                       distance0 + static_cast<float>(8 * qt + c - 8 * half));
+              gradient(s.at(0, t, half, c), dp.at(0, t, half, c), c == 0 ? pair.lse0 : pair.lse1,
+                       c == 0 ? pair.d0 : pair.d1, seen_at(bits, 8 * (t % 4) + 4 * ((t / 4) % 2) + 2 * half + c),
+                       distance0 + static_cast<float>(8 * t + c - 8 * half));
             }
           }
-        }
-      } else {
-        // The thread's two queries' LSE and D (rows 16 warp + acc_row).
-        const float* row_stats = dev::shared_as<const float>(stats);
-        float lse[2];
-        float row_d[2];
-        ATTUNE_UNROLL
-        for (i32 half = 0; half < 2; ++half) {
-          const i32 row = 16 * warp + frag::acc_row(lane, half);
-          lse[half] = dev::load_shared(row_stats + 2 * row);
-          row_d[half] = dev::load_shared(row_stats + 2 * row + 1);
-        }
-        ATTUNE_UNROLL
-        for (i32 kt = 0; kt < 64 / 8; ++kt) {
+        } else {
           ATTUNE_UNROLL
           for (i32 half = 0; half < 2; ++half) {
             ATTUNE_UNROLL
             for (i32 c = 0; c < 2; ++c) {
-              gradient(s.at(0, kt, half, c), dp.at(0, kt, half, c), lse[half], row_d[half],
-                       seen_at(visible[kt / 4], 8 * (kt % 4) + 2 * half + c),
-                       distance0 + static_cast<float>(8 * half - 8 * kt - c));
+              gradient(s.at(0, t, half, c), dp.at(0, t, half, c), lse[half], row_d[half],
+                       seen_at(bits, 8 * (t % 4) + 4 * ((t / 4) % 2) + 2 * half + c),
+                       distance0 + static_cast<float>(8 * half - 8 * t - c));
             }
           }
         }
-      }
+      };
 
-      // P^T and dS^T, rounded to the storage dtype: dS^T to shared memory
-      // for dQ (its buffer's last readers, the dQ GEMMs of kDsBuffers steps
-      // ago, are done: this consumer's waited for, the others' before the
-      // last dS^T barrier), and P^T too when dV's GEMM reads it there (its
-      // last reader, this consumer's dV GEMM of the last step, waited for);
-      // swapped, both also kept as A fragments (16 queries a step) for dV's
-      // and dK's GEMMs from registers.
-      // By stmatrix, a 16-column step's four registers at once (an A
-      // fragment: register q is the 8 x 8 matrix of rows 8 (q % 2) and
-      // columns 8 (q / 2) of the warp's 16 rows and the step's 16 columns).
-      // Swapped, matrix q's rows are key rows 16 warp + 8 (q % 2) + (0 .. 7)
-      // and its columns 16-byte chunk 2 ks + q / 2 of them; else (.trans)
-      // its columns are key rows 16 ks + 8 (q / 2) + (0 .. 7) and its rows
-      // the warp's chunk 2 warp + q % 2 of them. The 128-byte swizzle XORs
-      // a chunk with its row's index in its 8-row atom. Lane l gives row l
-      // % 8 of matrix l / 8. From an opaque lane, so the four addresses are
-      // not held across the loop.
+      // A 16-column step at a time: its two tiles' elements, then P^T and
+      // dS^T rounded to the storage dtype (computed just before they are
+      // packed, the fp32 values live shortly: at 128 query rows the whole
+      // tile's elements first spilled 10 values in the masked step, NVRTC).
+      // dS^T goes to shared memory for dQ (its buffer's last readers, the dQ
+      // GEMMs of kDsBuffers steps ago, are done: this consumer's waited for,
+      // the others' before the last dS^T barrier), and P^T too when dV's GEMM
+      // reads it there (its last reader, this consumer's dV GEMM of the last
+      // step, waited for); swapped, both also stay as A fragments (16
+      // queries a step) for dV's and dK's GEMMs from registers.
+      // By stmatrix, a step's four registers at once (an A fragment:
+      // register q is the 8 x 8 matrix of rows 8 (q % 2) and columns 8 (q /
+      // 2) of the warp's 16 rows and the step's 16 columns). Swapped, matrix
+      // q's rows are key rows 16 warp + 8 (q % 2) + (0 .. 7) and its columns
+      // 16-byte chunk 2 ks + q / 2 of them (of box ks / 4); else (.trans) its
+      // columns are key rows 16 ks + 8 (q / 2) + (0 .. 7) and its rows the
+      // warp's chunk 2 warp + q % 2 of them. The 128-byte swizzle XORs a
+      // chunk with its row's index in its 8-row atom. Lane l gives row l % 8
+      // of matrix l / 8. From an opaque lane, so the four addresses are not
+      // held across the loop.
       const u32 lane_s = static_cast<u32>(dev::opaque(lane));
       const u32 matrix = lane_s / 8;
       const u32 atom_row = lane_s % 8;
       unsigned char* const p_rows = smem + layout.p_offset() + 64 * consumer * kRowBytes;  // !pds_registers
+      // Swapped: the row is 128-byte aligned and 2 ks has no low bit, so
+      // chunk (2 ks + matrix / 2) ^ atom_row is 32 ks ^ ds_chunk_xor in bytes:
+      // one XOR a step.
+      const u32 lane_row = (16 * warp + 8 * (matrix % 2) + atom_row) * kRowBytes;
+      unsigned char* const ds_lane = ds_rows + lane_row;
+      unsigned char* const p_lane = p_rows + lane_row;
+      const u32 ds_chunk_xor = ((matrix / 2) ^ atom_row) * 16;
+      const u32 lane_at = (8 * (matrix / 2) + atom_row) * kRowBytes + (((2 * warp + matrix % 2) ^ atom_row) * 16);
       u32 pa[kQuerySteps][4];
       u32 dsa[kQuerySteps][4];
-      if (sdp_swapped) {
-        // The row is 128-byte aligned and 2 ks has no low bit, so chunk
-        // (2 ks + matrix / 2) ^ atom_row is 32 ks ^ chunk_xor in bytes: one
-        // XOR a step.
-        const u32 lane_row = (16 * warp + 8 * (matrix % 2) + atom_row) * kRowBytes;
-        unsigned char* const ds_lane = ds_rows + lane_row;
-        unsigned char* const p_lane = p_rows + lane_row;
-        const u32 chunk_xor = ((matrix / 2) ^ atom_row) * 16;
-        ATTUNE_UNROLL
-        for (i32 ks = 0; ks < kQuerySteps; ++ks) {
-          flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
-          flash_detail::pack_a_fragment<DType>(dp.tile(0, 2 * ks), dp.tile(0, 2 * ks + 1), dsa[ks]);
-          const u32 chunk = (32U * static_cast<u32>(ks)) ^ chunk_xor;
-          dev::stmatrix_x4(ds_lane + chunk, dsa[ks]);                    // consumer: store dS^T
-          if (!pds_registers) dev::stmatrix_x4(p_lane + chunk, pa[ks]);  // consumer: store P^T
-        }
-      } else {
-        const u32 lane_at = (8 * (matrix / 2) + atom_row) * kRowBytes + (((2 * warp + matrix % 2) ^ atom_row) * 16);
-        ATTUNE_UNROLL
-        for (i32 ks = 0; ks < 64 / 16; ++ks) {
-          flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
-          flash_detail::pack_a_fragment<DType>(dp.tile(0, 2 * ks), dp.tile(0, 2 * ks + 1), dsa[ks]);
+      ATTUNE_UNROLL
+      for (i32 ks = 0; ks < kQuerySteps; ++ks) {  // unswapped (kBlockM = 64): over the consumer's 64 keys
+        tile_elements(2 * ks, visible[ks / 4]);
+        tile_elements(2 * ks + 1, visible[ks / 4]);
+        flash_detail::pack_a_fragment<DType>(s.tile(0, 2 * ks), s.tile(0, 2 * ks + 1), pa[ks]);
+        flash_detail::pack_a_fragment<DType>(dp.tile(0, 2 * ks), dp.tile(0, 2 * ks + 1), dsa[ks]);
+        if (sdp_swapped) {
+          const u32 chunk = (32U * static_cast<u32>(ks % 4)) ^ ds_chunk_xor;
+          const i32 box = (ks / 4) * kBlockN * kRowBytes;
+          dev::stmatrix_x4(ds_lane + box + chunk, dsa[ks]);                    // consumer: store dS^T
+          if (!pds_registers) dev::stmatrix_x4(p_lane + box + chunk, pa[ks]);  // consumer: store P^T
+        } else {
           const u32 at = lane_at + static_cast<u32>(ks * 16 * kRowBytes);
           dev::stmatrix_x4_trans(ds_rows + at, dsa[ks]);  // consumer: store dS^T (from dS)
           dev::stmatrix_x4_trans(p_rows + at, pa[ks]);    // consumer: store P^T (from P)
@@ -808,15 +853,17 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
           const u64 ds_desc = descriptor(ds_rows, 16);
           ATTUNE_UNROLL
           for (i32 ks = 0; ks < kQuerySteps; ++ks) {
-            dev::wgmma::mma_ss<DType, kHeadDim, 0, 1>(dv.tiles, dev::wgmma::advance(p_desc, ks * 32),
-                                                      dev::wgmma::advance(do_desc, ks * 16 * kRowBytes),
-                                                      1);  // consumer: dV GEMM from shared memory
+            dev::wgmma::mma_ss<DType, kHeadDim, 0, 1>(
+                dv.tiles, dev::wgmma::advance(p_desc, (ks / 4) * kBlockN * kRowBytes + (ks % 4) * 32),
+                dev::wgmma::advance(do_desc, ks * 16 * kRowBytes),
+                1);  // consumer: dV GEMM from shared memory
           }
           ATTUNE_UNROLL
           for (i32 ks = 0; ks < kQuerySteps; ++ks) {
-            dev::wgmma::mma_ss<DType, kHeadDim, 0, 1>(dk.tiles, dev::wgmma::advance(ds_desc, ks * 32),
-                                                      dev::wgmma::advance(q_desc, ks * 16 * kRowBytes),
-                                                      1);  // consumer: dK GEMM from shared memory
+            dev::wgmma::mma_ss<DType, kHeadDim, 0, 1>(
+                dk.tiles, dev::wgmma::advance(ds_desc, (ks / 4) * kBlockN * kRowBytes + (ks % 4) * 32),
+                dev::wgmma::advance(q_desc, ks * 16 * kRowBytes),
+                1);  // consumer: dK GEMM from shared memory
           }
         }
         dev::wgmma::commit();
@@ -839,18 +886,23 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
       const bool issuer = warp == 0 && lane == 0;
       i32* turn = nullptr;
       if (!dq_atomic) {
-        turn = tile_turns + (cursor.head * b.dq_turn_tiles + cursor.tile);
+        turn = tile_turns + turns.counter;
         if (issuer) {
-          const i32 earlier = kConsumers * turns + (kDqByColumns ? 0 : consumer);
+          const i32 earlier = kConsumers * turns.before + (kDqByColumns ? 0 : consumer);
           dev::semaphore_wait(turn, earlier);  // consumer: wait for dQ's turn
         }
         if (!dq_tma) dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
       }
+      // A part: a box of columns of one 64-row part of the step's queries
+      // (parts past the sequence's rows skipped: every thread agrees).
       ATTUNE_UNROLL
-      for (i32 bx = 0; bx < kDqBoxes; ++bx) {
-        const i32 c = dq_first_box + bx;  // the box of columns
+      for (i32 part = 0; part < kDqBoxes * kQueryBoxes; ++part) {
+        const i32 c = dq_first_box + part % kDqBoxes;  // the box of columns
+        const i32 rows = 64 * (part / kDqBoxes);       // the part's first row, from row0
+        if (part >= kDqBoxes && row0 + rows >= seq.q_len) continue;
         DqBox dq;
-        const u64 ds_desc = descriptor(ds_tile + dq_key_rows, kBlockN * kRowBytes);
+        const u64 ds_desc =
+            descriptor(ds_tile + (part / kDqBoxes) * kBlockN * kRowBytes + dq_key_rows, kBlockN * kRowBytes);
         const u64 k_desc =
             descriptor(smem + layout.k_offset() + c * kBlockN * kRowBytes + dq_key_rows, kBlockN * kRowBytes);
         dev::wgmma::fence();
@@ -864,17 +916,20 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
         dev::wgmma::wait<0>();
         if (dq_tma) {
           // The box to shared memory (the previous box's reductions have read
-          // it), then two bulk reductions of 32 columns. Row r's 16-byte
-          // chunk j of a half is at chunk j ^ (r % 8): the 128-byte swizzle.
-          // A thread's columns 8 dt + 2 (lane % 4) (and + 1) are chunk
-          // 2 (dt % 4) + (lane % 4) / 2 of half dt / 4, at byte 8 (lane % 2);
-          // both its rows have r % 8 = lane / 4. From an opaque lane, so the
-          // addresses are not held across the loop.
+          // it), then two bulk reductions of 32 columns. The map puts the
+          // part's row r in the box's row s = 8 (r / 8) + 2 (r % 4) + (r % 8)
+          // / 4 (dq_accumulator_map), whose 16-byte chunk j is at j ^ (s % 8):
+          // the 128-byte swizzle. A thread's columns 8 dt + 2 (lane % 4) (and
+          // + 1) are chunk 2 (dt % 4) + (lane % 4) / 2 of half dt / 4, at byte
+          // 8 (lane % 2); both its rows have r % 8 = lane / 4. An 8-byte store
+          // runs as two half-warps (r % 8 in 0 .. 3 and 4 .. 7): in row order
+          // rows 2 i and 2 i + 1 took the same two chunks (a 2-way bank
+          // conflict), through s four different pairs.
           if (issuer) dev::tma::wait_read<0>();
           dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
-          const u32 lane_q = static_cast<u32>(dev::opaque(lane));
-          const u32 chunk_xor = ((lane_q % 4) / 2) ^ (lane_q / 4);
-          unsigned char* dq_thread = dq_stage + (16 * warp + lane_q / 4) * 128 + (lane_q % 2) * 8;
+          const DqLane dq_lane = kBlockM == 64 ? dq_lane_held : dq_lane_of(static_cast<u32>(dev::opaque(lane)));
+          const u32 chunk_xor = dq_lane.chunk_xor;
+          unsigned char* dq_thread = dq_stage + dq_lane.offset;
           ATTUNE_UNROLL
           for (i32 half = 0; half < 2; ++half) {
             ATTUNE_UNROLL
@@ -884,23 +939,26 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
               const u32 chunk = (static_cast<u32>(2 * (dt % 4)) ^ chunk_xor) << 4;
               const u64 pair = (static_cast<u64>(dev::float_bits(dq.at(0, dt, half, 1))) << 32) |
                                dev::float_bits(dq.at(0, dt, half, 0));
-              dev::store_shared(dev::shared_as<u64>(dq_thread + chunk + ((dt / 4) * kBlockM * 128 + half * 8 * 128)),
+              dev::store_shared(dev::shared_as<u64>(dq_thread + chunk + ((dt / 4) * 64 * 128 + half * 8 * 128)),
                                 pair);  // consumer: stage dQ
             }
           }
           dev::fence_proxy_async();  // the stage's stores before the bulk reductions read it
           dev::named_barrier::sync(sm90_sync::kDqTurn + consumer, sm90::kWarpgroupSize);
           if (issuer) {
-            const i32 row = static_cast<i32>(seq.row_base + row0);
+            // The part's first row in groups of 8 (the map's `a`): unsigned,
+            // a shift.
+            const i32 row8 = static_cast<i32>(static_cast<u32>(seq.row_base + row0 + rows) / 8U);
             ATTUNE_UNROLL
             for (i32 h = 0; h < 2; ++h) {
               const i32 col = c * kBoxCols + 32 * h;
               if (col >= b.head_dim_k) continue;
               if (dq_atomic) {
-                dev::tma::reduce_add(&p.dq_map, dq_stage + h * kBlockM * 128, col, head, row);  // consumer: add dQ
+                dev::tma::reduce_add(&p.dq_map, dq_stage + h * 64 * 128, col, 0, 0, row8,
+                                     head);  // consumer: add dQ
               } else {
-                dev::tma::ordered_reduce_add(&p.dq_map, dq_stage + h * kBlockM * 128, col, head,
-                                             row);  // consumer: add dQ in turn
+                dev::tma::ordered_reduce_add(&p.dq_map, dq_stage + h * 64 * 128, col, 0, 0, row8,
+                                             head);  // consumer: add dQ in turn
               }
             }
             dev::tma::commit();
@@ -912,7 +970,7 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
         const u32 lane_r = static_cast<u32>(dev::opaque(lane));
         ATTUNE_UNROLL
         for (i32 half = 0; half < 2; ++half) {
-          const i64 row = row0 + 16 * warp + static_cast<i32>(lane_r / 4) + 8 * half;  // frag::acc_row
+          const i64 row = row0 + rows + 16 * warp + static_cast<i32>(lane_r / 4) + 8 * half;  // frag::acc_row
           if (row >= seq.q_len) continue;
           float* out = b.dq_accum + ((seq.row_base + row) * b.heads_q + head) * b.head_dim_k + c * kBoxCols;
           ATTUNE_UNROLL

@@ -85,11 +85,15 @@ Variant heuristic_backward_variant(DType dtype, int dk, int dv, const ArchLimits
   });
   if (!hopper.empty() && !portable_only) {
     // FlashAttention-3's backward: 128 keys per CTA on two consumer
-    // warpgroups, 64-row query steps, two stages in flight; dQ staged in
-    // shared memory and added by TMA bulk reductions, in turns when
-    // deterministic.
-    const FlashBwdSm90Shape wanted{.head_dim = FlashBwdSm90Shape::of(hopper.front()).head_dim,
-                                   .block_m = 64,
+    // warpgroups, 64-row query steps (128 at d64, where the accumulators
+    // fit: 12% fewer instructions per query row, NVRTC; not with softcap
+    // or ALiBi, whose elementwise work at 128 rows spills), two stages in
+    // flight; dQ staged in shared memory and added by TMA bulk reductions,
+    // in turns when deterministic.
+    const int head_dim = FlashBwdSm90Shape::of(hopper.front()).head_dim;
+    const bool element_mods = (modifiers & (kModSoftcap | kModAlibi)) != 0;
+    const FlashBwdSm90Shape wanted{.head_dim = head_dim,
+                                   .block_m = head_dim <= 64 && !element_mods ? 128 : 64,
                                    .block_n = 128,
                                    .stages = 2,
                                    .dq_atomic = deterministic ? 0 : 1,

@@ -64,14 +64,16 @@ LaunchConfig flash_bwd_sm90_launch(const AttentionProblem& p, const sm90_sched::
 TensorMapSpec dq_accumulator_map(const FlashBwdParams& b) {
   TensorMapSpec m;
   m.address = b.dq_accum;
-  m.rank = 3;
+  m.rank = 5;
   m.element_bytes = 4;
   m.fp32 = true;
-  m.dims = {static_cast<std::uint64_t>(b.head_dim_k), static_cast<std::uint64_t>(b.heads_q),
-            static_cast<std::uint64_t>(b.rows), 0, 0};
-  m.strides = {4 * static_cast<std::uint64_t>(b.head_dim_k),
-               4 * static_cast<std::uint64_t>(b.heads_q) * static_cast<std::uint64_t>(b.head_dim_k), 0, 0};
-  m.box = {32, 1, static_cast<std::uint32_t>(kDqTileRows), 1, 1};
+  // Row 8 a + 4 b + c as (b, c, a): the box's shared-memory rows run
+  // b + 2 c + 8 a (see the header).
+  const auto row_bytes = 4 * static_cast<std::uint64_t>(b.heads_q) * static_cast<std::uint64_t>(b.head_dim_k);
+  m.dims = {static_cast<std::uint64_t>(b.head_dim_k), 2, 4, static_cast<std::uint64_t>(b.rows / 8),
+            static_cast<std::uint64_t>(b.heads_q)};
+  m.strides = {4 * row_bytes, row_bytes, 8 * row_bytes, 4 * static_cast<std::uint64_t>(b.head_dim_k)};
+  m.box = {32, 2, 4, static_cast<std::uint32_t>(kDqTileRows / 8), 1};
   m.swizzle = sm90::Swizzle::k128B;
   return m;
 }

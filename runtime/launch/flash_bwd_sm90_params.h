@@ -45,10 +45,14 @@ i32 flash_bwd_sm90_ctas(const AttentionProblem& problem, const sm90_sched::TileO
 LaunchConfig flash_bwd_sm90_launch(const AttentionProblem& problem, const sm90_sched::TileOrder& tiles,
                                    const Variant& variant, int sm_count);
 
-// The fp32 dQ accumulator as a 3-D map for the TMA reductions (kDqTma):
-// (Dk, Hq, workspace rows), boxes of 32 columns (128 bytes, swizzled) by
-// one head by 64 rows, each sequence's rows starting on a box
-// (bwd_detail::sequence).
+// The fp32 dQ accumulator as a 5-D map for the TMA reductions (kDqTma):
+// (Dk, b, c, a, Hq) for workspace row 8 a + 4 b + c, boxes of 32 columns
+// (128 bytes, swizzled) by 64 rows by one head, each sequence's rows
+// starting on a box (bwd_detail::sequence). Row r of a box lands in the
+// box's shared-memory row 8 (r / 8) + 2 (r % 4) + (r % 8) / 4: the
+// consumers' 8-byte stores of rows r and r + 1 (one half-warp) then take
+// different chunks under the 128-byte swizzle, where in row order they
+// took the same two (a 2-way bank conflict).
 TensorMapSpec dq_accumulator_map(const FlashBwdParams& bwd);
 
 // Kernel params for a validated problem that fits: `bwd` is the row

@@ -24,9 +24,8 @@
 //   named_barrier::sync(id, threads), named_barrier::arrive(id, threads)
 //   elect_one() -> bool                                 // elect.sync: one lane of the warp
 //   tma::load<2..5>(smem, const TensorMap*, bar, coords...), tma::store<2..5>(const TensorMap*, smem, coords...),
-//   tma::reduce_add(const TensorMap*, smem, c0, c1, c2), tma::ordered_reduce_add(...)   (.add.f32, 3-D)
-//   tma::commit(), tma::wait_read<N>(), tma::wait<N>(), tma::prefetch(const TensorMap*)
-//   Thread block clusters:
+//   tma::reduce_add(const TensorMap*, smem, c0, c1, c2[, c3, c4]), tma::ordered_reduce_add(...)   (.add.f32, 3-D or
+//   5-D) tma::commit(), tma::wait_read<N>(), tma::wait<N>(), tma::prefetch(const TensorMap*) Thread block clusters:
 //   cluster::rank(), cluster::size(), cluster::sync()   // %cluster_ctarank, %cluster_nctarank, barrier.cluster
 //   mbarrier::arrive_cluster(bar, cta)                  // an arrival on the same barrier of block `cta` (mapa)
 //   tma::load_multicast(smem, map, bar, cta_mask, coords...)  // 2-D, 4-D: the box into every block in the
@@ -575,10 +574,20 @@ ATTUNE_DEVICE void reduce_add(const TensorMap* map, const void* smem, i32 c0, i3
       "r"(shared_address(smem)), "r"(c0), "r"(c1), "r"(c2)
       : "memory");
 }
+ATTUNE_DEVICE void reduce_add(const TensorMap* map, const void* smem, i32 c0, i32 c1, i32 c2, i32 c3, i32 c4) {
+  asm volatile(
+      "cp.reduce.async.bulk.tensor.5d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3, %4, %5, %6}], [%1];\n" ::"l"(
+          map_address(map)),
+      "r"(shared_address(smem)), "r"(c0), "r"(c1), "r"(c2), "r"(c3), "r"(c4)
+      : "memory");
+}
 // The same, where the kernel orders the reductions to each element
 // (semaphores): the emulator checks that the earlier ones happen before.
 ATTUNE_DEVICE void ordered_reduce_add(const TensorMap* map, const void* smem, i32 c0, i32 c1, i32 c2) {
   reduce_add(map, smem, c0, c1, c2);
+}
+ATTUNE_DEVICE void ordered_reduce_add(const TensorMap* map, const void* smem, i32 c0, i32 c1, i32 c2, i32 c3, i32 c4) {
+  reduce_add(map, smem, c0, c1, c2, c3, c4);
 }
 ATTUNE_DEVICE void commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
 // Waits until at most N bulk groups still read their shared-memory source.

@@ -277,6 +277,16 @@ inline void ordered_reduce_add(const TensorMap* map, const void* smem, i32 c0, i
   const i32 c[] = {c0, c1, c2};
   emu::hooks::tma_reduce_add(map, smem, c, 3, true, where);
 }
+inline void reduce_add(const TensorMap* map, const void* smem, i32 c0, i32 c1, i32 c2, i32 c3, i32 c4,
+                       const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1, c2, c3, c4};
+  emu::hooks::tma_reduce_add(map, smem, c, 5, false, where);
+}
+inline void ordered_reduce_add(const TensorMap* map, const void* smem, i32 c0, i32 c1, i32 c2, i32 c3, i32 c4,
+                               const Where& where = Where::current()) {
+  const i32 c[] = {c0, c1, c2, c3, c4};
+  emu::hooks::tma_reduce_add(map, smem, c, 5, true, where);
+}
 inline void prefetch(const TensorMap* map, const Where& where = Where::current()) {
   emu::hooks::tma_prefetch(map, where);
 }
