@@ -849,22 +849,19 @@ ATTUNE_KERNEL void ATTUNE_LAUNCH_BOUNDS(128 * (1 + kBlockN / 64), 1)
                                                    1);  // consumer: dK GEMM
           }
         } else {
-          const u64 p_desc = descriptor(p_rows, 16);
-          const u64 ds_desc = descriptor(ds_rows, 16);
-          ATTUNE_UNROLL
-          for (i32 ks = 0; ks < kQuerySteps; ++ks) {
-            dev::wgmma::mma_ss<DType, kHeadDim, 0, 1>(
-                dv.tiles, dev::wgmma::advance(p_desc, (ks / 4) * kBlockN * kRowBytes + (ks % 4) * 32),
-                dev::wgmma::advance(do_desc, ks * 16 * kRowBytes),
-                1);  // consumer: dV GEMM from shared memory
-          }
-          ATTUNE_UNROLL
-          for (i32 ks = 0; ks < kQuerySteps; ++ks) {
-            dev::wgmma::mma_ss<DType, kHeadDim, 0, 1>(
-                dk.tiles, dev::wgmma::advance(ds_desc, (ks / 4) * kBlockN * kRowBytes + (ks % 4) * 32),
-                dev::wgmma::advance(q_desc, ks * 16 * kRowBytes),
-                1);  // consumer: dK GEMM from shared memory
-          }
+          // acc += A B over the step's queries, A's key rows from shared
+          // memory (box ks / 4, 32 bytes of it a step).
+          const auto from_shared = [&](KeyRows& acc, const unsigned char* a_rows, u64 b_desc) {
+            const u64 a_desc = descriptor(a_rows, 16);
+            ATTUNE_UNROLL
+            for (i32 ks = 0; ks < kQuerySteps; ++ks) {
+              dev::wgmma::mma_ss<DType, kHeadDim, 0, 1>(
+                  acc.tiles, dev::wgmma::advance(a_desc, (ks / 4) * kBlockN * kRowBytes + (ks % 4) * 32),
+                  dev::wgmma::advance(b_desc, ks * 16 * kRowBytes), 1);
+            }
+          };
+          from_shared(dv, p_rows, do_desc);  // consumer: dV GEMM from shared memory
+          from_shared(dk, ds_rows, q_desc);  // consumer: dK GEMM from shared memory
         }
         dev::wgmma::commit();
       }
