@@ -539,6 +539,25 @@ TEST(FlashBwdEmuTest, Sm90TurnCountsAndFreeTilesAgreeWithEveryBlocksQueryTiles) 
 // dsink kernel's): the heuristic keeps it on sm_90a for every mix of them;
 // dropout moves the call to flash_bwd. The forward's Hopper fit refuses
 // the modifiers, the backward's does not.
+// The query tile the heuristic takes: 128 rows at d64 (the accumulators
+// fit), deterministic or not, unless softcap or ALiBi is compiled in (their
+// elementwise work at 128 rows spills); 64 rows at d128.
+TEST(FlashBwdEmuTest, Sm90Takes128QueryRowsAtD64WithoutElementModifiers) {
+  const ArchLimits hopper = require_arch("sm_90a");
+  const auto rows_of = [](const Variant& v) {
+    return v.id().find(".bm128.") != std::string::npos ? 128 : v.id().find(".bm64.") != std::string::npos ? 64 : 0;
+  };
+  for (const bool deterministic : {false, true}) {
+    for (const std::uint8_t bits : {std::uint8_t{0}, kModSinks, kModSoftcap, kModAlibi}) {
+      const Variant v = heuristic_backward_variant(DType::kBF16, 64, 64, hopper, deterministic, bits);
+      ASSERT_EQ(v.kernel->id, KernelId::kFlashBwdSm90) << v.id();
+      const bool element_mods = (bits & (kModSoftcap | kModAlibi)) != 0;
+      EXPECT_EQ(rows_of(v), element_mods ? 64 : 128) << v.id();
+    }
+    EXPECT_EQ(rows_of(heuristic_backward_variant(DType::kBF16, 128, 128, hopper, deterministic, 0)), 64);
+  }
+}
+
 TEST(FlashBwdEmuTest, Sm90TakesTheScoreModifiers) {
   const ArchLimits hopper = require_arch("sm_90a");
   for (const std::uint8_t bits : {kModSoftcap, kModAlibi, kModSinks, kModAll}) {
